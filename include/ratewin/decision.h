@@ -1,0 +1,36 @@
+// ratewin/decision.h: the answer to one request.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace ratewin {
+inline namespace v1 {
+
+// The outcome of Engine::try_acquire. All durations are relative to the engine's clock
+// reading used for the decision, and exact for the sliding-window model: nothing is
+// rounded to "the end of the window".
+struct Decision {
+  // retry_after of a request that can never pass (its cost exceeds the limit's max).
+  static constexpr std::chrono::nanoseconds kNever = std::chrono::nanoseconds::max();
+
+  // The request was admitted and its cost counted.
+  bool allowed = false;
+  // The shared store was unreachable; the decision followed the limit's failure policy.
+  bool degraded = false;
+  // The limit's max.
+  std::uint64_t limit = 0;
+  // Units that could still be admitted now (after this request, when it was allowed).
+  std::uint64_t remaining = 0;
+  // Time until the window holds nothing of the counts made so far (0 if it is empty).
+  std::chrono::nanoseconds reset_after{0};
+  // 0 when allowed. Otherwise the earliest time from now at which the same request
+  // would be allowed if nothing else arrived; kNever if it can never be allowed.
+  std::chrono::nanoseconds retry_after{0};
+
+  // False when the request's cost exceeds the limit's max: retrying cannot help.
+  bool can_ever_pass() const noexcept { return retry_after != kNever; }
+};
+
+}  // namespace v1
+}  // namespace ratewin

@@ -1,0 +1,29 @@
+// Exact wide arithmetic for the window math.
+#pragma once
+
+#include <cstdint>
+
+namespace ratewin::inline v1::detail {
+
+// g++ and clang support 128-bit integers on every 64-bit target this project builds
+// for; __extension__ keeps -Wpedantic quiet about it.
+__extension__ typedef unsigned __int128 u128;
+
+// floor(a * b / d) for d > 0 when the quotient fits in 64 bits.
+inline std::uint64_t mul_div_floor(std::uint64_t a, std::uint64_t b, std::uint64_t d) noexcept {
+  const u128 product = static_cast<u128>(a) * b;
+  if ((product >> 64) == 0) return static_cast<std::uint64_t>(product) / d;
+  return static_cast<std::uint64_t>(product / d);
+}
+
+// ceil(a * b / d) for d > 0 when the quotient fits in 64 bits.
+inline std::uint64_t mul_div_ceil(std::uint64_t a, std::uint64_t b, std::uint64_t d) noexcept {
+  const u128 product = static_cast<u128>(a) * b;
+  if ((product >> 64) == 0) {
+    const auto p = static_cast<std::uint64_t>(product);
+    return p / d + (p % d != 0 ? 1 : 0);
+  }
+  return static_cast<std::uint64_t>(product / d + (product % d != 0 ? 1 : 0));
+}
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,94 @@
+#include "window.h"
+
+#include <algorithm>
+
+namespace ratewin::inline v1::detail {
+
+void SlidingWindow::reset(std::int64_t t) noexcept {
+  state_.epoch = epoch_of(t, resolution_);
+  state_.sum = 0;
+  state_.trailing = 0;
+  state_.head = 0;
+  state_.newest = 0;
+  std::fill_n(buckets_, n_, 0U);
+}
+
+void SlidingWindow::slide(std::int64_t t) noexcept {
+  const std::int64_t epoch = epoch_of(t, resolution_);
+  const std::int64_t steps = epoch - state_.epoch;
+  if (steps <= 0) return;
+  if (steps > static_cast<std::int64_t>(n_)) {
+    // Everything, the trailing subinterval included, has left the window.
+    std::fill_n(buckets_, n_, 0U);
+    state_.sum = 0;
+    state_.trailing = 0;
+  } else {
+    // Each step frees the oldest slot for the next epoch; the last count to leave the
+    // buckets is the one of epoch (new epoch - N), the new trailing count.
+    std::uint32_t slot = state_.head;
+    std::uint32_t leaving = 0;
+    for (std::int64_t i = 0; i < steps; ++i) {
+      slot = slot_after(slot);
+      leaving = buckets_[slot];
+      state_.sum -= leaving;
+      buckets_[slot] = 0;
+    }
+    state_.trailing = leaving;
+    state_.head = static_cast<std::uint16_t>(slot);
+  }
+  state_.epoch = epoch;
+}
+
+u128 SlidingWindow::scaled_estimate(std::int64_t t) noexcept {
+  advance(t);
+  const std::int64_t start = state_.epoch * resolution_;
+  const auto weight = static_cast<std::uint64_t>(start + resolution_ - std::max(t, start));
+  return static_cast<u128>(state_.sum) * static_cast<std::uint64_t>(resolution_) +
+         static_cast<u128>(state_.trailing) * weight;
+}
+
+std::uint32_t SlidingWindow::in_order(std::uint32_t k) const noexcept {
+  if (k == 0) return state_.trailing;
+  // Epoch e-N+k sits k slots after the head (the head holds epoch e = e-N+N).
+  return buckets_[(state_.head + k) % n_];
+}
+
+void SlidingWindow::merge(std::int64_t epoch, std::uint64_t count) noexcept {
+  if (epoch > state_.epoch) advance(epoch * resolution_);
+  const std::int64_t age = state_.epoch - epoch;
+  if (age > static_cast<std::int64_t>(n_)) return;
+  const auto shared = static_cast<std::uint32_t>(std::min<std::uint64_t>(count, 0xffffffffU));
+  if (age == static_cast<std::int64_t>(n_)) {
+    if (shared > state_.trailing) state_.trailing = shared;
+    return;
+  }
+  const std::uint32_t slot = (state_.head + n_ - static_cast<std::uint32_t>(age)) % n_;
+  Bucket& bucket = buckets_[slot];
+  if (shared > bucket) {
+    if (state_.sum == 0 || static_cast<std::uint32_t>(age) < age_of(state_.newest, state_.head)) {
+      state_.newest = static_cast<std::uint16_t>(slot);
+    }
+    state_.sum += shared - bucket;
+    bucket = shared;
+  }
+}
+
+bool SlidingWindow::empty_at(std::int64_t t) const noexcept {
+  const std::int64_t steps = epoch_of(t, resolution_) - state_.epoch;
+  if (steps > static_cast<std::int64_t>(n_)) return true;
+  if (steps <= 0) return state_.sum == 0 && state_.trailing == 0;
+  if (state_.sum == 0) return true;
+  // After `steps` epochs the counts still held are those from position `steps` on.
+  for (auto k = static_cast<std::uint32_t>(steps); k <= n_; ++k) {
+    if (in_order(k) != 0) return false;
+  }
+  return true;
+}
+
+std::uint32_t SlidingWindow::count_for_epoch(std::int64_t epoch) const noexcept {
+  const std::int64_t age = state_.epoch - epoch;
+  if (age < 0 || age > static_cast<std::int64_t>(n_)) return 0;
+  return in_order(n_ - static_cast<std::uint32_t>(age));
+}
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,235 @@
+// The approximate sliding window: pure arithmetic on counts, time is an argument.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "int128.h"
+#include "ratewin/decision.h"
+#include "seqlock_field.h"
+
+namespace ratewin::inline v1::detail {
+
+// The fixed part of a window. Its N bucket counts live in storage the caller provides
+// (the registry packs them right after its record, so a limiter is one allocation).
+// Fields are SeqlockFields so that a lock-free reader may race with a writer (see Shard).
+struct WindowState {
+  SeqlockField<std::int64_t> epoch{0};  // epoch of the newest bucket, buckets[head]
+  SeqlockField<std::uint64_t> sum{0};   // sum of the N buckets
+  SeqlockField<std::uint32_t> trailing{
+      0};                                 // count of epoch - N, the subinterval that just slid out
+  SeqlockField<std::uint16_t> head{0};    // slot of `epoch` in the circular buffer
+  SeqlockField<std::uint16_t> newest{0};  // slot of the newest non-zero bucket, when sum > 0
+};
+static_assert(sizeof(WindowState) == 24);
+using Bucket = SeqlockField<std::uint32_t>;
+static_assert(sizeof(Bucket) == 4);
+
+// A view that reads and updates one window. Time t is in nanoseconds on the shared
+// clock; epoch e = floor(t / R) with R the resolution; the buckets hold epochs
+// e-N+1 .. e and `trailing` holds epoch e-N. The estimate of the count in the sliding
+// window (t - N*R, t] is
+//
+//     E(t) = sum + trailing * ((e + 1) * R - t) / R
+//
+// and a request of cost c is allowed when E(t) + c <= max. All comparisons are made on
+// E(t) * R in 128-bit integers, so they are exact. E(t) is continuous and
+// non-increasing while nothing arrives (at a boundary the newest trailing count enters
+// with weight 1), which is what makes retry_after exact.
+//
+// Time never moves a window back: a t before the current epoch is treated as the start
+// of the current epoch.
+class SlidingWindow {
+ public:
+  SlidingWindow(WindowState& state, Bucket* buckets, std::uint32_t subintervals,
+                std::int64_t resolution_ns) noexcept
+      : state_(state), buckets_(buckets), n_(subintervals), resolution_(resolution_ns) {}
+
+  // floor(t / resolution), also for negative t.
+  static std::int64_t epoch_of(std::int64_t t, std::int64_t resolution_ns) noexcept {
+    const std::int64_t q = t / resolution_ns;
+    return (t % resolution_ns < 0) ? q - 1 : q;
+  }
+
+  // Makes the window empty, positioned at t's epoch.
+  void reset(std::int64_t t) noexcept;
+
+  // Slides forward to t's epoch; does nothing if t's epoch is not after the current.
+  void advance(std::int64_t t) noexcept {
+    // Most calls land in the current epoch: one multiply, no division.
+    if (t - state_.epoch * resolution_ >= resolution_) slide(t);
+  }
+
+  // The decision try_acquire(t, max, cost) would return, without changing anything.
+  // Returns false (and decides nothing) when t is past the current epoch, so that the
+  // window would first have to advance. `max` must be at most Limit::kMaxCount.
+  //
+  // Safe on an inconsistent state, as a racing lock-free reader may see one: loops are
+  // bounded by N, indexes are checked, arithmetic cannot overflow a signed type. The
+  // result is then meaningless, and the reader's validation discards it.
+  [[gnu::always_inline]] bool evaluate(std::int64_t t, std::uint64_t max, std::uint64_t cost,
+                                       Decision& out) const noexcept;
+
+  // Decides a request of `cost` against `max` at t and counts it if allowed. cost > max
+  // is rejected with retry_after = Decision::kNever.
+  Decision try_acquire(std::int64_t t, std::uint64_t max, std::uint64_t cost) noexcept {
+    advance(t);
+    Decision d;
+    evaluate(t, max, cost, d);  // cannot fail: the window is at t's epoch or later
+    if (d.allowed) add(cost);
+    return d;
+  }
+
+  // Counts `cost` in the current epoch: the second half of try_acquire, for a caller
+  // that got an allowing decision from evaluate() on this very state.
+  void add(std::uint64_t cost) noexcept {
+    if (cost == 0) return;
+    // bucket <= sum <= max - cost <= kMaxCount - cost: the addition cannot overflow.
+    buckets_[state_.head] += static_cast<std::uint32_t>(cost);
+    state_.sum += cost;
+    state_.newest = state_.head;
+  }
+
+  // E(t) * R, after advancing to t.
+  u128 scaled_estimate(std::int64_t t) noexcept;
+
+  // Raises the count held for `epoch` to at least `count`: a shared count already
+  // includes this node's own requests, so it replaces rather than adds. An epoch older
+  // than the trailing one is ignored; an epoch after the newest moves the window
+  // forward to it first (never back). Counts saturate at Limit::kMaxCount.
+  void merge(std::int64_t epoch, std::uint64_t count) noexcept;
+
+  // True when, at t, the window would hold nothing (E(t) == 0). Does not modify.
+  bool empty_at(std::int64_t t) const noexcept;
+
+  // Start of the newest epoch the window has moved to: its last activity.
+  std::int64_t last_active_ns() const noexcept { return state_.epoch * resolution_; }
+
+  // The newest epoch the window has moved to.
+  std::int64_t epoch() const noexcept { return state_.epoch; }
+
+  // Count held for `epoch`: a bucket, the trailing count, or 0 outside the window.
+  std::uint32_t count_for_epoch(std::int64_t epoch) const noexcept;
+
+ private:
+  std::uint32_t slot_after(std::uint32_t slot) const noexcept {
+    return slot + 1 == n_ ? 0 : slot + 1;
+  }
+  std::uint32_t slot_before(std::uint32_t slot) const noexcept {
+    return (slot == 0 ? n_ : slot) - 1;
+  }
+  // How many epochs older than the head `slot` is (both < N).
+  std::uint32_t age_of(std::uint32_t slot, std::uint32_t head) const noexcept {
+    return head >= slot ? head - slot : head + n_ - slot;
+  }
+  // advance() across at least one epoch boundary.
+  void slide(std::int64_t t) noexcept;
+  std::int64_t retry_at(std::int64_t at, std::uint64_t allowance, std::int64_t epoch,
+                        std::uint64_t sum, std::uint32_t trailing, std::uint32_t head,
+                        std::uint32_t newest) const noexcept;
+  // The k-th count in epoch order: 0 = trailing (epoch e-N), k = 1..N the bucket of
+  // epoch e-N+k (so k = N is the newest).
+  std::uint32_t in_order(std::uint32_t k) const noexcept;
+
+  WindowState& state_;
+  Bucket* buckets_;
+  std::uint32_t n_;
+  std::int64_t resolution_;
+};
+
+// Inline: the decision path of every request.
+inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint64_t cost,
+                                    Decision& out) const noexcept {
+  const std::int64_t epoch = state_.epoch;
+  const std::int64_t start = epoch * resolution_;
+  if (t - start >= resolution_) return false;
+  const std::uint32_t head = state_.head;
+  const std::uint32_t newest = state_.newest;
+  if (head >= n_ || newest >= n_) return false;  // only on a torn read
+  const std::uint64_t sum = state_.sum;
+  const std::uint32_t trailing = state_.trailing;
+  const auto r = static_cast<std::uint64_t>(resolution_);
+  const std::int64_t at = t > start ? t : start;  // never before the current epoch
+  // Overlap of the trailing subinterval with the sliding window, in (0, R].
+  const auto weight = static_cast<std::uint64_t>(start + resolution_ - at);
+  const u128 scaled = static_cast<u128>(sum) * r + static_cast<u128>(trailing) * weight;
+  // The window holds nothing from the end of the epoch in which its newest count trails.
+  const std::int64_t reset_at =
+      sum != 0 ? (epoch + static_cast<std::int64_t>(n_ - age_of(newest, head)) + 1) * resolution_
+      : trailing != 0 ? (epoch + 1) * resolution_
+                      : t;
+  // floor(max - E) = max - sum - ceil(trailing * weight / R), 0 if E > max.
+  auto remaining = [&]() noexcept -> std::uint64_t {
+    const std::uint64_t trailing_part =
+        (weight == r || trailing == 0) ? trailing : mul_div_ceil(trailing, weight, r);
+    const std::uint64_t used = sum + trailing_part;
+    return used >= max ? 0 : max - used;
+  };
+  out.limit = max;
+  out.degraded = false;
+  if (cost <= max && scaled <= static_cast<u128>(max - cost) * r) {
+    out.allowed = true;
+    out.remaining = remaining() - cost;  // E + cost <= max, so floor(max - E) >= cost
+    out.reset_after = std::chrono::nanoseconds(
+        (cost != 0 ? (epoch + static_cast<std::int64_t>(n_) + 1) * resolution_ : reset_at) - t);
+    out.retry_after = std::chrono::nanoseconds(0);
+    return true;
+  }
+  out.allowed = false;
+  // A rejected request of cost 1 has E > max - 1: its remaining is 0 without dividing.
+  out.remaining = cost > 1 ? remaining() : 0;
+  out.reset_after = std::chrono::nanoseconds(reset_at - t);
+  out.retry_after = cost > max
+                        ? Decision::kNever
+                        : std::chrono::nanoseconds(
+                              retry_at(at, max - cost, epoch, sum, trailing, head, newest) - t);
+  return true;
+}
+
+// While nothing arrives, during epoch e+k the estimate is S_k + T_k * (end_k - t) / R,
+// with T_k the k-th count in epoch order (0 = trailing), S_k the sum of those after it,
+// and end_k = (e+k+1) * R. S_k only falls with k: find the first k with S_k <= allowance,
+// then solve the linear piece inside epoch e+k. Requires that the request does not fit
+// at `at`; the other arguments are evaluate()'s snapshot of the state.
+inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allowance,
+                                            std::int64_t epoch, std::uint64_t sum,
+                                            std::uint32_t trailing, std::uint32_t head,
+                                            std::uint32_t newest) const noexcept {
+  std::uint32_t k = 0;
+  std::uint64_t rest = sum;
+  std::uint64_t relief = trailing;  // T_k
+  if (rest > allowance) {
+    const std::uint32_t oldest = buckets_[slot_after(head)];
+    if (rest - oldest <= allowance) {
+      // Steady overload: dropping the oldest subinterval is enough.
+      k = 1;
+      relief = oldest;
+      rest -= oldest;
+    } else {
+      // Otherwise walk from the newest count (the buckets after it are empty): the first
+      // bucket whose count, added to the newer ones, exceeds the allowance is the one
+      // whose trailing turn brings relief. A burst is found at once.
+      std::uint64_t newer = 0;
+      std::uint32_t slot = newest;
+      for (std::uint32_t j = age_of(newest, head); j < n_; ++j) {
+        const std::uint32_t count = buckets_[slot];
+        if (newer + count > allowance) {
+          k = n_ - j;
+          relief = count;
+          rest = newer;
+          break;
+        }
+        newer += count;
+        slot = slot_before(slot);
+      }
+    }
+  }
+  const std::int64_t end = (epoch + static_cast<std::int64_t>(k) + 1) * resolution_;
+  if (rest > allowance || relief == 0) return end;  // only on an inconsistent state
+  // Allowed from t on when T * (end - t) <= (allowance - S) * R; the slack is < R.
+  const auto r = static_cast<std::uint64_t>(resolution_);
+  const std::uint64_t slack = std::min(r, mul_div_floor(allowance - rest, r, relief));
+  return std::max(at, end - static_cast<std::int64_t>(slack));
+}
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,69 @@
+#include "ratewin/limit.h"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace ratewin::test {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string error_of(auto make) {
+  try {
+    make();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a valid limit exposes its geometry") {
+  const Limit limit(100, seconds(60), seconds(5));
+  CHECK(limit.max() == 100);
+  CHECK(limit.interval() == seconds(60));
+  CHECK(limit.resolution() == seconds(5));
+  CHECK(limit.subintervals() == 12);
+  CHECK(limit.resolution_ns() == 5'000'000'000);
+  CHECK(limit.to_string() == "100/1m@5s");
+  CHECK(limit.with_max(7) == Limit(7, seconds(60), seconds(5)));
+  CHECK(Limit(1, milliseconds(1), milliseconds(1)).subintervals() == 1);
+  CHECK(Limit(Limit::kMaxCount, hours(24), seconds(2)).subintervals() == 43200);
+}
+
+TEST_CASE("default resolution") {
+  CHECK(Limit(10, seconds(60)).resolution() == seconds(6));
+  CHECK(Limit(10, seconds(1)).resolution() == milliseconds(100));
+  CHECK(Limit(10, milliseconds(7)).resolution() == milliseconds(1));
+  CHECK(Limit(10, milliseconds(9)).resolution() == milliseconds(1));
+  CHECK(Limit(10, milliseconds(13)).resolution() == milliseconds(13));  // prime: N = 1
+}
+
+TEST_CASE("invalid limits are clear errors") {
+  CHECK(error_of([] { Limit(0, seconds(1), seconds(1)); }) ==
+        "ratewin::Limit: max must be at least 1");
+  CHECK(error_of([] { Limit(Limit::kMaxCount + 1, seconds(1), seconds(1)); }) ==
+        "ratewin::Limit: max 4294967296 exceeds 4294967295");
+  CHECK(error_of([] { Limit(1, seconds(0), seconds(1)); }) ==
+        "ratewin::Limit: interval must be positive, got 0ms");
+  CHECK(error_of([] { Limit(1, seconds(-3), seconds(1)); }) ==
+        "ratewin::Limit: interval must be positive, got -3000ms");
+  CHECK(error_of([] { Limit(1, seconds(1), milliseconds(0)); }) ==
+        "ratewin::Limit: resolution must be positive, got 0ms");
+  CHECK(error_of([] { Limit(1, seconds(10), seconds(3)); }) ==
+        "ratewin::Limit: resolution 3000ms does not divide interval 10000ms");
+  CHECK(error_of([] { Limit(1, hours(24 * 367), hours(24)); }) ==
+        "ratewin::Limit: interval 8808h exceeds 366 days");
+  CHECK(error_of([] { Limit(1, seconds(100), milliseconds(1)); }) ==
+        "ratewin::Limit: interval / resolution = 100000 subintervals, more than 65535");
+  CHECK(error_of([] { Limit(1, seconds(0)); }) ==
+        "ratewin::Limit: interval must be positive, got 0ms");
+}
+
+}  // namespace ratewin::test
