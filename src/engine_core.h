@@ -1,0 +1,68 @@
+// What an Engine is made of; shared with the LimiterHandles it hands out.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "counters.h"
+#include "ratewin/engine.h"
+#include "registry.h"
+#include "store.h"
+
+namespace ratewin::inline v1::detail {
+
+class EngineCore {
+ public:
+  // `store` may be null: local mode.
+  EngineCore(Options options, std::unique_ptr<Store> store);
+
+  Decision try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost);
+  // For a record pinned by a handle: no registry lookup.
+  Decision try_acquire(Shard& shard, RecordRef ref, const Limit& limit, std::uint64_t cost);
+
+  // Finds or creates the limiter and pins it; unpin() releases it.
+  std::pair<Shard*, RecordRef> pin(std::uint64_t resource, const Limit& limit);
+  static void unpin(Shard& shard, RecordRef ref) noexcept;
+
+  Stats stats() const;
+  const Options& options() const noexcept { return options_; }
+
+ private:
+  std::int64_t now_ns() const noexcept {
+    // The system clock is read directly, without a virtual call.
+    return system_clock_ ? SystemClock::read() : clock_->now().count();
+  }
+  // The decision path shared by both try_acquire overloads. `known` is the record when
+  // the caller holds it pinned; otherwise it is looked up.
+  Decision decide(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
+                  std::int64_t now, const Limit& limit, std::uint64_t cost);
+  // decide() under the shard's lock, when the lock-free read could not settle it.
+  // `version`, `ref` and `d` are what that read established (version odd: nothing).
+  Decision decide_locked(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
+                         RecordRef ref, std::uint64_t version, Decision d, std::int64_t now,
+                         const Limit& limit, std::uint64_t cost);
+  // Reads the limiter and decides without the lock or any shared write. Returns the
+  // shard version at which `out` was decided from a consistent state of `ref`, or an
+  // odd value when the limiter does not exist, must first move to a new epoch, or a
+  // writer interfered. `ref` comes in set when the caller holds the record pinned;
+  // otherwise it is found from this thread's last lookup (valid while the shard's
+  // version has not changed since) or in the table.
+  std::uint64_t read_without_lock(Shard& shard, const LimiterKey& key, std::uint64_t hash,
+                                  RecordRef& ref, std::int64_t now, const Limit& limit,
+                                  std::uint64_t cost, Decision& out) noexcept;
+  // After an allowed decision, called with no lock held: adds the cost to the shared
+  // count of `epoch`, merges the reply into the limiter (if it is still held) and
+  // refreshes the decision's remaining and reset_after from the merged counts.
+  void publish(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t epoch,
+               std::int64_t now, const Limit& limit, std::uint64_t cost, Decision& decision);
+
+  const std::uint64_t id_;  // unique per engine in the process, never reused
+  Options options_;
+  std::shared_ptr<const Clock> clock_;
+  bool system_clock_;  // clock_ is a SystemClock
+  std::unique_ptr<Store> store_;
+  mutable Registry registry_;
+  DecisionCounters counters_;
+};
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,80 @@
+// One limiter as the registry stores it: a 48-byte header followed by its N buckets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ratewin/limit.h"
+#include "seqlock_field.h"
+#include "window.h"
+
+namespace ratewin::inline v1::detail {
+
+// Identity of a limiter: a resource under one window geometry. Limits that differ
+// only in max share a limiter; limits with another interval or resolution do not.
+struct LimiterKey {
+  std::uint64_t resource = 0;
+  std::uint32_t resolution_ms = 0;
+  std::uint32_t subintervals = 0;
+
+  static LimiterKey of(std::uint64_t resource, const Limit& limit) noexcept {
+    return {resource, static_cast<std::uint32_t>(limit.resolution().count()), limit.subintervals()};
+  }
+  friend bool operator==(const LimiterKey&, const LimiterKey&) = default;
+
+  std::int64_t resolution_ns() const noexcept {
+    return static_cast<std::int64_t>(resolution_ms) * 1'000'000;
+  }
+
+  // A well-mixed 64-bit hash: the registry takes the shard from its low bits, the home
+  // slot from its high bits and a tag from bits 16..31.
+  std::uint64_t hash() const noexcept {
+    const std::uint64_t geometry = (std::uint64_t{resolution_ms} << 16) ^ subintervals;
+    std::uint64_t x = resource ^ (geometry * 0x9e3779b97f4a7c15ULL);
+    x ^= x >> 33;  // murmur3's fmix64
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+  }
+};
+
+// Fields a lock-free reader reads are SeqlockFields; pins and the LRU links are touched only
+// under the shard's lock.
+struct Record {
+  SeqlockField<std::uint64_t> resource;
+  WindowState window;
+  SeqlockField<std::uint32_t> resolution_ms;
+  SeqlockField<std::uint16_t> subintervals;
+  std::uint16_t pins;       // LimiterHandles holding it; a pinned record is not in the LRU list
+  std::uint32_t lru_older;  // neighbours in the shard's LRU list (kNoRecord at the ends);
+  std::uint32_t lru_newer;  // while the record is free, lru_older links the pool's free list
+
+  static std::size_t bytes_for(std::uint32_t subintervals) noexcept {
+    return (sizeof(Record) + sizeof(Bucket) * subintervals + 7) & ~std::size_t{7};
+  }
+  Bucket* buckets() noexcept { return reinterpret_cast<Bucket*>(this + 1); }
+  LimiterKey key() const noexcept { return {resource, resolution_ms, subintervals}; }
+  bool matches(const LimiterKey& k) const noexcept {
+    return resource == k.resource && resolution_ms == k.resolution_ms &&
+           subintervals == k.subintervals;
+  }
+  std::int64_t resolution_ns() const noexcept {
+    return static_cast<std::int64_t>(resolution_ms) * 1'000'000;
+  }
+  // The window, with its geometry as stored (use under the lock).
+  SlidingWindow view() noexcept {
+    return SlidingWindow(window, buckets(), subintervals, resolution_ns());
+  }
+  // The window, with the geometry of `key` (the record matched it): for lock-free
+  // readers, which must not trust a second read of the stored geometry.
+  SlidingWindow view(const LimiterKey& key) noexcept {
+    return SlidingWindow(window, buckets(), key.subintervals, key.resolution_ns());
+  }
+};
+static_assert(sizeof(Record) == 48, "the per-limiter memory target depends on this header");
+static_assert(alignof(Record) == 8);
+inline constexpr std::size_t kRecordFreeLinkOffset = offsetof(Record, lru_older);
+
+}  // namespace ratewin::inline v1::detail

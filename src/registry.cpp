@@ -1,0 +1,291 @@
+#include "registry.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+
+namespace ratewin::inline v1::detail {
+namespace {
+
+std::size_t home(std::uint64_t hash, std::size_t slot_count) noexcept {
+  return static_cast<std::size_t>((static_cast<u128>(hash) * slot_count) >> 64);
+}
+
+std::size_t page_size() noexcept {
+  static const auto size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return size;
+}
+
+}  // namespace
+
+// A slot array in a mapping of its own, so that its pages can be released while its
+// addresses stay readable. `count` reads 0 once released.
+struct RecordTable::Slots {
+  alignas(64) SeqlockField<std::size_t> count;
+
+  SeqlockField<std::uint64_t>& at(std::size_t i) noexcept {
+    return reinterpret_cast<SeqlockField<std::uint64_t>*>(this + 1)[i];
+  }
+  std::size_t next(std::size_t i, std::size_t n) noexcept { return i + 1 == n ? 0 : i + 1; }
+
+  static std::size_t bytes_for(std::size_t slots) noexcept {
+    const std::size_t raw = sizeof(Slots) + slots * sizeof(std::uint64_t);
+    return (raw + page_size() - 1) / page_size() * page_size();
+  }
+  // A zeroed array of at least `slots` slots (as many as its pages hold).
+  static Slots* map(std::size_t slots) {
+    const std::size_t bytes = bytes_for(slots);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    auto* s = static_cast<Slots*>(p);
+    s->count = (bytes - sizeof(Slots)) / sizeof(std::uint64_t);
+    return s;
+  }
+};
+
+RecordTable::~RecordTable() {
+  if (Slots* s = slots_.load(std::memory_order_relaxed)) ::munmap(s, Slots::bytes_for(s->count));
+  for (const auto& [s, bytes] : retired_) ::munmap(s, bytes);
+}
+
+std::size_t RecordTable::slot_count() const noexcept {
+  const Slots* s = slots_.load(std::memory_order_relaxed);
+  return s == nullptr ? 0 : s->count.load();
+}
+
+RecordId RecordTable::id_at(std::size_t slot) const noexcept {
+  return id_of(slots_.load(std::memory_order_relaxed)->at(slot));
+}
+
+std::size_t RecordTable::find(const LimiterKey& key, std::uint64_t hash) const noexcept {
+  Slots* s = slots_.load(std::memory_order_relaxed);
+  if (s == nullptr) return npos;
+  const std::size_t n = s->count;
+  const std::uint64_t tag = tag_of(hash);
+  for (std::size_t i = home(hash, n);; i = s->next(i, n)) {
+    const std::uint64_t v = s->at(i);
+    if (v == 0) return npos;
+    if ((v >> 32) == tag && record(v).matches(key)) return i;
+  }
+}
+
+RecordRef RecordTable::find_racy(const LimiterKey& key, std::uint64_t hash) const noexcept {
+  Slots* s = slots_.load(std::memory_order_acquire);
+  if (s == nullptr) return {};
+  const std::size_t n = s->count;  // 0 once the array has been retired
+  const std::uint64_t tag = tag_of(hash);
+  std::size_t i = n == 0 ? 0 : home(hash, n);
+  for (std::size_t probes = 0; probes < n; ++probes, i = s->next(i, n)) {
+    const std::uint64_t v = s->at(i);
+    if (v == 0) return {};
+    if ((v >> 32) != tag) continue;
+    std::byte* p = pool_.address_racy(id_of(v));
+    if (p == nullptr) return {};
+    auto* r = reinterpret_cast<Record*>(p);
+    if (r->matches(key)) return {id_of(v), r};
+  }
+  return {};
+}
+
+void RecordTable::place(Slots& slots, std::uint64_t encoded, std::uint64_t hash) noexcept {
+  const std::size_t n = slots.count;
+  std::size_t i = home(hash, n);
+  while (slots.at(i) != 0) i = slots.next(i, n);
+  slots.at(i) = encoded;
+}
+
+void RecordTable::rehash(std::size_t slot_count) {
+  Slots* old = slots_.load(std::memory_order_relaxed);
+  Slots* fresh = Slots::map(slot_count);
+  if (old != nullptr) {
+    for (std::size_t i = 0, n = old->count; i < n; ++i) {
+      const std::uint64_t v = old->at(i);
+      if (v != 0) place(*fresh, v, record(v).key().hash());
+    }
+  }
+  slots_.store(fresh, std::memory_order_release);
+  if (old != nullptr) {
+    // Readers may still probe the old array: keep its addresses, drop its memory.
+    const std::size_t bytes = Slots::bytes_for(old->count);
+    retired_.emplace_back(old, bytes);
+    ::madvise(old, bytes, MADV_DONTNEED);
+  }
+}
+
+void RecordTable::insert(RecordId id, std::uint64_t hash, std::size_t max_slots) {
+  const std::size_t n = slot_count();
+  if ((size_ + 1) * 4 > n * 3) {
+    std::size_t grown = std::min(std::max<std::size_t>(8, n * 2), max_slots);
+    // Over capacity (every candidate pinned): keep the load bounded all the same.
+    grown = std::max(grown, (size_ + 1) * 4 / 3 + 1);
+    rehash(grown);
+  }
+  place(*slots_.load(std::memory_order_relaxed), (tag_of(hash) << 32) | (std::uint64_t{id} + 1),
+        hash);
+  ++size_;
+}
+
+void RecordTable::erase(std::size_t slot) noexcept {
+  // Backward-shift deletion: pull later members of the probe run into the hole unless
+  // their home lies cyclically in (hole, j].
+  Slots& s = *slots_.load(std::memory_order_relaxed);
+  const std::size_t n = s.count;
+  std::size_t hole = slot;
+  for (std::size_t j = s.next(slot, n);; j = s.next(j, n)) {
+    const std::uint64_t v = s.at(j);
+    if (v == 0) break;
+    const std::size_t h = home(record(v).key().hash(), n);
+    const bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+    if (stays) continue;
+    s.at(hole) = v;
+    hole = j;
+  }
+  s.at(hole) = 0;
+  --size_;
+}
+
+Shard::WriteSection::WriteSection(Shard& shard) noexcept
+    : shard_(shard), version_(shard.version.load(std::memory_order_relaxed)) {
+  // Data stores that follow are release stores (SeqlockField): a reader that sees one
+  // of them sees this odd version too.
+  shard_.version.store(version_ + 1, std::memory_order_relaxed);
+}
+
+Shard::WriteSection::~WriteSection() {
+  shard_.version.store(version_ + 2, std::memory_order_release);
+}
+
+void Shard::set_capacity(std::size_t records) noexcept {
+  capacity_ = records;
+  max_slots_ = std::max<std::size_t>(8, records * 4 / 3 + 2);
+}
+
+RecordRef Shard::find(const LimiterKey& key, std::uint64_t hash) const noexcept {
+  const std::size_t slot = table_.find(key, hash);
+  if (slot == RecordTable::npos) return {};
+  const RecordId id = table_.id_at(slot);
+  return {id, record(id)};
+}
+
+RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
+                                bool* created) {
+  if (RecordRef found = find(key, hash)) {
+    // The LRU order is kept per subinterval: a record moves to the newest end the first
+    // time it is used in a new one, so a hot record costs no list update per call.
+    if (now_ns - found.record->window.epoch * key.resolution_ns() >= key.resolution_ns()) {
+      touch(found);
+    }
+    if (created != nullptr) *created = false;
+    return found;
+  }
+  if (table_.size() >= capacity_) evict_one(now_ns);
+
+  const std::size_t bytes = Record::bytes_for(key.subintervals);
+  const RecordId id = pool_.allocate(bytes);
+  Record* r = record(id);
+  r->resource = key.resource;
+  r->resolution_ms = key.resolution_ms;
+  r->subintervals = static_cast<std::uint16_t>(key.subintervals);
+  r->pins = 0;
+  r->view().reset(now_ns);
+  try {
+    table_.insert(id, hash, max_slots_);
+  } catch (...) {
+    pool_.deallocate(id, bytes);
+    throw;
+  }
+  link_newest({id, r});
+  if (created != nullptr) *created = true;
+  return {id, r};
+}
+
+void Shard::touch(RecordRef ref) noexcept {
+  if (ref.record->pins == 0 && ref.id != newest_) {
+    unlink(ref);
+    link_newest(ref);
+  }
+}
+
+void Shard::unlink(RecordRef ref) noexcept {
+  Record& r = *ref.record;
+  if (r.lru_older != kNoRecord) {
+    record(r.lru_older)->lru_newer = r.lru_newer;
+  } else {
+    oldest_ = r.lru_newer;
+  }
+  if (r.lru_newer != kNoRecord) {
+    record(r.lru_newer)->lru_older = r.lru_older;
+  } else {
+    newest_ = r.lru_older;
+  }
+  r.lru_older = r.lru_newer = kNoRecord;
+}
+
+void Shard::link_newest(RecordRef ref) noexcept {
+  Record& r = *ref.record;
+  r.lru_older = newest_;
+  r.lru_newer = kNoRecord;
+  if (newest_ != kNoRecord) {
+    record(newest_)->lru_newer = ref.id;
+  } else {
+    oldest_ = ref.id;
+  }
+  newest_ = ref.id;
+}
+
+void Shard::pin(RecordRef ref) {
+  Record& r = *ref.record;
+  if (r.pins == 0xffff) throw std::length_error("ratewin: more than 65535 handles on one limiter");
+  if (r.pins++ == 0) {
+    unlink(ref);
+    ++pinned;
+  }
+}
+
+void Shard::unpin(RecordRef ref) noexcept {
+  if (--ref.record->pins == 0) {
+    link_newest(ref);
+    --pinned;
+  }
+}
+
+void Shard::evict_one(std::int64_t now_ns) {
+  RecordId victim = oldest_;
+  if (victim == kNoRecord) return;  // every record is pinned
+  bool empty = false;
+  RecordId id = oldest_;
+  for (int i = 0; i < kEmptyScan && id != kNoRecord; ++i) {
+    Record* r = record(id);
+    if (r->view().empty_at(now_ns)) {
+      victim = id;
+      empty = true;
+      break;
+    }
+    id = r->lru_newer;
+  }
+  Record* r = record(victim);
+  ++evictions;
+  if (!empty) ++evictions_active;
+  unlink({victim, r});
+  const LimiterKey key = r->key();
+  table_.erase(table_.find(key, key.hash()));
+  pool_.deallocate(victim, Record::bytes_for(key.subintervals));
+}
+
+Registry::Registry(std::size_t max_limiters) : max_limiters_(max_limiters) {
+  if (max_limiters == 0) throw std::invalid_argument("ratewin: max_limiters must be at least 1");
+  // Up to 64 shards, each meant to hold at least 64 records, so small registries are
+  // not split into many tiny ones.
+  std::size_t shards = 1;
+  while (shards < 64 && shards * 2 * 64 <= max_limiters) shards *= 2;
+  shard_mask_ = shards - 1;
+  shards_ = std::make_unique<Shard[]>(shards);
+  const std::size_t base = max_limiters / shards;
+  const std::size_t extra = max_limiters % shards;
+  for (std::size_t i = 0; i < shards; ++i) shards_[i].set_capacity(base + (i < extra ? 1 : 0));
+}
+
+}  // namespace ratewin::inline v1::detail

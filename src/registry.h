@@ -1,0 +1,190 @@
+// The sharded, bounded registry of limiters.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "ratewin/decision.h"
+#include "record.h"
+#include "record_pool.h"
+
+namespace ratewin::inline v1::detail {
+
+// A record found in (or added to) a shard.
+struct RecordRef {
+  RecordId id = kNoRecord;
+  Record* record = nullptr;
+  explicit operator bool() const noexcept { return record != nullptr; }
+};
+
+// Open-addressing table of record ids (linear probing, backward-shift deletion, no
+// tombstones). A slot is 8 bytes: the id + 1 in the low half (0 = empty) and a 16-bit
+// tag of the key's hash above it, so a probe reads a record only when the tag matches.
+// Home slots come from the hash's high bits by multiply-shift, so the table size need
+// not be a power of two and can follow the shard's capacity closely.
+//
+// Lock-free readers probe it while a writer may change it: slots are SeqlockFields, and when
+// the table grows the new slot array is published atomically; the old one is not freed
+// but its pages are given back to the system (MADV_DONTNEED), after which it reads as
+// all-empty, until the table is destroyed.
+class RecordTable {
+ public:
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  explicit RecordTable(const RecordPool& pool) noexcept : pool_(pool) {}
+  ~RecordTable();
+  RecordTable(const RecordTable&) = delete;
+  RecordTable& operator=(const RecordTable&) = delete;
+
+  std::size_t slot_count() const noexcept;
+  std::size_t size() const noexcept { return size_; }
+
+  // Under the lock: the slot holding `key`, or npos.
+  std::size_t find(const LimiterKey& key, std::uint64_t hash) const noexcept;
+  // Adds a record that is not in the table. Grows first when the load would exceed
+  // 3/4; growth stops at `max_slots` unless the table is over capacity.
+  void insert(RecordId id, std::uint64_t hash, std::size_t max_slots);
+  void erase(std::size_t slot) noexcept;
+  RecordId id_at(std::size_t slot) const noexcept;
+
+  // Without the lock: the record that held `key` at some point during the call, or an
+  // empty ref. The caller validates with the shard's version.
+  RecordRef find_racy(const LimiterKey& key, std::uint64_t hash) const noexcept;
+
+ private:
+  struct Slots;  // a slot array in its own mapping
+  static std::uint64_t tag_of(std::uint64_t hash) noexcept { return (hash >> 16) & 0xffff; }
+  static RecordId id_of(std::uint64_t slot) noexcept {
+    return static_cast<RecordId>((slot & 0xffffffffU) - 1);
+  }
+  const Record& record(std::uint64_t slot) const noexcept {
+    return *reinterpret_cast<const Record*>(pool_.address(id_of(slot)));
+  }
+  void place(Slots& slots, std::uint64_t encoded, std::uint64_t hash) noexcept;
+  void rehash(std::size_t slot_count);
+
+  const RecordPool& pool_;
+  std::atomic<Slots*> slots_{nullptr};
+  std::vector<std::pair<Slots*, std::size_t>> retired_;  // with their mapped bytes
+  std::size_t size_ = 0;
+};
+
+// A shard: the limiters whose key hash falls here. Writers hold `mutex`; every change
+// a lock-free reader could see is made inside a write section (WriteSection), which
+// makes `version` odd while it lasts: a seqlock. A rejection can so be decided without
+// the lock and without writing shared memory (see EngineCore::reject_without_lock).
+//
+// Bounded: at capacity, adding a limiter first evicts one. Unpinned records form a list
+// from least to most recently used, where a record moves to the newest end the first
+// time it is used in a new subinterval; the eviction takes the first record whose
+// window is empty among the kEmptyScan least recently used, and failing that the least
+// recently used one. Pinned records (held by handles) are outside the list and never
+// evicted; if every record is pinned the shard goes over capacity rather than dropping
+// one.
+class alignas(64) Shard {
+ public:
+  static constexpr int kEmptyScan = 16;
+
+  Shard() : pool_(kRecordFreeLinkOffset), table_(pool_) {}
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  void set_capacity(std::size_t records) noexcept;
+
+  // Marks the changes made while it lives visible to lock-free readers. Requires mutex.
+  class WriteSection {
+   public:
+    explicit WriteSection(Shard& shard) noexcept;
+    ~WriteSection();
+    WriteSection(const WriteSection&) = delete;
+    WriteSection& operator=(const WriteSection&) = delete;
+
+   private:
+    Shard& shard_;
+    std::uint64_t version_;
+  };
+
+  // Seqlock reading, without the lock: read_begin() returns the version (odd while a
+  // writer is active: do not read then); relaxed reads of records and table follow;
+  // read_valid() then tells whether they were all consistent.
+  std::uint64_t read_begin() const noexcept { return version.load(std::memory_order_acquire); }
+  bool read_valid(std::uint64_t before) const noexcept {
+    // The reads before were acquire loads (SeqlockField): this load cannot move
+    // above them.
+    return version.load(std::memory_order_acquire) == before;
+  }
+  // Without the lock: the record that held `key` at some point during the call, or an
+  // empty ref. Meaningful only if read_valid() then holds.
+  RecordRef find_racy(const LimiterKey& key, std::uint64_t hash) const noexcept {
+    return table_.find_racy(key, hash);
+  }
+
+  // The members below require `mutex`, and a WriteSection for those that change state.
+
+  // The record of `key` or a new one with an empty window at `now_ns` (evicting first
+  // if the shard is full); `created` tells which. The record is marked as used at
+  // `now_ns`.
+  RecordRef find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
+                           bool* created = nullptr);
+  // The record of `key`, or an empty ref. Does not count as a use.
+  RecordRef find(const LimiterKey& key, std::uint64_t hash) const noexcept;
+  // Takes a record out of eviction's reach, or puts it back. Throws std::length_error
+  // past 65535 pins on one record.
+  void pin(RecordRef ref);
+  void unpin(RecordRef ref) noexcept;
+
+  std::size_t size() const noexcept { return table_.size(); }
+  Record* record(RecordId id) const noexcept {
+    return reinterpret_cast<Record*>(pool_.address(id));
+  }
+
+  // Written by every locked operation: kept together on the first cache line.
+  std::mutex mutex;
+  std::atomic<std::uint64_t> version{0};
+
+  // Changed rarely, under the lock.
+  alignas(64) std::uint64_t evictions = 0;
+  std::uint64_t evictions_active = 0;
+  std::uint64_t pinned = 0;
+
+ private:
+  void evict_one(std::int64_t now_ns);
+  void touch(RecordRef ref) noexcept;
+  void unlink(RecordRef ref) noexcept;
+  void link_newest(RecordRef ref) noexcept;
+
+  RecordId oldest_ = kNoRecord;
+  RecordId newest_ = kNoRecord;
+  std::size_t capacity_ = 0;   // most records held before evicting
+  std::size_t max_slots_ = 0;  // table growth stops here
+
+  // Read by every lookup, locked or not; written when they grow.
+  alignas(64) RecordPool pool_;
+  RecordTable table_;
+};
+
+// The shards of one engine. The bound max_limiters is split over the shards, so the
+// total never exceeds it (records pinned by handles aside).
+class Registry {
+ public:
+  explicit Registry(std::size_t max_limiters);
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  Shard& shard_for(std::uint64_t hash) noexcept { return shards_[hash & shard_mask_]; }
+  std::size_t shard_count() const noexcept { return shard_mask_ + 1; }
+  Shard& shard(std::size_t i) noexcept { return shards_[i]; }
+  std::size_t max_limiters() const noexcept { return max_limiters_; }
+
+ private:
+  std::size_t max_limiters_;
+  std::size_t shard_mask_;
+  std::unique_ptr<Shard[]> shards_;
+};
+
+}  // namespace ratewin::inline v1::detail

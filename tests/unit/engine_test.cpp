@@ -1,0 +1,355 @@
+#include "ratewin/engine.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <barrier>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "engine_core.h"
+#include "reference_window.h"
+#include "window.h"
+
+namespace ratewin::test {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr std::int64_t kMs = 1'000'000;
+
+struct Fixture {
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(1'700'000'000s);
+  Options options(std::size_t max_limiters = 1'000'000) {
+    Options o;
+    o.clock = clock;
+    o.max_limiters = max_limiters;
+    return o;
+  }
+};
+
+// A store shared by several engines in one process, standing in for Redis to test the
+// engine's side of the seam: counts per (limiter, epoch), optionally failing.
+struct SharedCounts {
+  std::mutex mutex;
+  std::map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t, std::int64_t>, std::uint64_t>
+      counts;
+  std::atomic<bool> down{false};
+  std::atomic<int> calls{0};
+};
+
+class FakeStore final : public detail::Store {
+ public:
+  explicit FakeStore(std::shared_ptr<SharedCounts> shared) : shared_(std::move(shared)) {}
+  std::optional<std::uint64_t> add(const detail::LimiterKey& key, std::int64_t epoch,
+                                   std::uint64_t cost) override {
+    ++shared_->calls;
+    if (shared_->down) return std::nullopt;
+    std::lock_guard lock(shared_->mutex);
+    return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, epoch}] += cost;
+  }
+
+ private:
+  std::shared_ptr<SharedCounts> shared_;
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(Fixture, "engine decides, counts and explains") {
+  Engine engine(options());
+  const Limit limit(10, 1s, 100ms);
+  for (int i = 0; i < 10; ++i) {
+    const Decision d = engine.try_acquire("user:1", limit);
+    CHECK(d.allowed);
+    CHECK(d.remaining == std::uint64_t(9 - i));
+    CHECK(d.limit == 10);
+    CHECK(d.reset_after == 1100ms);
+    CHECK_FALSE(d.degraded);
+  }
+  const Decision rejected = engine.try_acquire("user:1", limit);
+  CHECK_FALSE(rejected.allowed);
+  CHECK(rejected.remaining == 0);
+  // The 10 counts of t0's epoch trail during [t0+1s, t0+1.1s) with weight falling from
+  // 1 to 0; at weight 0.9 (t0+1010ms) the estimate is 9 and one more fits.
+  CHECK(rejected.retry_after == 1010ms);
+  clock->advance(rejected.retry_after - 1ns);
+  CHECK_FALSE(engine.try_acquire("user:1", limit).allowed);
+  clock->advance(1ns);
+  CHECK(engine.try_acquire("user:1", limit).allowed);
+
+  const Stats s = engine.stats();
+  CHECK(s.allowed == 11);
+  CHECK(s.rejected == 2);
+  CHECK(s.limiters == 1);
+  CHECK(s.max_limiters == 1'000'000);
+  CHECK(s.evictions == 0);
+}
+
+TEST_CASE_FIXTURE(Fixture, "resources, names and window geometries") {
+  Engine engine(options());
+  const Limit small(3, 1s, 100ms);
+  CHECK(engine.try_acquire("a", small, 3).allowed);
+  CHECK_FALSE(engine.try_acquire(hash("a"), small).allowed);  // a name is its hash
+  CHECK(engine.try_acquire("b", small).allowed);              // another resource
+  // Same interval and resolution, another max: the same counts.
+  CHECK(engine.try_acquire("a", small.with_max(5)).remaining == 1);
+  // Another geometry on the same resource counts apart.
+  CHECK(engine.try_acquire("a", Limit(3, 1s, 250ms), 3).allowed);
+  CHECK(engine.stats().limiters == 3);
+  // Cost 0 asks, cost > max can never pass.
+  CHECK(engine.try_acquire("c", small, 0).remaining == 3);
+  const Decision never = engine.try_acquire("c", small, 4);
+  CHECK_FALSE(never.can_ever_pass());
+}
+
+TEST_CASE_FIXTURE(Fixture, "limiter handles") {
+  auto engine = std::make_unique<Engine>(options(64));
+  const Limit limit(5, 1s, 100ms);
+  LimiterHandle handle = engine->limiter("hot", limit);
+  CHECK(handle.resource() == hash("hot"));
+  CHECK(handle.limit() == limit);
+  CHECK(handle.try_acquire(2).remaining == 3);
+  CHECK(engine->try_acquire("hot", limit).remaining == 2);  // the same limiter
+  CHECK(engine->stats().pinned == 1);
+
+  // A pinned limiter survives a flood that evicts everything else.
+  for (std::uint64_t r = 0; r < 1000; ++r) (void)engine->try_acquire(r, limit);
+  CHECK(engine->stats().limiters <= 65);
+  CHECK(handle.try_acquire().remaining == 1);
+
+  LimiterHandle moved = std::move(handle);
+  CHECK_THROWS_AS((void)handle.try_acquire(), std::logic_error);  // NOLINT(bugprone-use-after-move)
+  CHECK(moved.try_acquire().remaining == 0);
+  {
+    LimiterHandle second = engine->limiter("hot", limit);
+    CHECK(engine->stats().pinned == 1);  // one limiter, pinned twice
+  }
+  // Handles may outlive their engine.
+  engine.reset();
+  CHECK_FALSE(moved.try_acquire().allowed);
+}
+
+// Every decision path of the engine (a cached rejection, a lock-free read, the locked
+// path, through the registry or a handle) must give exactly what the pure window gives
+// for the same sequence of requests.
+TEST_CASE_FIXTURE(Fixture, "engine decisions equal the pure window's, field by field") {
+  std::mt19937_64 rng(11);
+  for (int trace = 0; trace < 40; ++trace) {
+    Engine engine(options());
+    const Limit base(
+        std::uniform_int_distribution<std::uint64_t>(1, 50)(rng), 1s,
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1)(rng) == 0 ? 100 : 250));
+    LimiterHandle handle = engine.limiter("r", base);
+    detail::WindowState state;
+    std::vector<detail::Bucket> buckets(base.subintervals());
+    detail::SlidingWindow model(state, buckets.data(), base.subintervals(), base.resolution_ns());
+    model.reset(clock->now().count());
+    for (int i = 0; i < 3000; ++i) {
+      switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
+        case 0:
+          clock->advance(
+              std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+          break;
+        case 1:
+          clock->advance(
+              -std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 50)(rng)));
+          break;
+        case 2:
+        case 3:
+          clock->advance(
+              std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
+          break;
+        default:
+          break;  // same instant: repeated requests hit the cached rejection
+      }
+      const bool via_handle = i % 3 == 0;  // a handle always uses its own limit, `base`
+      const std::uint64_t max =
+          via_handle ? base.max()
+                     : base.max() + std::uniform_int_distribution<std::uint64_t>(0, 1)(rng) * 3;
+      const Limit limit = base.with_max(max);
+      const int shape = std::uniform_int_distribution<int>(0, 9)(rng);
+      const std::uint64_t cost = shape == 0 ? 0 : shape == 1 ? 2 : shape == 2 ? max + 1 : 1;
+      const Decision want = model.try_acquire(clock->now().count(), max, cost);
+      const Decision got =
+          via_handle ? handle.try_acquire(cost) : engine.try_acquire("r", limit, cost);
+      if (got.allowed != want.allowed) {
+        MESSAGE("t=" << clock->now().count() % 10000000000 << " cost=" << cost << " max=" << max
+                     << " handle=" << via_handle << " want retry=" << want.retry_after.count()
+                     << " got retry=" << got.retry_after.count() << " got reset="
+                     << got.reset_after.count() << " want reset=" << want.reset_after.count()
+                     << " want rem=" << want.remaining);
+      }
+      CAPTURE(trace);
+      CAPTURE(i);
+      REQUIRE(got.allowed == want.allowed);
+      REQUIRE(got.limit == want.limit);
+      REQUIRE(got.remaining == want.remaining);
+      REQUIRE(got.reset_after == want.reset_after);
+      REQUIRE(got.retry_after == want.retry_after);
+      REQUIRE(got.degraded == want.degraded);
+    }
+  }
+}
+
+// Threads hammer one resource while time stands still; between phases the clock moves.
+// Within a phase every admission happens at the same time, so whatever the
+// interleaving, the admitted total must be exactly what a single-threaded model admits
+// with unlimited demand at that time: never more (and, the demand being large, never
+// less).
+TEST_CASE_FIXTURE(Fixture, "concurrent callers never admit more than the model allows") {
+  Engine engine(options());
+  const Limit limit(50, 1s, 100ms);
+  const std::uint64_t resource = hash("shared");
+  constexpr int kThreads = 4;
+  constexpr int kPhases = 150;
+  ReferenceWindow model(limit.subintervals(), limit.resolution_ns());
+  std::atomic<std::uint64_t> admitted{0};
+  std::barrier sync(kThreads + 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      LimiterHandle handle = engine.limiter(resource, limit);
+      for (int p = 0; p < kPhases; ++p) {
+        sync.arrive_and_wait();
+        std::uint64_t mine = 0;
+        for (std::uint64_t k = 0; k < limit.max() / 2 + 5; ++k) {
+          // Half the threads go through the registry, half through a handle.
+          const Decision d =
+              (i % 2 == 0) ? engine.try_acquire(resource, limit) : handle.try_acquire();
+          mine += d.allowed ? 1 : 0;
+        }
+        admitted += mine;
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  std::mt19937_64 rng(5);
+  for (int p = 0; p < kPhases; ++p) {
+    clock->advance(
+        std::chrono::nanoseconds(std::uniform_int_distribution<std::int64_t>(0, 150 * kMs)(rng)));
+    const std::int64_t t = clock->now().count();
+    std::uint64_t expected = 0;
+    while (model.allows(t, limit.max(), 1)) {
+      model.admit(t, 1);
+      ++expected;
+    }
+    admitted = 0;
+    sync.arrive_and_wait();  // start the phase
+    sync.arrive_and_wait();  // wait for its end
+    CAPTURE(p);
+    REQUIRE(admitted.load() == expected);
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST_CASE_FIXTURE(Fixture, "the registry stays within max_limiters under a flood of resources") {
+  Engine engine(options(1000));
+  const Limit limit(10, 1s, 100ms);
+  constexpr int kThreads = 4;
+  constexpr std::uint64_t kEach = 20000;
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> worst{0};
+  std::thread monitor([&] {
+    while (!done) {
+      const std::uint64_t held = engine.stats().limiters;
+      if (held > worst) worst = held;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (std::uint64_t i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (std::uint64_t r = 0; r < kEach; ++r) (void)engine.try_acquire(i * kEach + r, limit);
+    });
+  }
+  for (auto& t : threads) t.join();
+  done = true;
+  monitor.join();
+  const Stats s = engine.stats();
+  CHECK(worst.load() <= 1000);
+  CHECK(s.limiters == 1000);
+  CHECK(s.evictions == kThreads * kEach - 1000);
+  CHECK(s.evictions_active == s.evictions);  // every window still held its one request
+  CHECK(s.allowed == kThreads * kEach);
+}
+
+// For the sanitizers: lock-free readers race with writers that insert, evict and recycle
+// records (a tiny registry under a flood), while time moves. Every decision must still be
+// well-formed and every call counted.
+TEST_CASE_FIXTURE(Fixture, "lock-free readers racing with inserts, evictions and record reuse") {
+  Engine engine(options(64));
+  const Limit hot(5, 1s, 100ms);
+  const Limit other(3, 2s, 500ms);
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 20000;
+  std::atomic<bool> stop{false};
+  std::thread ticker([&] {
+    while (!stop) {
+      clock->advance(3ms);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  std::atomic<std::uint64_t> bad{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t));
+      for (int i = 0; i < kCalls; ++i) {
+        const int what = std::uniform_int_distribution<int>(0, 9)(rng);
+        const std::uint64_t r =
+            what < 5 ? std::uniform_int_distribution<std::uint64_t>(0, 3)(rng)
+                     : std::uniform_int_distribution<std::uint64_t>(100, 100000)(rng);
+        const Limit& limit = (what % 2 == 0) ? hot : other;
+        const Decision d = engine.try_acquire(r, limit, what == 9 ? 2 : 1);
+        const bool well_formed =
+            d.limit == limit.max() && d.remaining <= limit.max() &&
+            (d.allowed ? d.retry_after.count() == 0 && d.reset_after.count() > 0
+                       : d.retry_after.count() > 0 && d.can_ever_pass());
+        if (!well_formed) ++bad;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  stop = true;
+  ticker.join();
+  CHECK(bad.load() == 0);
+  const Stats s = engine.stats();
+  CHECK(s.allowed + s.rejected == std::uint64_t{kThreads} * kCalls);
+  CHECK(s.limiters <= 64);
+  CHECK(s.evictions > 0);
+}
+
+TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's counts") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit limit(10, 1s, 100ms);
+  const std::uint64_t r = hash("tenant");
+  for (int i = 0; i < 5; ++i) CHECK(a.try_acquire(r, limit, 1).allowed);
+  // b has counted nothing yet: it admits, and the reply (6) replaces its own count (1).
+  const Decision first = b.try_acquire(r, limit, 1);
+  CHECK(first.allowed);
+  CHECK(first.remaining == 4);
+  for (int i = 0; i < 4; ++i) CHECK(b.try_acquire(r, limit, 1).allowed);
+  const int calls = shared->calls;
+  // Full everywhere now; b's rejections are decided locally, without the store.
+  for (int i = 0; i < 100; ++i) CHECK_FALSE(b.try_acquire(r, limit, 1).allowed);
+  CHECK(shared->calls == calls);
+  // a has not heard of b's requests yet (that is the boundary read's job): it admits
+  // one more and learns the shared count from the reply.
+  const Decision late = a.try_acquire(r, limit, 1);
+  CHECK(late.allowed);
+  CHECK(late.remaining == 0);
+  CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
+
+  // A store that cannot be reached leaves local decisions, marked degraded.
+  shared->down = true;
+  clock->advance(2s);
+  const Decision d = a.try_acquire(r, limit, 1);
+  CHECK(d.allowed);
+  CHECK(d.degraded);
+  CHECK(a.stats().degraded == 1);
+}
+
+}  // namespace ratewin::test

@@ -1,0 +1,154 @@
+#include "registry.h"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+namespace ratewin::test {
+namespace {
+
+using detail::LimiterKey;
+using detail::Record;
+using detail::RecordTable;
+using detail::Registry;
+using detail::Shard;
+
+constexpr std::int64_t kSec = 1'000'000'000;
+constexpr std::int64_t kT0 = 1'700'000'000 * kSec;
+
+LimiterKey key(std::uint64_t resource) { return {resource, 1000, 10}; }
+
+}  // namespace
+
+TEST_CASE("record table: random inserts and erases agree with a std::unordered_map") {
+  detail::RecordPool pool(detail::kRecordFreeLinkOffset);
+  RecordTable table(pool);
+  std::unordered_map<std::uint64_t, detail::RecordId> model;
+  std::mt19937_64 rng(3);
+  // Few distinct resources, so erases and re-inserts collide in long probe runs.
+  std::uniform_int_distribution<std::uint64_t> resource(0, 3000);
+  for (int step = 0; step < 60000; ++step) {
+    const LimiterKey k = key(resource(rng));
+    const std::size_t slot = table.find(k, k.hash());
+    const auto it = model.find(k.resource);
+    REQUIRE((slot != RecordTable::npos) == (it != model.end()));
+    if (it == model.end()) {
+      const detail::RecordId id = pool.allocate(Record::bytes_for(10));
+      new (pool.address(id)) Record{k.resource, {}, k.resolution_ms, 10, 0, 0, 0};
+      table.insert(id, k.hash(), 1 << 20);
+      model[k.resource] = id;
+    } else if (rng() % 2 == 0) {
+      REQUIRE(table.id_at(slot) == it->second);
+      table.erase(slot);
+      pool.deallocate(it->second, Record::bytes_for(10));
+      model.erase(it);
+    }
+    REQUIRE(table.size() == model.size());
+  }
+  for (const auto& [resource_id, id] : model) {
+    const LimiterKey k = key(resource_id);
+    const std::size_t slot = table.find(k, k.hash());
+    REQUIRE(slot != RecordTable::npos);
+    CHECK(table.id_at(slot) == id);
+  }
+  CHECK(table.size() * 4 <= table.slot_count() * 3);
+}
+
+TEST_CASE("registry splits max_limiters exactly over its shards") {
+  for (std::size_t max : {1UL, 63UL, 64UL, 129UL, 1000UL, 4097UL, 1'000'000UL}) {
+    Registry registry(max);
+    CHECK(registry.shard_count() <= 64);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < registry.shard_count(); ++i) {
+      Shard& s = registry.shard(i);
+      std::lock_guard lock(s.mutex);
+      // Fill the shard well past capacity: it holds exactly its share.
+      for (std::uint64_t r = 0; r < 2 * max / registry.shard_count() + 2; ++r) {
+        const LimiterKey k = key(r * 7919 + i);
+        s.find_or_insert(k, k.hash(), kT0);
+      }
+      total += s.size();
+    }
+    CHECK(total == max);
+  }
+  CHECK_THROWS_AS(Registry(0), std::invalid_argument);
+}
+
+TEST_CASE("eviction drops empty windows first, then the least recently active") {
+  Registry registry(64);
+  REQUIRE(registry.shard_count() == 1);
+  Shard& shard = registry.shard(0);
+  std::lock_guard lock(shard.mutex);
+  const std::int64_t r = 100'000'000;  // 100 ms, N = 10: a window is 1 s
+  auto touch = [&](std::uint64_t id, std::int64_t t, std::uint64_t cost) {
+    const LimiterKey k{id, 100, 10};
+    Record* rec = shard.find_or_insert(k, k.hash(), t).record;
+    return rec->view().try_acquire(t, 1000, cost);
+  };
+  auto held = [&](std::uint64_t id) {
+    const LimiterKey k{id, 100, 10};
+    return static_cast<bool>(shard.find(k, k.hash()));
+  };
+
+  SUBCASE("idle limiters with empty windows go first") {
+    // 32 limiters used long ago (empty by now) and 32 used in the current window.
+    for (std::uint64_t id = 0; id < 32; ++id) touch(id, kT0, 1);
+    const std::int64_t now = kT0 + 10 * kSec;
+    for (std::uint64_t id = 100; id < 132; ++id) touch(id, now - 5 * r, 1);
+    REQUIRE(shard.size() == 64);
+    for (std::uint64_t id = 1000; id < 1032; ++id) touch(id, now, 1);
+    CHECK(shard.size() == 64);
+    CHECK(shard.evictions == 32);
+    CHECK(shard.evictions_active == 0);
+    for (std::uint64_t id = 100; id < 132; ++id) CHECK(held(id));
+    for (std::uint64_t id = 0; id < 32; ++id) CHECK_FALSE(held(id));
+  }
+
+  SUBCASE("then the least recently active") {
+    const std::int64_t now = kT0 + 10 * kSec;
+    for (std::uint64_t id = 0; id < 32; ++id) touch(id, now - 8 * r, 1);     // older
+    for (std::uint64_t id = 100; id < 132; ++id) touch(id, now - 1 * r, 1);  // recent
+    for (std::uint64_t id = 1000; id < 1008; ++id) touch(id, now, 1);
+    CHECK(shard.evictions == 8);
+    CHECK(shard.evictions_active == 8);
+    for (std::uint64_t id = 100; id < 132; ++id) CHECK(held(id));
+  }
+
+  SUBCASE("pinned limiters are never evicted") {
+    for (std::uint64_t id = 0; id < 64; ++id) {
+      const LimiterKey k{id, 100, 10};
+      shard.pin(shard.find_or_insert(k, k.hash(), kT0));
+    }
+    CHECK(shard.pinned == 64);
+    touch(5000, kT0 + 100 * kSec, 1);
+    CHECK(shard.evictions == 0);
+    CHECK(shard.size() == 65);  // over capacity rather than dropping a pinned limiter
+    for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id));
+    // Unpinned, a limiter is evictable again: 3's window emptied long ago, so it goes
+    // before 5000 (older in the LRU list but still counting).
+    const LimiterKey k3{3, 100, 10};
+    shard.unpin(shard.find(k3, k3.hash()));
+    CHECK(shard.pinned == 63);
+    touch(5001, kT0 + 100 * kSec, 1);
+    CHECK(shard.evictions == 1);
+    CHECK(shard.evictions_active == 0);
+    CHECK_FALSE(held(3));
+    CHECK(held(5000));
+    CHECK(held(5001));
+  }
+
+  SUBCASE("using a limiter in a later subinterval makes it the most recently used") {
+    const std::int64_t now = kT0 + 10 * kSec;
+    for (std::uint64_t id = 0; id < 64; ++id) touch(id, now - 9 * r, 1);
+    for (std::uint64_t id = 1; id < 64; id += 2) touch(id, now - 9 * r, 1);  // same epoch: no move
+    for (std::uint64_t id = 0; id < 64; id += 2) touch(id, now - 8 * r, 1);  // a later one
+    for (std::uint64_t id = 1000; id < 1032; ++id) touch(id, now, 1);
+    CHECK(shard.evictions == 32);
+    for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id) == (id % 2 == 0));
+  }
+}
+
+}  // namespace ratewin::test
