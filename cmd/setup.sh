@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepares a Debian 12 machine for ratewin and builds it in build/: installs the Debian
+# packages that are missing (apt-get, as root or through sudo), configures and builds.
+# Safe to run again; the README's two commands both start with it.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+packages=(
+  g++ cmake make pkg-config    # toolchain (present on most machines already)
+  libxxhash-dev                # resource hashing
+  libcxxopts-dev               # command-line options of ratewin-bench
+  doctest-dev                  # unit tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$root/build" -j"$(nproc)"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
+# every suite, then builds and runs the unit tests under AddressSanitizer+UBSan and
+# under ThreadSanitizer. Exits non-zero on the first failure.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+jobs="$(nproc)"
+
+"$root/cmd/setup.sh"
+ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+for sanitizer in address thread; do
+  dir="$root/build-$sanitizer"
+  cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
+    -DRATEWIN_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests
+  ctest --test-dir "$dir" -L unit --output-on-failure
+done
+echo "run_all: every suite passed"
