@@ -7,6 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   g++ cmake make pkg-config    # toolchain (present on most machines already)
+  clang-tidy                   # static analysis in the test command
   libxxhash-dev                # resource hashing
   libcxxopts-dev               # command-line options of ratewin-bench
   doctest-dev                  # unit tests

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
 # every suite, then builds and runs the unit tests under AddressSanitizer+UBSan and
-# under ThreadSanitizer. Exits non-zero on the first failure.
+# under ThreadSanitizer, and runs clang-tidy over the library. Exits non-zero on the
+# first failure.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
@@ -19,4 +20,8 @@ for sanitizer in address thread; do
   cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests
   ctest --test-dir "$dir" -L unit --output-on-failure
 done
+# Static analysis of the library sources (.clang-tidy), warnings are errors.
+cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON \
+  -DRATEWIN_BUILD_TESTS=OFF -DRATEWIN_BUILD_BENCH=OFF >/dev/null
+cmake --build "$root/build-tidy" -j"$jobs"
 echo "run_all: every suite passed"

@@ -17,7 +17,7 @@ inline namespace v1 {
 namespace detail {
 class EngineCore;
 struct Record;
-struct Shard;
+class Shard;
 }  // namespace detail
 
 struct Options {
