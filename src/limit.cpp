@@ -41,6 +41,8 @@ Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval,
     invalid("resolution must be positive, got " + std::to_string(resolution.count()) + "ms");
   if (interval > kMaxInterval)
     invalid("interval " + duration_text(interval.count()) + " exceeds 366 days");
+  if (resolution > kMaxResolution)
+    invalid("resolution " + duration_text(resolution.count()) + " exceeds 4294967295ms");
   if (interval.count() % resolution.count() != 0) {
     invalid("resolution " + std::to_string(resolution.count()) + "ms does not divide interval " +
             std::to_string(interval.count()) + "ms");

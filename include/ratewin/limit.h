@@ -23,10 +23,14 @@ class Limit {
   static constexpr std::uint32_t kMaxSubintervals = 65535;
   // Longest interval accepted.
   static constexpr std::chrono::milliseconds kMaxInterval = std::chrono::hours(24 * 366);
+  // Longest resolution accepted (2^32 - 1 ms, about 49.7 days).
+  static constexpr std::chrono::milliseconds kMaxResolution =
+      std::chrono::milliseconds(0xffffffffLL);
 
   // Throws std::invalid_argument when max is 0 or above kMaxCount, interval or
   // resolution is not positive, resolution does not divide interval, interval exceeds
-  // kMaxInterval, or interval / resolution exceeds kMaxSubintervals.
+  // kMaxInterval, resolution exceeds kMaxResolution, or interval / resolution exceeds
+  // kMaxSubintervals.
   Limit(std::uint64_t max, std::chrono::milliseconds interval,
         std::chrono::milliseconds resolution);
 

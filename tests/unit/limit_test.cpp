@@ -60,6 +60,9 @@ TEST_CASE("invalid limits are clear errors") {
         "ratewin::Limit: resolution 3000ms does not divide interval 10000ms");
   CHECK(error_of([] { Limit(1, hours(24 * 367), hours(24)); }) ==
         "ratewin::Limit: interval 8808h exceeds 366 days");
+  CHECK(error_of([] { Limit(1, hours(24 * 60), hours(24 * 60)); }) ==
+        "ratewin::Limit: resolution 1440h exceeds 4294967295ms");
+  CHECK(Limit(1, hours(24 * 49), hours(24 * 49)).resolution() == hours(24 * 49));
   CHECK(error_of([] { Limit(1, seconds(100), milliseconds(1)); }) ==
         "ratewin::Limit: interval / resolution = 100000 subintervals, more than 65535");
   CHECK(error_of([] { Limit(1, seconds(0)); }) ==
