@@ -38,15 +38,14 @@ class SlotRegistry {
   std::bitset<kShared> used_;
 };
 
-// Gives the slot back when its thread exits.
-struct SlotRelease {
-  std::size_t index;
-  ~SlotRelease() { SlotRegistry::instance().release(index); }
-};
-
 }  // namespace
 
 constinit thread_local std::size_t DecisionCounters::thread_slot_plus_one = 0;
+
+DecisionCounters::SlotRelease::~SlotRelease() {
+  thread_slot_plus_one = kShared + 1;
+  SlotRegistry::instance().release(index);
+}
 
 std::size_t DecisionCounters::assign_thread_slot() {
   thread_local SlotRelease release{SlotRegistry::instance().acquire()};

@@ -36,6 +36,12 @@ class DecisionCounters {
   // init wrapper).
   static constinit thread_local std::size_t thread_slot_plus_one;
   static std::size_t assign_thread_slot();
+  // Gives a thread's slot back when the thread exits; counts it may still make (from
+  // other thread_local destructors) then go to the shared line.
+  struct SlotRelease {
+    std::size_t index;
+    ~SlotRelease();
+  };
 
   struct alignas(64) Line {
     std::atomic<std::uint64_t> counts[kKinds] = {};

@@ -65,8 +65,10 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
   }
   const SlidingWindow window = ref.record->view(key);
   if (!window.evaluate(now, limit.max(), cost, out)) return 1;
-  const std::int64_t epoch_end = (window.epoch() + 1) * key.resolution_ns();
+  const std::int64_t epoch = window.epoch();
   if (!shard.read_valid(before)) return 1;
+  // Validated: the values are consistent, the arithmetic below cannot overflow.
+  const std::int64_t epoch_end = (epoch + 1) * key.resolution_ns();
   const std::int64_t retry_at = out.retry_after == Decision::kNever
                                     ? std::numeric_limits<std::int64_t>::max()
                                     : now + out.retry_after.count();
@@ -105,18 +107,24 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
   std::int64_t epoch = 0;
   {
     std::lock_guard lock(shard.mutex);
+    Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
     // If no writer came in between, the lock-free read still holds: count its decision.
     const bool unchanged =
         (version & 1) == 0 && shard.version.load(std::memory_order_relaxed) == version;
-    Shard::WriteSection section(shard);
     Record& record = unchanged ? *ref.record
                      : known   ? *known.record
-                               : *shard.find_or_insert(key, hash, now).record;
+                               : *shard.find_or_insert(key, hash, now, section).record;
     SlidingWindow window = record.view();
-    if (unchanged) {
+    if (!unchanged) {
+      if (!window.current_at(now)) {
+        section.open();
+        window.advance(now);
+      }
+      window.evaluate(now, limit.max(), cost, d);  // cannot fail: at now's epoch or later
+    }
+    if (d.allowed && cost != 0) {
+      section.open();
       window.add(cost);
-    } else {
-      d = window.try_acquire(now, limit.max(), cost);
     }
     epoch = window.epoch();
   }
@@ -169,8 +177,8 @@ std::pair<Shard*, RecordRef> EngineCore::pin(std::uint64_t resource, const Limit
   const std::uint64_t hash = key.hash();
   Shard& shard = registry_.shard_for(hash);
   std::lock_guard lock(shard.mutex);
-  Shard::WriteSection section(shard);
-  const RecordRef ref = shard.find_or_insert(key, hash, now_ns());
+  Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
+  const RecordRef ref = shard.find_or_insert(key, hash, now_ns(), section);
   shard.pin(ref);
   return {&shard, ref};
 }

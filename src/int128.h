@@ -26,4 +26,18 @@ inline std::uint64_t mul_div_ceil(std::uint64_t a, std::uint64_t b, std::uint64_
   return static_cast<std::uint64_t>(product / d + (product % d != 0 ? 1 : 0));
 }
 
+// Two's-complement wrapping arithmetic on 64-bit signed values: defined for any operands
+// (C++20 defines the conversions), exact when nothing overflows. The lock-free read path
+// uses it because on a torn read the values can be anything; its result is then
+// discarded, but computing it must not be undefined behaviour.
+inline std::int64_t wrapping_add(std::int64_t a, std::int64_t b) noexcept {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+inline std::int64_t wrapping_sub(std::int64_t a, std::int64_t b) noexcept {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) - static_cast<std::uint64_t>(b));
+}
+inline std::int64_t wrapping_mul(std::int64_t a, std::int64_t b) noexcept {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b));
+}
+
 }  // namespace ratewin::inline v1::detail

@@ -37,7 +37,9 @@ RecordPool::SizeClass& RecordPool::size_class(std::size_t stride) {
 
 std::byte* RecordPool::add_chunk(std::size_t bytes) {
   if (chunks_.size() == kMaxChunks) throw std::bad_alloc();
-  chunks_.reserve(chunks_.size() + 1);  // so that push_back below cannot throw
+  // Room first, geometrically, so that push_back below cannot throw after the mapping.
+  if (chunks_.size() == chunks_.capacity())
+    chunks_.reserve(std::max<std::size_t>(16, 2 * chunks_.size()));
   Directory* dir = directory_.load(std::memory_order_relaxed);
   if (dir == nullptr || dir->count.load(std::memory_order_relaxed) == dir->capacity) {
     // Readers may be using the current directory: publish a larger copy, keep the old.

@@ -118,10 +118,12 @@ void RecordTable::rehash(std::size_t slot_count) {
 void RecordTable::insert(RecordId id, std::uint64_t hash, std::size_t max_slots) {
   const std::size_t n = slot_count();
   if ((size_ + 1) * 4 > n * 3) {
-    std::size_t grown = std::min(std::max<std::size_t>(8, n * 2), max_slots);
-    // Over capacity (every candidate pinned): keep the load bounded all the same.
-    grown = std::max(grown, (size_ + 1) * 4 / 3 + 1);
-    rehash(grown);
+    const std::size_t needed = (size_ + 1) * 4 / 3 + 1;
+    std::size_t grown = std::max<std::size_t>(8, n * 2);
+    // Growth stops at max_slots, unless the shard is over capacity (records pinned by
+    // handles): then it stays geometric, so inserting stays amortised O(1).
+    if (needed <= max_slots) grown = std::min(grown, max_slots);
+    rehash(std::max(grown, needed));
   }
   place(*slots_.load(std::memory_order_relaxed), (tag_of(hash) << 32) | (std::uint64_t{id} + 1),
         hash);
@@ -147,15 +149,17 @@ void RecordTable::erase(std::size_t slot) noexcept {
   --size_;
 }
 
-Shard::WriteSection::WriteSection(Shard& shard) noexcept
-    : shard_(shard), version_(shard.version.load(std::memory_order_relaxed)) {
+void Shard::WriteSection::open() noexcept {
+  if (open_) return;
+  open_ = true;
+  version_ = shard_.version.load(std::memory_order_relaxed);
   // Data stores that follow are release stores (SeqlockField): a reader that sees one
   // of them sees this odd version too.
   shard_.version.store(version_ + 1, std::memory_order_relaxed);
 }
 
 Shard::WriteSection::~WriteSection() {
-  shard_.version.store(version_ + 2, std::memory_order_release);
+  if (open_) shard_.version.store(version_ + 2, std::memory_order_release);
 }
 
 void Shard::set_capacity(std::size_t records) noexcept {
@@ -171,7 +175,7 @@ RecordRef Shard::find(const LimiterKey& key, std::uint64_t hash) const noexcept 
 }
 
 RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
-                                bool* created) {
+                                WriteSection& section, bool* created) {
   if (RecordRef found = find(key, hash)) {
     // The LRU order is kept per subinterval: a record moves to the newest end the first
     // time it is used in a new one, so a hot record costs no list update per call.
@@ -181,7 +185,10 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
     if (created != nullptr) *created = false;
     return found;
   }
-  if (table_.size() >= capacity_) evict_one(now_ns);
+  section.open();
+  // Back within capacity (a shard over capacity because of pins shrinks as they go).
+  while (table_.size() >= capacity_ && evict_one(now_ns)) {
+  }
 
   const std::size_t bytes = Record::bytes_for(key.subintervals);
   const RecordId id = pool_.allocate(bytes);
@@ -252,9 +259,9 @@ void Shard::unpin(RecordRef ref) noexcept {
   }
 }
 
-void Shard::evict_one(std::int64_t now_ns) {
+bool Shard::evict_one(std::int64_t now_ns) {
   RecordId victim = oldest_;
-  if (victim == kNoRecord) return;  // every record is pinned
+  if (victim == kNoRecord) return false;  // every record is pinned
   bool empty = false;
   RecordId id = oldest_;
   for (int i = 0; i < kEmptyScan && id != kNoRecord; ++i) {
@@ -273,6 +280,7 @@ void Shard::evict_one(std::int64_t now_ns) {
   const LimiterKey key = r->key();
   table_.erase(table_.find(key, key.hash()));
   pool_.deallocate(victim, Record::bytes_for(key.subintervals));
+  return true;
 }
 
 Registry::Registry(std::size_t max_limiters) : max_limiters_(max_limiters) {

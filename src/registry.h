@@ -97,16 +97,23 @@ class alignas(64) Shard {
   void set_capacity(std::size_t records) noexcept;
 
   // Marks the changes made while it lives visible to lock-free readers. Requires mutex.
+  // A section opens at construction, or at the first open() when constructed deferred:
+  // a locked operation that ends up changing nothing leaves the version alone, so it
+  // does not send every lock-free reader of the shard to the lock.
   class WriteSection {
    public:
-    explicit WriteSection(Shard& shard) noexcept;
+    struct Deferred {};
+    explicit WriteSection(Shard& shard) noexcept : shard_(shard) { open(); }
+    WriteSection(Shard& shard, Deferred) noexcept : shard_(shard) {}
     ~WriteSection();
     WriteSection(const WriteSection&) = delete;
     WriteSection& operator=(const WriteSection&) = delete;
+    void open() noexcept;
 
    private:
     Shard& shard_;
-    std::uint64_t version_;
+    std::uint64_t version_ = 0;
+    bool open_ = false;
   };
 
   // Seqlock reading, without the lock: read_begin() returns the version (odd while a
@@ -128,9 +135,9 @@ class alignas(64) Shard {
 
   // The record of `key` or a new one with an empty window at `now_ns` (evicting first
   // if the shard is full); `created` tells which. The record is marked as used at
-  // `now_ns`.
+  // `now_ns`. `section` is opened if a record is added.
   RecordRef find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
-                           bool* created = nullptr);
+                           WriteSection& section, bool* created = nullptr);
   // The record of `key`, or an empty ref. Does not count as a use.
   RecordRef find(const LimiterKey& key, std::uint64_t hash) const noexcept;
   // Takes a record out of eviction's reach, or puts it back. Throws std::length_error
@@ -153,7 +160,8 @@ class alignas(64) Shard {
   std::uint64_t pinned = 0;
 
  private:
-  void evict_one(std::int64_t now_ns);
+  // Evicts one unpinned record; false if there is none.
+  bool evict_one(std::int64_t now_ns);
   void touch(RecordRef ref) noexcept;
   void unlink(RecordRef ref) noexcept;
   void link_newest(RecordRef ref) noexcept;

@@ -54,10 +54,15 @@ class SlidingWindow {
   // Makes the window empty, positioned at t's epoch.
   void reset(std::int64_t t) noexcept;
 
+  // True when t is not past the current epoch (advance(t) would change nothing).
+  bool current_at(std::int64_t t) const noexcept {
+    // One multiply, no division.
+    return t - state_.epoch * resolution_ < resolution_;
+  }
+
   // Slides forward to t's epoch; does nothing if t's epoch is not after the current.
   void advance(std::int64_t t) noexcept {
-    // Most calls land in the current epoch: one multiply, no division.
-    if (t - state_.epoch * resolution_ >= resolution_) slide(t);
+    if (!current_at(t)) slide(t);
   }
 
   // The decision try_acquire(t, max, cost) would return, without changing anything.
@@ -140,9 +145,11 @@ class SlidingWindow {
 // Inline: the decision path of every request.
 inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint64_t cost,
                                     Decision& out) const noexcept {
+  // Epoch-derived arithmetic wraps (int128.h): exact on a consistent state, defined on a
+  // torn one (where the epoch may belong to a record of another resolution).
   const std::int64_t epoch = state_.epoch;
-  const std::int64_t start = epoch * resolution_;
-  if (t - start >= resolution_) return false;
+  const std::int64_t start = wrapping_mul(epoch, resolution_);
+  if (wrapping_sub(t, start) >= resolution_) return false;
   const std::uint32_t head = state_.head;
   const std::uint32_t newest = state_.newest;
   if (head >= n_ || newest >= n_) return false;  // only on a torn read
@@ -151,17 +158,21 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   const auto r = static_cast<std::uint64_t>(resolution_);
   const std::int64_t at = t > start ? t : start;  // never before the current epoch
   // Overlap of the trailing subinterval with the sliding window, in (0, R].
-  const auto weight = static_cast<std::uint64_t>(start + resolution_ - at);
+  const auto weight =
+      static_cast<std::uint64_t>(wrapping_sub(wrapping_add(start, resolution_), at));
   const u128 scaled = static_cast<u128>(sum) * r + static_cast<u128>(trailing) * weight;
+  // The end of the epoch e + k, as an absolute time.
+  auto end_of = [&](std::uint32_t k) noexcept {
+    return wrapping_mul(wrapping_add(epoch, std::int64_t{k} + 1), resolution_);
+  };
   // The window holds nothing from the end of the epoch in which its newest count trails.
-  const std::int64_t reset_at =
-      sum != 0 ? (epoch + static_cast<std::int64_t>(n_ - age_of(newest, head)) + 1) * resolution_
-      : trailing != 0 ? (epoch + 1) * resolution_
-                      : t;
+  const std::int64_t reset_at = sum != 0        ? end_of(n_ - age_of(newest, head))
+                                : trailing != 0 ? end_of(0)
+                                                : t;
   // floor(max - E) = max - sum - ceil(trailing * weight / R), 0 if E > max.
   auto remaining = [&]() noexcept -> std::uint64_t {
     const std::uint64_t trailing_part =
-        (weight == r || trailing == 0) ? trailing : mul_div_ceil(trailing, weight, r);
+        (weight >= r || trailing == 0) ? trailing : mul_div_ceil(trailing, weight, r);
     const std::uint64_t used = sum + trailing_part;
     return used >= max ? 0 : max - used;
   };
@@ -170,19 +181,18 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   if (cost <= max && scaled <= static_cast<u128>(max - cost) * r) {
     out.allowed = true;
     out.remaining = remaining() - cost;  // E + cost <= max, so floor(max - E) >= cost
-    out.reset_after = std::chrono::nanoseconds(
-        (cost != 0 ? (epoch + static_cast<std::int64_t>(n_) + 1) * resolution_ : reset_at) - t);
+    out.reset_after = std::chrono::nanoseconds(wrapping_sub(cost != 0 ? end_of(n_) : reset_at, t));
     out.retry_after = std::chrono::nanoseconds(0);
     return true;
   }
   out.allowed = false;
   // A rejected request of cost 1 has E > max - 1: its remaining is 0 without dividing.
   out.remaining = cost > 1 ? remaining() : 0;
-  out.reset_after = std::chrono::nanoseconds(reset_at - t);
+  out.reset_after = std::chrono::nanoseconds(wrapping_sub(reset_at, t));
   out.retry_after = cost > max
                         ? Decision::kNever
-                        : std::chrono::nanoseconds(
-                              retry_at(at, max - cost, epoch, sum, trailing, head, newest) - t);
+                        : std::chrono::nanoseconds(wrapping_sub(
+                              retry_at(at, max - cost, epoch, sum, trailing, head, newest), t));
   return true;
 }
 
@@ -224,12 +234,12 @@ inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allow
       }
     }
   }
-  const std::int64_t end = (epoch + static_cast<std::int64_t>(k) + 1) * resolution_;
+  const std::int64_t end = wrapping_mul(wrapping_add(epoch, std::int64_t{k} + 1), resolution_);
   if (rest > allowance || relief == 0) return end;  // only on an inconsistent state
   // Allowed from t on when T * (end - t) <= (allowance - S) * R; the slack is < R.
   const auto r = static_cast<std::uint64_t>(resolution_);
   const std::uint64_t slack = std::min(r, mul_div_floor(allowance - rest, r, relief));
-  return std::max(at, end - static_cast<std::int64_t>(slack));
+  return std::max(at, wrapping_sub(end, static_cast<std::int64_t>(slack)));
 }
 
 }  // namespace ratewin::inline v1::detail

@@ -320,6 +320,35 @@ TEST_CASE_FIXTURE(Fixture, "lock-free readers racing with inserts, evictions and
   CHECK(s.evictions > 0);
 }
 
+// A block of the pool is reused across geometries that share its size: here two limits
+// with N = 10 on one resource, 1 s and 10 ms resolution, in a registry of one limiter,
+// so every switch recycles the block. A lock-free reader that matched the 1 s key can
+// then read an epoch written at 10 ms: epoch x resolution would overflow 64 bits unless
+// the read path's arithmetic wraps (UBSan checks it); the result must be discarded.
+TEST_CASE_FIXTURE(Fixture, "records recycled across geometries under lock-free readers") {
+  Engine engine(options(1));
+  const Limit coarse(1, 10s, 1s);
+  const Limit fine(1, 100ms, 10ms);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> reads{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back([&] {
+      std::uint64_t mine = 0;  // counted locally: a shared counter would slow the readers
+      while (!stop) mine += engine.try_acquire(7, coarse).limit == 1 ? 1 : 0;
+      reads += mine;
+    });
+  }
+  for (int i = 0; i < 300000; ++i) {
+    if (i % 64 == 0) clock->advance(1ms);
+    (void)engine.try_acquire(7, i % 2 == 0 ? coarse : fine);
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  CHECK(reads.load() > 0);
+  CHECK(engine.stats().limiters <= 1);
+}
+
 TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's counts") {
   auto shared = std::make_shared<SharedCounts>();
   detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));

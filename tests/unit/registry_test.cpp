@@ -57,6 +57,32 @@ TEST_CASE("record table: random inserts and erases agree with a std::unordered_m
   CHECK(table.size() * 4 <= table.slot_count() * 3);
 }
 
+TEST_CASE("the lock-free lookup agrees with the locked one, across growth and erasure") {
+  detail::RecordPool pool(detail::kRecordFreeLinkOffset);
+  RecordTable table(pool);
+  std::mt19937_64 rng(8);
+  std::vector<detail::RecordId> ids;
+  for (std::uint64_t r = 0; r < 5000; ++r) {
+    const LimiterKey k = key(r);
+    const detail::RecordId id = pool.allocate(Record::bytes_for(10));
+    new (pool.address(id)) Record{k.resource, {}, k.resolution_ms, 10, 0, 0, 0};
+    table.insert(id, k.hash(), 1 << 20);  // grows many times: old arrays are retired
+    ids.push_back(id);
+    if (r % 7 == 0) {  // erase some, shifting probe runs
+      const LimiterKey gone = key(r / 2);
+      const std::size_t slot = table.find(gone, gone.hash());
+      if (slot != RecordTable::npos) table.erase(slot);
+    }
+  }
+  for (std::uint64_t r = 0; r < 6000; ++r) {
+    const LimiterKey k = key(r);
+    const std::size_t slot = table.find(k, k.hash());
+    const detail::RecordRef racy = table.find_racy(k, k.hash());
+    REQUIRE(static_cast<bool>(racy) == (slot != RecordTable::npos));
+    if (racy) CHECK(racy.id == table.id_at(slot));
+  }
+}
+
 TEST_CASE("registry splits max_limiters exactly over its shards") {
   for (std::size_t max : {1UL, 63UL, 64UL, 129UL, 1000UL, 4097UL, 1'000'000UL}) {
     Registry registry(max);
@@ -68,7 +94,8 @@ TEST_CASE("registry splits max_limiters exactly over its shards") {
       // Fill the shard well past capacity: it holds exactly its share.
       for (std::uint64_t r = 0; r < 2 * max / registry.shard_count() + 2; ++r) {
         const LimiterKey k = key(r * 7919 + i);
-        s.find_or_insert(k, k.hash(), kT0);
+        Shard::WriteSection section(s);
+        s.find_or_insert(k, k.hash(), kT0, section);
       }
       total += s.size();
     }
@@ -85,7 +112,8 @@ TEST_CASE("eviction drops empty windows first, then the least recently active") 
   const std::int64_t r = 100'000'000;  // 100 ms, N = 10: a window is 1 s
   auto touch = [&](std::uint64_t id, std::int64_t t, std::uint64_t cost) {
     const LimiterKey k{id, 100, 10};
-    Record* rec = shard.find_or_insert(k, k.hash(), t).record;
+    Shard::WriteSection section(shard);
+    Record* rec = shard.find_or_insert(k, k.hash(), t, section).record;
     return rec->view().try_acquire(t, 1000, cost);
   };
   auto held = [&](std::uint64_t id) {
@@ -120,24 +148,45 @@ TEST_CASE("eviction drops empty windows first, then the least recently active") 
   SUBCASE("pinned limiters are never evicted") {
     for (std::uint64_t id = 0; id < 64; ++id) {
       const LimiterKey k{id, 100, 10};
-      shard.pin(shard.find_or_insert(k, k.hash(), kT0));
+      Shard::WriteSection section(shard);
+      shard.pin(shard.find_or_insert(k, k.hash(), kT0, section));
     }
     CHECK(shard.pinned == 64);
     touch(5000, kT0 + 100 * kSec, 1);
     CHECK(shard.evictions == 0);
     CHECK(shard.size() == 65);  // over capacity rather than dropping a pinned limiter
     for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id));
-    // Unpinned, a limiter is evictable again: 3's window emptied long ago, so it goes
-    // before 5000 (older in the LRU list but still counting).
+    // Unpinned, a limiter is evictable again, and the shard returns to its capacity:
+    // the next insertion first evicts 3 (its window emptied long ago), then the least
+    // recently used unpinned one (5000, still counting), then adds 5001.
     const LimiterKey k3{3, 100, 10};
     shard.unpin(shard.find(k3, k3.hash()));
     CHECK(shard.pinned == 63);
     touch(5001, kT0 + 100 * kSec, 1);
-    CHECK(shard.evictions == 1);
-    CHECK(shard.evictions_active == 0);
+    CHECK(shard.evictions == 2);
+    CHECK(shard.evictions_active == 1);
+    CHECK(shard.size() == 64);
     CHECK_FALSE(held(3));
-    CHECK(held(5000));
+    CHECK_FALSE(held(5000));
     CHECK(held(5001));
+  }
+
+  SUBCASE("over capacity, the table keeps growing geometrically") {
+    // 20 x capacity pinned records: inserting them stays fast and findable.
+    for (std::uint64_t id = 0; id < 64 * 20; ++id) {
+      const LimiterKey k{id, 100, 10};
+      Shard::WriteSection section(shard);
+      shard.pin(shard.find_or_insert(k, k.hash(), kT0, section));
+    }
+    CHECK(shard.size() == 64 * 20);
+    CHECK(shard.evictions == 0);
+    for (std::uint64_t id = 0; id < 64 * 20; ++id) CHECK(held(id));
+    for (std::uint64_t id = 0; id < 64 * 20; ++id) {
+      const LimiterKey k{id, 100, 10};
+      shard.unpin(shard.find(k, k.hash()));
+    }
+    touch(99999, kT0, 1);
+    CHECK(shard.size() == 64);  // back within capacity once the pins are gone
   }
 
   SUBCASE("using a limiter in a later subinterval makes it the most recently used") {

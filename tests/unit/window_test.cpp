@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -308,6 +309,48 @@ TEST_CASE("edge cases") {
     CHECK(d.can_ever_pass());
     CHECK(d.retry_after.count() > 0);
   }
+}
+
+// What a lock-free reader may see on a torn read: any mix of values written at some
+// time, here the extremes. evaluate() must stay free of undefined behaviour (UBSan
+// checks this in the test command) and must not loop or index out of range; its answer
+// is then discarded by the reader's validation.
+TEST_CASE("evaluate stays defined on inconsistent states") {
+  const std::int64_t t = 1'700'000'000 * kSec;
+  const std::int64_t epochs[] = {0,
+                                 -1,
+                                 1,
+                                 t / (10 * kMs),
+                                 t / kSec,
+                                 t / kMs,
+                                 std::numeric_limits<std::int64_t>::max(),
+                                 std::numeric_limits<std::int64_t>::min()};
+  const std::uint64_t sums[] = {0, 1, 1000, std::numeric_limits<std::uint64_t>::max()};
+  const std::uint32_t counts[] = {0, 1, 0xffffffffU};
+  int evaluated = 0;
+  for (const std::int64_t epoch : epochs) {
+    for (const std::uint64_t sum : sums) {
+      for (const std::uint32_t count : counts) {
+        for (const std::uint16_t slot :
+             {std::uint16_t{0}, std::uint16_t{9}, std::uint16_t{10}, std::uint16_t{65535}}) {
+          OwnedWindow w(10, kSec, 0);
+          w.state.epoch = epoch;
+          w.state.sum = sum;
+          w.state.trailing = count;
+          w.state.head = slot;
+          w.state.newest = static_cast<std::uint16_t>(slot % 11);
+          for (auto& b : w.buckets) b = count;
+          for (const std::uint64_t cost : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{7}}) {
+            Decision d;
+            if (w.view().evaluate(t, 5, cost, d)) ++evaluated;
+            if (w.view().evaluate(std::numeric_limits<std::int64_t>::min(), 5, cost, d))
+              ++evaluated;
+          }
+        }
+      }
+    }
+  }
+  CHECK(evaluated > 0);
 }
 
 TEST_CASE("merge keeps the larger of local and shared counts, by epoch") {
