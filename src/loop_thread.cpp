@@ -1,0 +1,58 @@
+#include "loop_thread.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace ratewin::inline v1::detail {
+
+LoopThread::LoopThread() {
+  if (const int rc = uv_loop_init(&loop_); rc != 0) {
+    throw std::runtime_error(std::string("ratewin: uv_loop_init: ") + uv_strerror(rc));
+  }
+  uv_async_init(&loop_, &wake_, &LoopThread::on_wake);
+  wake_.data = this;
+  thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+}
+
+LoopThread::~LoopThread() {
+  stop([] {});
+}
+
+bool LoopThread::post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;
+    tasks_.push_back(std::move(task));
+  }
+  uv_async_send(&wake_);
+  return true;
+}
+
+void LoopThread::on_wake(uv_async_t* handle) {
+  auto* self = static_cast<LoopThread*>(handle->data);
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard lock(self->mutex_);
+    tasks.swap(self->tasks_);
+  }
+  for (auto& task : tasks) task();
+}
+
+int LoopThread::stop(const std::function<void()>& close_handles) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return close_result_;
+    // The last task: after it the wake handle is closing and nothing else may be posted.
+    tasks_.push_back([this, &close_handles] {
+      close_handles();
+      uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
+    });
+    stopping_ = true;
+  }
+  uv_async_send(&wake_);
+  thread_.join();
+  close_result_ = uv_loop_close(&loop_);
+  return close_result_;
+}
+
+}  // namespace ratewin::inline v1::detail

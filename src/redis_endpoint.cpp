@@ -1,0 +1,118 @@
+#include "redis_endpoint.h"
+
+#include <charconv>
+#include <stdexcept>
+
+namespace ratewin::inline v1::detail {
+namespace {
+
+[[noreturn]] void bad(std::string_view url, const std::string& why) {
+  throw std::invalid_argument("ratewin: bad Redis URL '" + std::string(url) + "': " + why);
+}
+
+int parse_int(std::string_view url, std::string_view text, const char* what, int min, int max) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < min ||
+      value > max) {
+    bad(url, std::string(what) + " '" + std::string(text) + "' is not a number from " +
+                 std::to_string(min) + " to " + std::to_string(max));
+  }
+  return value;
+}
+
+std::string percent_decode(std::string_view url, std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= text.size() ||
+        std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr !=
+            text.data() + i + 3) {
+      bad(url, "bad percent-encoding in user or password");
+    }
+    out += static_cast<char>(value);
+    i += 2;
+  }
+  return out;
+}
+
+// Splits "user:password@rest" into credentials and rest.
+std::string_view take_credentials(std::string_view url, std::string_view rest, RedisEndpoint& e) {
+  const std::size_t at = rest.rfind('@');
+  if (at == std::string_view::npos) return rest;
+  const std::string_view credentials = rest.substr(0, at);
+  const std::size_t colon = credentials.find(':');
+  if (colon == std::string_view::npos) {
+    // A lone token is a password (redis://secret@host), as Redis clients read it.
+    e.password = percent_decode(url, credentials);
+  } else {
+    e.user = percent_decode(url, credentials.substr(0, colon));
+    e.password = percent_decode(url, credentials.substr(colon + 1));
+  }
+  return rest.substr(at + 1);
+}
+
+}  // namespace
+
+RedisEndpoint RedisEndpoint::parse(std::string_view url) {
+  RedisEndpoint e;
+  constexpr std::string_view kTcp = "redis://";
+  constexpr std::string_view kUnix = "unix://";
+  if (url.starts_with(kUnix)) {
+    std::string_view rest = take_credentials(url, url.substr(kUnix.size()), e);
+    const std::size_t query = rest.find('?');
+    if (query != std::string_view::npos) {
+      const std::string_view params = rest.substr(query + 1);
+      rest = rest.substr(0, query);
+      if (!params.starts_with("db=")) bad(url, "the only parameter is db=N");
+      e.db = parse_int(url, params.substr(3), "db", 0, 1 << 20);
+    }
+    if (rest.empty() || rest[0] != '/') bad(url, "a Unix socket path must be absolute");
+    e.unix_path = std::string(rest);
+    return e;
+  }
+  if (!url.starts_with(kTcp)) bad(url, "it must start with redis:// or unix://");
+  std::string_view rest = take_credentials(url, url.substr(kTcp.size()), e);
+  const std::size_t slash = rest.find('/');
+  if (slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) e.db = parse_int(url, db, "db", 0, 1 << 20);
+    rest = rest.substr(0, slash);
+  }
+  std::string_view port;
+  if (rest.starts_with('[')) {
+    const std::size_t close = rest.find(']');
+    if (close == std::string_view::npos) bad(url, "unclosed [ in the host");
+    e.host = std::string(rest.substr(1, close - 1));
+    const std::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') bad(url, "expected :port after ]");
+      port = after.substr(1);
+    }
+  } else {
+    const std::size_t colon = rest.rfind(':');
+    e.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) port = rest.substr(colon + 1);
+  }
+  if (e.host.empty()) bad(url, "no host");
+  if (!port.empty()) e.port = parse_int(url, port, "port", 1, 65535);
+  return e;
+}
+
+std::string RedisEndpoint::describe() const {
+  std::string who;
+  if (!user.empty()) who = user + "@";
+  if (!unix_path.empty()) {
+    return "unix://" + who + unix_path + (db != 0 ? "?db=" + std::to_string(db) : "");
+  }
+  const bool v6 = host.find(':') != std::string::npos;
+  return "redis://" + who + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
+         (db != 0 ? "/" + std::to_string(db) : "");
+}
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,26 @@
+// Where a Redis server is and how to log in to it.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace ratewin::inline v1::detail {
+
+struct RedisEndpoint {
+  std::string host;  // TCP host name or address (IPv6 without brackets)
+  int port = 6379;
+  std::string unix_path;  // set for a Unix socket instead of host/port
+  std::string user;       // ACL user; empty: the default user
+  std::string password;   // empty: no AUTH
+  int db = 0;
+
+  // "redis://[user[:password]@]host[:port][/db]" (host may be [IPv6]) or
+  // "unix://[user[:password]@]/path/to/socket[?db=N]". User and password may be
+  // percent-encoded. Throws std::invalid_argument naming what is wrong.
+  static RedisEndpoint parse(std::string_view url);
+
+  // The URL without the password, for logs and errors.
+  std::string describe() const;
+};
+
+}  // namespace ratewin::inline v1::detail

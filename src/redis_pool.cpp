@@ -1,0 +1,68 @@
+#include "redis_pool.h"
+
+namespace ratewin::inline v1::detail {
+
+RedisPool::RedisPool(RedisEndpoint endpoint, std::chrono::milliseconds connect_timeout,
+                     std::chrono::milliseconds command_timeout, std::size_t max_connections)
+    : endpoint_(std::move(endpoint)),
+      connect_timeout_(connect_timeout),
+      command_timeout_(command_timeout),
+      max_connections_(max_connections == 0 ? 1 : max_connections) {}
+
+RedisPool::Lease RedisPool::acquire(std::string& error) {
+  {
+    std::unique_lock lock(mutex_);
+    const bool available = released_.wait_for(
+        lock, connect_timeout_, [&] { return !idle_.empty() || open_ < max_connections_; });
+    if (!available) {
+      error = "all " + std::to_string(max_connections_) + " Redis connections are busy";
+      return {};
+    }
+    if (!idle_.empty()) {
+      std::unique_ptr<RedisConnection> c = std::move(idle_.back());
+      idle_.pop_back();
+      return Lease(this, std::move(c));
+    }
+    ++open_;  // reserve the slot while connecting without the lock
+  }
+  std::unique_ptr<RedisConnection> c =
+      RedisConnection::open(endpoint_, connect_timeout_, command_timeout_, error);
+  if (c == nullptr) {
+    std::lock_guard lock(mutex_);
+    --open_;
+    released_.notify_one();
+    return {};
+  }
+  return Lease(this, std::move(c));
+}
+
+void RedisPool::give_back(std::unique_ptr<RedisConnection> connection) {
+  std::unique_ptr<RedisConnection> closing;
+  {
+    std::lock_guard lock(mutex_);
+    if (connection->broken()) {
+      closing = std::move(connection);  // closed below, without the lock
+      --open_;
+    } else {
+      idle_.push_back(std::move(connection));
+    }
+  }
+  released_.notify_one();
+}
+
+void RedisPool::drop_idle() {
+  std::vector<std::unique_ptr<RedisConnection>> closing;
+  {
+    std::lock_guard lock(mutex_);
+    closing.swap(idle_);
+    open_ -= closing.size();
+  }
+  released_.notify_all();
+}
+
+std::size_t RedisPool::open_connections() const {
+  std::lock_guard lock(mutex_);
+  return open_;
+}
+
+}  // namespace ratewin::inline v1::detail
