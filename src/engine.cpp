@@ -1,12 +1,17 @@
 #include "ratewin/engine.h"
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "engine_core.h"
+#include "redis_endpoint.h"
+#include "redis_store.h"
 
 namespace ratewin {
 inline namespace v1 {
@@ -35,13 +40,42 @@ thread_local LastRead last_read;
 
 }  // namespace
 
+// Warnings and errors to stderr: what an engine without a logger reports.
+void log_to_stderr(LogLevel level, std::string_view message) {
+  if (level < LogLevel::warning) return;
+  std::fprintf(stderr, "ratewin: %s: %.*s\n", level == LogLevel::error ? "error" : "warning",
+               static_cast<int>(message.size()), message.data());
+}
+
 EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
     : id_(next_engine_id.fetch_add(1, std::memory_order_relaxed)),
       options_(std::move(options)),
       clock_(options_.clock ? options_.clock : system_clock()),
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
-      store_(std::move(store)),
-      registry_(options_.max_limiters) {}
+      registry_(options_.max_limiters) {
+  if (!options_.logger) options_.logger = log_to_stderr;
+  if (store != nullptr) {
+    store_ = std::move(store);
+  } else if (!options_.redis.empty()) {
+    RedisStoreConfig config;
+    config.endpoint = RedisEndpoint::parse(options_.redis);
+    config.key_prefix = options_.key_prefix;
+    config.connect_timeout = options_.connect_timeout;
+    config.command_timeout = options_.command_timeout;
+    config.max_connections = options_.max_connections;
+    config.sync_settle = options_.sync_settle;
+    config.sync_clock = options_.sync_clock;
+    config.clock_sync_interval = options_.clock_sync_interval;
+    config.clock = clock_;
+    config.logger = options_.logger;
+    // Made last: its thread calls back into the registry.
+    store_ = std::make_unique<RedisStore>(std::move(config), *this);
+  }
+}
+
+EngineCore::~EngineCore() {
+  if (store_ != nullptr) store_->shutdown();
+}
 
 [[gnu::always_inline]] inline std::uint64_t EngineCore::read_without_lock(
     Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef& ref, std::int64_t now,
@@ -89,49 +123,108 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
                                                           std::int64_t now, const Limit& limit,
                                                           std::uint64_t cost) {
   Decision d;
-  RecordRef ref = known;
-  const std::uint64_t version = read_without_lock(shard, key, hash, ref, now, limit, cost, d);
-  if ((version & 1) == 0 && !d.allowed) {
-    // A rejection changes nothing: it is decided from local state, without the lock.
-    counters_.add(DecisionCounters::kRejected);
-    return d;
+  const bool degraded = store_ != nullptr && !store_->available();
+  if (degraded && limit.failure_policy() != FailurePolicy::local) {
+    if (limit.failure_policy() == FailurePolicy::closed) {
+      // Nothing can be vouched for without the store: reject, without counting.
+      d.limit = limit.max();
+      d.degraded = true;
+      d.retry_after = store_->retry_hint();
+      counters_.add(DecisionCounters::kRejected);
+      counters_.add(DecisionCounters::kDegraded);
+      return d;
+    }
+    // FailurePolicy::open: allowed whatever the counts say, decided under the lock.
+    d = decide_locked(shard, key, hash, known, {}, 1, d, now, limit, cost, true);
+  } else {
+    RecordRef ref = known;
+    const std::uint64_t version = read_without_lock(shard, key, hash, ref, now, limit, cost, d);
+    if ((version & 1) == 0 && !d.allowed) {
+      // A rejection changes nothing: it is decided from local state, without the lock.
+      d.degraded = degraded;
+      counters_.add(DecisionCounters::kRejected);
+      if (degraded) counters_.add(DecisionCounters::kDegraded);
+      return d;
+    }
+    d = decide_locked(shard, key, hash, known, ref, version, d, now, limit, cost, degraded);
   }
-  return decide_locked(shard, key, hash, known, ref, version, d, now, limit, cost);
+  if (d.degraded) counters_.add(DecisionCounters::kDegraded);
+  return d;
 }
 
 [[gnu::noinline]] Decision EngineCore::decide_locked(Shard& shard, const LimiterKey& key,
                                                      std::uint64_t hash, RecordRef known,
                                                      RecordRef ref, std::uint64_t version,
                                                      Decision d, std::int64_t now,
-                                                     const Limit& limit, std::uint64_t cost) {
+                                                     const Limit& limit, std::uint64_t cost,
+                                                     bool degraded) {
+  const std::uint32_t n = limit.subintervals();
+  std::vector<std::uint64_t> loaded;  // a warm start's counts for epochs first_loaded..
+  std::int64_t first_loaded = 0;
   std::int64_t epoch = 0;
-  {
-    std::lock_guard lock(shard.mutex);
-    Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
-    // If no writer came in between, the lock-free read still holds: count its decision.
-    const bool unchanged =
-        (version & 1) == 0 && shard.version.load(std::memory_order_relaxed) == version;
-    Record& record = unchanged ? *ref.record
-                     : known   ? *known.record
-                               : *shard.find_or_insert(key, hash, now, section).record;
-    SlidingWindow window = record.view();
-    if (!unchanged) {
-      if (!window.current_at(now)) {
-        section.open();
-        window.advance(now);
+  bool fits = false;
+  for (bool first_pass = true;; first_pass = false) {
+    bool load_first = false;
+    {
+      std::lock_guard lock(shard.mutex);
+      Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
+      // If no writer came in between, the lock-free read still holds: count its decision.
+      const bool unchanged = first_pass && (version & 1) == 0 &&
+                             shard.version.load(std::memory_order_relaxed) == version;
+      // With a store, a limiter new to this engine starts at epoch 0: "never read".
+      Record& record = unchanged ? *ref.record
+                       : known   ? *known.record
+                               : *shard.find_or_insert(key, hash, store_ ? 0 : now, section).record;
+      SlidingWindow window = record.view();
+      if (!unchanged) {
+        const std::int64_t now_epoch = SlidingWindow::epoch_of(now, key.resolution_ns());
+        // A limiter whose shared counts this engine has not been reading (new, idle for
+        // a window, or Redis was away) loads its window from the store first: a warm
+        // start, so that a new node does not hand out a fresh limit.
+        if (first_pass && store_ != nullptr && !degraded && now_epoch - window.epoch() > 2) {
+          // Epochs now-N (the trailing one) .. now.
+          first_loaded = now_epoch - static_cast<std::int64_t>(n);
+          loaded.assign(std::size_t{n} + 1, 0);
+          load_first = true;
+        } else {
+          if (!window.current_at(now)) {
+            section.open();
+            window.advance(now);
+            if (store_ != nullptr) shard.activity.push_back({key, now_epoch});
+          }
+          if (!loaded.empty()) {
+            section.open();
+            for (std::size_t i = 0; i < loaded.size(); ++i) {
+              window.merge(first_loaded + static_cast<std::int64_t>(i), loaded[i]);
+            }
+          }
+          window.evaluate(now, limit.max(), cost, d);  // cannot fail: at now's epoch
+        }
       }
-      window.evaluate(now, limit.max(), cost, d);  // cannot fail: at now's epoch or later
+      if (!load_first) {
+        fits = d.allowed;
+        if (fits && cost != 0) {
+          section.open();
+          window.add(cost);
+        }
+        epoch = window.epoch();
+      }
     }
-    if (d.allowed && cost != 0) {
-      section.open();
-      window.add(cost);
+    if (!load_first) break;
+    // Outside the lock: one round trip for the whole window.
+    if (!store_->load(key, first_loaded, loaded)) {
+      loaded.clear();
+      degraded = !store_->available();
     }
-    epoch = window.epoch();
   }
+  d.degraded = degraded;
+  if (degraded && limit.failure_policy() == FailurePolicy::open && !d.allowed) {
+    d.allowed = true;  // counted only when it fit
+    d.retry_after = std::chrono::nanoseconds(0);
+  }
+  // While the store is unreachable, add() returns at once (and counts a skipped write).
+  if (store_ != nullptr && fits && cost != 0) publish(shard, key, hash, epoch, now, limit, cost, d);
   counters_.add(d.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
-  if (store_ != nullptr && d.allowed && cost != 0) {
-    publish(shard, key, hash, epoch, now, limit, cost, d);
-  }
   return d;
 }
 
@@ -152,24 +245,77 @@ Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit
 void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                          std::int64_t epoch, std::int64_t now, const Limit& limit,
                          std::uint64_t cost, Decision& decision) {
-  const std::optional<std::uint64_t> shared = store_->add(key, epoch, cost);
-  if (!shared) {
+  // The share of the trailing subinterval still inside the window, as the local
+  // decision weighed it (rounded up: the shared check is never looser).
+  const std::int64_t r = key.resolution_ns();
+  const std::int64_t start = epoch * r;
+  const auto weight = static_cast<std::uint32_t>(
+      mul_div_ceil(static_cast<std::uint64_t>(start + r - std::max(now, start)), Store::kWeightOne,
+                   static_cast<std::uint64_t>(r)));
+  const std::size_t n = std::size_t{key.subintervals} + 1;
+  std::array<std::uint64_t, 33> small{};
+  std::vector<std::uint64_t> large(n > small.size() ? n : 0);
+  const std::span<std::uint64_t> counts = n > small.size()
+                                              ? std::span<std::uint64_t>(large)
+                                              : std::span<std::uint64_t>(small.data(), n);
+
+  const std::optional<bool> added = store_->add(key, epoch, cost, limit.max(), weight, counts);
+  if (!added) {
     decision.degraded = true;
-    counters_.add(DecisionCounters::kDegraded);
+    if (limit.failure_policy() == FailurePolicy::closed) {
+      // Counted nowhere but here: take it back, and refuse.
+      std::lock_guard lock(shard.mutex);
+      Shard::WriteSection section(shard);
+      if (const RecordRef found = shard.find(key, hash)) found.record->view().remove(epoch, cost);
+      decision.allowed = false;
+      decision.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
+    }
     return;
   }
   std::lock_guard lock(shard.mutex);
   Shard::WriteSection section(shard);
-  // The limiter may have been evicted while the lock was released; then the count
-  // lives on in the store and is loaded again when the resource comes back.
-  if (RecordRef found = shard.find(key, hash)) {
-    SlidingWindow window = found.record->view();
-    window.merge(epoch, *shared);
-    // A zero-cost probe reads the merged state without counting anything.
-    const Decision merged = window.try_acquire(now, limit.max(), 0);
-    decision.remaining = merged.remaining;
-    decision.reset_after = merged.reset_after;
+  // The limiter may have been evicted while the lock was released: then the decision is
+  // read from the returned counts alone (they are the whole window).
+  const RecordRef found = shard.find(key, hash);
+  WindowState spare_state;
+  std::vector<Bucket> spare_buckets(found ? 0 : key.subintervals);
+  SlidingWindow window =
+      found ? found.record->view()
+            : SlidingWindow(spare_state, spare_buckets.data(), key.subintervals, r);
+  if (!found) window.reset(start);
+  if (found && !*added) window.remove(epoch, cost);  // the shared count did not take it
+  for (std::size_t k = 0; k < counts.size(); ++k)
+    window.merge(epoch - static_cast<std::int64_t>(k), counts[k]);
+  Decision fresh;
+  window.evaluate(now, limit.max(), *added ? 0 : cost, fresh);
+  decision.remaining = fresh.remaining;
+  decision.reset_after = fresh.reset_after;
+  if (!*added) {
+    // The node's view was behind the shared counts: this request does not fit after all.
+    decision.allowed = false;
+    decision.retry_after = fresh.allowed ? std::chrono::milliseconds(1) : fresh.retry_after;
+    if (fresh.allowed) decision.remaining = 0;
   }
+}
+
+void EngineCore::take_activity(std::vector<Activity>& out) {
+  for (std::size_t i = 0; i < registry_.shard_count(); ++i) {
+    Shard& shard = registry_.shard(i);
+    std::lock_guard lock(shard.mutex);
+    out.insert(out.end(), shard.activity.begin(), shard.activity.end());
+    shard.activity.clear();
+  }
+}
+
+void EngineCore::merge(const LimiterKey& key, std::span<const EpochCount> counts) {
+  const std::uint64_t hash = key.hash();
+  Shard& shard = registry_.shard_for(hash);
+  std::lock_guard lock(shard.mutex);
+  const RecordRef found = shard.find(key, hash);
+  if (!found) return;
+  Shard::WriteSection section(shard);
+  SlidingWindow window = found.record->view();
+  for (const EpochCount& c : counts) window.merge(c.epoch, c.count);
 }
 
 std::pair<Shard*, RecordRef> EngineCore::pin(std::uint64_t resource, const Limit& limit) {
@@ -202,6 +348,7 @@ Stats EngineCore::stats() const {
     s.evictions += shard.evictions;
     s.evictions_active += shard.evictions_active;
   }
+  if (store_ != nullptr) store_->add_stats(s);
   return s;
 }
 

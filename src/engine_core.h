@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "counters.h"
 #include "ratewin/engine.h"
@@ -11,10 +12,12 @@
 
 namespace ratewin::inline v1::detail {
 
-class EngineCore {
+class EngineCore final : public SyncTarget {
  public:
-  // `store` may be null: local mode.
+  // With options.redis set, the engine makes its own RedisStore. `store`, if given,
+  // is used instead (tests inject one); both null: local mode.
   EngineCore(Options options, std::unique_ptr<Store> store);
+  ~EngineCore() override;
 
   Decision try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost);
   // For a record pinned by a handle: no registry lookup.
@@ -26,11 +29,17 @@ class EngineCore {
 
   Stats stats() const;
   const Options& options() const noexcept { return options_; }
+  Store* store() const noexcept { return store_.get(); }
+
+  // SyncTarget, called from the store's thread.
+  void take_activity(std::vector<Activity>& out) override;
+  void merge(const LimiterKey& key, std::span<const EpochCount> counts) override;
 
  private:
+  // The engine's time: its clock, moved onto the store's clock when there is one.
   std::int64_t now_ns() const noexcept {
-    // The system clock is read directly, without a virtual call.
-    return system_clock_ ? SystemClock::read() : clock_->now().count();
+    const std::int64_t local = system_clock_ ? SystemClock::read() : clock_->now().count();
+    return store_ != nullptr ? local + store_->clock_offset() : local;
   }
   // The decision path shared by both try_acquire overloads. `known` is the record when
   // the caller holds it pinned; otherwise it is looked up.
@@ -38,9 +47,10 @@ class EngineCore {
                   std::int64_t now, const Limit& limit, std::uint64_t cost);
   // decide() under the shard's lock, when the lock-free read could not settle it.
   // `version`, `ref` and `d` are what that read established (version odd: nothing).
+  // `degraded`: the store is known to be unreachable.
   Decision decide_locked(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
                          RecordRef ref, std::uint64_t version, Decision d, std::int64_t now,
-                         const Limit& limit, std::uint64_t cost);
+                         const Limit& limit, std::uint64_t cost, bool degraded);
   // Reads the limiter and decides without the lock or any shared write. Returns the
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a
@@ -52,17 +62,18 @@ class EngineCore {
                                   std::uint64_t cost, Decision& out) noexcept;
   // After an allowed decision, called with no lock held: adds the cost to the shared
   // count of `epoch`, merges the reply into the limiter (if it is still held) and
-  // refreshes the decision's remaining and reset_after from the merged counts.
+  // refreshes the decision's remaining and reset_after from the merged counts. If the
+  // store fails, the decision is degraded and follows the limit's failure policy.
   void publish(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t epoch,
                std::int64_t now, const Limit& limit, std::uint64_t cost, Decision& decision);
 
   const std::uint64_t id_;  // unique per engine in the process, never reused
   Options options_;
   std::shared_ptr<const Clock> clock_;
-  bool system_clock_;  // clock_ is a SystemClock
-  std::unique_ptr<Store> store_;
+  bool system_clock_;  // clock_ is a SystemClock: read it without a virtual call
   mutable Registry registry_;
   DecisionCounters counters_;
+  std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 
 }  // namespace ratewin::inline v1::detail

@@ -40,6 +40,18 @@ struct LimiterKey {
   }
 };
 
+// A shared count read back for one epoch of a limiter.
+struct EpochCount {
+  std::int64_t epoch;
+  std::uint64_t count;
+};
+
+// A limiter used in an epoch: its first use, or its first use in a new epoch.
+struct Activity {
+  LimiterKey key;
+  std::int64_t epoch;
+};
+
 // Fields a lock-free reader reads are SeqlockFields; pins and the LRU links are touched only
 // under the shard's lock.
 struct Record {

@@ -154,6 +154,9 @@ class alignas(64) Shard {
   std::mutex mutex;
   std::atomic<std::uint64_t> version{0};
 
+  // With a store: limiters used in a new epoch since the store last took them.
+  std::vector<Activity> activity;
+
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
   std::uint64_t evictions_active = 0;

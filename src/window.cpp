@@ -73,6 +73,22 @@ void SlidingWindow::merge(std::int64_t epoch, std::uint64_t count) noexcept {
   }
 }
 
+void SlidingWindow::remove(std::int64_t epoch, std::uint64_t cost) noexcept {
+  const std::int64_t age = state_.epoch - epoch;
+  if (age < 0 || age >= static_cast<std::int64_t>(n_)) return;
+  const std::uint32_t slot = (state_.head + n_ - static_cast<std::uint32_t>(age)) % n_;
+  const std::uint32_t taken =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(buckets_[slot], cost));
+  buckets_[slot] -= taken;
+  state_.sum -= taken;
+  if (state_.sum != 0 && slot == state_.newest && buckets_[slot] == 0) {
+    // The newest count is gone: the next non-empty bucket, older, becomes the newest.
+    std::uint32_t s = slot;
+    while (buckets_[s] == 0) s = slot_before(s);
+    state_.newest = static_cast<std::uint16_t>(s);
+  }
+}
+
 bool SlidingWindow::empty_at(std::int64_t t) const noexcept {
   const std::int64_t steps = epoch_of(t, resolution_) - state_.epoch;
   if (steps > static_cast<std::int64_t>(n_)) return true;

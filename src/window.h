@@ -95,6 +95,10 @@ class SlidingWindow {
     state_.newest = state_.head;
   }
 
+  // Takes back `cost` counted in `epoch` (a write the store refused under a closed
+  // failure policy). Nothing happens if that epoch is no longer in the buckets.
+  void remove(std::int64_t epoch, std::uint64_t cost) noexcept;
+
   // E(t) * R, after advancing to t.
   u128 scaled_estimate(std::int64_t t) noexcept;
 

@@ -1,9 +1,12 @@
 // ratewin/engine.h: the root object applications call.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "ratewin/clock.h"
@@ -20,6 +23,8 @@ struct Record;
 class Shard;
 }  // namespace detail
 
+enum class LogLevel { debug, info, warning, error };
+
 struct Options {
   // Upper bound on limiters held in memory (one per resource and window geometry).
   // When it is reached, a limiter whose window is empty is dropped first (among the 16
@@ -29,6 +34,28 @@ struct Options {
   std::size_t max_limiters = 1'000'000;
   // Source of time; nullptr means system_clock().
   std::shared_ptr<const Clock> clock;
+
+  // The shared store: empty for local mode, else "redis://[user[:password]@]host[:port][/db]"
+  // or "unix://[user[:password]@]/path/to/socket[?db=N]". The engine starts whether or
+  // not Redis is up, and connects when it can.
+  std::string redis;
+  // Prefix of every Redis key, so several applications can share one Redis.
+  std::string key_prefix = "ratewin";
+  // Deadlines: establishing a connection (and logging in), and any round trip.
+  std::chrono::milliseconds connect_timeout{500};
+  std::chrono::milliseconds command_timeout{100};
+  // Most connections application threads use at once for allowed requests' writes.
+  std::size_t max_connections = 64;
+  // How long after a subinterval boundary the shared counts of the subinterval that
+  // just closed are read, so that writes still in flight land first. Capped at a
+  // quarter of the resolution.
+  std::chrono::milliseconds sync_settle{10};
+  // Align epochs to the Redis server's clock (TIME), measured every clock_sync_interval.
+  bool sync_clock = true;
+  std::chrono::milliseconds clock_sync_interval{10'000};
+  // Where the engine reports what happens to its connection (warnings and errors by
+  // default go to stderr, prefixed "ratewin: "). Called from the engine's threads.
+  std::function<void(LogLevel, std::string_view)> logger;
 };
 
 // Counters since the engine was created, and gauges of its current state.
@@ -41,6 +68,30 @@ struct Stats {
   std::uint64_t pinned = 0;            // limiters held by LimiterHandles now
   std::uint64_t evictions = 0;         // limiters dropped to stay within max_limiters
   std::uint64_t evictions_active = 0;  // of those, ones whose window still held counts
+
+  // The shared store (all zero in local mode).
+  bool store = false;                     // a store is configured
+  bool store_available = false;           // circuit closed: writes and reads go through
+  std::uint64_t circuit_opens = 0;        // times the store was found unreachable
+  std::uint64_t connections = 0;          // times the background connection (re)connected
+  std::uint64_t writes_ok = 0;            // allowed requests counted in the store
+  std::uint64_t writes_failed = 0;        // writes that failed or timed out
+  std::uint64_t writes_skipped = 0;       // writes not attempted: the circuit was open
+  std::chrono::nanoseconds write_p50{0};  // write round-trip latency quantiles
+  std::chrono::nanoseconds write_p90{0};
+  std::chrono::nanoseconds write_p99{0};
+  std::chrono::nanoseconds write_max{0};
+  std::uint64_t warm_starts = 0;  // limiters loaded from the store before deciding
+  std::uint64_t warm_start_failures = 0;
+  std::uint64_t sync_rounds = 0;     // boundary reads completed
+  std::uint64_t sync_failures = 0;   // boundary reads that failed (retried later)
+  std::uint64_t sync_last_keys = 0;  // limiters read by the last boundary read
+  std::chrono::nanoseconds sync_last_duration{0};
+  std::chrono::nanoseconds sync_max_duration{0};
+  std::uint64_t active_limiters = 0;         // limiters kept in step by boundary reads
+  std::chrono::nanoseconds clock_offset{0};  // the store's clock minus the engine's
+  std::chrono::nanoseconds clock_rtt{0};     // round trip of the measurement used
+  std::string last_error;                    // the latest store failure, empty if none
 };
 
 class LimiterHandle;

@@ -8,6 +8,14 @@
 namespace ratewin {
 inline namespace v1 {
 
+// What a limit does while the shared store is unreachable (decisions are then marked
+// Decision::degraded).
+enum class FailurePolicy {
+  local,   // keep enforcing with this process's own counts (the default)
+  open,    // allow every request
+  closed,  // reject every request (for login-like endpoints)
+};
+
 // A limit: at most `max` units in any sliding `interval`, tracked in subintervals of
 // `resolution` (interval / resolution = N subintervals; more subintervals follow the
 // sliding window more closely and cost 4 bytes each per limiter).
@@ -48,9 +56,19 @@ class Limit {
   std::uint32_t subintervals() const noexcept { return subintervals_; }
   std::int64_t resolution_ns() const noexcept { return resolution_ms_ * 1'000'000; }
 
+  FailurePolicy failure_policy() const noexcept { return failure_policy_; }
+
   // The same window with another max. Limits that share interval and resolution share
   // counts on a resource (an override that raises max keeps what was already counted).
-  Limit with_max(std::uint64_t max) const { return Limit(max, interval(), resolution()); }
+  Limit with_max(std::uint64_t max) const {
+    return Limit(max, interval(), resolution()).with_failure_policy(failure_policy_);
+  }
+  // The same limit with another failure policy.
+  Limit with_failure_policy(FailurePolicy policy) const noexcept {
+    Limit copy = *this;
+    copy.failure_policy_ = policy;
+    return copy;
+  }
 
   // "100/60s@5s" style text, for logs and error messages.
   std::string to_string() const;
@@ -61,6 +79,7 @@ class Limit {
   std::uint64_t max_;
   std::int64_t resolution_ms_;
   std::uint32_t subintervals_;
+  FailurePolicy failure_policy_ = FailurePolicy::local;
 };
 
 }  // namespace v1

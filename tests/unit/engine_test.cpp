@@ -43,13 +43,43 @@ struct SharedCounts {
 class FakeStore final : public detail::Store {
  public:
   explicit FakeStore(std::shared_ptr<SharedCounts> shared) : shared_(std::move(shared)) {}
-  std::optional<std::uint64_t> add(const detail::LimiterKey& key, std::int64_t epoch,
-                                   std::uint64_t cost) override {
+  // The same conditional write as the Redis script, over a map.
+  std::optional<bool> add(const detail::LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
+                          std::uint64_t max, std::uint32_t trailing_weight,
+                          std::span<std::uint64_t> counts) override {
     ++shared_->calls;
     if (shared_->down) return std::nullopt;
     std::lock_guard lock(shared_->mutex);
-    return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, epoch}] += cost;
+    auto count = [&](std::int64_t e) -> std::uint64_t& {
+      return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, e}];
+    };
+    std::uint64_t sum = cost;
+    for (std::int64_t k = 0; k < std::int64_t{key.subintervals}; ++k) sum += count(epoch - k);
+    const std::uint64_t trailing = count(epoch - std::int64_t{key.subintervals});
+    const bool fits = detail::u128{sum} * kWeightOne + detail::u128{trailing} * trailing_weight <=
+                      detail::u128{max} * kWeightOne;
+    if (fits) count(epoch) += cost;
+    for (std::size_t k = 0; k < counts.size(); ++k)
+      counts[k] = count(epoch - static_cast<std::int64_t>(k));
+    return fits;
   }
+  bool load(const detail::LimiterKey& key, std::int64_t first_epoch,
+            std::span<std::uint64_t> counts) override {
+    ++shared_->calls;
+    if (shared_->down) return false;
+    std::lock_guard lock(shared_->mutex);
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      counts[i] = shared_->counts[{key.resource, key.resolution_ms, key.subintervals,
+                                   first_epoch + static_cast<std::int64_t>(i)}];
+    }
+    return true;
+  }
+  // The fake is "reachable" even while failing writes: it tests the write path.
+  bool available() const noexcept override { return true; }
+  std::int64_t clock_offset() const noexcept override { return 0; }
+  std::chrono::nanoseconds retry_hint() const noexcept override { return 1s; }
+  void add_stats(Stats&) const override {}
+  void shutdown() override {}
 
  private:
   std::shared_ptr<SharedCounts> shared_;
@@ -365,12 +395,17 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   // Full everywhere now; b's rejections are decided locally, without the store.
   for (int i = 0; i < 100; ++i) CHECK_FALSE(b.try_acquire(r, limit, 1).allowed);
   CHECK(shared->calls == calls);
-  // a has not heard of b's requests yet (that is the boundary read's job): it admits
-  // one more and learns the shared count from the reply.
+  // a has not heard of b's requests yet (that is the boundary read's job): its own view
+  // allows one more, but the shared counts do not: the write refuses it, and a learns
+  // the whole window from the reply.
+  const int before = shared->calls;
   const Decision late = a.try_acquire(r, limit, 1);
-  CHECK(late.allowed);
+  CHECK_FALSE(late.allowed);
   CHECK(late.remaining == 0);
+  CHECK(late.retry_after > 0ns);
+  CHECK(shared->calls == before + 1);
   CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
+  CHECK(shared->calls == before + 1);  // now decided locally
 
   // A store that cannot be reached leaves local decisions, marked degraded.
   shared->down = true;
