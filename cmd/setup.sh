@@ -9,8 +9,10 @@ packages=(
   g++ cmake make pkg-config    # toolchain (present on most machines already)
   clang-tidy                   # static analysis in the test command
   libxxhash-dev                # resource hashing
+  libhiredis-dev libuv1-dev    # the Redis store: hiredis (sync and async) on a libuv loop
   libcxxopts-dev               # command-line options of ratewin-bench
   doctest-dev                  # unit tests
+  redis-server                 # the tests, the benchmarks and the demo start their own
 )
 
 missing=()

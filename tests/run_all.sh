@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
-# every suite, then builds and runs the unit tests under AddressSanitizer+UBSan and
-# under ThreadSanitizer, and runs clang-tidy over the library. Exits non-zero on the
-# first failure.
+# every suite, then builds and runs the unit and Redis suites under
+# AddressSanitizer+UBSan and under ThreadSanitizer, and runs clang-tidy over the
+# library. Exits non-zero on the first failure. Tests that need Redis start their own
+# redis-server on a free loopback port.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
@@ -17,8 +18,8 @@ for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
     -DRATEWIN_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests
-  ctest --test-dir "$dir" -L unit --output-on-failure
+  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests
+  ctest --test-dir "$dir" -L "unit|redis" --output-on-failure
 done
 # Static analysis of the library sources (.clang-tidy), warnings are errors.
 cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON \

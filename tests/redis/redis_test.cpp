@@ -1,0 +1,513 @@
+// ratewin against a real redis-server (started by each test on a free loopback port).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "engine_core.h"
+#include "ratewin/engine.h"
+#include "redis_server.h"
+#include "redis_store.h"
+
+namespace ratewin::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Collects what an engine logs.
+struct Logs {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  std::function<void(LogLevel, std::string_view)> sink() {
+    return [this](LogLevel, std::string_view line) {
+      std::lock_guard lock(mutex);
+      lines.emplace_back(line);
+    };
+  }
+  bool contain(std::string_view needle) {
+    std::lock_guard lock(mutex);
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& l) { return l.find(needle) != std::string::npos; });
+  }
+};
+
+int next_prefix = 0;
+
+Options redis_options(const std::string& url, Logs* logs = nullptr) {
+  Options o;
+  o.redis = url;
+  o.key_prefix = "t" + std::to_string(++next_prefix);
+  o.connect_timeout = 300ms;
+  o.command_timeout = 100ms;
+  o.sync_settle = 5ms;
+  // Quiet unless a test collects the logs: failures are what these tests provoke.
+  o.logger = logs != nullptr ? logs->sink() : [](LogLevel, std::string_view) {};
+  return o;
+}
+
+// As much as a limit allows: never the reason for a rejection in these tests.
+const std::uint64_t kHuge = Limit::kMaxCount;
+
+template <class F>
+std::chrono::nanoseconds timed(F&& f) {
+  const auto t0 = Clock::now();
+  f();
+  return Clock::now() - t0;
+}
+
+// Waits (really: these tests run on Redis' clock) until `done` or the timeout.
+template <class F>
+bool eventually(F&& done, std::chrono::milliseconds timeout = 5000ms) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+// Sleeps until shortly after the next boundary of `resolution` plus the settle delay
+// (the boundary read of the epoch that just closed has then been made).
+void past_next_boundary(std::chrono::milliseconds resolution) {
+  const std::int64_t r = std::chrono::nanoseconds(resolution).count();
+  const std::int64_t now = SystemClock::read();
+  std::this_thread::sleep_for(std::chrono::nanoseconds(r - now % r) + 60ms);
+}
+
+// Max admitted in any sliding window of `interval` over sorted admission times.
+std::size_t max_in_window(std::vector<std::int64_t> times, std::int64_t interval) {
+  std::sort(times.begin(), times.end());
+  std::size_t best = 0;
+  std::size_t lo = 0;
+  for (std::size_t hi = 0; hi < times.size(); ++hi) {
+    while (times[hi] - times[lo] >= interval) ++lo;
+    best = std::max(best, hi - lo + 1);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("an allowed request is written; an engine meeting the resource later warm-starts") {
+  RedisServer redis;
+  const Options options = redis_options(redis.url());
+  const Limit limit(10, 2s, 200ms);
+  Engine a(options);
+  for (int i = 0; i < 6; ++i) REQUIRE(a.try_acquire("warm", limit).allowed);
+  CHECK(a.stats().writes_ok == 6);
+  CHECK(a.stats().store_available);
+
+  Engine b(options);  // a new node, mid-window
+  const Decision d = b.try_acquire("warm", limit);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 3);  // it loaded a's six before deciding
+  CHECK(b.stats().warm_starts == 1);
+  // The reply of b's write told it the shared count; a learns at the next boundary.
+  for (int i = 0; i < 3; ++i) CHECK(b.try_acquire("warm", limit).allowed);
+  CHECK_FALSE(b.try_acquire("warm", limit).allowed);
+}
+
+TEST_CASE("boundary reads bring other nodes' counts to a node that only reads") {
+  RedisServer redis;
+  const Options options = redis_options(redis.url());
+  const Limit limit(20, 2s, 200ms);
+  Engine reader(options);
+  Engine writer(options);
+  past_next_boundary(200ms);
+  CHECK(reader.try_acquire("r", limit, 0).remaining == 20);  // known, empty
+  for (int i = 0; i < 7; ++i) REQUIRE(writer.try_acquire("r", limit).allowed);
+  CHECK(reader.try_acquire("r", limit, 0).remaining == 20);  // not read yet
+  past_next_boundary(200ms);
+  CHECK(reader.try_acquire("r", limit, 0).remaining == 13);
+  const Stats s = reader.stats();
+  CHECK(s.sync_rounds >= 1);
+  CHECK(s.active_limiters == 1);
+  CHECK(s.writes_ok == 0);
+}
+
+TEST_CASE("rejections never touch the network") {
+  RedisServer redis;
+  Engine engine(redis_options(redis.url()));
+  const Limit limit(10, 60s, 6s);  // no boundary during the test
+  for (int i = 0; i < 10; ++i) REQUIRE(engine.try_acquire("busy", limit).allowed);
+  REQUIRE_FALSE(engine.try_acquire("busy", limit).allowed);
+  const long long writes = redis.calls("evalsha") + redis.calls("eval");
+  const long long reads = redis.calls("hmget");
+  const long long total = redis.calls("evalsha") + redis.calls("eval") + redis.calls("hmget") +
+                          redis.calls("time") + redis.calls("ping");
+  int rejected = 0;
+  for (int i = 0; i < 10'000; ++i) rejected += engine.try_acquire("busy", limit).allowed ? 0 : 1;
+  CHECK(rejected == 10'000);
+  CHECK(redis.calls("evalsha") + redis.calls("eval") == writes);
+  CHECK(redis.calls("hmget") == reads);
+  CHECK(redis.calls("evalsha") + redis.calls("eval") + redis.calls("hmget") + redis.calls("time") +
+            redis.calls("ping") ==
+        total);
+}
+
+// K engines (separate connections, as separate nodes) on one resource.
+//
+// Bound, steady overload: a request is admitted only if the write script finds that it
+// fits the estimate over the shared counts, which Redis evaluates one write at a time
+// over every node's admissions, at the node's time (aligned to Redis' clock) and with the
+// trailing weight rounded up. So at every admission the shared estimate is within max,
+// as for a single node, and the single-node bound of window_test applies: the exact
+// count in the interval ending at an admission is at most max + T (1 - w) <= max + T,
+// T the count of the trailing subinterval. Checked as: max admitted in any interval
+// <= max + the most admitted in one subinterval. (Clock offsets between the nodes, a
+// millisecond or less here, shift a weight by under 1%; not visible at these counts.)
+// Cold burst (every engine offered max at once, from empty): the same check, so exactly
+// max is admitted, whatever K.
+TEST_CASE("several engines share one limit: steady overload and a cold burst") {
+  RedisServer redis;
+  constexpr int kEngines = 4;
+  const Options options = redis_options(redis.url());
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int i = 0; i < kEngines; ++i) engines.push_back(std::make_unique<Engine>(options));
+
+  SUBCASE("steady overload") {
+    const Limit limit(40, 1s, 100ms);
+    const std::int64_t interval = 1'000'000'000;
+    std::vector<std::vector<std::int64_t>> admitted(kEngines);
+    std::barrier start(kEngines);
+    std::vector<std::thread> threads;
+    const std::int64_t begin = SystemClock::read();
+    for (int i = 0; i < kEngines; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        const auto end = Clock::now() + 4s;
+        while (Clock::now() < end) {
+          if (engines[i]->try_acquire("hot", limit).allowed)
+            admitted[i].push_back(SystemClock::read());
+          std::this_thread::sleep_for(200us);  // about 4 x 5000 requests/s for 40/s: 500x
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<std::int64_t> all;
+    for (const auto& a : admitted) all.insert(all.end(), a.begin(), a.end());
+    std::vector<std::int64_t> steady;  // after the first window (cold start)
+    for (const auto t : all) {
+      if (t >= begin + interval) steady.push_back(t);
+    }
+    const std::size_t worst = max_in_window(steady, interval);
+    const std::size_t busiest_epoch = max_in_window(steady, interval / 10);  // one subinterval
+    MESSAGE("steady overload, " << kEngines << " engines, limit 40/s: max admitted in any 1 s = "
+                                << worst << " (" << double(worst) / 40 << " x limit), bound 40 + "
+                                << busiest_epoch);
+    CHECK(worst <= 40 + busiest_epoch);
+    CHECK(worst <= 44);  // what that comes to under steady overload: 40 + 40 / 10
+    CHECK(worst >= 36);  // and it does admit about the limit
+  }
+
+  SUBCASE("cold burst") {
+    const Limit limit(50, 10s, 1s);
+    std::atomic<int> admitted{0};
+    std::barrier start(kEngines);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kEngines; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        int mine = 0;
+        for (int k = 0; k < 50; ++k)
+          mine += engines[i]->try_acquire("burst", limit).allowed ? 1 : 0;
+        admitted += mine;
+      });
+    }
+    for (auto& t : threads) t.join();
+    MESSAGE("cold burst, " << kEngines << " engines offered 50 each: admitted " << admitted.load());
+    CHECK(admitted.load() == 50);
+  }
+}
+
+// A clock 3 s ahead of the machine's.
+class SkewedClock final : public ratewin::Clock {
+ public:
+  std::chrono::nanoseconds now() const noexcept override {
+    return std::chrono::nanoseconds(SystemClock::read()) + 3s;
+  }
+};
+
+TEST_CASE("a node with a skewed clock agrees on epochs once it measured the offset") {
+  RedisServer redis;
+  Options plain = redis_options(redis.url());
+  Options skewed = plain;
+  skewed.clock = std::make_shared<SkewedClock>();
+  Engine a(plain);
+  Engine b(skewed);
+  const Stats sb = b.stats();
+  CHECK(sb.clock_offset < -2950ms);  // the Redis clock is the machine's
+  CHECK(sb.clock_offset > -3050ms);
+  CHECK(std::chrono::abs(a.stats().clock_offset) < 50ms);
+
+  // Both write into the same epoch of one resource: with a 3 s skew (7.5 epochs of
+  // 400 ms) uncorrected, b would write into another epoch and not see a's counts.
+  const Limit limit(5, 4s, 400ms);
+  const std::int64_t r = 400'000'000;
+  std::this_thread::sleep_for(std::chrono::nanoseconds(r - SystemClock::read() % r) + 20ms);
+  for (int i = 0; i < 3; ++i) CHECK(a.try_acquire("skew", limit).allowed);
+  for (int i = 0; i < 2; ++i) CHECK(b.try_acquire("skew", limit).allowed);
+  const Decision da = a.try_acquire("skew", limit, 0);
+  const Decision db = b.try_acquire("skew", limit, 0);
+  CHECK(db.remaining == 0);  // b saw a's 3 (warm start) and its own 2
+  // a and b share the key prefix: one key, and in it one field (one epoch) written.
+  const std::string keys = redis.command({"KEYS", plain.key_prefix + "*"});
+  REQUIRE(keys.find("}:400x10") != std::string::npos);
+  const std::string fields = redis.command({"HKEYS", keys.substr(0, keys.find('\n'))});
+  CHECK(std::count(fields.begin(), fields.end(), '\n') == 1);
+  // Their decisions agree: the same reset time, within the measurement's error.
+  CHECK(std::chrono::abs(da.reset_after - db.reset_after) < 20ms);
+}
+
+TEST_CASE("Redis killed under load: deadlines, degraded decisions, recovery") {
+  RedisServer redis;
+  Logs logs;
+  Engine engine(redis_options(redis.url(), &logs));
+  const Limit local(kHuge, 1s, 100ms);
+  const Limit open = Limit(1, 1s, 100ms).with_failure_policy(FailurePolicy::open);
+  const Limit closed = Limit(kHuge, 1s, 100ms).with_failure_policy(FailurePolicy::closed);
+  REQUIRE(engine.try_acquire("x", local).allowed);
+  REQUIRE_FALSE(engine.try_acquire("x", local).degraded);
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> slowest{0};
+  std::thread load([&] {
+    while (!stop) {
+      const auto took = timed([&] { (void)engine.try_acquire("x", local); });
+      if (took.count() > slowest) slowest = took.count();
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  redis.stop(/*crash=*/true);
+  REQUIRE(eventually([&] { return !engine.stats().store_available; }));
+  std::this_thread::sleep_for(200ms);
+  stop = true;
+  load.join();
+  // No call waited longer than a deadline (command timeout 100 ms, connect 300 ms).
+  CHECK(std::chrono::nanoseconds(slowest.load()) < 400ms);
+
+  // Circuit open: decisions are local, degraded, and at local speed.
+  const Decision d = engine.try_acquire("x", local);
+  CHECK(d.allowed);
+  CHECK(d.degraded);
+  std::vector<std::int64_t> times;
+  for (int i = 0; i < 1000; ++i)
+    times.push_back(timed([&] { (void)engine.try_acquire("x", local); }).count());
+  std::nth_element(times.begin(), times.begin() + 500, times.end());
+  CHECK(std::chrono::nanoseconds(times[500]) < 100us);
+  // Failure policies.
+  CHECK(engine.try_acquire("o", open).allowed);
+  CHECK(engine.try_acquire("o", open).allowed);  // over its max of 1: open allows
+  const Decision refused = engine.try_acquire("c", closed);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.degraded);
+  CHECK(refused.retry_after > 0ns);
+  const Stats down = engine.stats();
+  CHECK(down.writes_skipped > 0);
+  CHECK(down.degraded > 0);
+  CHECK(down.circuit_opens >= 1);
+  CHECK(logs.contain("unreachable"));
+
+  // Back: the engine reconnects by itself, without being rebuilt.
+  REQUIRE(redis.start());
+  REQUIRE(eventually([&] { return engine.stats().store_available; }));
+  const Decision back = engine.try_acquire("x", local);
+  CHECK(back.allowed);
+  CHECK_FALSE(back.degraded);
+  CHECK(engine.stats().writes_ok > 0);
+  CHECK(logs.contain("reachable again"));
+}
+
+TEST_CASE("Redis paused (SIGSTOP): no call blocks longer than the deadline") {
+  RedisServer redis;
+  Engine engine(redis_options(redis.url()));
+  const Limit limit(kHuge, 1s, 100ms);
+  REQUIRE(engine.try_acquire("p", limit).allowed);
+  redis.pause();
+  std::vector<std::thread> threads;
+  std::atomic<std::int64_t> slowest{0};
+  std::atomic<int> degraded{0};
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        Decision d;
+        const auto took = timed([&] { d = engine.try_acquire("p", limit); });
+        if (took.count() > slowest) slowest = took.count();
+        degraded += d.degraded ? 1 : 0;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(std::chrono::nanoseconds(slowest.load()) < 250ms);  // command timeout: 100 ms
+  CHECK(degraded.load() > 0);
+  redis.resume();
+  CHECK(eventually([&] { return engine.stats().store_available; }));
+  CHECK_FALSE(engine.try_acquire("p", limit).degraded);
+}
+
+TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear errors, no hang") {
+  const Limit limit(5, 1s, 100ms);
+
+  SUBCASE("wrong password") {
+    RedisServer redis({"--requirepass", "right"});
+    Logs logs;
+    std::unique_ptr<Engine> engine;
+    const auto took = timed([&] {
+      engine = std::make_unique<Engine>(
+          redis_options("redis://:wrong@127.0.0.1:" + std::to_string(redis.port()), &logs));
+    });
+    CHECK(took < 1s);
+    const Stats s = engine->stats();
+    CHECK_FALSE(s.store_available);
+    CHECK(s.last_error.find("authentication failed") != std::string::npos);
+    CHECK(s.last_error.find("WRONGPASS") != std::string::npos);
+    CHECK(logs.contain("WRONGPASS"));
+    const Decision d = engine->try_acquire("a", limit);
+    CHECK(d.allowed);
+    CHECK(d.degraded);
+    // The right password works.
+    Engine good(redis_options("redis://:right@127.0.0.1:" + std::to_string(redis.port())));
+    CHECK_FALSE(good.try_acquire("a", limit).degraded);
+  }
+
+  SUBCASE("nobody listening") {
+    RedisServer redis;
+    const int port = redis.port();
+    redis.stop();
+    Logs logs;
+    std::unique_ptr<Engine> engine;
+    const auto took = timed([&] {
+      engine = std::make_unique<Engine>(
+          redis_options("redis://127.0.0.1:" + std::to_string(port), &logs));
+    });
+    CHECK(took < 1s);
+    CHECK(engine->stats().last_error.find("cannot connect") != std::string::npos);
+    CHECK(engine->try_acquire("a", limit).degraded);
+    // It connects when Redis comes up.
+    REQUIRE(redis.start());
+    CHECK(eventually([&] { return engine->stats().store_available; }));
+  }
+
+  SUBCASE("an address that does not answer") {
+    Logs logs;
+    std::unique_ptr<Engine> engine;
+    const auto took = timed(
+        [&] { engine = std::make_unique<Engine>(redis_options("redis://192.0.2.1:6379", &logs)); });
+    CHECK(took < 1s);  // the connect deadline (300 ms) bounds it
+    CHECK_FALSE(engine->stats().store_available);
+    CHECK_FALSE(engine->stats().last_error.empty());
+    const auto call = timed([&] { CHECK(engine->try_acquire("a", limit).degraded); });
+    CHECK(call < 10ms);
+  }
+
+  SUBCASE("Redis that answers errors") {
+    RedisServer redis({"--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""});
+    Engine engine(redis_options(redis.url()));
+    const auto took = timed([&] {
+      const Decision d = engine.try_acquire("a", limit);
+      CHECK(d.allowed);   // FailurePolicy::local: the local decision stands
+      CHECK(d.degraded);  // but it could not be shared
+    });
+    CHECK(took < 200ms);
+    const Stats s = engine.stats();
+    CHECK(s.writes_failed == 1);
+    CHECK(s.last_error.find("unknown command") != std::string::npos);
+  }
+}
+
+TEST_CASE("ACL users, Unix sockets and databases") {
+  RedisServer redis(
+      {"--user", "alice", "on", ">secret", "~*", "+@all", "--user", "default", "off"});
+  const Limit limit(5, 1s, 100ms);
+  Engine acl(
+      redis_options("redis://alice:secret@127.0.0.1:" + std::to_string(redis.port()) + "/3"));
+  const Decision d = acl.try_acquire("u", limit);
+  CHECK(d.allowed);
+  CHECK_FALSE(d.degraded);
+  CHECK(acl.stats().writes_ok == 1);
+  Engine unix_socket(redis_options("unix://alice:secret@" + redis.socket_path() + "?db=3"));
+  CHECK_FALSE(unix_socket.try_acquire("u", limit).degraded);
+  Engine wrong_user(redis_options("redis://bob:secret@127.0.0.1:" + std::to_string(redis.port())));
+  CHECK(wrong_user.stats().last_error.find("authentication failed") != std::string::npos);
+}
+
+TEST_CASE("key layout: one hash per resource and geometry, small fields, expiring") {
+  RedisServer redis;
+  Options options = redis_options(redis.url());
+  options.key_prefix = "layout";
+  Engine engine(options);
+  const std::uint64_t resource = 0x1234abcd;
+  (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
+  (void)engine.try_acquire(resource, Limit(100, 1s, 250ms));  // another geometry: another key
+  const std::string keys = redis.command({"KEYS", "layout*"});
+  CHECK(keys.find("layout:{000000001234abcd}:100x10") != std::string::npos);
+  CHECK(keys.find("layout:{000000001234abcd}:250x4") != std::string::npos);
+  const long long ttl =
+      std::atoll(redis.command({"PTTL", "layout:{000000001234abcd}:100x10"}).c_str());
+  CHECK(ttl > 1000);  // (N + 3) x resolution = 1.3 s
+  CHECK(ttl <= 1300);
+  // Writes in many epochs: the hash keeps only the window's fields.
+  for (int i = 0; i < 30; ++i) {
+    (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
+    std::this_thread::sleep_for(60ms);
+  }
+  const std::string fields = redis.command({"HKEYS", "layout:{000000001234abcd}:100x10"});
+  const auto n = std::count(fields.begin(), fields.end(), '\n');
+  CHECK(n <= 12);
+  CHECK(n >= 8);
+  CHECK(redis.command({"OBJECT", "ENCODING", "layout:{000000001234abcd}:100x10"}) == "listpack");
+}
+
+TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes cleanly") {
+  RedisServer redis;
+  const Limit limit(kHuge, 1s, 100ms);
+  SUBCASE("the store alone, paused mid-read") {
+    struct Target final : detail::SyncTarget {
+      void take_activity(std::vector<detail::Activity>& out) override {
+        out.push_back({{7, 100, 10}, SystemClock::read() / 100'000'000});
+      }
+      void merge(const detail::LimiterKey&, std::span<const detail::EpochCount>) override {}
+    } target;
+    detail::RedisStoreConfig config;
+    config.endpoint = detail::RedisEndpoint::parse(redis.url());
+    config.key_prefix = "shut";
+    config.connect_timeout = 300ms;
+    config.command_timeout = 100ms;
+    config.clock = system_clock();
+    auto store = std::make_unique<detail::RedisStore>(config, target);
+    CHECK(eventually([&] { return store->sync_now(); }));  // once connected in the background
+    redis.pause();
+    std::thread reader([&] { (void)store->sync_now(); });  // stuck on the paused server
+    std::this_thread::sleep_for(20ms);
+    const auto took = timed([&] { store->shutdown(); });
+    reader.join();
+    redis.resume();
+    CHECK(took < 500ms);
+    CHECK(store->loop_close_result() == 0);
+  }
+  SUBCASE("an engine, with threads deciding through handles") {
+    auto engine = std::make_unique<Engine>(redis_options(redis.url()));
+    std::vector<LimiterHandle> handles;
+    for (int i = 0; i < 3; ++i) handles.push_back(engine->limiter("h" + std::to_string(i), limit));
+    redis.pause();
+    std::vector<std::thread> threads;
+    for (auto& h : handles) {
+      threads.emplace_back([&h] {
+        for (int i = 0; i < 50; ++i) (void)h.try_acquire();
+      });
+    }
+    std::this_thread::sleep_for(20ms);
+    engine.reset();  // the handles keep the engine's state until they are done
+    for (auto& t : threads) t.join();
+    handles.clear();  // the last reference: the store shuts down here
+    redis.resume();
+  }
+}
+
+}  // namespace ratewin::test
