@@ -202,8 +202,18 @@ EngineCore::~EngineCore() {
         }
       }
       if (!load_first) {
-        fits = d.allowed;
-        if (fits && cost != 0) {
+        fits = d.allowed;  // what the counts say
+        if (degraded) {
+          // The store could not inform this decision: the limit's failure policy rules.
+          if (limit.failure_policy() == FailurePolicy::closed) {
+            d.allowed = false;
+            d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
+          } else if (limit.failure_policy() == FailurePolicy::open && !d.allowed) {
+            d.allowed = true;  // not counted: it did not fit
+            d.retry_after = std::chrono::nanoseconds(0);
+          }
+        }
+        if (fits && d.allowed && cost != 0) {
           section.open();
           window.add(cost);
         }
@@ -211,19 +221,18 @@ EngineCore::~EngineCore() {
       }
     }
     if (!load_first) break;
-    // Outside the lock: one round trip for the whole window.
+    // Outside the lock: one round trip for the whole window. If it fails, the decision
+    // is made without the shared counts: degraded.
     if (!store_->load(key, first_loaded, loaded)) {
       loaded.clear();
-      degraded = !store_->available();
+      degraded = true;
     }
   }
   d.degraded = degraded;
-  if (degraded && limit.failure_policy() == FailurePolicy::open && !d.allowed) {
-    d.allowed = true;  // counted only when it fit
-    d.retry_after = std::chrono::nanoseconds(0);
-  }
   // While the store is unreachable, add() returns at once (and counts a skipped write).
-  if (store_ != nullptr && fits && cost != 0) publish(shard, key, hash, epoch, now, limit, cost, d);
+  if (store_ != nullptr && fits && d.allowed && cost != 0) {
+    publish(shard, key, hash, epoch, now, limit, cost, d);
+  }
   counters_.add(d.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
   return d;
 }

@@ -419,6 +419,20 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     CHECK(s.writes_failed == 1);
     CHECK(s.last_error.find("unknown command") != std::string::npos);
   }
+
+  SUBCASE("Redis that refuses the warm start's read") {
+    RedisServer redis({"--rename-command", "HMGET", ""});
+    Engine engine(redis_options(redis.url()));
+    CHECK(engine.stats().store_available);  // it answers: the circuit stays closed
+    const Decision local = engine.try_acquire("a", limit);
+    CHECK(local.allowed);
+    CHECK(local.degraded);  // decided without the shared counts
+    const Decision closed =
+        engine.try_acquire("b", limit.with_failure_policy(FailurePolicy::closed));
+    CHECK_FALSE(closed.allowed);
+    CHECK(closed.degraded);
+    CHECK(engine.stats().warm_start_failures == 2);
+  }
 }
 
 TEST_CASE("ACL users, Unix sockets and databases") {
