@@ -8,23 +8,39 @@
 
 namespace ratewin::bench {
 int run_local(const cxxopts::ParseResult& args);
-}
+int run_accuracy(const cxxopts::ParseResult& args);
+int run_redis(const cxxopts::ParseResult& args);
+}  // namespace ratewin::bench
 
 int main(int argc, char** argv) {
   cxxopts::Options options("ratewin-bench",
                            "Measure ratewin against baselines taken in the same run.");
   options.positional_help("MODE");
-  options.add_options()("mode", "what to measure: local (decision path, memory per limiter)",
-                        cxxopts::value<std::string>()->default_value("local"))(
-      "runs", "runs per case; figures are medians", cxxopts::value<int>()->default_value("7"))(
-      "run-ms", "approximate duration of one run of one case, ms",
-      cxxopts::value<double>()->default_value("150"))(
-      "resources", "distinct resources per thread in the distinct-resource cases",
-      cxxopts::value<std::uint64_t>()->default_value("100000"))(
-      "limiters", "limiters held for the memory figure",
-      cxxopts::value<std::uint64_t>()->default_value("1000000"))(
-      "subintervals", "subintervals per limiter for the memory figure",
-      cxxopts::value<std::uint32_t>()->default_value("12"))("h,help", "print this help");
+  // clang-format off
+  options.add_options()
+    ("mode", "what to measure: local (decision path, memory per limiter), redis (the Redis-backed "
+             "paths against raw hiredis), accuracy (K engines sharing one Redis against an exact "
+             "sliding window)",
+     cxxopts::value<std::string>()->default_value("local"))
+    ("runs", "local: rounds; figures are medians", cxxopts::value<int>()->default_value("7"))
+    ("run-ms", "local: approximate duration of one run of one case, ms",
+     cxxopts::value<double>()->default_value("150"))
+    ("resources", "local: distinct resources in the distinct-resource cases",
+     cxxopts::value<std::uint64_t>()->default_value("100000"))
+    ("limiters", "local: limiters held for the memory figure",
+     cxxopts::value<std::uint64_t>()->default_value("1000000"))
+    ("subintervals", "local: subintervals per limiter for the memory figure",
+     cxxopts::value<std::uint32_t>()->default_value("12"))
+    ("redis", "Redis URL for the redis and accuracy modes; empty: start a private redis-server",
+     cxxopts::value<std::string>()->default_value(""))
+    ("engines", "accuracy: numbers of engines to run, comma-separated",
+     cxxopts::value<std::string>()->default_value("1,2,4,8"))
+    ("scale", "accuracy: time scale (1 = 100 per 10 s at 1 s, for 40 s and 60 s)",
+     cxxopts::value<double>()->default_value("1"))
+    ("csv", "accuracy: also write the figures as CSV to this file",
+     cxxopts::value<std::string>()->default_value(""))
+    ("h,help", "print this help");
+  // clang-format on
   options.parse_positional({"mode"});
   try {
     const auto args = options.parse(argc, argv);
@@ -34,6 +50,8 @@ int main(int argc, char** argv) {
     }
     const std::string mode = args["mode"].as<std::string>();
     if (mode == "local") return ratewin::bench::run_local(args);
+    if (mode == "accuracy") return ratewin::bench::run_accuracy(args);
+    if (mode == "redis") return ratewin::bench::run_redis(args);
     std::fprintf(stderr, "ratewin-bench: unknown mode '%s' (try --help)\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {
