@@ -57,19 +57,8 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
   if (store != nullptr) {
     store_ = std::move(store);
   } else if (!options_.redis.empty()) {
-    RedisStoreConfig config;
-    config.endpoint = RedisEndpoint::parse(options_.redis);
-    config.key_prefix = options_.key_prefix;
-    config.connect_timeout = options_.connect_timeout;
-    config.command_timeout = options_.command_timeout;
-    config.max_connections = options_.max_connections;
-    config.sync_settle = options_.sync_settle;
-    config.sync_clock = options_.sync_clock;
-    config.clock_sync_interval = options_.clock_sync_interval;
-    config.clock = clock_;
-    config.logger = options_.logger;
     // Made last: its thread calls back into the registry.
-    store_ = std::make_unique<RedisStore>(std::move(config), *this);
+    store_ = std::make_unique<RedisStore>(options_, clock_, *this);
   }
 }
 

@@ -127,18 +127,20 @@ struct RedisStore::Batch {
   void finish();
 };
 
-RedisStore::RedisStore(RedisStoreConfig config, SyncTarget& target)
-    : config_(std::move(config)),
-      layout_{config_.key_prefix},
+RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> clock,
+                       SyncTarget& target)
+    : options_(options),
+      endpoint_(RedisEndpoint::parse(options.redis)),
+      clock_(std::move(clock)),
+      layout_{options.key_prefix},
       target_(target),
-      pool_(config_.endpoint, config_.connect_timeout, config_.command_timeout,
-            config_.max_connections) {
+      pool_(endpoint_, options.connect_timeout, options.command_timeout, options.max_connections) {
   if (connect_now()) {
     available_.store(true, std::memory_order_release);
   } else {
     circuit_opens_.fetch_add(1, std::memory_order_relaxed);
     down_since_ns_.store(steady_ns(), std::memory_order_relaxed);
-    log(LogLevel::warning, "Redis at " + config_.endpoint.describe() + " is not reachable yet (" +
+    log(LogLevel::warning, "Redis at " + endpoint_.describe() + " is not reachable yet (" +
                                last_error_ + "); deciding with local counts until it is");
   }
   loop_.post([this] {
@@ -147,13 +149,13 @@ RedisStore::RedisStore(RedisStoreConfig config, SyncTarget& target)
     uv_timer_init(loop_.loop(), &clock_timer_);
     clock_timer_.data = this;
     async_ = std::make_unique<AsyncRedis>(
-        loop_.loop(), config_.endpoint, config_.connect_timeout, config_.command_timeout,
+        loop_.loop(), endpoint_, options_.connect_timeout, options_.command_timeout,
         AsyncRedis::Events{[this] { on_ready(); },
                            [this](const std::string& error) { on_lost(error); }});
     async_->set_raw_handler(&Batch::on_reply);
     async_->start();
-    if (config_.sync_clock && config_.clock_sync_interval.count() > 0) {
-      const auto every = static_cast<std::uint64_t>(config_.clock_sync_interval.count());
+    if (options_.sync_clock && options_.clock_sync_interval.count() > 0) {
+      const auto every = static_cast<std::uint64_t>(options_.clock_sync_interval.count());
       uv_timer_start(&clock_timer_, &RedisStore::on_clock_timer, every, every);
     }
     schedule_tick();
@@ -177,7 +179,7 @@ void RedisStore::shutdown() {
 }
 
 void RedisStore::log(LogLevel level, const std::string& message) const {
-  if (config_.logger) config_.logger(level, message);
+  if (options_.logger) options_.logger(level, message);
 }
 
 void RedisStore::note_error(const std::string& error) {
@@ -221,9 +223,9 @@ bool RedisStore::connect_now() {
     std::lock_guard lock(mutex_);
     sha_ = sha;
   }
-  if (config_.sync_clock) {
+  if (options_.sync_clock) {
     for (int i = 0; i < 3; ++i) {
-      const std::int64_t sent = config_.clock->now().count();
+      const std::int64_t sent = clock_->now().count();
       std::int64_t server = 0;
       if (!lease->round_trip(
               {"TIME"},
@@ -237,7 +239,7 @@ bool RedisStore::connect_now() {
         note_error("reading the Redis clock: " + error);
         return false;
       }
-      take_clock_sample(sent, config_.clock->now().count(), server);
+      take_clock_sample(sent, clock_->now().count(), server);
     }
   }
   return true;
@@ -256,7 +258,7 @@ void RedisStore::open_circuit(const std::string& why) {
   if (!available_.exchange(false, std::memory_order_acq_rel)) return;
   circuit_opens_.fetch_add(1, std::memory_order_relaxed);
   down_since_ns_.store(steady_ns(), std::memory_order_relaxed);
-  log(LogLevel::warning, "Redis at " + config_.endpoint.describe() + " unreachable (" + why +
+  log(LogLevel::warning, "Redis at " + endpoint_.describe() + " unreachable (" + why +
                              "); deciding with local counts until it is back");
   // Find out when it is back: a probe on the background connection (which reconnects on
   // its own if it is down; on_ready then recovers).
@@ -416,7 +418,7 @@ void RedisStore::on_ready() {
                       sha_.assign(r->str, r->len);
                     }
                   });
-  if (config_.sync_clock) probe_clock(5);
+  if (options_.sync_clock) probe_clock(5);
   if (!available()) recover();
 }
 
@@ -433,7 +435,7 @@ void RedisStore::recover() {
   pool_.drop_idle();  // connections opened before the outage may be dead
   if (!available_.exchange(true, std::memory_order_acq_rel)) {
     const std::int64_t down = steady_ns() - down_since_ns_.load(std::memory_order_relaxed);
-    log(LogLevel::info, "Redis at " + config_.endpoint.describe() + " reachable again after " +
+    log(LogLevel::info, "Redis at " + endpoint_.describe() + " reachable again after " +
                             std::to_string(down / 1'000'000) + " ms; re-reading active limiters");
   }
   for (auto& [id, g] : geometries_) g.resync = true;
@@ -442,9 +444,9 @@ void RedisStore::recover() {
 
 void RedisStore::probe_clock(int samples) {
   if (async_ == nullptr || !async_->ready()) return;
-  const std::int64_t sent = config_.clock->now().count();
+  const std::int64_t sent = clock_->now().count();
   async_->command({"TIME"}, [this, sent, samples](const redisReply* r, const std::string&) {
-    const std::int64_t received = config_.clock->now().count();
+    const std::int64_t received = clock_->now().count();
     if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return;
     const auto server = static_cast<std::int64_t>(count_of(r->element[0])) * 1'000'000'000 +
                         static_cast<std::int64_t>(count_of(r->element[1])) * 1'000;
@@ -495,7 +497,7 @@ void RedisStore::tick() {
     const std::int64_t n = g.subintervals;
     const std::int64_t e = SlidingWindow::epoch_of(now, r);
     const std::int64_t settle =
-        std::min<std::int64_t>(config_.sync_settle.count() * 1'000'000, r / 4);
+        std::min<std::int64_t>(options_.sync_settle.count() * 1'000'000, r / 4);
     if (now >= g.next_boundary * r + settle) {
       // The epochs that closed since the last boundary handled (several if this tick is
       // late), no older than the window.
@@ -535,7 +537,7 @@ void RedisStore::schedule_tick() {
   for (const auto& [id, g] : geometries_) {
     const std::int64_t r = g.resolution_ns();
     const std::int64_t settle =
-        std::min<std::int64_t>(config_.sync_settle.count() * 1'000'000, r / 4);
+        std::min<std::int64_t>(options_.sync_settle.count() * 1'000'000, r / 4);
     delay = std::min(delay, g.next_boundary * r + settle - now);
   }
   const auto ms =
@@ -633,7 +635,7 @@ bool RedisStore::sync_now() {
     one_done(true);
   });
   if (!posted) return false;
-  if (future.wait_for(config_.connect_timeout + config_.command_timeout * 10) !=
+  if (future.wait_for(options_.connect_timeout + options_.command_timeout * 10) !=
       std::future_status::ready) {
     return false;
   }

@@ -59,19 +59,6 @@ struct KeyLayout {
 // trailing weight (in 2^-20).
 extern const char* const kWriteScript;
 
-struct RedisStoreConfig {
-  RedisEndpoint endpoint;
-  std::string key_prefix;
-  std::chrono::milliseconds connect_timeout{500};
-  std::chrono::milliseconds command_timeout{100};
-  std::size_t max_connections = 64;
-  std::chrono::milliseconds sync_settle{10};
-  bool sync_clock = true;
-  std::chrono::milliseconds clock_sync_interval{10'000};
-  std::shared_ptr<const Clock> clock;  // the engine's own clock
-  std::function<void(LogLevel, std::string_view)> logger;
-};
-
 // Store on Redis.
 //
 // Application threads: an allowed request's write is one round trip (EVALSHA of the
@@ -90,7 +77,10 @@ struct RedisStoreConfig {
 // answers, and then every active limiter's window is read again.
 class RedisStore final : public Store {
  public:
-  RedisStore(RedisStoreConfig config, SyncTarget& target);
+  // Connects to options.redis (trying once, for up to the connect timeout, before
+  // returning) with the options' key prefix, deadlines, pool size, settle delay, clock
+  // synchronisation and logger. `clock` is the engine's own clock.
+  RedisStore(const Options& options, std::shared_ptr<const Clock> clock, SyncTarget& target);
   ~RedisStore() override;
 
   std::optional<bool> add(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
@@ -125,9 +115,7 @@ class RedisStore final : public Store {
   };
   struct Batch;
 
-  std::int64_t aligned_now() const noexcept {
-    return config_.clock->now().count() + clock_offset();
-  }
+  std::int64_t aligned_now() const noexcept { return clock_->now().count() + clock_offset(); }
   void log(LogLevel level, const std::string& message) const;
   void note_error(const std::string& error);
   // A synchronous call failed: open the circuit on a network failure.
@@ -152,7 +140,9 @@ class RedisStore final : public Store {
   static void on_tick(uv_timer_t* timer);
   static void on_clock_timer(uv_timer_t* timer);
 
-  const RedisStoreConfig config_;
+  const Options options_;
+  const RedisEndpoint endpoint_;
+  const std::shared_ptr<const Clock> clock_;
   const KeyLayout layout_;
   SyncTarget& target_;
   RedisPool pool_;

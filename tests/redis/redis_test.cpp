@@ -488,13 +488,9 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
       }
       void merge(const detail::LimiterKey&, std::span<const detail::EpochCount>) override {}
     } target;
-    detail::RedisStoreConfig config;
-    config.endpoint = detail::RedisEndpoint::parse(redis.url());
-    config.key_prefix = "shut";
-    config.connect_timeout = 300ms;
-    config.command_timeout = 100ms;
-    config.clock = system_clock();
-    auto store = std::make_unique<detail::RedisStore>(config, target);
+    Options options = redis_options(redis.url());
+    options.key_prefix = "shut";
+    auto store = std::make_unique<detail::RedisStore>(options, system_clock(), target);
     CHECK(eventually([&] { return store->sync_now(); }));  // once connected in the background
     redis.pause();
     std::thread reader([&] { (void)store->sync_now(); });  // stuck on the paused server
