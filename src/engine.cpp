@@ -6,6 +6,7 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,29 @@ struct LastRead {
 };
 thread_local LastRead last_read;
 
+// Throws std::invalid_argument naming the first option out of range: a zero deadline
+// would mean "no deadline" to hiredis, and a brace in the prefix would change which part
+// of a key Redis Cluster hashes.
+void validate(const Options& o) {
+  constexpr std::chrono::milliseconds kMaxDeadline = std::chrono::hours(24);
+  const auto fail = [](const std::string& what) {
+    throw std::invalid_argument("ratewin::Options: " + what);
+  };
+  if (o.max_limiters == 0) fail("max_limiters must be at least 1");
+  if (o.connect_timeout <= std::chrono::milliseconds::zero() || o.connect_timeout > kMaxDeadline)
+    fail("connect_timeout must be between 1 ms and 24 h");
+  if (o.command_timeout <= std::chrono::milliseconds::zero() || o.command_timeout > kMaxDeadline)
+    fail("command_timeout must be between 1 ms and 24 h");
+  if (o.max_connections == 0) fail("max_connections must be at least 1");
+  if (o.sync_settle < std::chrono::milliseconds::zero() || o.sync_settle > kMaxDeadline)
+    fail("sync_settle must be between 0 and 24 h");
+  if (o.clock_sync_interval < std::chrono::milliseconds::zero() ||
+      o.clock_sync_interval > kMaxDeadline)
+    fail("clock_sync_interval must be between 0 (only on connecting) and 24 h");
+  if (o.key_prefix.find_first_of("{}") != std::string::npos)
+    fail("key_prefix must not contain '{' or '}'");
+}
+
 }  // namespace
 
 // Warnings and errors to stderr: what an engine without a logger reports.
@@ -52,7 +76,7 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       options_(std::move(options)),
       clock_(options_.clock ? options_.clock : system_clock()),
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
-      registry_(options_.max_limiters) {
+      registry_((validate(options_), options_.max_limiters)) {
   if (!options_.logger) options_.logger = log_to_stderr;
   if (store != nullptr) {
     store_ = std::move(store);

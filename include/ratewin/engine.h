@@ -25,12 +25,14 @@ class Shard;
 
 enum class LogLevel { debug, info, warning, error };
 
+// Engine settings. The Engine constructor checks them and throws std::invalid_argument
+// naming the first one out of range.
 struct Options {
   // Upper bound on limiters held in memory (one per resource and window geometry).
   // When it is reached, a limiter whose window is empty is dropped first (among the 16
   // least recently used), otherwise the least recently used one; each drop is counted
   // in Stats. The bound is split evenly over up to 64 shards by resource hash. Limiters
-  // held by a LimiterHandle are never dropped.
+  // held by a LimiterHandle are never dropped. At least 1.
   std::size_t max_limiters = 1'000'000;
   // Source of time; nullptr means system_clock().
   std::shared_ptr<const Clock> clock;
@@ -39,18 +41,22 @@ struct Options {
   // or "unix://[user[:password]@]/path/to/socket[?db=N]". The engine starts whether or
   // not Redis is up, and connects when it can.
   std::string redis;
-  // Prefix of every Redis key, so several applications can share one Redis.
+  // Prefix of every Redis key, so several applications can share one Redis. No '{' or '}'
+  // (the braces after it mark the part of a key Redis Cluster hashes).
   std::string key_prefix = "ratewin";
-  // Deadlines: establishing a connection (and logging in), and any round trip.
+  // Deadlines: establishing a connection (and logging in), and any round trip. Each
+  // between 1 ms and 24 h.
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds command_timeout{100};
-  // Most connections application threads use at once for allowed requests' writes.
+  // Most connections application threads use at once for allowed requests' writes
+  // (at least 1).
   std::size_t max_connections = 64;
   // How long after a subinterval boundary the shared counts of the subinterval that
   // just closed are read, so that writes still in flight land first. Capped at a
-  // quarter of the resolution.
+  // quarter of the resolution. Between 0 and 24 h.
   std::chrono::milliseconds sync_settle{10};
-  // Align epochs to the Redis server's clock (TIME), measured every clock_sync_interval.
+  // Align epochs to the Redis server's clock (TIME), measured on connecting and then every
+  // clock_sync_interval (0: only on connecting; at most 24 h).
   bool sync_clock = true;
   std::chrono::milliseconds clock_sync_interval{10'000};
   // Where the engine reports what happens to its connection (warnings and errors by

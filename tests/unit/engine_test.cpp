@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <barrier>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,6 +118,48 @@ TEST_CASE_FIXTURE(Fixture, "engine decides, counts and explains") {
   CHECK(s.limiters == 1);
   CHECK(s.max_limiters == 1'000'000);
   CHECK(s.evictions == 0);
+}
+
+TEST_CASE("options out of range are refused with the option's name") {
+  const auto message_of = [](const std::function<void(Options&)>& change) {
+    Options o;
+    change(o);
+    try {
+      Engine engine(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message_of([](Options& o) { o.max_limiters = 0; }).find("max_limiters") !=
+        std::string::npos);
+  // hiredis reads a zero timeout as "wait forever": never let one through.
+  CHECK(message_of([](Options& o) { o.command_timeout = 0ms; }).find("command_timeout") !=
+        std::string::npos);
+  CHECK(message_of([](Options& o) { o.command_timeout = -5ms; }).find("command_timeout") !=
+        std::string::npos);
+  CHECK(message_of([](Options& o) { o.connect_timeout = 0ms; }).find("connect_timeout") !=
+        std::string::npos);
+  CHECK(message_of([](Options& o) { o.connect_timeout = 25h; }).find("connect_timeout") !=
+        std::string::npos);
+  CHECK(message_of([](Options& o) { o.max_connections = 0; }).find("max_connections") !=
+        std::string::npos);
+  CHECK(message_of([](Options& o) { o.sync_settle = -1ms; }).find("sync_settle") !=
+        std::string::npos);
+  CHECK(message_of([](Options& o) { o.clock_sync_interval = -1ms; })
+            .find("clock_sync_interval") != std::string::npos);
+  CHECK(message_of([](Options& o) { o.key_prefix = "app{1}"; }).find("key_prefix") !=
+        std::string::npos);
+  // The limits themselves are accepted.
+  CHECK(message_of([](Options& o) {
+          o.command_timeout = 1ms;
+          o.connect_timeout = 24h;
+          o.sync_settle = 0ms;
+          o.clock_sync_interval = 0ms;
+          o.max_connections = 1;
+          o.max_limiters = 1;
+          o.key_prefix = "";
+        }) == "accepted");
 }
 
 TEST_CASE_FIXTURE(Fixture, "resources, names and window geometries") {
