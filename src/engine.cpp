@@ -142,7 +142,7 @@ EngineCore::~EngineCore() {
       // Nothing can be vouched for without the store: reject, without counting.
       d.limit = limit.max();
       d.degraded = true;
-      d.retry_after = store_->retry_hint();
+      d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
       counters_.add(DecisionCounters::kRejected);
       counters_.add(DecisionCounters::kDegraded);
       return d;

@@ -3,6 +3,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace ratewin {
 inline namespace v1 {
@@ -31,6 +34,29 @@ struct Decision {
   // False when the request's cost exceeds the limit's max: retrying cannot help.
   bool can_ever_pass() const noexcept { return retry_after != kNever; }
 };
+
+// One HTTP response header field.
+struct HeaderField {
+  std::string_view name;  // a static string
+  std::string value;
+
+  friend bool operator==(const HeaderField&, const HeaderField&) = default;
+};
+
+// The response headers that tell a client where it stands, in this order:
+//   X-RateLimit-Limit      the limit's max
+//   X-RateLimit-Remaining  units that could still be admitted now
+//   X-RateLimit-Reset      seconds until the window holds nothing of the counts made so
+//                          far (a delay, not a date), rounded up
+//   Retry-After            only when rejected and retrying can help: seconds until the
+//                          same request would pass, rounded up, at least 1
+// Every value is a decimal integer. The HTTP server, the C ABI and the Python package
+// all answer with these.
+std::vector<HeaderField> headers(const Decision& decision);
+
+// A duration in whole seconds, rounded up (negative durations give 0), as HTTP headers
+// carry delays.
+std::uint64_t ceil_seconds(std::chrono::nanoseconds d) noexcept;
 
 }  // namespace v1
 }  // namespace ratewin
