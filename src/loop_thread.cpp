@@ -1,17 +1,32 @@
 #include "loop_thread.h"
 
-#include <stdexcept>
+#include <system_error>
 #include <string>
 
 namespace ratewin::inline v1::detail {
 
+namespace {
+// libuv's codes are negated errno values.
+[[noreturn]] void throw_uv_error(int rc, const char* what) {
+  throw std::system_error(-rc, std::generic_category(), std::string("ratewin: ") + what);
+}
+}  // namespace
+
 LoopThread::LoopThread() {
-  if (const int rc = uv_loop_init(&loop_); rc != 0) {
-    throw std::runtime_error(std::string("ratewin: uv_loop_init: ") + uv_strerror(rc));
+  if (const int rc = uv_loop_init(&loop_); rc != 0) throw_uv_error(rc, "uv_loop_init");
+  if (const int rc = uv_async_init(&loop_, &wake_, &LoopThread::on_wake); rc != 0) {
+    uv_loop_close(&loop_);
+    throw_uv_error(rc, "uv_async_init");
   }
-  uv_async_init(&loop_, &wake_, &LoopThread::on_wake);
   wake_.data = this;
-  thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+  try {
+    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+  } catch (...) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    uv_loop_close(&loop_);
+    throw;
+  }
 }
 
 LoopThread::~LoopThread() {

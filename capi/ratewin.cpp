@@ -1,0 +1,512 @@
+// The C ABI over the C++ API. Every entry point runs inside guarded(): no exception
+// leaves the library, and each one becomes a RATEWIN_E* code and a message.
+#include "ratewin.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "ratewin/ratewin.h"
+
+struct ratewin_engine {
+  ratewin::Engine rep;
+};
+struct ratewin_limit {
+  ratewin::Limit rep;
+};
+struct ratewin_limiter {
+  ratewin::LimiterHandle rep;
+};
+
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+static_assert(RATEWIN_LIMIT_MAX_COUNT == ratewin::Limit::kMaxCount);
+static_assert(RATEWIN_LIMIT_MAX_SUBINTERVALS == ratewin::Limit::kMaxSubintervals);
+static_assert(RATEWIN_LIMIT_MAX_INTERVAL_MS == ratewin::Limit::kMaxInterval.count());
+static_assert(RATEWIN_LIMIT_MAX_RESOLUTION_MS == ratewin::Limit::kMaxResolution.count());
+static_assert(RATEWIN_NEVER == ratewin::Decision::kNever.count());
+
+// A copy of `text` the caller frees with ratewin_free(); nullptr if malloc fails.
+char* copy_string(std::string_view text) noexcept {
+  auto* copy = static_cast<char*>(std::malloc(text.size() + 1));
+  if (copy == nullptr) return nullptr;
+  std::memcpy(copy, text.data(), text.size());
+  copy[text.size()] = '\0';
+  return copy;
+}
+
+int fail(char** errmsg, int code, std::string_view message) noexcept {
+  if (errmsg != nullptr) *errmsg = copy_string(message);
+  return code;
+}
+
+// Runs `body` (which returns a status code), turning any exception into one.
+template <class Body>
+int guarded(char** errmsg, Body&& body) noexcept {
+  if (errmsg != nullptr) *errmsg = nullptr;
+  try {
+    return std::forward<Body>(body)();
+  } catch (const std::invalid_argument& e) {
+    return fail(errmsg, RATEWIN_EINVAL, e.what());
+  } catch (const std::length_error& e) {
+    return fail(errmsg, RATEWIN_ERANGE, e.what());
+  } catch (const std::out_of_range& e) {
+    return fail(errmsg, RATEWIN_ERANGE, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(errmsg, RATEWIN_ENOMEM, "ratewin: out of memory");
+  } catch (const std::system_error& e) {
+    return fail(errmsg, RATEWIN_ESYSTEM, e.what());
+  } catch (const std::exception& e) {
+    return fail(errmsg, RATEWIN_EINTERNAL, e.what());
+  } catch (...) {
+    return fail(errmsg, RATEWIN_EINTERNAL, "ratewin: unknown exception");
+  }
+}
+
+// The size of each struct in the first release of this major version: a caller's size
+// below it cannot be a real struct (most often, size was never set). Written as the end
+// of the last field of that release, so that adding fields later leaves it unchanged.
+template <class T>
+constexpr std::size_t kFirstSize = 0;
+template <>
+constexpr std::size_t kFirstSize<ratewin_options> =
+    offsetof(ratewin_options, logger_data) + sizeof(void*);
+template <>
+constexpr std::size_t kFirstSize<ratewin_limit_options> =
+    offsetof(ratewin_limit_options, failure_policy) + sizeof(std::int32_t);
+template <>
+constexpr std::size_t kFirstSize<ratewin_decision> =
+    offsetof(ratewin_decision, retry_after_ns) + sizeof(std::int64_t);
+template <>
+constexpr std::size_t kFirstSize<ratewin_stats> =
+    offsetof(ratewin_stats, clock_rtt_ns) + sizeof(std::int64_t);
+
+template <class T>
+bool size_too_small(const T* s) noexcept {
+  return s->size < kFirstSize<T>;
+}
+
+// Reads a caller's struct over `defaults`: the fields its size covers replace the
+// defaults. A caller built against a newer header may pass a larger struct; its fields
+// unknown here must then be 0 (their default), or the call fails instead of silently
+// ignoring a setting.
+template <class T>
+int read_sized(const T* in, T& defaults, const char* what, char** errmsg) {
+  if (in == nullptr) return fail(errmsg, RATEWIN_EINVAL, std::string(what) + " is NULL");
+  if (size_too_small(in)) {
+    return fail(errmsg, RATEWIN_EINVAL,
+                std::string(what) + ": size " + std::to_string(in->size) +
+                    " is too small (set it with the struct's _init function)");
+  }
+  const std::size_t covered = in->size < sizeof(T) ? in->size : sizeof(T);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (std::size_t i = sizeof(T); i < in->size; ++i) {
+    if (bytes[i] != 0) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  std::string(what) + ": a field this library version (" +
+                      ratewin_version_string() + ") does not know is set");
+    }
+  }
+  const std::size_t size = defaults.size;
+  std::memcpy(&defaults, in, covered);
+  defaults.size = size;
+  return RATEWIN_OK;
+}
+
+// Writes `value` into a caller's struct, only the bytes its size covers; its size is
+// kept.
+template <class T>
+void write_sized(const T& value, T* out) noexcept {
+  const std::size_t size = out->size;
+  if (size >= sizeof(T)) {
+    *out = value;
+  } else {
+    std::memcpy(out, &value, size);
+  }
+  out->size = size;
+}
+
+// A caller's output struct: not NULL, size set.
+template <class T>
+int check_out(const T* out, const char* what, char** errmsg) noexcept {
+  if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, std::string_view(what));
+  if (size_too_small(out)) {
+    return fail(errmsg, RATEWIN_EINVAL, "the output struct's size is too small (call its _init)");
+  }
+  return RATEWIN_OK;
+}
+
+ratewin_decision to_c(const ratewin::Decision& d) noexcept {
+  ratewin_decision c{};
+  c.size = sizeof c;
+  c.allowed = d.allowed ? 1 : 0;
+  c.degraded = d.degraded ? 1 : 0;
+  c.limit = d.limit;
+  c.remaining = d.remaining;
+  c.reset_after_ns = d.reset_after.count();
+  c.retry_after_ns = d.retry_after.count();
+  return c;
+}
+
+ratewin::Decision from_c(const ratewin_decision& c) noexcept {
+  ratewin::Decision d;
+  d.allowed = c.allowed != 0;
+  d.degraded = c.degraded != 0;
+  d.limit = c.limit;
+  d.remaining = c.remaining;
+  d.reset_after = nanoseconds(c.reset_after_ns);
+  d.retry_after = nanoseconds(c.retry_after_ns);
+  return d;
+}
+
+// The clock of ratewin_options, as the engine's Clock.
+class CallbackClock final : public ratewin::Clock {
+ public:
+  CallbackClock(ratewin_clock_fn fn, void* data) : fn_(fn), data_(data) {}
+  nanoseconds now() const noexcept override { return nanoseconds(fn_(data_)); }
+
+ private:
+  ratewin_clock_fn fn_;
+  void* data_;
+};
+
+ratewin::Options to_cxx(const ratewin_options& c) {
+  ratewin::Options o;
+  o.max_limiters = static_cast<std::size_t>(c.max_limiters);
+  if (c.redis != nullptr) o.redis = c.redis;
+  if (c.key_prefix != nullptr) o.key_prefix = c.key_prefix;
+  o.connect_timeout = milliseconds(c.connect_timeout_ms);
+  o.command_timeout = milliseconds(c.command_timeout_ms);
+  o.max_connections = c.max_connections;
+  o.sync_settle = milliseconds(c.sync_settle_ms);
+  o.sync_clock = c.sync_clock != 0;
+  o.clock_sync_interval = milliseconds(c.clock_sync_interval_ms);
+  if (c.clock != nullptr) o.clock = std::make_shared<CallbackClock>(c.clock, c.clock_data);
+  if (c.logger != nullptr) {
+    o.logger = [fn = c.logger, data = c.logger_data](ratewin::LogLevel level,
+                                                      std::string_view message) {
+      const std::string text(message);  // NUL-terminated for C
+      fn(data, static_cast<int>(level), text.c_str(), text.size());
+    };
+  }
+  return o;
+}
+
+ratewin::FailurePolicy to_policy(std::int32_t policy) {
+  switch (policy) {
+    case RATEWIN_FAILURE_LOCAL:
+      return ratewin::FailurePolicy::local;
+    case RATEWIN_FAILURE_OPEN:
+      return ratewin::FailurePolicy::open;
+    case RATEWIN_FAILURE_CLOSED:
+      return ratewin::FailurePolicy::closed;
+    default:
+      throw std::invalid_argument("ratewin_limit_options: unknown failure_policy " +
+                                  std::to_string(policy));
+  }
+}
+
+std::int32_t from_policy(ratewin::FailurePolicy policy) noexcept {
+  switch (policy) {
+    case ratewin::FailurePolicy::open:
+      return RATEWIN_FAILURE_OPEN;
+    case ratewin::FailurePolicy::closed:
+      return RATEWIN_FAILURE_CLOSED;
+    case ratewin::FailurePolicy::local:
+      break;
+  }
+  return RATEWIN_FAILURE_LOCAL;
+}
+
+// The arguments every try-acquire checks.
+int check_acquire(const void* handle, const char* handle_name, const ratewin_decision* decision,
+                  char** errmsg) noexcept {
+  if (handle == nullptr) {
+    return fail(errmsg, RATEWIN_EINVAL, std::string_view(handle_name));
+  }
+  return check_out(decision, "decision is NULL", errmsg);
+}
+
+}  // namespace
+
+extern "C" {
+
+unsigned int ratewin_version(void) { return RATEWIN_VERSION_HEX; }
+
+#define RATEWIN_STRINGIFY_(x) #x
+#define RATEWIN_STRINGIFY(x) RATEWIN_STRINGIFY_(x)
+const char* ratewin_version_string(void) {
+  return RATEWIN_STRINGIFY(RATEWIN_VERSION_MAJOR) "." RATEWIN_STRINGIFY(
+      RATEWIN_VERSION_MINOR) "." RATEWIN_STRINGIFY(RATEWIN_VERSION_PATCH);
+}
+
+const char* ratewin_strerror(int code) {
+  switch (code) {
+    case RATEWIN_OK:
+      return "success";
+    case RATEWIN_EINVAL:
+      return "invalid argument";
+    case RATEWIN_ENOMEM:
+      return "out of memory";
+    case RATEWIN_ERANGE:
+      return "out of range";
+    case RATEWIN_ENOSPC:
+      return "buffer too small";
+    case RATEWIN_ESYSTEM:
+      return "system error";
+    case RATEWIN_EINTERNAL:
+      return "internal error";
+    default:
+      return "unknown error";
+  }
+}
+
+const char* ratewin_err_name(int code) {
+  switch (code) {
+    case RATEWIN_OK:
+      return "RATEWIN_OK";
+    case RATEWIN_EINVAL:
+      return "RATEWIN_EINVAL";
+    case RATEWIN_ENOMEM:
+      return "RATEWIN_ENOMEM";
+    case RATEWIN_ERANGE:
+      return "RATEWIN_ERANGE";
+    case RATEWIN_ENOSPC:
+      return "RATEWIN_ENOSPC";
+    case RATEWIN_ESYSTEM:
+      return "RATEWIN_ESYSTEM";
+    case RATEWIN_EINTERNAL:
+      return "RATEWIN_EINTERNAL";
+    default:
+      return "RATEWIN_UNKNOWN";
+  }
+}
+
+void ratewin_free(void* pointer) { std::free(pointer); }
+
+uint64_t ratewin_hash(const char* name, size_t length) {
+  if (name == nullptr) return ratewin::hash(std::string_view());
+  return ratewin::hash(std::string_view(name, length));
+}
+
+void ratewin_limit_options_init(ratewin_limit_options* options) {
+  if (options == nullptr) return;
+  *options = ratewin_limit_options{};
+  options->size = sizeof *options;
+  options->failure_policy = RATEWIN_FAILURE_LOCAL;
+}
+
+int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out, char** errmsg) {
+  return guarded(errmsg, [&] {
+    ratewin_limit_options o;
+    ratewin_limit_options_init(&o);
+    if (const int rc = read_sized(options, o, "ratewin_limit_options", errmsg); rc != 0) return rc;
+    if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_new: out is NULL");
+    // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
+    if (o.interval_ms > RATEWIN_LIMIT_MAX_INTERVAL_MS) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  "ratewin::Limit: interval " + std::to_string(o.interval_ms) +
+                      " ms is longer than " + std::to_string(RATEWIN_LIMIT_MAX_INTERVAL_MS));
+    }
+    if (o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  "ratewin::Limit: resolution " + std::to_string(o.resolution_ms) +
+                      " ms is longer than " + std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS));
+    }
+    const auto interval = milliseconds(static_cast<std::int64_t>(o.interval_ms));
+    ratewin::Limit limit =
+        o.resolution_ms == 0
+            ? ratewin::Limit(o.max, interval)
+            : ratewin::Limit(o.max, interval,
+                             milliseconds(static_cast<std::int64_t>(o.resolution_ms)));
+    *out = new ratewin_limit{limit.with_failure_policy(to_policy(o.failure_policy))};
+    return RATEWIN_OK;
+  });
+}
+
+void ratewin_limit_free(ratewin_limit* limit) { delete limit; }
+
+int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out) {
+  return guarded(nullptr, [&] {
+    if (limit == nullptr) return RATEWIN_EINVAL;
+    if (const int rc = check_out(out, "out is NULL", nullptr); rc != 0) return rc;
+    ratewin_limit_options o;
+    ratewin_limit_options_init(&o);
+    o.max = limit->rep.max();
+    o.interval_ms = static_cast<std::uint64_t>(limit->rep.interval().count());
+    o.resolution_ms = static_cast<std::uint64_t>(limit->rep.resolution().count());
+    o.failure_policy = from_policy(limit->rep.failure_policy());
+    write_sized(o, out);
+    return RATEWIN_OK;
+  });
+}
+
+void ratewin_decision_init(ratewin_decision* decision) {
+  if (decision == nullptr) return;
+  *decision = ratewin_decision{};
+  decision->size = sizeof *decision;
+}
+
+int ratewin_decision_header(const ratewin_decision* decision, size_t index, const char** name,
+                            char* value, size_t value_size) {
+  return guarded(nullptr, [&] {
+    if (decision == nullptr || name == nullptr || value == nullptr) return RATEWIN_EINVAL;
+    if (size_too_small(decision)) return RATEWIN_EINVAL;
+    const auto fields = ratewin::headers(from_c(*decision));
+    if (index >= fields.size()) return RATEWIN_ERANGE;
+    const ratewin::HeaderField& field = fields[index];
+    if (field.value.size() + 1 > value_size) return RATEWIN_ENOSPC;
+    std::memcpy(value, field.value.c_str(), field.value.size() + 1);
+    *name = field.name.data();  // a string literal: NUL-terminated
+    return RATEWIN_OK;
+  });
+}
+
+void ratewin_options_init(ratewin_options* options) {
+  if (options == nullptr) return;
+  const ratewin::Options d;
+  *options = ratewin_options{};
+  options->size = sizeof *options;
+  options->max_limiters = d.max_limiters;
+  options->connect_timeout_ms = static_cast<std::uint32_t>(d.connect_timeout.count());
+  options->command_timeout_ms = static_cast<std::uint32_t>(d.command_timeout.count());
+  options->max_connections = static_cast<std::uint32_t>(d.max_connections);
+  options->sync_settle_ms = static_cast<std::uint32_t>(d.sync_settle.count());
+  options->sync_clock = d.sync_clock ? 1 : 0;
+  options->clock_sync_interval_ms = static_cast<std::uint32_t>(d.clock_sync_interval.count());
+}
+
+int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out, char** errmsg) {
+  return guarded(errmsg, [&] {
+    ratewin_options o;
+    ratewin_options_init(&o);
+    if (options != nullptr) {
+      if (const int rc = read_sized(options, o, "ratewin_options", errmsg); rc != 0) return rc;
+    }
+    if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_engine_open: out is NULL");
+    *out = new ratewin_engine{ratewin::Engine(to_cxx(o))};
+    return RATEWIN_OK;
+  });
+}
+
+void ratewin_engine_close(ratewin_engine* engine) { delete engine; }
+
+int ratewin_engine_try_acquire(ratewin_engine* engine, uint64_t resource,
+                               const ratewin_limit* limit, uint64_t cost,
+                               ratewin_decision* decision, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (const int rc = check_acquire(engine, "engine is NULL", decision, errmsg); rc != 0) {
+      return rc;
+    }
+    if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
+    write_sized(to_c(engine->rep.try_acquire(resource, limit->rep, cost)), decision);
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_try_acquire_name(ratewin_engine* engine, const char* name, size_t length,
+                                    const ratewin_limit* limit, uint64_t cost,
+                                    ratewin_decision* decision, char** errmsg) {
+  if (name == nullptr && length != 0) return fail(errmsg, RATEWIN_EINVAL, "name is NULL");
+  return ratewin_engine_try_acquire(engine, ratewin_hash(name, length), limit, cost, decision,
+                                    errmsg);
+}
+
+void ratewin_stats_init(ratewin_stats* stats) {
+  if (stats == nullptr) return;
+  *stats = ratewin_stats{};
+  stats->size = sizeof *stats;
+}
+
+int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats) {
+  return guarded(nullptr, [&] {
+    if (engine == nullptr) return RATEWIN_EINVAL;
+    if (const int rc = check_out(stats, "stats is NULL", nullptr); rc != 0) return rc;
+    const ratewin::Stats s = engine->rep.stats();
+    ratewin_stats c{};
+    c.size = sizeof c;
+    c.allowed = s.allowed;
+    c.rejected = s.rejected;
+    c.degraded = s.degraded;
+    c.limiters = s.limiters;
+    c.max_limiters = s.max_limiters;
+    c.pinned = s.pinned;
+    c.evictions = s.evictions;
+    c.evictions_active = s.evictions_active;
+    c.store = s.store ? 1 : 0;
+    c.store_available = s.store_available ? 1 : 0;
+    c.circuit_opens = s.circuit_opens;
+    c.connections = s.connections;
+    c.writes_ok = s.writes_ok;
+    c.writes_failed = s.writes_failed;
+    c.writes_skipped = s.writes_skipped;
+    c.write_p50_ns = s.write_p50.count();
+    c.write_p90_ns = s.write_p90.count();
+    c.write_p99_ns = s.write_p99.count();
+    c.write_max_ns = s.write_max.count();
+    c.warm_starts = s.warm_starts;
+    c.warm_start_failures = s.warm_start_failures;
+    c.sync_rounds = s.sync_rounds;
+    c.sync_failures = s.sync_failures;
+    c.sync_last_keys = s.sync_last_keys;
+    c.sync_last_duration_ns = s.sync_last_duration.count();
+    c.sync_max_duration_ns = s.sync_max_duration.count();
+    c.active_limiters = s.active_limiters;
+    c.clock_offset_ns = s.clock_offset.count();
+    c.clock_rtt_ns = s.clock_rtt.count();
+    write_sized(c, stats);
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_last_error(const ratewin_engine* engine, char** out) {
+  return guarded(nullptr, [&] {
+    if (engine == nullptr || out == nullptr) return RATEWIN_EINVAL;
+    char* copy = copy_string(engine->rep.stats().last_error);
+    if (copy == nullptr) return RATEWIN_ENOMEM;
+    *out = copy;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_limiter_open(ratewin_engine* engine, uint64_t resource, const ratewin_limit* limit,
+                         ratewin_limiter** out, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
+    if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limiter_open: out is NULL");
+    *out = new ratewin_limiter{engine->rep.limiter(resource, limit->rep)};
+    return RATEWIN_OK;
+  });
+}
+
+void ratewin_limiter_close(ratewin_limiter* limiter) { delete limiter; }
+
+int ratewin_limiter_try_acquire(ratewin_limiter* limiter, uint64_t cost,
+                                ratewin_decision* decision, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (const int rc = check_acquire(limiter, "limiter is NULL", decision, errmsg); rc != 0) {
+      return rc;
+    }
+    write_sized(to_c(limiter->rep.try_acquire(cost)), decision);
+    return RATEWIN_OK;
+  });
+}
+
+uint64_t ratewin_limiter_resource(const ratewin_limiter* limiter) {
+  return limiter == nullptr ? 0 : limiter->rep.resource();
+}
+
+}  // extern "C"

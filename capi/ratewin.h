@@ -1,0 +1,317 @@
+/* ratewin.h: the stable C ABI of ratewin, a distributed sliding-window rate limiter.
+ *
+ * Conventions
+ * -----------
+ * Handles.  ratewin_engine, ratewin_limit and ratewin_limiter are opaque. Each is made
+ *   by one function and destroyed by its pair:
+ *     ratewin_engine_open    / ratewin_engine_close
+ *     ratewin_limit_new      / ratewin_limit_free
+ *     ratewin_limiter_open   / ratewin_limiter_close
+ *   Destroy functions accept NULL. A handle must not be used after it is destroyed, and
+ *   must not be destroyed while another thread is using it.
+ *
+ * Errors.  Functions that can fail return 0 on success or a negative RATEWIN_E* code;
+ *   ratewin_strerror() and ratewin_err_name() turn a code into text. Those that take a
+ *   final `char** errmsg` also describe the failure: when errmsg is not NULL, *errmsg is
+ *   set to NULL on success and, on failure, to a message the caller frees with
+ *   ratewin_free() (or to NULL if even that could not be allocated). NULL or invalid
+ *   arguments give RATEWIN_EINVAL, never a crash; no C++ exception ever leaves the
+ *   library. A function that fails has no other effect: its outputs are not written.
+ *
+ * Memory.  The caller owns every struct it passes. Strings passed in are copied (the
+ *   caller may free them when the call returns). The library allocates only handles and
+ *   the strings returned through `char**`, which the caller frees with ratewin_free().
+ *
+ * Growing structs.  Every struct that crosses the boundary starts with `size`, which
+ *   the caller sets to sizeof the struct it was compiled with, most simply by calling
+ *   the struct's *_init() function, which also sets every field to its default. Fields
+ *   are only ever added at the end, so a program built against an older header keeps
+ *   working: the library reads and writes only the bytes the caller's size covers, and
+ *   fields beyond it take their defaults.
+ *
+ * Threads.  A ratewin_engine may be used from any number of threads at once, and so may
+ *   a ratewin_limiter and a ratewin_limit (which never changes once made). The engine's
+ *   own threads call the clock and logger callbacks given in ratewin_options, possibly
+ *   concurrently; they must be thread-safe and must not call back into the engine.
+ *
+ * Versions.  RATEWIN_VERSION_* give the version of this header, ratewin_version() that
+ *   of the library loaded. The same major version means the same ABI: symbols and
+ *   struct layouts never change meaning within a major version.
+ */
+#ifndef RATEWIN_CAPI_RATEWIN_H_
+#define RATEWIN_CAPI_RATEWIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define RATEWIN_EXPORT __attribute__((visibility("default")))
+#else
+#define RATEWIN_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Versions ------------------------------------------------------------------- */
+
+#define RATEWIN_VERSION_MAJOR 1
+#define RATEWIN_VERSION_MINOR 0
+#define RATEWIN_VERSION_PATCH 0
+/* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
+#define RATEWIN_VERSION_HEX \
+  ((RATEWIN_VERSION_MAJOR << 16) | (RATEWIN_VERSION_MINOR << 8) | RATEWIN_VERSION_PATCH)
+
+/* The library's RATEWIN_VERSION_HEX. A program can compare it with the header's to
+ * catch running against another library than the one it was built with. */
+RATEWIN_EXPORT unsigned int ratewin_version(void);
+/* The library's version as "major.minor.patch", a static string. */
+RATEWIN_EXPORT const char* ratewin_version_string(void);
+
+/* ---- Errors --------------------------------------------------------------------- */
+
+#define RATEWIN_OK 0
+#define RATEWIN_EINVAL (-1)    /* an argument is NULL, malformed or out of range */
+#define RATEWIN_ENOMEM (-2)    /* memory or another resource could not be allocated */
+#define RATEWIN_ERANGE (-3)    /* an index or count is beyond what exists or is allowed */
+#define RATEWIN_ENOSPC (-4)    /* the caller's buffer is too small */
+#define RATEWIN_ESYSTEM (-5)   /* the system refused (a thread, an event loop, ...) */
+#define RATEWIN_EINTERNAL (-6) /* an unexpected failure inside the library (a bug) */
+
+/* A static English description of an error code ("unknown error" for others). */
+RATEWIN_EXPORT const char* ratewin_strerror(int code);
+/* The code's name ("RATEWIN_EINVAL"), a static string ("RATEWIN_UNKNOWN" for others). */
+RATEWIN_EXPORT const char* ratewin_err_name(int code);
+/* Frees a string the library returned through a `char**`. NULL is accepted. */
+RATEWIN_EXPORT void ratewin_free(void* pointer);
+
+/* ---- Resources ------------------------------------------------------------------ */
+
+/* The 64-bit resource id of a name: XXH3-64 of its `length` bytes with seed 0, the same
+ * id the C++ and Python APIs and every other process compute for that name. `name` may
+ * be NULL only when length is 0. Never fails. */
+RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
+
+/* ---- Limits --------------------------------------------------------------------- */
+
+/* What a limit does while the shared store is unreachable (decisions are then marked
+ * degraded). */
+#define RATEWIN_FAILURE_LOCAL 0  /* keep enforcing with this process's counts (default) */
+#define RATEWIN_FAILURE_OPEN 1   /* allow every request */
+#define RATEWIN_FAILURE_CLOSED 2 /* reject every request */
+
+/* Largest max, largest interval / resolution, longest interval and resolution. */
+#define RATEWIN_LIMIT_MAX_COUNT UINT64_C(4294967295)
+#define RATEWIN_LIMIT_MAX_SUBINTERVALS 65535u
+#define RATEWIN_LIMIT_MAX_INTERVAL_MS UINT64_C(31622400000)
+#define RATEWIN_LIMIT_MAX_RESOLUTION_MS UINT64_C(4294967295)
+
+/* At most `max` units in any sliding `interval_ms`, tracked in subintervals of
+ * `resolution_ms` (interval_ms / resolution_ms of them). */
+typedef struct ratewin_limit_options {
+  size_t size;            /* sizeof(ratewin_limit_options) */
+  uint64_t max;           /* 1 to RATEWIN_LIMIT_MAX_COUNT; no default (0) */
+  uint64_t interval_ms;   /* 1 to RATEWIN_LIMIT_MAX_INTERVAL_MS; no default (0) */
+  uint64_t resolution_ms; /* must divide interval_ms; default 0: interval_ms / 10 when
+                             whole, else interval_ms / d for the largest d < 10 that
+                             divides it */
+  int32_t failure_policy; /* RATEWIN_FAILURE_*; default RATEWIN_FAILURE_LOCAL */
+} ratewin_limit_options;
+
+/* Sets options->size and every field to its default. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_limit_options_init(ratewin_limit_options* options);
+
+typedef struct ratewin_limit ratewin_limit;
+
+/* Validates `options` and makes a limit in *out. Fails with RATEWIN_EINVAL, *out
+ * untouched, when max is 0 or too large, interval_ms is 0 or too long, resolution_ms
+ * does not divide interval_ms, there would be more than RATEWIN_LIMIT_MAX_SUBINTERVALS
+ * subintervals, or the failure policy is unknown; errmsg names the problem. */
+RATEWIN_EXPORT int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
+                                     char** errmsg);
+/* Destroys a limit. Limiters opened with it keep their own copy. NULL is accepted. */
+RATEWIN_EXPORT void ratewin_limit_free(ratewin_limit* limit);
+/* Fills `out` (whose size the caller sets) with the limit's settings, resolution_ms as
+ * chosen. */
+RATEWIN_EXPORT int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out);
+
+/* ---- Decisions ------------------------------------------------------------------ */
+
+/* retry_after_ns of a request that can never pass (its cost exceeds the limit's max). */
+#define RATEWIN_NEVER INT64_MAX
+
+/* The outcome of a try-acquire. Durations are in nanoseconds from the engine's clock
+ * reading used for the decision. */
+typedef struct ratewin_decision {
+  size_t size;            /* sizeof(ratewin_decision) */
+  int32_t allowed;        /* 1: admitted and counted; 0: turned away */
+  int32_t degraded;       /* 1: the store was unreachable; the failure policy decided */
+  uint64_t limit;         /* the limit's max */
+  uint64_t remaining;     /* units that could still be admitted now */
+  int64_t reset_after_ns; /* until the window holds nothing of the counts made so far */
+  int64_t retry_after_ns; /* 0 when allowed; else until the same request would pass if
+                             nothing else arrived; RATEWIN_NEVER if it never can */
+} ratewin_decision;
+
+/* Sets decision->size and zeroes the rest. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_decision_init(ratewin_decision* decision);
+
+/* Enough bytes for any header value, with its terminating NUL. */
+#define RATEWIN_HEADER_VALUE_SIZE 24
+
+/* The response headers of a decision, one per index from 0: X-RateLimit-Limit,
+ * X-RateLimit-Remaining, X-RateLimit-Reset (seconds until the window is empty, rounded
+ * up), and when the request was rejected and retrying can help, Retry-After (seconds,
+ * rounded up, at least 1). Sets *name to a static string and copies the NUL-terminated
+ * decimal value into `value`. Returns RATEWIN_ERANGE when the decision has no header at
+ * `index` (so a loop stops there), RATEWIN_ENOSPC when value_size is too small. */
+RATEWIN_EXPORT int ratewin_decision_header(const ratewin_decision* decision, size_t index,
+                                           const char** name, char* value, size_t value_size);
+
+/* ---- Engines -------------------------------------------------------------------- */
+
+#define RATEWIN_LOG_DEBUG 0
+#define RATEWIN_LOG_INFO 1
+#define RATEWIN_LOG_WARNING 2
+#define RATEWIN_LOG_ERROR 3
+
+/* Nanoseconds since the Unix epoch. Must be thread-safe and cheap: every decision
+ * reads it. */
+typedef int64_t (*ratewin_clock_fn)(void* data);
+/* A message from the engine (RATEWIN_LOG_* level), NUL-terminated, `length` bytes. */
+typedef void (*ratewin_log_fn)(void* data, int level, const char* message, size_t length);
+
+typedef struct ratewin_options {
+  size_t size; /* sizeof(ratewin_options) */
+  /* Most limiters held in memory (one per resource and window geometry); at least 1.
+   * Beyond it, idle limiters are dropped first, then the least recently used.
+   * Default 1000000. */
+  uint64_t max_limiters;
+  /* The shared store: NULL or "" for local mode (the default), else
+   * "redis://[user[:password]@]host[:port][/db]" or
+   * "unix://[user[:password]@]/path/to/socket[?db=N]". The engine opens whether or not
+   * Redis is up, and connects when it can. */
+  const char* redis;
+  /* Prefix of every Redis key, without '{' or '}'. NULL: "ratewin". */
+  const char* key_prefix;
+  /* Deadlines for connecting (and logging in) and for any round trip, 1 ms to 24 h.
+   * Defaults 500 and 100. */
+  uint32_t connect_timeout_ms;
+  uint32_t command_timeout_ms;
+  /* Most connections used at once for allowed requests' writes, at least 1.
+   * Default 64. */
+  uint32_t max_connections;
+  /* Delay after a subinterval boundary before the shared counts are read. Default 10. */
+  uint32_t sync_settle_ms;
+  /* 1: align epochs to the Redis server's clock (the default); 0: use the local clock. */
+  int32_t sync_clock;
+  /* How often the server's clock is measured again; 0: only on connecting. Default
+   * 10000. */
+  uint32_t clock_sync_interval_ms;
+  /* Source of time; NULL: the system's real-time clock (the default). */
+  ratewin_clock_fn clock;
+  void* clock_data;
+  /* Where the engine reports its connection's ups and downs; NULL: warnings and errors
+   * to stderr (the default). Called from the engine's threads. */
+  ratewin_log_fn logger;
+  void* logger_data;
+} ratewin_options;
+
+/* Sets options->size and every field to its default. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_options_init(ratewin_options* options);
+
+typedef struct ratewin_engine ratewin_engine;
+
+/* Opens an engine; `options` NULL means every default (local mode). Fails with
+ * RATEWIN_EINVAL on an option out of range or a malformed Redis URL (errmsg says
+ * which), RATEWIN_ENOMEM or RATEWIN_ESYSTEM when resources run out. With Redis, it waits
+ * at most connect_timeout_ms for a first connection, and succeeds even if there is none
+ * (decisions are then degraded until Redis answers). */
+RATEWIN_EXPORT int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out,
+                                       char** errmsg);
+/* Closes an engine. Its threads and connections stop (calls in flight to the store
+ * finish or time out first) once the engine and every limiter opened from it are
+ * closed: limiters stay usable after their engine is closed. NULL is accepted. */
+RATEWIN_EXPORT void ratewin_engine_close(ratewin_engine* engine);
+
+/* Decides whether `cost` units of `resource` fit in `limit` now and counts them if they
+ * do; fills `decision` (whose size the caller sets). cost 0 asks without counting. A
+ * rejection never waits on the network; an admission with Redis makes one round trip
+ * bounded by command_timeout_ms. A request over the limit is not an error: the call
+ * succeeds with decision->allowed == 0. */
+RATEWIN_EXPORT int ratewin_engine_try_acquire(ratewin_engine* engine, uint64_t resource,
+                                              const ratewin_limit* limit, uint64_t cost,
+                                              ratewin_decision* decision, char** errmsg);
+/* As ratewin_engine_try_acquire for the resource ratewin_hash(name, length). */
+RATEWIN_EXPORT int ratewin_engine_try_acquire_name(ratewin_engine* engine, const char* name,
+                                                   size_t length, const ratewin_limit* limit,
+                                                   uint64_t cost, ratewin_decision* decision,
+                                                   char** errmsg);
+
+/* Counters since the engine was opened, and gauges of its state now. Durations in
+ * nanoseconds. The store fields are all 0 in local mode. */
+typedef struct ratewin_stats {
+  size_t size;               /* sizeof(ratewin_stats) */
+  uint64_t allowed;          /* decisions that admitted the request */
+  uint64_t rejected;         /* decisions that turned it away */
+  uint64_t degraded;         /* decisions made while the store was unreachable */
+  uint64_t limiters;         /* limiters held now */
+  uint64_t max_limiters;     /* the configured bound */
+  uint64_t pinned;           /* limiters held by open ratewin_limiter handles */
+  uint64_t evictions;        /* limiters dropped to stay within max_limiters */
+  uint64_t evictions_active; /* of those, ones whose window still held counts */
+  int32_t store;             /* 1: a store is configured */
+  int32_t store_available;   /* 1: writes and reads go through */
+  uint64_t circuit_opens;    /* times the store was found unreachable */
+  uint64_t connections;      /* times the background connection (re)connected */
+  uint64_t writes_ok;        /* allowed requests counted in the store */
+  uint64_t writes_failed;    /* writes that failed or timed out */
+  uint64_t writes_skipped;   /* writes not attempted: the store was unreachable */
+  int64_t write_p50_ns;      /* write round-trip latency quantiles */
+  int64_t write_p90_ns;
+  int64_t write_p99_ns;
+  int64_t write_max_ns;
+  uint64_t warm_starts;      /* limiters loaded from the store before deciding */
+  uint64_t warm_start_failures;
+  uint64_t sync_rounds;      /* boundary reads completed */
+  uint64_t sync_failures;    /* boundary reads that failed */
+  uint64_t sync_last_keys;   /* limiters read by the last boundary read */
+  int64_t sync_last_duration_ns;
+  int64_t sync_max_duration_ns;
+  uint64_t active_limiters;  /* limiters kept in step by boundary reads */
+  int64_t clock_offset_ns;   /* the store's clock minus the engine's */
+  int64_t clock_rtt_ns;      /* round trip of the measurement used */
+} ratewin_stats;
+
+/* Sets stats->size and zeroes the rest. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_stats_init(ratewin_stats* stats);
+/* Fills `stats` (whose size the caller sets). */
+RATEWIN_EXPORT int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats);
+/* The latest store failure in *out, "" if none; the caller frees it with ratewin_free(). */
+RATEWIN_EXPORT int ratewin_engine_last_error(const ratewin_engine* engine, char** out);
+
+/* ---- Limiters ------------------------------------------------------------------- */
+
+/* A limiter handle: one resource under one limit, without the lookup on every call, and
+ * never evicted while open. */
+typedef struct ratewin_limiter ratewin_limiter;
+
+/* Opens a handle on the limiter of (resource, limit) in *out. It holds at most 65535
+ * handles per limiter (RATEWIN_ERANGE beyond). */
+RATEWIN_EXPORT int ratewin_limiter_open(ratewin_engine* engine, uint64_t resource,
+                                        const ratewin_limit* limit, ratewin_limiter** out,
+                                        char** errmsg);
+/* Closes a handle. NULL is accepted. */
+RATEWIN_EXPORT void ratewin_limiter_close(ratewin_limiter* limiter);
+/* As ratewin_engine_try_acquire for the handle's resource and limit. */
+RATEWIN_EXPORT int ratewin_limiter_try_acquire(ratewin_limiter* limiter, uint64_t cost,
+                                               ratewin_decision* decision, char** errmsg);
+/* The handle's resource id. Returns 0 for NULL. */
+RATEWIN_EXPORT uint64_t ratewin_limiter_resource(const ratewin_limiter* limiter);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RATEWIN_CAPI_RATEWIN_H_ */

@@ -1,0 +1,628 @@
+/* The C ABI's own test, in plain C11, linked against libratewin.so: every function and
+ * every error path. The Redis part starts its own redis-server on a Unix socket in a
+ * fresh temporary directory and stops it by PID. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <ratewin.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    ++checks;                                                         \
+    if (!(cond)) {                                                    \
+      ++failures;                                                     \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+    }                                                                 \
+  } while (0)
+
+/* Checks that `call` returned `code` and, when a message is expected, that it names
+ * `word`; frees the message. */
+#define CHECK_ERROR(call, code, message, word)                               \
+  do {                                                                       \
+    int rc_ = (call);                                                        \
+    CHECK(rc_ == (code));                                                    \
+    if (rc_ != (code)) fprintf(stderr, "  got %s\n", ratewin_err_name(rc_)); \
+    if ((word) != NULL) {                                                    \
+      CHECK((message) != NULL && strstr((message), (word)) != NULL);         \
+      if ((message) != NULL && strstr((message), (word)) == NULL)            \
+        fprintf(stderr, "  message: %s\n", (message));                      \
+    }                                                                        \
+    ratewin_free(message);                                                   \
+    (message) = NULL;                                                        \
+  } while (0)
+
+static const int64_t kSecond = 1000000000;
+
+/* ---- A manual clock and a recording logger, through the callbacks ---------------- */
+
+static int64_t manual_now(void* data) { return atomic_load((_Atomic int64_t*)data); }
+
+struct log_record {
+  pthread_mutex_t mutex;
+  int warnings;
+  int unreachable; /* messages saying Redis cannot be reached */
+  int malformed;   /* messages whose length disagrees with their NUL */
+};
+
+static void record_log(void* data, int level, const char* message, size_t length) {
+  struct log_record* log = data;
+  pthread_mutex_lock(&log->mutex);
+  if (level >= RATEWIN_LOG_WARNING) ++log->warnings;
+  if (strstr(message, "reachable") != NULL) ++log->unreachable;
+  if (strlen(message) != length) ++log->malformed;
+  pthread_mutex_unlock(&log->mutex);
+}
+
+static ratewin_limit* make_limit(uint64_t max, uint64_t interval_ms, uint64_t resolution_ms,
+                                 int32_t policy) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  o.max = max;
+  o.interval_ms = interval_ms;
+  o.resolution_ms = resolution_ms;
+  o.failure_policy = policy;
+  ratewin_limit* limit = NULL;
+  char* message = NULL;
+  int rc = ratewin_limit_new(&o, &limit, &message);
+  CHECK(rc == 0 && limit != NULL && message == NULL);
+  return limit;
+}
+
+/* ---- Versions, errors, hashing -------------------------------------------------- */
+
+static void test_versions_and_errors(void) {
+  char expected[32];
+  CHECK(ratewin_version() == RATEWIN_VERSION_HEX);
+  snprintf(expected, sizeof expected, "%d.%d.%d", RATEWIN_VERSION_MAJOR, RATEWIN_VERSION_MINOR,
+           RATEWIN_VERSION_PATCH);
+  CHECK(strcmp(ratewin_version_string(), expected) == 0);
+
+  const int codes[] = {RATEWIN_OK,     RATEWIN_EINVAL,  RATEWIN_ENOMEM,   RATEWIN_ERANGE,
+                       RATEWIN_ENOSPC, RATEWIN_ESYSTEM, RATEWIN_EINTERNAL};
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; ++i) {
+    CHECK(strcmp(ratewin_strerror(codes[i]), "unknown error") != 0);
+    CHECK(strncmp(ratewin_err_name(codes[i]), "RATEWIN_", 8) == 0);
+    CHECK(strcmp(ratewin_err_name(codes[i]), "RATEWIN_UNKNOWN") != 0);
+  }
+  CHECK(strcmp(ratewin_err_name(RATEWIN_EINVAL), "RATEWIN_EINVAL") == 0);
+  CHECK(strcmp(ratewin_strerror(-1000), "unknown error") == 0);
+  CHECK(strcmp(ratewin_err_name(42), "RATEWIN_UNKNOWN") == 0);
+  ratewin_free(NULL);
+
+  /* XXH3-64, seed 0: the specification's value for the empty input. */
+  CHECK(ratewin_hash("", 0) == UINT64_C(0x2D06800538D394C2));
+  CHECK(ratewin_hash(NULL, 0) == UINT64_C(0x2D06800538D394C2));
+  CHECK(ratewin_hash("tenant-42", 9) == ratewin_hash("tenant-42:/v1", 9));
+  CHECK(ratewin_hash("a", 1) != ratewin_hash("b", 1));
+}
+
+/* ---- Limits ---------------------------------------------------------------------- */
+
+static void test_limits(void) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  CHECK(o.size == sizeof o);
+  CHECK(o.max == 0 && o.interval_ms == 0 && o.resolution_ms == 0);
+  CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL);
+  ratewin_limit_options_init(NULL);
+
+  /* The resolution is chosen when 0, and read back. */
+  ratewin_limit* limit = make_limit(100, 60000, 0, RATEWIN_FAILURE_CLOSED);
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(limit, &got) == 0);
+  CHECK(got.max == 100 && got.interval_ms == 60000 && got.resolution_ms == 6000);
+  CHECK(got.failure_policy == RATEWIN_FAILURE_CLOSED);
+  CHECK(ratewin_limit_get(NULL, &got) == RATEWIN_EINVAL);
+  CHECK(ratewin_limit_get(limit, NULL) == RATEWIN_EINVAL);
+  got.size = 4;
+  CHECK(ratewin_limit_get(limit, &got) == RATEWIN_EINVAL);
+  ratewin_limit_free(limit);
+  ratewin_limit_free(NULL);
+
+  /* Every way a limit can be wrong: an error code, a message naming the problem, and
+   * *out left alone. */
+  ratewin_limit* out = (ratewin_limit*)&o; /* a sentinel that must not change */
+  ratewin_limit* const sentinel = out;
+  char* message = NULL;
+  struct {
+    uint64_t max, interval_ms, resolution_ms;
+    int32_t policy;
+    const char* word;
+  } bad[] = {
+      {0, 1000, 0, 0, "max"},
+      {RATEWIN_LIMIT_MAX_COUNT + 1, 1000, 0, 0, "max"},
+      {10, 0, 0, 0, "interval"},
+      {10, RATEWIN_LIMIT_MAX_INTERVAL_MS + 1, 0, 0, "interval"},
+      {10, UINT64_MAX, 0, 0, "interval"}, /* must not wrap to a negative duration */
+      {10, 1000, 300, 0, "divide"},
+      {10, 100000, 1, 0, "subintervals"},
+      {10, 1000, UINT64_MAX, 0, "resolution"},
+      {10, 1000, 0, 7, "failure_policy"},
+      {10, 1000, 0, -1, "failure_policy"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    ratewin_limit_options b;
+    ratewin_limit_options_init(&b);
+    b.max = bad[i].max;
+    b.interval_ms = bad[i].interval_ms;
+    b.resolution_ms = bad[i].resolution_ms;
+    b.failure_policy = bad[i].policy;
+    CHECK_ERROR(ratewin_limit_new(&b, &out, &message), RATEWIN_EINVAL, message, bad[i].word);
+    CHECK(out == sentinel);
+    /* Without a message pointer the code is the same. */
+    CHECK(ratewin_limit_new(&b, &out, NULL) == RATEWIN_EINVAL);
+  }
+  CHECK_ERROR(ratewin_limit_new(NULL, &out, &message), RATEWIN_EINVAL, message, "NULL");
+  o.max = 10;
+  o.interval_ms = 1000;
+  CHECK_ERROR(ratewin_limit_new(&o, NULL, &message), RATEWIN_EINVAL, message, "out");
+  o.size = 0; /* never initialised */
+  CHECK_ERROR(ratewin_limit_new(&o, &out, &message), RATEWIN_EINVAL, message, "size");
+  CHECK(out == sentinel);
+
+  /* A caller built against a newer header passes a larger struct: accepted while the
+   * fields this library does not know hold their default (0), refused otherwise. */
+  struct {
+    ratewin_limit_options known;
+    uint64_t newer[2];
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  ratewin_limit_options_init(&newer.known);
+  newer.known.size = sizeof newer;
+  newer.known.max = 5;
+  newer.known.interval_ms = 1000;
+  ratewin_limit* grown = NULL;
+  CHECK(ratewin_limit_new(&newer.known, &grown, &message) == 0 && grown != NULL);
+  CHECK(message == NULL);
+  ratewin_limit_free(grown);
+  newer.newer[1] = 1;
+  CHECK_ERROR(ratewin_limit_new(&newer.known, &out, &message), RATEWIN_EINVAL, message,
+              "does not know");
+}
+
+/* ---- A local engine on a manual clock -------------------------------------------- */
+
+static _Atomic int64_t manual_clock = 1700000000 * INT64_C(1000000000);
+
+static ratewin_engine* open_manual_engine(uint64_t max_limiters) {
+  ratewin_options o;
+  ratewin_options_init(&o);
+  o.clock = manual_now;
+  o.clock_data = (void*)&manual_clock;
+  o.max_limiters = max_limiters;
+  ratewin_engine* engine = NULL;
+  char* message = NULL;
+  CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
+  return engine;
+}
+
+static void test_options(void) {
+  ratewin_options o;
+  ratewin_options_init(&o);
+  CHECK(o.size == sizeof o);
+  CHECK(o.max_limiters == 1000000 && o.redis == NULL && o.key_prefix == NULL);
+  CHECK(o.connect_timeout_ms == 500 && o.command_timeout_ms == 100);
+  CHECK(o.max_connections == 64 && o.sync_settle_ms == 10 && o.sync_clock == 1);
+  CHECK(o.clock_sync_interval_ms == 10000);
+  CHECK(o.clock == NULL && o.logger == NULL);
+  ratewin_options_init(NULL);
+
+  /* Every default: a local engine. */
+  ratewin_engine* engine = NULL;
+  char* message = NULL;
+  CHECK(ratewin_engine_open(NULL, &engine, &message) == 0 && engine != NULL);
+  ratewin_engine_close(engine);
+  ratewin_engine_close(NULL);
+
+  ratewin_engine* const sentinel = (ratewin_engine*)&o;
+  ratewin_engine* out = sentinel;
+  CHECK_ERROR(ratewin_engine_open(&o, NULL, &message), RATEWIN_EINVAL, message, "out");
+  struct {
+    const char* field;
+    ratewin_options options;
+  } bad[7];
+  for (size_t i = 0; i < 7; ++i) ratewin_options_init(&bad[i].options);
+  bad[0].field = "max_limiters";
+  bad[0].options.max_limiters = 0;
+  bad[1].field = "command_timeout";
+  bad[1].options.command_timeout_ms = 0;
+  bad[2].field = "connect_timeout";
+  bad[2].options.connect_timeout_ms = 86400001;
+  bad[3].field = "max_connections";
+  bad[3].options.max_connections = 0;
+  bad[4].field = "key_prefix";
+  bad[4].options.key_prefix = "a{b}";
+  bad[5].field = "Redis URL";
+  bad[5].options.redis = "http://localhost";
+  bad[6].field = "size";
+  bad[6].options.size = 8;
+  for (size_t i = 0; i < 7; ++i) {
+    CHECK_ERROR(ratewin_engine_open(&bad[i].options, &out, &message), RATEWIN_EINVAL, message,
+                bad[i].field);
+    CHECK(out == sentinel);
+  }
+}
+
+static void test_local_engine(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* limit = make_limit(3, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  CHECK(d.size == sizeof d && d.allowed == 0 && d.limit == 0);
+  ratewin_decision_init(NULL);
+  char* message = (char*)"not cleared";
+
+  const uint64_t resource = ratewin_hash("user-1", 6);
+  for (uint64_t i = 0; i < 3; ++i) {
+    CHECK(ratewin_engine_try_acquire(engine, resource, limit, 1, &d, &message) == 0);
+    CHECK(message == NULL); /* set to NULL on success */
+    CHECK(d.allowed == 1 && d.degraded == 0 && d.limit == 3 && d.remaining == 2 - i);
+    CHECK(d.retry_after_ns == 0 && d.reset_after_ns == 11 * kSecond);
+  }
+  /* By name: the same resource. */
+  CHECK(ratewin_engine_try_acquire_name(engine, "user-1", 6, limit, 1, &d, NULL) == 0);
+  CHECK(d.allowed == 0 && d.remaining == 0);
+  /* All three counts sit in the first subinterval: one more fits once a third of it
+   * has left the window, 10 s + 1/3 s on (rounded up to the nanosecond). */
+  CHECK(d.retry_after_ns == 10 * kSecond + 333333334);
+  CHECK(d.reset_after_ns == 11 * kSecond);
+
+  /* Its headers, one index at a time. */
+  const char* expected[4][2] = {{"X-RateLimit-Limit", "3"},
+                                {"X-RateLimit-Remaining", "0"},
+                                {"X-RateLimit-Reset", "11"},
+                                {"Retry-After", "11"}};
+  size_t count = 0;
+  const char* name = NULL;
+  char value[RATEWIN_HEADER_VALUE_SIZE];
+  int rc;
+  while ((rc = ratewin_decision_header(&d, count, &name, value, sizeof value)) == 0) {
+    CHECK(count < 4);
+    if (count < 4) {
+      CHECK(strcmp(name, expected[count][0]) == 0);
+      CHECK(strcmp(value, expected[count][1]) == 0);
+    }
+    ++count;
+  }
+  CHECK(rc == RATEWIN_ERANGE && count == 4);
+  CHECK(ratewin_decision_header(&d, 0, &name, value, 1) == RATEWIN_ENOSPC);
+  CHECK(ratewin_decision_header(&d, 0, &name, value, 2) == 0 && strcmp(value, "3") == 0);
+  CHECK(ratewin_decision_header(NULL, 0, &name, value, sizeof value) == RATEWIN_EINVAL);
+  CHECK(ratewin_decision_header(&d, 0, NULL, value, sizeof value) == RATEWIN_EINVAL);
+  CHECK(ratewin_decision_header(&d, 0, &name, NULL, sizeof value) == RATEWIN_EINVAL);
+
+  /* Cost 0 asks without counting; a cost above max can never pass. */
+  CHECK(ratewin_engine_try_acquire(engine, 7, limit, 0, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(d.remaining == 3);
+  CHECK(ratewin_engine_try_acquire(engine, 7, limit, 4, &d, NULL) == 0 && d.allowed == 0);
+  CHECK(d.retry_after_ns == RATEWIN_NEVER);
+  CHECK(ratewin_decision_header(&d, 3, &name, value, sizeof value) == RATEWIN_ERANGE);
+
+  /* Time passes: the window slides. */
+  atomic_fetch_add(&manual_clock, 11 * kSecond);
+  CHECK(ratewin_engine_try_acquire(engine, resource, limit, 1, &d, NULL) == 0);
+  CHECK(d.allowed == 1);
+
+  /* Argument errors. */
+  message = NULL;
+  CHECK_ERROR(ratewin_engine_try_acquire(NULL, 1, limit, 1, &d, &message), RATEWIN_EINVAL,
+              message, "engine");
+  CHECK_ERROR(ratewin_engine_try_acquire(engine, 1, NULL, 1, &d, &message), RATEWIN_EINVAL,
+              message, "limit");
+  CHECK_ERROR(ratewin_engine_try_acquire(engine, 1, limit, 1, NULL, &message), RATEWIN_EINVAL,
+              message, "decision");
+  CHECK_ERROR(ratewin_engine_try_acquire_name(engine, NULL, 3, limit, 1, &d, &message),
+              RATEWIN_EINVAL, message, "name");
+  CHECK(ratewin_engine_try_acquire_name(engine, NULL, 0, limit, 1, &d, NULL) == 0);
+  ratewin_decision small;
+  ratewin_decision_init(&small);
+  small.size = 8;
+  CHECK_ERROR(ratewin_engine_try_acquire(engine, 1, limit, 1, &small, &message), RATEWIN_EINVAL,
+              message, "size");
+
+  /* A larger decision (a newer caller): the library writes only what it knows. */
+  struct {
+    ratewin_decision known;
+    unsigned char canary[16];
+  } grown;
+  ratewin_decision_init(&grown.known);
+  grown.known.size = sizeof grown;
+  memset(grown.canary, 0xAB, sizeof grown.canary);
+  CHECK(ratewin_engine_try_acquire(engine, 99, limit, 1, &grown.known, NULL) == 0);
+  CHECK(grown.known.size == sizeof grown && grown.known.allowed == 1 && grown.known.limit == 3);
+  for (size_t i = 0; i < sizeof grown.canary; ++i) CHECK(grown.canary[i] == 0xAB);
+
+  /* Stats. */
+  ratewin_stats s;
+  ratewin_stats_init(&s);
+  CHECK(s.size == sizeof s && s.allowed == 0);
+  ratewin_stats_init(NULL);
+  CHECK(ratewin_engine_stats(engine, &s) == 0);
+  CHECK(s.allowed == 7 && s.rejected == 2 && s.degraded == 0);
+  CHECK(s.limiters == 4 && s.max_limiters == 1000 && s.pinned == 0);
+  CHECK(s.store == 0 && s.store_available == 0 && s.writes_ok == 0);
+  CHECK(ratewin_engine_stats(NULL, &s) == RATEWIN_EINVAL);
+  CHECK(ratewin_engine_stats(engine, NULL) == RATEWIN_EINVAL);
+  s.size = 0;
+  CHECK(ratewin_engine_stats(engine, &s) == RATEWIN_EINVAL);
+  char* last = NULL;
+  CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] == '\0');
+  ratewin_free(last);
+  CHECK(ratewin_engine_last_error(NULL, &last) == RATEWIN_EINVAL);
+  CHECK(ratewin_engine_last_error(engine, NULL) == RATEWIN_EINVAL);
+
+  /* Limiter handles: pinned, shared with the engine's counts, alive after the engine
+   * is closed. */
+  ratewin_limiter* limiter = NULL;
+  CHECK(ratewin_limiter_open(engine, resource, limit, &limiter, &message) == 0);
+  CHECK(limiter != NULL && message == NULL);
+  CHECK(ratewin_limiter_resource(limiter) == resource);
+  CHECK(ratewin_limiter_resource(NULL) == 0);
+  CHECK(ratewin_limiter_try_acquire(limiter, 1, &d, &message) == 0 && message == NULL);
+  CHECK(d.allowed == 1 && d.remaining == 1);
+  CHECK(ratewin_engine_stats(engine, &(ratewin_stats){.size = sizeof(ratewin_stats)}) == 0);
+  ratewin_stats_init(&s);
+  CHECK(ratewin_engine_stats(engine, &s) == 0 && s.pinned == 1);
+  CHECK_ERROR(ratewin_limiter_open(NULL, 1, limit, &limiter, &message), RATEWIN_EINVAL, message,
+              "engine");
+  CHECK_ERROR(ratewin_limiter_open(engine, 1, NULL, &limiter, &message), RATEWIN_EINVAL, message,
+              "limit");
+  CHECK_ERROR(ratewin_limiter_open(engine, 1, limit, NULL, &message), RATEWIN_EINVAL, message,
+              "out");
+  CHECK_ERROR(ratewin_limiter_try_acquire(NULL, 1, &d, &message), RATEWIN_EINVAL, message,
+              "limiter");
+  CHECK_ERROR(ratewin_limiter_try_acquire(limiter, 1, NULL, &message), RATEWIN_EINVAL, message,
+              "decision");
+
+  ratewin_limit_free(limit); /* the limiter keeps its own copy */
+  ratewin_engine_close(engine);
+  CHECK(ratewin_limiter_try_acquire(limiter, 1, &d, NULL) == 0);
+  CHECK(d.allowed == 1 && d.remaining == 0);
+  CHECK(ratewin_limiter_try_acquire(limiter, 1, &d, NULL) == 0 && d.allowed == 0);
+  ratewin_limiter_close(limiter);
+  ratewin_limiter_close(NULL);
+}
+
+/* More than 65535 handles on one limiter is refused with RATEWIN_ERANGE. */
+static void test_handle_limit(void) {
+  ratewin_engine* engine = open_manual_engine(10);
+  ratewin_limit* limit = make_limit(1, 1000, 0, RATEWIN_FAILURE_LOCAL);
+  enum { kHandles = 65535 };
+  ratewin_limiter** handles = calloc(kHandles, sizeof *handles);
+  CHECK(handles != NULL);
+  if (handles == NULL) return;
+  int opened = 0;
+  for (int i = 0; i < kHandles; ++i) {
+    if (ratewin_limiter_open(engine, 5, limit, &handles[i], NULL) == 0) ++opened;
+  }
+  CHECK(opened == kHandles);
+  ratewin_limiter* one_more = NULL;
+  char* message = NULL;
+  CHECK_ERROR(ratewin_limiter_open(engine, 5, limit, &one_more, &message), RATEWIN_ERANGE,
+              message, "65535");
+  CHECK(one_more == NULL);
+  for (int i = 0; i < opened; ++i) ratewin_limiter_close(handles[i]);
+  free(handles);
+  ratewin_limit_free(limit);
+  ratewin_engine_close(engine);
+}
+
+/* ---- Threads: many callers, one exact total -------------------------------------- */
+
+struct worker {
+  ratewin_engine* engine;
+  ratewin_limiter* limiter;
+  const ratewin_limit* limit;
+  int allowed;
+  int errors;
+};
+
+static void* hammer(void* arg) {
+  struct worker* w = arg;
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  for (int i = 0; i < 2000; ++i) {
+    int rc = (i % 2 == 0 && w->limiter != NULL)
+                 ? ratewin_limiter_try_acquire(w->limiter, 1, &d, NULL)
+                 : ratewin_engine_try_acquire_name(w->engine, "shared", 6, w->limit, 1, &d, NULL);
+    if (rc != 0) ++w->errors;
+    if (rc == 0 && d.allowed) ++w->allowed;
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* limit = make_limit(1500, 60000, 0, RATEWIN_FAILURE_LOCAL);
+  ratewin_limiter* limiter = NULL;
+  CHECK(ratewin_limiter_open(engine, ratewin_hash("shared", 6), limit, &limiter, NULL) == 0);
+  enum { kThreads = 4 };
+  pthread_t threads[kThreads];
+  struct worker workers[kThreads];
+  for (int i = 0; i < kThreads; ++i) {
+    workers[i] = (struct worker){engine, limiter, limit, 0, 0};
+    CHECK(pthread_create(&threads[i], NULL, hammer, &workers[i]) == 0);
+  }
+  int allowed = 0;
+  for (int i = 0; i < kThreads; ++i) {
+    pthread_join(threads[i], NULL);
+    allowed += workers[i].allowed;
+    CHECK(workers[i].errors == 0);
+  }
+  CHECK(allowed == 1500); /* 8000 offered at one instant: exactly max admitted */
+  ratewin_limiter_close(limiter);
+  ratewin_limit_free(limit);
+  ratewin_engine_close(engine);
+}
+
+/* ---- Redis ------------------------------------------------------------------------ */
+
+static pid_t redis_pid = 0;
+static char redis_dir[64];
+static char redis_socket[128];
+
+static void stop_redis(void) {
+  if (redis_pid > 0) {
+    kill(redis_pid, SIGTERM);
+    waitpid(redis_pid, NULL, 0);
+    redis_pid = 0;
+  }
+  if (redis_dir[0] != '\0') {
+    unlink(redis_socket);
+    char log[128];
+    snprintf(log, sizeof log, "%s/log", redis_dir);
+    unlink(log);
+    rmdir(redis_dir);
+    redis_dir[0] = '\0';
+  }
+}
+
+/* Starts redis-server (from PATH) on a Unix socket only; 1 once the socket exists. */
+static int start_redis(void) {
+  strcpy(redis_dir, "/tmp/ratewin-capi-XXXXXX");
+  if (mkdtemp(redis_dir) == NULL) return 0;
+  snprintf(redis_socket, sizeof redis_socket, "%s/redis.sock", redis_dir);
+  char log[128];
+  snprintf(log, sizeof log, "%s/log", redis_dir);
+  char* argv[] = {"redis-server", "--port", "0", "--unixsocket", redis_socket,
+                  "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+                  "--dir", redis_dir, "--logfile", log, NULL};
+  if (posix_spawnp(&redis_pid, "redis-server", NULL, NULL, argv, environ) != 0) return 0;
+  atexit(stop_redis);
+  for (int i = 0; i < 500; ++i) {
+    struct stat st;
+    if (stat(redis_socket, &st) == 0) return 1;
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  return 0;
+}
+
+static ratewin_engine* open_redis_engine(const char* url, struct log_record* log) {
+  ratewin_options o;
+  ratewin_options_init(&o);
+  o.redis = url;
+  o.key_prefix = "capi";
+  o.clock = manual_now;
+  o.clock_data = (void*)&manual_clock;
+  o.sync_clock = 0; /* the manual clock is the only time */
+  o.connect_timeout_ms = 300;
+  o.logger = record_log;
+  o.logger_data = log;
+  ratewin_engine* engine = NULL;
+  char* message = NULL;
+  CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
+  return engine;
+}
+
+/* Redis that is not there: the engine opens, says so, and follows each limit's
+ * failure policy. */
+static void test_redis_unreachable(void) {
+  struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  ratewin_engine* engine = open_redis_engine("unix:///nonexistent/ratewin.sock", &log);
+  if (engine == NULL) return;
+  pthread_mutex_lock(&log.mutex); /* the engine logs before ratewin_engine_open returns */
+  CHECK(log.warnings >= 1 && log.unreachable >= 1 && log.malformed == 0);
+  pthread_mutex_unlock(&log.mutex);
+
+  ratewin_limit* local = make_limit(1, 1000, 0, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* open = make_limit(1, 1000, 0, RATEWIN_FAILURE_OPEN);
+  ratewin_limit* closed = make_limit(1, 1000, 0, RATEWIN_FAILURE_CLOSED);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0);
+  CHECK(d.allowed == 1 && d.degraded == 1);
+  CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0);
+  CHECK(d.allowed == 0 && d.degraded == 1);
+  CHECK(ratewin_engine_try_acquire(engine, 2, open, 5, &d, NULL) == 0);
+  CHECK(d.allowed == 1 && d.degraded == 1); /* over max, and still allowed */
+  CHECK(ratewin_engine_try_acquire(engine, 3, closed, 1, &d, NULL) == 0);
+  CHECK(d.allowed == 0 && d.degraded == 1 && d.retry_after_ns > 0);
+
+  ratewin_stats s;
+  ratewin_stats_init(&s);
+  CHECK(ratewin_engine_stats(engine, &s) == 0);
+  CHECK(s.store == 1 && s.store_available == 0 && s.degraded == 4 && s.writes_ok == 0);
+  char* last = NULL;
+  CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] != '\0');
+  ratewin_free(last);
+  ratewin_limit_free(local);
+  ratewin_limit_free(open);
+  ratewin_limit_free(closed);
+  ratewin_engine_close(engine);
+}
+
+/* Two engines sharing a real Redis admit exactly max between them. */
+static void test_redis_shared(void) {
+  if (!start_redis()) {
+    CHECK(!"redis-server started");
+    return;
+  }
+  char url[160];
+  snprintf(url, sizeof url, "unix://%s", redis_socket);
+  struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  ratewin_engine* a = open_redis_engine(url, &log);
+  ratewin_engine* b = open_redis_engine(url, &log);
+  ratewin_limit* limit = make_limit(5, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  int allowed = 0;
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ratewin_engine_try_acquire_name(a, "shared", 6, limit, 1, &d, NULL) == 0);
+    allowed += d.allowed;
+    CHECK(d.degraded == 0);
+  }
+  for (int i = 0; i < 6; ++i) {
+    CHECK(ratewin_engine_try_acquire_name(b, "shared", 6, limit, 1, &d, NULL) == 0);
+    allowed += d.allowed;
+    CHECK(ratewin_engine_try_acquire_name(a, "shared", 6, limit, 1, &d, NULL) == 0);
+    allowed += d.allowed;
+  }
+  CHECK(allowed == 5);
+  ratewin_stats s;
+  ratewin_stats_init(&s);
+  CHECK(ratewin_engine_stats(b, &s) == 0);
+  CHECK(s.store == 1 && s.store_available == 1 && s.writes_ok >= 2 && s.degraded == 0);
+  pthread_mutex_lock(&log.mutex);
+  CHECK(log.warnings == 0);
+  pthread_mutex_unlock(&log.mutex);
+  ratewin_limit_free(limit);
+  ratewin_engine_close(a);
+  ratewin_engine_close(b);
+  stop_redis();
+}
+
+int main(void) {
+  test_versions_and_errors();
+  test_limits();
+  test_options();
+  test_local_engine();
+  test_handle_limit();
+  test_threads();
+  test_redis_unreachable();
+  test_redis_shared();
+  if (failures != 0) {
+    fprintf(stderr, "capi_test: %d of %d checks failed\n", failures, checks);
+    return 1;
+  }
+  printf("capi_test: %d checks passed\n", checks);
+  return 0;
+}
