@@ -6,8 +6,26 @@
 namespace ratewin::inline v1::detail {
 namespace {
 
+// The URL with its password (or lone token) replaced by "***": error messages end up in
+// logs.
+std::string redacted(std::string_view url) {
+  const std::size_t scheme = url.find("://");
+  const std::size_t at = url.rfind('@');
+  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme) {
+    return std::string(url);
+  }
+  const std::size_t start = scheme + 3;
+  const std::size_t colon = url.substr(start, at - start).find(':');
+  const std::size_t secret = colon == std::string_view::npos ? start : start + colon + 1;
+  return std::string(url.substr(0, secret)) + "***" + std::string(url.substr(at));
+}
+
 [[noreturn]] void bad(std::string_view url, const std::string& why) {
-  throw std::invalid_argument("ratewin: bad Redis URL '" + std::string(url) + "': " + why);
+  throw std::invalid_argument("ratewin: bad Redis URL '" + redacted(url) + "': " + why);
+}
+
+bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
 int parse_int(std::string_view url, std::string_view text, const char* what, int min, int max) {
@@ -29,12 +47,11 @@ std::string percent_decode(std::string_view url, std::string_view text) {
       out += text[i];
       continue;
     }
-    int value = 0;
-    if (i + 2 >= text.size() ||
-        std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr !=
-            text.data() + i + 3) {
+    if (i + 2 >= text.size() || !is_hex(text[i + 1]) || !is_hex(text[i + 2])) {
       bad(url, "bad percent-encoding in user or password");
     }
+    int value = 0;
+    std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
     out += static_cast<char>(value);
     i += 2;
   }

@@ -11,8 +11,12 @@ struct RedisEndpoint {
   int port = 6379;
   std::string unix_path;  // set for a Unix socket instead of host/port
   std::string user;       // ACL user; empty: the default user
-  std::string password;   // empty: no AUTH
+  std::string password;   // with no user either: no AUTH
   int db = 0;
+
+  // Whether logging in starts with AUTH: a password or an ACL user (whose password may
+  // be empty, for a nopass user) is given.
+  bool authenticates() const noexcept { return !user.empty() || !password.empty(); }
 
   // "redis://[user[:password]@]host[:port][/db]" (host may be [IPv6]) or
   // "unix://[user[:password]@]/path/to/socket[?db=N]". User and password may be

@@ -41,6 +41,13 @@ TEST_CASE("Redis URLs") {
   CHECK(password_only.user.empty());
   CHECK(password_only.password == "hunter2");
   CHECK(RedisEndpoint::parse("redis://token@h").password == "token");
+  CHECK(password_only.authenticates());
+  CHECK_FALSE(plain.authenticates());
+  // An ACL user with an empty password (a nopass user) still logs in as that user.
+  const RedisEndpoint nopass = RedisEndpoint::parse("redis://reporter:@h");
+  CHECK(nopass.user == "reporter");
+  CHECK(nopass.password.empty());
+  CHECK(nopass.authenticates());
 
   const RedisEndpoint v6 = RedisEndpoint::parse("redis://[::1]:7000/2");
   CHECK(v6.host == "::1");
@@ -68,7 +75,16 @@ TEST_CASE("bad Redis URLs are clear errors") {
         "ratewin: bad Redis URL 'redis://h/x': db 'x' is not a number from 0 to 1048576");
   CHECK(error_of("redis://[::1") == "ratewin: bad Redis URL 'redis://[::1': unclosed [ in the host");
   CHECK(error_of("redis://a:%zz@h") ==
-        "ratewin: bad Redis URL 'redis://a:%zz@h': bad percent-encoding in user or password");
+        "ratewin: bad Redis URL 'redis://a:***@h': bad percent-encoding in user or password");
+  CHECK(error_of("redis://a:%-1@h") ==
+        "ratewin: bad Redis URL 'redis://a:***@h': bad percent-encoding in user or password");
+  CHECK(error_of("redis://a:%1@h") ==
+        "ratewin: bad Redis URL 'redis://a:***@h': bad percent-encoding in user or password");
+  // Messages never carry the password, nor a lone token.
+  CHECK(error_of("redis://alice:s3cret@h:0") ==
+        "ratewin: bad Redis URL 'redis://alice:***@h:0': port '0' is not a number from 1 to "
+        "65535");
+  CHECK(error_of("redis://t0ken@h:x").find("t0ken") == std::string::npos);
   CHECK(error_of("unix://relative.sock") ==
         "ratewin: bad Redis URL 'unix://relative.sock': a Unix socket path must be absolute");
   CHECK(error_of("unix:///s?timeout=1") ==
