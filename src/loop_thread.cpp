@@ -1,7 +1,9 @@
 #include "loop_thread.h"
 
-#include <system_error>
 #include <string>
+#include <system_error>
+
+#include "sigpipe.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -20,7 +22,10 @@ LoopThread::LoopThread() {
   }
   wake_.data = this;
   try {
-    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+    thread_ = std::thread([this] {
+      SigpipeBlock::block_for_this_thread();  // it writes to Redis
+      uv_run(&loop_, UV_RUN_DEFAULT);
+    });
   } catch (...) {
     uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
@@ -34,11 +39,11 @@ LoopThread::~LoopThread() {
 }
 
 bool LoopThread::post(std::function<void()> task) {
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return false;
-    tasks_.push_back(std::move(task));
-  }
+  std::lock_guard lock(mutex_);
+  if (stopping_) return false;
+  tasks_.push_back(std::move(task));
+  // Under the lock: once stop() has queued its last task, the wake handle may be closed
+  // at any moment, so no post that got in before it may touch the handle after.
   uv_async_send(&wake_);
   return true;
 }
