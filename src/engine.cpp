@@ -171,83 +171,69 @@ EngineCore::~EngineCore() {
                                                      Decision d, std::int64_t now,
                                                      const Limit& limit, std::uint64_t cost,
                                                      bool degraded) {
-  const std::uint32_t n = limit.subintervals();
-  std::vector<std::uint64_t> loaded;  // a warm start's counts for epochs first_loaded..
-  std::int64_t first_loaded = 0;
   std::int64_t epoch = 0;
   bool fits = false;
-  for (bool first_pass = true;; first_pass = false) {
-    bool load_first = false;
-    {
-      std::lock_guard lock(shard.mutex);
-      Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
-      // If no writer came in between, the lock-free read still holds: count its decision.
-      const bool unchanged = first_pass && (version & 1) == 0 &&
-                             shard.version.load(std::memory_order_relaxed) == version;
-      // With a store, a limiter new to this engine starts at epoch 0: "never read".
-      Record& record = unchanged ? *ref.record
-                       : known   ? *known.record
-                               : *shard.find_or_insert(key, hash, store_ ? 0 : now, section).record;
-      SlidingWindow window = record.view();
-      if (!unchanged) {
-        const std::int64_t now_epoch = SlidingWindow::epoch_of(now, key.resolution_ns());
-        // A limiter whose shared counts this engine has not been reading (new, idle for
-        // a window, or Redis was away) loads its window from the store first: a warm
-        // start, so that a new node does not hand out a fresh limit.
-        if (first_pass && store_ != nullptr && !degraded && now_epoch - window.epoch() > 2) {
-          // Epochs now-N (the trailing one) .. now.
-          first_loaded = now_epoch - static_cast<std::int64_t>(n);
-          loaded.assign(std::size_t{n} + 1, 0);
-          load_first = true;
-        } else {
-          if (!window.current_at(now)) {
-            section.open();
-            window.advance(now);
-            if (store_ != nullptr) shard.activity.push_back({key, now_epoch});
-          }
-          if (!loaded.empty()) {
-            section.open();
-            for (std::size_t i = 0; i < loaded.size(); ++i) {
-              window.merge(first_loaded + static_cast<std::int64_t>(i), loaded[i]);
-            }
-          }
-          window.evaluate(now, limit.max(), cost, d);  // cannot fail: at now's epoch
-        }
+  bool cold = false;
+  {
+    std::lock_guard lock(shard.mutex);
+    Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
+    // If no writer came in between, the lock-free read still holds: count its decision.
+    const bool unchanged =
+        (version & 1) == 0 && shard.version.load(std::memory_order_relaxed) == version;
+    Record& record = unchanged ? *ref.record
+                     : known   ? *known.record
+                               : *insert(shard, key, hash, now, section).record;
+    SlidingWindow window = record.view();
+    if (!unchanged) {
+      const std::int64_t now_epoch = SlidingWindow::epoch_of(now, key.resolution_ns());
+      // A limiter whose shared counts this engine may have missed (new, idle, or the
+      // store was away: its window has not reached the previous epoch, which boundary
+      // reads would have merged) is cold: its local counts may be below the shared
+      // ones. Its first write (conditional, so it cannot admit past the shared counts)
+      // brings back the whole window: a warm start in the same round trip.
+      cold = store_ != nullptr && now_epoch - window.epoch() > 1;
+      if (!window.current_at(now)) {
+        section.open();
+        window.advance(now);
+        if (store_ != nullptr) shard.activity.push_back({key, now_epoch});
       }
-      if (!load_first) {
-        fits = d.allowed;  // what the counts say
-        if (degraded) {
-          // The store could not inform this decision: the limit's failure policy rules.
-          if (limit.failure_policy() == FailurePolicy::closed) {
-            d.allowed = false;
-            d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
-          } else if (limit.failure_policy() == FailurePolicy::open && !d.allowed) {
-            d.allowed = true;  // not counted: it did not fit
-            d.retry_after = std::chrono::nanoseconds(0);
-          }
-        }
-        if (fits && d.allowed && cost != 0) {
-          section.open();
-          window.add(cost);
-        }
-        epoch = window.epoch();
+      window.evaluate(now, limit.max(), cost, d);  // cannot fail: at now's epoch
+    }
+    fits = d.allowed;  // what the counts say
+    if (degraded) {
+      // The store could not inform this decision: the limit's failure policy rules.
+      if (limit.failure_policy() == FailurePolicy::closed) {
+        d.allowed = false;
+        d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
+      } else if (limit.failure_policy() == FailurePolicy::open && !d.allowed) {
+        d.allowed = true;  // not counted: it did not fit
+        d.retry_after = std::chrono::nanoseconds(0);
       }
     }
-    if (!load_first) break;
-    // Outside the lock: one round trip for the whole window. If it fails, the decision
-    // is made without the shared counts: degraded.
-    if (!store_->load(key, first_loaded, loaded)) {
-      loaded.clear();
-      degraded = true;
+    if (fits && d.allowed && cost != 0) {
+      section.open();
+      window.add(cost);
     }
+    epoch = window.epoch();
   }
   d.degraded = degraded;
-  // While the store is unreachable, add() returns at once (and counts a skipped write).
-  if (store_ != nullptr && fits && d.allowed && cost != 0) {
-    publish(shard, key, hash, epoch, now, limit, cost, d);
+  // An admission is written to the store (while it is unreachable, add() returns at once
+  // and counts a skipped write). A question (cost 0) about a cold limiter reads it.
+  if (store_ != nullptr && fits && d.allowed && (cost != 0 || cold)) {
+    publish(shard, key, hash, epoch, now, limit, cost, cold, d);
   }
   counters_.add(d.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
   return d;
+}
+
+RecordRef EngineCore::insert(Shard& shard, const LimiterKey& key, std::uint64_t hash,
+                             std::int64_t now, Shard::WriteSection& section) {
+  bool created = false;
+  const RecordRef ref = shard.find_or_insert(key, hash, now, section, &created);
+  // With a store, a limiter new to this engine starts at epoch 0, "never read", so that
+  // it is cold (its use is still recorded at `now` for the LRU order).
+  if (created && store_ != nullptr) ref.record->view().reset(0);
+  return ref;
 }
 
 Decision EngineCore::try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
@@ -266,7 +252,7 @@ Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit
 
 void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                          std::int64_t epoch, std::int64_t now, const Limit& limit,
-                         std::uint64_t cost, Decision& decision) {
+                         std::uint64_t cost, bool cold, Decision& decision) {
   // The share of the trailing subinterval still inside the window, as the local
   // decision weighed it (rounded up: the shared check is never looser).
   const std::int64_t r = key.resolution_ns();
@@ -282,6 +268,7 @@ void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash
                                               : std::span<std::uint64_t>(small.data(), n);
 
   const std::optional<bool> added = store_->add(key, epoch, cost, limit.max(), weight, counts);
+  if (cold) (added ? warm_starts_ : warm_start_failures_).fetch_add(1, std::memory_order_relaxed);
   if (!added) {
     decision.degraded = true;
     if (limit.failure_policy() == FailurePolicy::closed) {
@@ -310,6 +297,12 @@ void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash
     window.merge(epoch - static_cast<std::int64_t>(k), counts[k]);
   Decision fresh;
   window.evaluate(now, limit.max(), *added ? 0 : cost, fresh);
+  if (cost == 0) {
+    // A question: answered from the shared counts alone.
+    fresh.degraded = decision.degraded;
+    decision = fresh;
+    return;
+  }
   decision.remaining = fresh.remaining;
   decision.reset_after = fresh.reset_after;
   if (!*added) {
@@ -346,7 +339,7 @@ std::pair<Shard*, RecordRef> EngineCore::pin(std::uint64_t resource, const Limit
   Shard& shard = registry_.shard_for(hash);
   std::lock_guard lock(shard.mutex);
   Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
-  const RecordRef ref = shard.find_or_insert(key, hash, now_ns(), section);
+  const RecordRef ref = insert(shard, key, hash, now_ns(), section);
   shard.pin(ref);
   return {&shard, ref};
 }
@@ -370,7 +363,11 @@ Stats EngineCore::stats() const {
     s.evictions += shard.evictions;
     s.evictions_active += shard.evictions_active;
   }
-  if (store_ != nullptr) store_->add_stats(s);
+  if (store_ != nullptr) {
+    store_->add_stats(s);
+    s.warm_starts = warm_starts_.load(std::memory_order_relaxed);
+    s.warm_start_failures = warm_start_failures_.load(std::memory_order_relaxed);
+  }
   return s;
 }
 

@@ -1,6 +1,7 @@
 // What an Engine is made of; shared with the LimiterHandles it hands out.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -41,6 +42,10 @@ class EngineCore final : public SyncTarget {
     const std::int64_t local = system_clock_ ? SystemClock::read() : clock_->now().count();
     return store_ != nullptr ? local + store_->clock_offset() : local;
   }
+  // The record of `key`, made if needed (see Shard::find_or_insert), cold when new in
+  // store mode.
+  RecordRef insert(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t now,
+                   Shard::WriteSection& section);
   // The decision path shared by both try_acquire overloads. `known` is the record when
   // the caller holds it pinned; otherwise it is looked up.
   Decision decide(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
@@ -61,11 +66,14 @@ class EngineCore final : public SyncTarget {
                                   RecordRef& ref, std::int64_t now, const Limit& limit,
                                   std::uint64_t cost, Decision& out) noexcept;
   // After an allowed decision, called with no lock held: adds the cost to the shared
-  // count of `epoch`, merges the reply into the limiter (if it is still held) and
-  // refreshes the decision's remaining and reset_after from the merged counts. If the
-  // store fails, the decision is degraded and follows the limit's failure policy.
+  // count of `epoch` if the shared counts still fit it, merges the reply (the whole
+  // window) into the limiter (if it is still held) and refreshes the decision from the
+  // merged counts (all of it for cost 0, a question that only reads). `cold`: the
+  // limiter was new or idle, so this is its warm start. If the store fails, the decision
+  // is degraded and follows the limit's failure policy.
   void publish(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t epoch,
-               std::int64_t now, const Limit& limit, std::uint64_t cost, Decision& decision);
+               std::int64_t now, const Limit& limit, std::uint64_t cost, bool cold,
+               Decision& decision);
 
   const std::uint64_t id_;  // unique per engine in the process, never reused
   Options options_;
@@ -73,6 +81,8 @@ class EngineCore final : public SyncTarget {
   bool system_clock_;  // clock_ is a SystemClock: read it without a virtual call
   mutable Registry registry_;
   DecisionCounters counters_;
+  std::atomic<std::uint64_t> warm_starts_{0};
+  std::atomic<std::uint64_t> warm_start_failures_{0};
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace ratewin::inline v1::detail {
 namespace {
@@ -44,53 +45,73 @@ class AsyncRedis::ReplyPool {
     alignas(void*) char data[kInline];
   };
 
-  static redisReply* make(const redisReadTask* task, int type) {
+  // A reply block of `type`, not yet linked to its parent; nullptr when out of memory
+  // (hiredis then fails the connection). No exception may cross hiredis' C frames.
+  static redisReply* make(const redisReadTask* task, int type) noexcept {
     auto* pool = static_cast<ReplyPool*>(task->privdata);
     Block* b = pool->free_;
     if (b != nullptr) {
       pool->free_ = b->next_free;
     } else {
-      b = new Block;
+      b = new (std::nothrow) Block;
+      if (b == nullptr) return nullptr;
       b->pool = pool;
     }
     b->reply = redisReply{};
     b->reply.type = type;
-    if (task->parent != nullptr) {
-      static_cast<redisReply*>(task->parent->obj)->element[task->idx] = &b->reply;
-    }
     return &b->reply;
+  }
+  // Hands a complete reply to its parent (if any): from then on the parent frees it.
+  static redisReply* link(const redisReadTask* task, redisReply* r) noexcept {
+    if (task->parent != nullptr) {
+      static_cast<redisReply*>(task->parent->obj)->element[task->idx] = r;
+    }
+    return r;
+  }
+  // Returns a block that could not be completed to the free list.
+  static void* give_up(redisReply* r) noexcept {
+    Block* b = reinterpret_cast<Block*>(r);
+    b->next_free = b->pool->free_;
+    b->pool->free_ = b;
+    return nullptr;
   }
   static void* create_string(const redisReadTask* task, char* str, std::size_t len) {
     redisReply* r = make(task, task->type);
+    if (r == nullptr) return nullptr;
     Block* b = reinterpret_cast<Block*>(r);
     char* buf = len < kInline ? b->data : static_cast<char*>(std::malloc(len + 1));
-    if (buf == nullptr) return nullptr;
+    if (buf == nullptr) return give_up(r);
     std::memcpy(buf, str, len);
     buf[len] = '\0';
     r->str = buf;
     r->len = len;
-    return r;
+    return link(task, r);
   }
   static void* create_array(const redisReadTask* task, int elements) {
     redisReply* r = make(task, REDIS_REPLY_ARRAY);
+    if (r == nullptr) return nullptr;
     Block* b = reinterpret_cast<Block*>(r);
     const auto n = static_cast<std::size_t>(elements > 0 ? elements : 0);
     if (n > 0) {
       r->element = n * sizeof(redisReply*) <= kInline
                        ? reinterpret_cast<redisReply**>(b->data)
                        : static_cast<redisReply**>(std::calloc(n, sizeof(redisReply*)));
-      if (r->element == nullptr) return nullptr;
+      if (r->element == nullptr) return give_up(r);
       std::fill_n(r->element, n, nullptr);
     }
     r->elements = n;
-    return r;
+    return link(task, r);
   }
   static void* create_integer(const redisReadTask* task, long long value) {
     redisReply* r = make(task, REDIS_REPLY_INTEGER);
+    if (r == nullptr) return nullptr;
     r->integer = value;
-    return r;
+    return link(task, r);
   }
-  static void* create_nil(const redisReadTask* task) { return make(task, REDIS_REPLY_NIL); }
+  static void* create_nil(const redisReadTask* task) {
+    redisReply* r = make(task, REDIS_REPLY_NIL);
+    return r == nullptr ? nullptr : link(task, r);
+  }
   static void free_object(void* object) {
     auto* r = static_cast<redisReply*>(object);
     if (r == nullptr) return;
@@ -206,7 +227,7 @@ void AsyncRedis::log_in() {
       arm(TimerAction::kLoginDeadline, std::chrono::milliseconds(0));
     };
   };
-  if (!endpoint_.password.empty()) {
+  if (endpoint_.authenticates()) {
     if (endpoint_.user.empty()) {
       send({"AUTH", endpoint_.password}, refused("authentication failed"));
     } else {
@@ -223,6 +244,7 @@ void AsyncRedis::log_in() {
          timer_action_ = TimerAction::kNone;
          state_ = State::kReady;
          backoff_ = kFirstBackoff;
+         ready_since_ms_ = now_ms();
          ++connections_;
          if (events_.ready) events_.ready();
        });
@@ -245,10 +267,9 @@ void AsyncRedis::send(const RedisConnection::Argv& argv, ReplyFn done) {
     owned->done(nullptr, "cannot send the command");
     return;
   }
-  if (counted) {
-    last_progress_ms_ = now_ms();  // sending counts as progress
-    ++in_flight_;
-  }
+  // The watchdog measures silence from the oldest command still waiting: sending more
+  // to a server that has stopped answering is not progress.
+  if (counted && in_flight_++ == 0) last_progress_ms_ = now_ms();
 }
 
 void AsyncRedis::command(const RedisConnection::Argv& argv, ReplyFn done) {
@@ -303,7 +324,8 @@ void AsyncRedis::on_disconnect(const redisAsyncContext* ac, int status) {
   self->context_ = nullptr;
   self->lose(status == REDIS_OK
                  ? "connection closed by " + self->endpoint_.describe()
-                 : "connection to " + self->endpoint_.describe() + " lost: " + ac->errstr);
+                 : "connection to " + self->endpoint_.describe() + " lost: " + ac->errstr,
+             self->state_ == State::kReady);
 }
 
 void AsyncRedis::abort(const std::string& reason) {
@@ -317,13 +339,19 @@ void AsyncRedis::abort(const std::string& reason) {
   lose(reason);
 }
 
-void AsyncRedis::lose(const std::string& reason) {
+void AsyncRedis::lose(const std::string& reason, bool dropped) {
   if (state_ == State::kClosed) return;
   last_error_ = reason;
   state_ = State::kBackoff;
   in_flight_ = 0;
-  if (events_.lost) events_.lost(reason);
+  if (events_.lost) events_.lost(reason, dropped);
   if (state_ == State::kClosed) return;  // closed from the callback
+  if (dropped && now_ms() - ready_since_ms_ >= 1000) {
+    // It had been working for a while: try again now rather than after a backoff (a
+    // server that drops every connection at once still gets the backoff).
+    arm(TimerAction::kReconnect, std::chrono::milliseconds(0));
+    return;
+  }
   // Full jitter over the upper half, so nodes that lost Redis together do not
   // reconnect in lockstep.
   std::uniform_int_distribution<std::int64_t> spread(backoff_.count() / 2, backoff_.count());

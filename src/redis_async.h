@@ -32,8 +32,11 @@ class AsyncRedis {
  public:
   struct Events {
     std::function<void()> ready;  // connected and logged in
-    std::function<void(const std::string& error)>
-        lost;  // an attempt failed, or the connection was lost
+    // An attempt failed, or the connection was lost. `dropped`: an established
+    // connection was closed or reset by the other side (an idle timeout, a restart), as
+    // opposed to a failed attempt or a server that stopped answering; the next attempt
+    // follows at once (and reports again if it fails).
+    std::function<void(const std::string& error, bool dropped)> lost;
   };
   // reply is null when the command failed; then `error` says why.
   using ReplyFn = std::function<void(const redisReply* reply, const std::string& error)>;
@@ -86,7 +89,7 @@ class AsyncRedis {
   // Frees the context from outside hiredis' callbacks; in-flight commands fail.
   void abort(const std::string& reason);
   // Records a failure and schedules the next attempt.
-  void lose(const std::string& reason);
+  void lose(const std::string& reason, bool dropped = false);
   void arm(TimerAction action, std::chrono::milliseconds delay);
   // Real time, not the loop's cached time: a long callback (a large batch being queued)
   // must count as progress when it ends.
@@ -106,6 +109,7 @@ class AsyncRedis {
   std::string last_error_;
   std::uint64_t in_flight_ = 0;
   std::uint64_t last_progress_ms_ = 0;
+  std::uint64_t ready_since_ms_ = 0;
   std::chrono::milliseconds backoff_;
   std::uint64_t connections_ = 0;
   bool login_failed_ = false;

@@ -1,12 +1,21 @@
 #include "redis_connection.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+
+#include <cerrno>
+
+#include "sigpipe.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds d) {
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+timeval to_timeval(milliseconds d) {
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(d.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
@@ -25,10 +34,20 @@ std::string reply_text(const redisReply& reply) {
   return "(array of " + std::to_string(reply.elements) + ")";
 }
 
+bool server_unavailable(const redisReply& reply) {
+  if (reply.type != REDIS_REPLY_ERROR) return false;
+  const std::string_view text(reply.str, reply.len);
+  for (const std::string_view prefix : {"READONLY", "LOADING", "MASTERDOWN", "BUSY "}) {
+    if (text.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
 std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endpoint,
-                                                       std::chrono::milliseconds connect_timeout,
-                                                       std::chrono::milliseconds command_timeout,
+                                                       milliseconds connect_timeout,
+                                                       milliseconds command_timeout,
                                                        std::string& error) {
+  const steady_clock::time_point deadline = steady_clock::now() + connect_timeout;
   redisContext* c =
       endpoint.unix_path.empty()
           ? redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port,
@@ -48,10 +67,11 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
     redisFree(c);
     return nullptr;
   }
-  std::unique_ptr<RedisConnection> connection(new RedisConnection(c));
-  // Log in: AUTH [user] password, SELECT db; one round trip.
+  std::unique_ptr<RedisConnection> connection(new RedisConnection(c, command_timeout));
+  // Log in: AUTH [user] password, SELECT db; one round trip, within what is left of the
+  // connect timeout.
   std::vector<Argv> hello;
-  if (!endpoint.password.empty()) {
+  if (endpoint.authenticates()) {
     if (endpoint.user.empty()) {
       hello.push_back({"AUTH", endpoint.password});
     } else {
@@ -66,12 +86,12 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
       hello,
       [&](std::size_t i, const redisReply& r) {
         if (r.type == REDIS_REPLY_ERROR && refused.empty()) {
-          const bool auth = !endpoint.password.empty() && i == 0;
+          const bool auth = endpoint.authenticates() && i == 0;
           refused = (auth ? "authentication failed for " : "SELECT failed on ") +
                     endpoint.describe() + ": " + reply_text(r);
         }
       },
-      error);
+      deadline, error);
   if (!ok) {
     error = "cannot log in to " + endpoint.describe() + ": " + error;
     return nullptr;
@@ -85,12 +105,42 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
 
 RedisConnection::~RedisConnection() { redisFree(context_); }
 
+bool RedisConnection::alive() const noexcept {
+  if (broken_) return false;
+  // Redis never speaks first on a connection like this one: anything readable while no
+  // command is in flight is the end of the stream (or garbage): either way, not usable.
+  pollfd p{context_->fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, 0);
+  return ready == 0;
+}
+
+bool RedisConnection::bound_by(Deadline deadline, std::string& error) {
+  const auto left = deadline - steady_clock::now();
+  if (left <= steady_clock::duration::zero()) {
+    error = "timed out";
+    return false;
+  }
+  // Whole milliseconds, rounded up; the socket keeps command_timeout unless less is left.
+  milliseconds want = std::chrono::ceil<milliseconds>(left);
+  if (want > command_timeout_) want = command_timeout_;
+  if (want != socket_timeout_) {
+    if (redisSetTimeout(context_, to_timeval(want)) != REDIS_OK) {
+      broken_ = true;
+      error = "cannot set the socket timeouts: " + std::string(context_->errstr);
+      return false;
+    }
+    socket_timeout_ = want;
+  }
+  return true;
+}
+
 bool RedisConnection::round_trip(std::span<const Argv> commands, const ReplyFn& on_reply,
-                                 std::string& error) {
+                                 Deadline deadline, std::string& error) {
   if (broken_) {
     error = "connection already broken";
     return false;
   }
+  if (!bound_by(deadline, error)) return false;
   std::vector<const char*> argv;
   std::vector<std::size_t> lengths;
   for (const Argv& command : commands) {
@@ -107,6 +157,7 @@ bool RedisConnection::round_trip(std::span<const Argv> commands, const ReplyFn& 
       return false;
     }
   }
+  const SigpipeBlock no_sigpipe;  // the first redisGetReply writes the commands
   for (std::size_t i = 0; i < commands.size(); ++i) {
     void* raw = nullptr;
     if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {

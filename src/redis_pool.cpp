@@ -9,31 +9,42 @@ RedisPool::RedisPool(RedisEndpoint endpoint, std::chrono::milliseconds connect_t
       command_timeout_(command_timeout),
       max_connections_(max_connections == 0 ? 1 : max_connections) {}
 
-RedisPool::Lease RedisPool::acquire(std::string& error) {
+RedisPool::Lease RedisPool::acquire(RedisConnection::Deadline deadline, Failure& failure,
+                                    std::string& error) {
+  failure = Failure::kNone;
   {
     std::unique_lock lock(mutex_);
-    const bool available = released_.wait_for(
-        lock, connect_timeout_, [&] { return !idle_.empty() || open_ < max_connections_; });
-    if (!available) {
-      error = "all " + std::to_string(max_connections_) + " Redis connections are busy";
-      return {};
-    }
-    if (!idle_.empty()) {
+    for (;;) {
+      const bool available = released_.wait_until(
+          lock, deadline, [&] { return !idle_.empty() || open_ < max_connections_; });
+      if (!available) {
+        failure = Failure::kBusy;
+        error = "all " + std::to_string(max_connections_) + " Redis connections stayed busy";
+        return {};
+      }
+      if (idle_.empty()) break;
       std::unique_ptr<RedisConnection> c = std::move(idle_.back());
       idle_.pop_back();
-      return Lease(this, std::move(c));
+      lock.unlock();
+      if (c->alive()) return Lease(this, std::move(c));
+      c.reset();  // the server closed it while it was idle: close ours, try again
+      lock.lock();
+      --open_;
     }
     ++open_;  // reserve the slot while connecting without the lock
   }
   std::unique_ptr<RedisConnection> c =
       RedisConnection::open(endpoint_, connect_timeout_, command_timeout_, error);
   if (c == nullptr) {
+    failure = Failure::kConnect;
     std::lock_guard lock(mutex_);
     --open_;
     released_.notify_one();
     return {};
   }
-  return Lease(this, std::move(c));
+  Lease lease(this, std::move(c));
+  lease.fresh_ = true;
+  return lease;
 }
 
 void RedisPool::give_back(std::unique_ptr<RedisConnection> connection) {

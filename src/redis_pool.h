@@ -16,7 +16,8 @@ namespace ratewin::inline v1::detail {
 // A connection per concurrent caller: a thread takes an idle connection (or opens one),
 // makes its round trip with no lock held, and gives it back. So N threads writing at once
 // use N connections and their round trips overlap. At most max_connections exist; a
-// caller beyond that waits for one, up to the connect timeout. Thread-safe.
+// caller beyond that waits for one until its deadline. An idle connection the server has
+// closed meanwhile (Redis' idle `timeout`) is dropped instead of lent. Thread-safe.
 class RedisPool {
  public:
   RedisPool(RedisEndpoint endpoint, std::chrono::milliseconds connect_timeout,
@@ -34,14 +35,24 @@ class RedisPool {
     }
     explicit operator bool() const noexcept { return connection_ != nullptr; }
     RedisConnection* operator->() const noexcept { return connection_.get(); }
+    // The connection was opened for this lease (which took up to the connect timeout).
+    bool fresh() const noexcept { return fresh_; }
 
    private:
+    friend class RedisPool;
     RedisPool* pool_ = nullptr;
     std::unique_ptr<RedisConnection> connection_;
+    bool fresh_ = false;
   };
 
-  // A connection, or an empty lease with `error` set.
-  Lease acquire(std::string& error);
+  enum class Failure {
+    kNone,
+    kBusy,     // every connection stayed lent until the deadline: not a network failure
+    kConnect,  // a new connection could not be opened
+  };
+  // A connection, or an empty lease with `failure` and `error` set. Waits for a free
+  // connection until `deadline`; opening one takes up to the connect timeout more.
+  Lease acquire(RedisConnection::Deadline deadline, Failure& failure, std::string& error);
   // Closes the idle connections (after a failure: they may be as dead as the one that
   // failed).
   void drop_idle();

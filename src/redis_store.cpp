@@ -41,6 +41,13 @@ std::uint64_t count_of(const redisReply* r) {
 
 }  // namespace
 
+// Fields are epoch numbers modulo m (see KeyLayout). Relative to the writer's epoch,
+// a field's age (now - field) mod m is: 0..n-1 the window's subintervals, n the trailing
+// one, n+1 just out (kept for writers one epoch behind), n+2 .. m/2-1 stale (deleted
+// when adding), m/2 .. m-1 ahead of the writer (a node whose epoch has already moved on,
+// or this write arriving late): kept, and not counted, as they are not in its window.
+// The TTL and m leave no field old enough to be mistaken for one ahead. Stale fields go
+// in chunks (Lua's unpack takes only some thousands of values; N may be 65535).
 const char* const kWriteScript =
     "local now, cost, m, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4]), "
     "tonumber(ARGV[5])\n"
@@ -50,15 +57,19 @@ const char* const kWriteScript =
     "for i = 1, #all, 2 do\n"
     "  local age = (now - tonumber(all[i])) % m\n"
     "  if age <= n then counts[age + 1] = tonumber(all[i + 1])\n"
-    "  elseif age > n + 1 then stale[#stale + 1] = all[i] end\n"
+    "  elseif age > n + 1 and age < m / 2 then stale[#stale + 1] = all[i] end\n"
     "end\n"
     "local sum = cost\n"
     "for i = 1, n do sum = sum + counts[i] end\n"
     "local admitted = 0\n"
     "if sum * 1048576 + counts[n + 1] * tonumber(ARGV[7]) <= tonumber(ARGV[6]) * 1048576 then\n"
-    "  counts[1] = redis.call('HINCRBY', KEYS[1], ARGV[1], cost)\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
-    "  if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end\n"
+    "  if cost > 0 then\n"
+    "    counts[1] = redis.call('HINCRBY', KEYS[1], ARGV[1], cost)\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "    for i = 1, #stale, 1000 do\n"
+    "      redis.call('HDEL', KEYS[1], unpack(stale, i, math.min(i + 999, #stale)))\n"
+    "    end\n"
+    "  end\n"
     "  admitted = 1\n"
     "end\n"
     "table.insert(counts, 1, admitted)\n"
@@ -108,6 +119,7 @@ struct RedisStore::Batch {
   std::vector<std::uint64_t> counts;  // resources x epochs
   std::vector<Slot> slots;
   std::size_t remaining = 0;
+  std::size_t key_errors = 0;
   bool ok = true;
   std::int64_t started_ns = 0;
   std::function<void(bool)> done;
@@ -116,8 +128,12 @@ struct RedisStore::Batch {
     const Slot& slot = *static_cast<const Slot*>(context);
     Batch& b = *slot.batch;
     const std::size_t width = b.epochs.size();
-    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != width) {
-      b.ok = false;
+    if (r == nullptr) {
+      b.ok = false;  // the connection failed: the epochs are read again next time
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != width) {
+      // This key alone could not be read (say, WRONGTYPE: something else wrote it): its
+      // counts stay as they are, and the rest of the batch stands.
+      ++b.key_errors;
     } else {
       for (std::size_t j = 0; j < width; ++j)
         b.counts[slot.index * width + j] = count_of(r->element[j]);
@@ -151,7 +167,9 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
     async_ = std::make_unique<AsyncRedis>(
         loop_.loop(), endpoint_, options_.connect_timeout, options_.command_timeout,
         AsyncRedis::Events{[this] { on_ready(); },
-                           [this](const std::string& error) { on_lost(error); }});
+                           [this](const std::string& error, bool dropped) {
+                             on_lost(error, dropped);
+                           }});
     async_->set_raw_handler(&Batch::on_reply);
     async_->start();
     if (options_.sync_clock && options_.clock_sync_interval.count() > 0) {
@@ -195,7 +213,9 @@ std::optional<std::string> RedisStore::script_sha() const {
 
 bool RedisStore::connect_now() {
   std::string error;
-  RedisPool::Lease lease = pool_.acquire(error);
+  RedisPool::Failure failure{};
+  RedisPool::Lease lease =
+      pool_.acquire(std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
   if (!lease) {
     note_error(error);
     return false;
@@ -226,23 +246,49 @@ bool RedisStore::connect_now() {
   if (options_.sync_clock) {
     for (int i = 0; i < 3; ++i) {
       const std::int64_t sent = clock_->now().count();
-      std::int64_t server = 0;
+      std::optional<std::int64_t> server;
+      std::string time_refused;
       if (!lease->round_trip(
               {"TIME"},
               [&](std::size_t, const redisReply& r) {
-                if (r.type == REDIS_REPLY_ARRAY && r.elements == 2) {
-                  server = static_cast<std::int64_t>(count_of(r.element[0])) * 1'000'000'000 +
-                           static_cast<std::int64_t>(count_of(r.element[1])) * 1'000;
-                }
+                server = server_time(r);
+                if (!server) time_refused = reply_text(r);
               },
               error)) {
         note_error("reading the Redis clock: " + error);
         return false;
       }
-      take_clock_sample(sent, clock_->now().count(), server);
+      if (!server) {
+        clock_refused(time_refused);
+        break;
+      }
+      take_clock_sample(sent, clock_->now().count(), *server);
     }
   }
   return true;
+}
+
+std::optional<std::int64_t> RedisStore::server_time(const redisReply& r) {
+  // TIME: [seconds, microseconds], both decimal strings.
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 2) return std::nullopt;
+  std::int64_t parts[2] = {0, 0};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const redisReply* e = r.element[i];
+    if (e == nullptr || e->type != REDIS_REPLY_STRING) return std::nullopt;
+    const auto [end, ec] = std::from_chars(e->str, e->str + e->len, parts[i]);
+    if (ec != std::errc() || end != e->str + e->len || parts[i] < 0) return std::nullopt;
+  }
+  if (parts[0] == 0 || parts[0] > 9'000'000'000 || parts[1] >= 1'000'000) return std::nullopt;
+  return parts[0] * 1'000'000'000 + parts[1] * 1'000;
+}
+
+void RedisStore::clock_refused(const std::string& reply) {
+  note_error("TIME refused: " + reply);
+  if (!clock_warned_.exchange(true)) {
+    log(LogLevel::warning, "Redis at " + endpoint_.describe() + " refuses TIME (" + reply +
+                               "); epochs follow this node's own clock, so nodes whose clocks "
+                               "differ will not agree on subinterval boundaries");
+  }
 }
 
 std::chrono::nanoseconds RedisStore::retry_hint() const noexcept {
@@ -260,13 +306,40 @@ void RedisStore::open_circuit(const std::string& why) {
   down_since_ns_.store(steady_ns(), std::memory_order_relaxed);
   log(LogLevel::warning, "Redis at " + endpoint_.describe() + " unreachable (" + why +
                              "); deciding with local counts until it is back");
-  // Find out when it is back: a probe on the background connection (which reconnects on
-  // its own if it is down; on_ready then recovers).
-  loop_.post([this] {
-    if (async_ == nullptr || !async_->ready()) return;
-    async_->command({"PING"}, [this](const redisReply* reply, const std::string&) {
-      if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) recover();
-    });
+  // Find out when it is back: a probe now, and from each tick while the circuit is open.
+  loop_.post([this] { probe(); });
+}
+
+void RedisStore::probe() {
+  // The background connection reconnects on its own while Redis is away (and probes when
+  // it is back); while it is up, a ROLE that says "master" closes the circuit. A server
+  // that is a replica (after a failover, this address may point to the old master) or
+  // cannot serve keeps it open; one that denies ROLE is taken at its word that it works.
+  if (probing_ || async_ == nullptr || !async_->ready()) return;
+  probing_ = true;
+  last_probe_ns_ = steady_ns();
+  async_->command({"ROLE"}, [this](const redisReply* reply, const std::string& error) {
+    probing_ = false;
+    if (reply == nullptr) {
+      note_error("probe: " + error);
+      return;
+    }
+    bool serves = true;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+        reply->element[0]->type == REDIS_REPLY_STRING) {
+      serves = std::string_view(reply->element[0]->str, reply->element[0]->len) == "master";
+    } else if (server_unavailable(*reply)) {
+      serves = false;
+    }
+    if (!serves) {
+      note_error("Redis at " + endpoint_.describe() + " cannot take writes now (ROLE: " +
+                 (reply->type == REDIS_REPLY_ARRAY ? std::string(reply->element[0]->str,
+                                                                 reply->element[0]->len)
+                                                   : reply_text(*reply)) +
+                 ")");
+      return;
+    }
+    if (!available()) recover();
   });
 }
 
@@ -277,12 +350,24 @@ std::optional<bool> RedisStore::add(const LimiterKey& key, std::int64_t epoch, s
     writes_skipped_.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   }
+  // One deadline for the whole call: waiting for a connection and every round trip.
+  // Opening a connection adds its own time (at most the connect timeout).
   const std::int64_t started = steady_ns();
+  RedisConnection::Deadline deadline = std::chrono::steady_clock::now() + options_.command_timeout;
   std::string error;
-  RedisPool::Lease lease = pool_.acquire(error);
+  RedisPool::Failure failure{};
+  RedisPool::Lease lease = pool_.acquire(deadline, failure, error);
   if (!lease) {
     writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    failed("write: " + error, true);
+    // Busy connections say nothing about Redis' health.
+    failed("write: " + error, failure == RedisPool::Failure::kConnect);
+    return std::nullopt;
+  }
+  if (lease.fresh()) {
+    deadline = std::max(deadline, std::chrono::steady_clock::now() + options_.command_timeout);
+  }
+  if (!available()) {  // the circuit opened while this call waited
+    writes_skipped_.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   }
   const std::string k = layout_.key(key);
@@ -296,6 +381,7 @@ std::optional<bool> RedisStore::add(const LimiterKey& key, std::int64_t epoch, s
                                    decimal(weight, trailing_weight)};
   std::int64_t admitted = -1;
   bool noscript = false;
+  bool unavailable = false;
   std::string refused;
   auto on_reply = [&](std::size_t, const redisReply& r) {
     if (r.type == REDIS_REPLY_ARRAY && r.elements == counts.size() + 1 &&
@@ -306,6 +392,7 @@ std::optional<bool> RedisStore::add(const LimiterKey& key, std::int64_t epoch, s
                std::string_view(r.str, r.len).starts_with("NOSCRIPT")) {
       noscript = true;
     } else {
+      unavailable = server_unavailable(r);
       refused = reply_text(r);
     }
   };
@@ -314,16 +401,22 @@ std::optional<bool> RedisStore::add(const LimiterKey& key, std::int64_t epoch, s
   if (sha) {
     ok = lease->round_trip(
         {"EVALSHA", *sha, "1", k, args[0], args[1], args[2], args[3], args[4], args[5], args[6]},
-        on_reply, error);
+        on_reply, deadline, error);
   }
   if (!sha || (ok && noscript)) {
     // Redis restarted (its script cache is empty) or the script was never loaded: EVAL
-    // runs it and caches it under the same digest.
+    // runs it and caches it under the same digest. Within the same deadline.
     ok = lease->round_trip({"EVAL", kWriteScript, "1", k, args[0], args[1], args[2], args[3],
                             args[4], args[5], args[6]},
-                           on_reply, error);
+                           on_reply, deadline, error);
   }
-  if (!ok) {
+  if (!ok || unavailable) {
+    // A server that cannot serve (a replica after a failover, loading, busy) is as good
+    // as unreachable: drop the connection, open the circuit; reconnecting finds out more.
+    if (unavailable) {
+      lease->discard();
+      error = "Redis cannot serve: " + refused;
+    }
     writes_failed_.fetch_add(1, std::memory_order_relaxed);
     failed("write: " + error, true);
     return std::nullopt;
@@ -333,52 +426,11 @@ std::optional<bool> RedisStore::add(const LimiterKey& key, std::int64_t epoch, s
     failed("write refused by Redis: " + refused, false);
     return std::nullopt;
   }
-  writes_ok_.fetch_add(1, std::memory_order_relaxed);
-  write_latency_.record(nanoseconds(steady_ns() - started));
+  if (cost != 0) {  // a question (cost 0) wrote nothing
+    writes_ok_.fetch_add(1, std::memory_order_relaxed);
+    write_latency_.record(nanoseconds(steady_ns() - started));
+  }
   return admitted == 1;
-}
-
-bool RedisStore::load(const LimiterKey& key, std::int64_t first_epoch,
-                      std::span<std::uint64_t> counts) {
-  if (!available()) {
-    warm_start_failures_.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  std::string error;
-  RedisPool::Lease lease = pool_.acquire(error);
-  if (!lease) {
-    warm_start_failures_.fetch_add(1, std::memory_order_relaxed);
-    failed("load: " + error, true);
-    return false;
-  }
-  const std::string k = layout_.key(key);
-  std::vector<std::string> fields(counts.size());
-  RedisConnection::Argv argv{"HMGET", k};
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    fields[i] = std::to_string(
-        KeyLayout::field(first_epoch + static_cast<std::int64_t>(i), key.subintervals));
-    argv.push_back(fields[i]);
-  }
-  bool shaped = false;
-  std::string refused;
-  const bool ok = lease->round_trip(
-      argv,
-      [&](std::size_t, const redisReply& r) {
-        if (r.type != REDIS_REPLY_ARRAY || r.elements != counts.size()) {
-          refused = reply_text(r);
-          return;
-        }
-        shaped = true;
-        for (std::size_t i = 0; i < counts.size(); ++i) counts[i] = count_of(r.element[i]);
-      },
-      error);
-  if (!ok || !shaped) {
-    warm_start_failures_.fetch_add(1, std::memory_order_relaxed);
-    failed(ok ? "load refused by Redis: " + refused : "load: " + error, !ok);
-    return false;
-  }
-  warm_starts_.fetch_add(1, std::memory_order_relaxed);
-  return true;
 }
 
 void RedisStore::add_stats(Stats& s) const {
@@ -393,8 +445,6 @@ void RedisStore::add_stats(Stats& s) const {
   s.write_p90 = write_latency_.quantile(0.9);
   s.write_p99 = write_latency_.quantile(0.99);
   s.write_max = write_latency_.max();
-  s.warm_starts = warm_starts_.load(std::memory_order_relaxed);
-  s.warm_start_failures = warm_start_failures_.load(std::memory_order_relaxed);
   s.sync_rounds = sync_rounds_.load(std::memory_order_relaxed);
   s.sync_failures = sync_failures_.load(std::memory_order_relaxed);
   s.sync_last_keys = sync_last_keys_.load(std::memory_order_relaxed);
@@ -419,12 +469,16 @@ void RedisStore::on_ready() {
                     }
                   });
   if (options_.sync_clock) probe_clock(5);
-  if (!available()) recover();
+  if (!available()) probe();
 }
 
-void RedisStore::on_lost(const std::string& error) {
+void RedisStore::on_lost(const std::string& error, bool dropped) {
   note_error(error);
-  if (available()) {
+  if (dropped) {
+    // Redis closed a working connection (its idle timeout, a restart): the background
+    // connection is being made again at once. Only if that fails is Redis unreachable.
+    log(LogLevel::debug, error + "; reconnecting");
+  } else if (available()) {
     open_circuit(error);
   } else {
     log(LogLevel::debug, error);
@@ -447,10 +501,13 @@ void RedisStore::probe_clock(int samples) {
   const std::int64_t sent = clock_->now().count();
   async_->command({"TIME"}, [this, sent, samples](const redisReply* r, const std::string&) {
     const std::int64_t received = clock_->now().count();
-    if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return;
-    const auto server = static_cast<std::int64_t>(count_of(r->element[0])) * 1'000'000'000 +
-                        static_cast<std::int64_t>(count_of(r->element[1])) * 1'000;
-    take_clock_sample(sent, received, server);
+    if (r == nullptr) return;  // the connection failed: the next probe tries again
+    const std::optional<std::int64_t> server = server_time(*r);
+    if (!server) {
+      clock_refused(reply_text(*r));
+      return;
+    }
+    take_clock_sample(sent, received, *server);
     if (samples > 1) probe_clock(samples - 1);
   });
 }
@@ -459,7 +516,17 @@ void RedisStore::take_clock_sample(std::int64_t sent, std::int64_t received,
                                    std::int64_t server_ns) {
   // NTP-style: the server read its clock somewhere within the round trip; assume the
   // middle. Keep the last 8 samples and trust the one with the shortest round trip.
-  clock_samples_.emplace_back(received - sent, server_ns - (sent + (received - sent) / 2));
+  const std::int64_t rtt = received - sent;
+  const std::int64_t offset = server_ns - (sent + rtt / 2);
+  if (!clock_samples_.empty()) {
+    // If the new offset is outside what the best sample allows (each is known to within
+    // its round trip), a clock stepped (NTP, a VM migration): the old samples describe
+    // a clock that no longer exists.
+    const auto best = *std::min_element(clock_samples_.begin(), clock_samples_.end());
+    const std::int64_t slack = best.first + rtt + 1'000'000;
+    if (offset > best.second + slack || offset < best.second - slack) clock_samples_.clear();
+  }
+  clock_samples_.emplace_back(rtt, offset);
   if (clock_samples_.size() > 8) clock_samples_.erase(clock_samples_.begin());
   const auto best = *std::min_element(clock_samples_.begin(), clock_samples_.end());
   rtt_ns_.store(best.first, std::memory_order_relaxed);
@@ -490,6 +557,7 @@ void RedisStore::absorb_activity(std::int64_t now) {
 void RedisStore::tick() {
   const std::int64_t now = aligned_now();
   absorb_activity(now);
+  if (!available() && steady_ns() - last_probe_ns_ >= 200'000'000) probe();
   std::uint64_t active = 0;
   for (auto& entry : geometries_) {
     Geometry& g = entry.second;
@@ -607,6 +675,10 @@ void RedisStore::Batch::finish() {
   store->sync_last_ns_.store(took, std::memory_order_relaxed);
   if (took > store->sync_max_ns_.load(std::memory_order_relaxed)) {
     store->sync_max_ns_.store(took, std::memory_order_relaxed);
+  }
+  if (key_errors > 0) {
+    store->note_error("boundary read: " + std::to_string(key_errors) +
+                      " keys could not be read as counts (written by something else?)");
   }
   geometry->reading = false;
   done(ok);

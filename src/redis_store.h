@@ -62,8 +62,10 @@ extern const char* const kWriteScript;
 // Store on Redis.
 //
 // Application threads: an allowed request's write is one round trip (EVALSHA of the
-// write script) on a pooled blocking connection of its own; a limiter met for the first
-// time loads its window with one HMGET. Both bounded by the command timeout.
+// write script) on a pooled blocking connection of its own, which also brings back the
+// whole shared window (so a limiter new to this engine is warm after its first write).
+// The whole call, waiting for a connection included, is bounded by the command timeout
+// (plus the connect timeout when it must open a connection).
 //
 // Background (a libuv loop on its own thread, with an async connection): shortly after
 // each subinterval boundary (sync_settle), the counts of the epoch that just closed are
@@ -72,9 +74,12 @@ extern const char* const kWriteScript;
 // with the next. The same thread measures the offset to the Redis clock (TIME) and
 // keeps reconnecting with backoff while Redis is away.
 //
-// Circuit breaker: a network failure or timeout opens it; while open, add() and load()
-// fail at once. It closes when the background connection is (re)established and
-// answers, and then every active limiter's window is read again.
+// Circuit breaker: a network failure or timeout (or a server that says it cannot serve:
+// READONLY, LOADING, ...) opens it; while open, add() fails at once. It closes when the
+// background connection is (re)established and answers a PING (probed every 200 ms
+// while open), and then every active limiter's window is read again. A working
+// background connection that Redis closes (its idle timeout) is made again at once and
+// opens the circuit only if that fails.
 class RedisStore final : public Store {
  public:
   // Connects to options.redis (trying once, for up to the connect timeout, before
@@ -86,8 +91,6 @@ class RedisStore final : public Store {
   std::optional<bool> add(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
                           std::uint64_t max, std::uint32_t trailing_weight,
                           std::span<std::uint64_t> counts) override;
-  bool load(const LimiterKey& key, std::int64_t first_epoch,
-            std::span<std::uint64_t> counts) override;
   bool available() const noexcept override { return available_.load(std::memory_order_acquire); }
   std::int64_t clock_offset() const noexcept override {
     return offset_ns_.load(std::memory_order_relaxed);
@@ -125,11 +128,18 @@ class RedisStore final : public Store {
   // not reachable now (the background connection keeps trying).
   bool connect_now();
   std::optional<std::string> script_sha() const;
+  // The server's clock from a TIME reply, in ns since the Unix epoch; nothing if the
+  // reply is not a well-formed TIME (an error: TIME may be denied by an ACL or renamed).
+  static std::optional<std::int64_t> server_time(const redisReply& reply);
+  // TIME was refused: the clock offset stays as it is; warns once.
+  void clock_refused(const std::string& reply);
 
   // Loop thread.
   void on_ready();
-  void on_lost(const std::string& error);
+  void on_lost(const std::string& error, bool dropped);
   void recover();
+  // A PING on the background connection; recover() if it answers.
+  void probe();
   // Takes in the limiters the engine used since the last call.
   void absorb_activity(std::int64_t now);
   void tick();
@@ -160,8 +170,7 @@ class RedisStore final : public Store {
   std::atomic<std::uint64_t> writes_ok_{0};
   std::atomic<std::uint64_t> writes_failed_{0};
   std::atomic<std::uint64_t> writes_skipped_{0};
-  std::atomic<std::uint64_t> warm_starts_{0};
-  std::atomic<std::uint64_t> warm_start_failures_{0};
+  std::atomic<bool> clock_warned_{false};
   std::atomic<std::uint64_t> sync_rounds_{0};
   std::atomic<std::uint64_t> sync_failures_{0};
   std::atomic<std::uint64_t> sync_last_keys_{0};
@@ -175,6 +184,8 @@ class RedisStore final : public Store {
   std::vector<std::pair<std::int64_t, std::int64_t>> clock_samples_;  // (rtt, offset)
   std::map<std::pair<std::uint32_t, std::uint32_t>, Geometry> geometries_;
   std::vector<Activity> activity_;  // scratch
+  bool probing_ = false;
+  std::int64_t last_probe_ns_ = 0;
   uv_timer_t tick_timer_{};
   uv_timer_t clock_timer_{};
 

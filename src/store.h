@@ -39,16 +39,13 @@ class Store {
   // still fits `cost` under `max` (the trailing subinterval, epoch - N, weighing
   // trailing_weight / kWeightOne: the share of it still inside the window), adds `cost`
   // to the shared count of `epoch`. Either way fills `counts` (N + 1 entries) with the
-  // shared counts of epochs epoch, epoch - 1, ..., epoch - N after the decision.
-  // Returns whether it added, or std::nullopt when the store could not be reached or
-  // refused.
+  // shared counts of epochs epoch, epoch - 1, ..., epoch - N after the decision, so the
+  // caller can take in the whole shared window. cost 0 only reads (and says whether the
+  // window is within max). Returns whether it added (fits, for cost 0), or std::nullopt
+  // when the store could not be reached in time or refused.
   virtual std::optional<bool> add(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
                                   std::uint64_t max, std::uint32_t trailing_weight,
                                   std::span<std::uint64_t> counts) = 0;
-  // Reads the shared counts of epochs first_epoch .. first_epoch + counts.size() - 1
-  // (0 where there are none). False when the store could not be reached.
-  virtual bool load(const LimiterKey& key, std::int64_t first_epoch,
-                    std::span<std::uint64_t> counts) = 0;
   // False while the store is known to be unreachable (its circuit is open): callers
   // then skip it at once instead of each waiting for a deadline.
   virtual bool available() const noexcept = 0;

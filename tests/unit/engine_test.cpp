@@ -61,21 +61,10 @@ class FakeStore final : public detail::Store {
     const std::uint64_t trailing = count(epoch - std::int64_t{key.subintervals});
     const bool fits = detail::u128{sum} * kWeightOne + detail::u128{trailing} * trailing_weight <=
                       detail::u128{max} * kWeightOne;
-    if (fits) count(epoch) += cost;
+    if (fits) count(epoch) += cost;  // cost 0 only reads
     for (std::size_t k = 0; k < counts.size(); ++k)
       counts[k] = count(epoch - static_cast<std::int64_t>(k));
     return fits;
-  }
-  bool load(const detail::LimiterKey& key, std::int64_t first_epoch,
-            std::span<std::uint64_t> counts) override {
-    ++shared_->calls;
-    if (shared_->down) return false;
-    std::lock_guard lock(shared_->mutex);
-    for (std::size_t i = 0; i < counts.size(); ++i) {
-      counts[i] = shared_->counts[{key.resource, key.resolution_ms, key.subintervals,
-                                   first_epoch + static_cast<std::int64_t>(i)}];
-    }
-    return true;
   }
   // The fake is "reachable" even while failing writes: it tests the write path.
   bool available() const noexcept override { return true; }
@@ -459,6 +448,57 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK(d.allowed);
   CHECK(d.degraded);
   CHECK(a.stats().degraded == 1);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a cold limiter warms up from its first write or question") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit limit(10, 1s, 100ms);
+  for (int i = 0; i < 7; ++i) CHECK(a.try_acquire(1, limit, 1).allowed);
+  // A question (cost 0) about a limiter b has never seen is answered from the shared
+  // counts: one round trip, which also warms the limiter.
+  const int before = shared->calls;
+  const Decision asked = b.try_acquire(1, limit, 0);
+  CHECK(asked.allowed);
+  CHECK(asked.remaining == 3);
+  CHECK(shared->calls == before + 1);
+  CHECK(b.stats().warm_starts == 1);
+  // Now warm: the next question is local.
+  CHECK(b.try_acquire(1, limit, 0).remaining == 3);
+  CHECK(shared->calls == before + 1);
+
+  // A handle's limiter starts cold too: its first decision reaches the store and takes in
+  // the shared window (a's 7) with its own write.
+  auto [shard, ref] = b.pin(2, limit);
+  for (int i = 0; i < 4; ++i) CHECK(a.try_acquire(2, limit, 1).allowed);
+  const Decision through_handle = b.try_acquire(*shard, ref, limit, 1);
+  CHECK(through_handle.allowed);
+  CHECK(through_handle.remaining == 5);
+  CHECK(b.stats().warm_starts == 2);
+  detail::EngineCore::unpin(*shard, ref);
+
+  // A store that fails the warm start: counted, and the decision is degraded.
+  shared->down = true;
+  const Decision failed = b.try_acquire(3, limit, 1);
+  CHECK(failed.degraded);
+  CHECK(b.stats().warm_start_failures == 1);
+}
+
+TEST_CASE_FIXTURE(Fixture, "with a store, eviction still follows recent use") {
+  // A hot limiter used in every subinterval must outlive a stream of one-off ones.
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore engine(options(8), std::make_unique<FakeStore>(shared));
+  const Limit limit(1000, 1s, 100ms);
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    clock->advance(100ms);
+    REQUIRE(engine.try_acquire(1, limit, 1).allowed);
+    REQUIRE(engine.try_acquire(1000 + i, limit, 1).allowed);
+  }
+  const Stats s = engine.stats();
+  CHECK(s.evictions == 200 + 1 - 8);
+  // Each one-off limiter warmed up once, and the hot one only at the start.
+  CHECK(s.warm_starts == 200 + 1);
 }
 
 }  // namespace ratewin::test
