@@ -13,6 +13,10 @@ packages=(
   libcxxopts-dev               # command-line options of ratewin-bench
   doctest-dev                  # unit tests
   redis-server                 # the tests, the benchmarks and the demo start their own
+  pybind11-dev python3-dev     # the Python extension, for Debian's /usr/bin/python3
+  python3-pytest python3-mypy  # the Python suite and its check of the type stubs
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip-installing the package
+  abigail-tools                # the C ABI check (abidw, abidiff)
 )
 
 missing=()

@@ -17,12 +17,12 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
-    -DRATEWIN_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests
-  ctest --test-dir "$dir" -L "unit|redis" --output-on-failure
+    -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
+  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_capi_test
+  ctest --test-dir "$dir" -L "unit|redis|capi" --output-on-failure
 done
 # Static analysis of the library sources (.clang-tidy), warnings are errors.
 cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON \
-  -DRATEWIN_BUILD_TESTS=OFF -DRATEWIN_BUILD_BENCH=OFF >/dev/null
+  -DRATEWIN_BUILD_TESTS=OFF -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$root/build-tidy" -j"$jobs"
 echo "run_all: every suite passed"

@@ -1,0 +1,50 @@
+"""ratewin: a distributed approximate sliding-window rate limiter.
+
+One honest limit across many replicas: each process decides locally, admissions are
+written to Redis synchronously, and rejections never touch the network.
+
+    import ratewin
+
+    engine = ratewin.Engine()                      # or Engine("redis://127.0.0.1:6379")
+    per_user = ratewin.Limit(100, per=60)          # 100 requests a minute
+    decision = engine.try_acquire("user:42", per_user)
+    if not decision:
+        ...  # answer 429 with decision.headers()
+
+Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+from ._ratewin import (
+    ClosedError,
+    Decision,
+    Engine,
+    Error,
+    FailurePolicy,
+    Limit,
+    Limiter,
+    ManualClock,
+    __version__,
+    hash,
+)
+from . import _ratewin
+
+__all__ = [
+    "ClosedError",
+    "Decision",
+    "Engine",
+    "Error",
+    "FailurePolicy",
+    "Limit",
+    "Limiter",
+    "ManualClock",
+    "__version__",
+    "hash",
+]
+
+# Engines still open when the interpreter exits are closed first, while their threads
+# can still call back into Python.
+atexit.register(_ratewin._close_all)

@@ -1,0 +1,98 @@
+"""WSGI middleware: a limit per client and path, with rate-limit headers.
+
+    import ratewin
+    from ratewin.wsgi import RateLimitMiddleware
+
+    engine = ratewin.Engine()  # or ratewin.Engine("redis://10.0.0.5:6379")
+    app = RateLimitMiddleware(app, engine, ratewin.Limit(100, per=60))
+
+Flask: ``app.wsgi_app = RateLimitMiddleware(app.wsgi_app, engine, limit)``.
+Django: wrap ``get_wsgi_application()`` in ``wsgi.py`` the same way.
+
+Every limited response carries X-RateLimit-Limit, X-RateLimit-Remaining and
+X-RateLimit-Reset; a rejected request is answered ``429 Too Many Requests`` with
+Retry-After, without calling the application.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Union
+
+from ._ratewin import Engine, Limit
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+__all__ = ["RateLimitMiddleware", "client_address"]
+
+TOO_MANY_REQUESTS = b"Too Many Requests\n"
+
+
+def client_address(environ: Environ) -> Optional[str]:
+    """The default client key: the peer's address (REMOTE_ADDR).
+
+    Behind a proxy, pass ``key=`` a function that reads the header your proxy sets (and
+    that only it can set), for example ``lambda e: e.get("HTTP_X_REAL_IP")``.
+    """
+    return environ.get("REMOTE_ADDR") or None
+
+
+class RateLimitMiddleware:
+    """Limits a WSGI application per client key and request path.
+
+    ``limit`` is a Limit for every request, or a function ``(environ) -> Limit | None``
+    that picks one per request (per endpoint, per tier, ...); None leaves the request
+    unlimited. ``key(environ)`` names the client (None: unlimited); ``cost(environ)``
+    gives the units a request takes (default 1). With ``per_path`` (the default) each
+    path has its own count per client; otherwise a client has one count for all paths.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        engine: Engine,
+        limit: Union[Limit, Callable[[Environ], Optional[Limit]]],
+        *,
+        key: Callable[[Environ], Optional[str]] = client_address,
+        cost: Optional[Callable[[Environ], int]] = None,
+        per_path: bool = True,
+    ) -> None:
+        if not isinstance(limit, Limit) and not callable(limit):
+            raise TypeError("limit must be a ratewin.Limit or a function (environ) -> Limit")
+        self.app = app
+        self.engine = engine
+        self.limit = limit
+        self.key = key
+        self.cost = cost
+        self.per_path = per_path
+
+    def __repr__(self) -> str:
+        return f"<ratewin.wsgi.RateLimitMiddleware {self.limit!r} around {self.app!r}>"
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        limit = self.limit if isinstance(self.limit, Limit) else self.limit(environ)
+        client = self.key(environ) if limit is not None else None
+        if limit is None or client is None:
+            return self.app(environ, start_response)
+        resource = client
+        if self.per_path:
+            resource += " " + environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+        cost = 1 if self.cost is None else self.cost(environ)
+        decision = self.engine.try_acquire(resource, limit, cost)
+        headers = list(decision.headers().items())
+        if not decision.allowed:
+            start_response(
+                "429 Too Many Requests",
+                [
+                    ("Content-Type", "text/plain; charset=utf-8"),
+                    ("Content-Length", str(len(TOO_MANY_REQUESTS))),
+                ]
+                + headers,
+            )
+            return [TOO_MANY_REQUESTS]
+
+        def start_with_headers(status: str, response_headers: list, exc_info: Any = None) -> Any:
+            return start_response(status, list(response_headers) + headers, exc_info)
+
+        return self.app(environ, start_with_headers)

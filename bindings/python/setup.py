@@ -1,0 +1,50 @@
+"""Builds the _ratewin extension with CMake (the repository's own build) for the
+interpreter running this script, and ships it inside the `ratewin` package."""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent  # the repository: bindings/python/..
+
+
+def version() -> str:
+    header = (ROOT / "capi" / "ratewin.h").read_text()
+    parts = [re.search(rf"#define RATEWIN_VERSION_{p} (\d+)", header).group(1)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(parts)
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        build_dir = pathlib.Path(self.build_temp).resolve() / "cmake"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.check_call([
+            "cmake", "-S", str(ROOT), "-B", str(build_dir),
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DRATEWIN_BUILD_TESTS=OFF", "-DRATEWIN_BUILD_BENCH=OFF",
+            "-DRATEWIN_BUILD_PYTHON=ON",
+            f"-DPython_EXECUTABLE={sys.executable}",
+        ])
+        subprocess.check_call([
+            "cmake", "--build", str(build_dir), "--target", "_ratewin",
+            "-j", str(os.cpu_count() or 1),
+        ])
+        built = next((build_dir / "python" / "ratewin").glob("_ratewin*.so"))
+        target = pathlib.Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built, target)
+
+
+setup(
+    version=version(),
+    ext_modules=[Extension("ratewin._ratewin", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+)

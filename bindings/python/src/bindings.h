@@ -1,0 +1,42 @@
+// Shared by the files of the _ratewin module: one init function per class, and the
+// conversions every function uses.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "ratewin/ratewin.h"
+
+namespace ratewin::python {
+
+namespace py = pybind11;
+
+void init_errors(py::module_& m);
+void init_clock(py::module_& m);
+void init_limit(py::module_& m);
+void init_decision(py::module_& m);
+void init_engine(py::module_& m);
+
+// Seconds (an int, a float or a datetime.timedelta) as whole milliseconds. TypeError for
+// other types; ValueError when not finite, negative (or zero, unless allow_zero), or not
+// a whole number of milliseconds. `what` names the argument in messages.
+std::chrono::milliseconds to_milliseconds(py::handle seconds, const char* what,
+                                          bool allow_zero = false);
+// Seconds (an int, a float or a datetime.timedelta) as nanoseconds, rounded to the
+// nearest; the same TypeError and ValueError rules, for the manual clock.
+std::chrono::nanoseconds to_nanoseconds(py::handle seconds, const char* what,
+                                        bool allow_zero = false);
+// A duration as float seconds.
+double to_seconds(std::chrono::nanoseconds d) noexcept;
+// An int within [min, max] as an unsigned 64-bit value: TypeError if not an int (bools
+// are refused), ValueError outside the range.
+std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std::uint64_t max);
+// A resource: a str (hashed as UTF-8), bytes (hashed as they are) or an int id.
+std::uint64_t to_resource(py::handle resource);
+
+// The exception types of the module (set by init_errors).
+extern PyObject* closed_error;
+
+}  // namespace ratewin::python

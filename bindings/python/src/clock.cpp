@@ -1,0 +1,40 @@
+#include <memory>
+
+#include "bindings.h"
+
+namespace ratewin::python {
+
+void init_clock(py::module_& m) {
+  py::class_<ManualClock, std::shared_ptr<ManualClock>>(
+      m, "ManualClock",
+      "A clock that moves only when told to, for tests: pass it as Engine(clock=...) and "
+      "decisions become deterministic. Times are seconds since the Unix epoch. Safe to use "
+      "from several threads.")
+      .def(py::init([](py::handle start) {
+             return std::make_shared<ManualClock>(to_nanoseconds(start, "start"));
+           }),
+           py::arg("start") = 1'700'000'000, "Starts at `start` seconds since the Unix epoch.")
+      .def(
+          "now", [](const ManualClock& c) { return to_seconds(c.now()); },
+          "The current reading, in seconds since the Unix epoch.")
+      .def(
+          "set",
+          [](ManualClock& c, py::handle t) {
+            c.set(to_nanoseconds(t, "t"));
+          },
+          py::arg("t"), "Sets the reading to `t` seconds since the Unix epoch.")
+      .def(
+          "advance",
+          [](ManualClock& c, py::handle seconds) {
+            c.advance(to_nanoseconds(seconds, "seconds", true));
+          },
+          py::arg("seconds"),
+          "Moves the clock forward by `seconds` (an int, a float or a timedelta), to the "
+          "nearest nanosecond.")
+      .def("__repr__", [](const ManualClock& c) {
+        return "ManualClock(" + py::repr(py::float_(to_seconds(c.now()))).cast<std::string>() +
+               ")";
+      });
+}
+
+}  // namespace ratewin::python

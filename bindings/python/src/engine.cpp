@@ -1,0 +1,367 @@
+#include <pybind11/functional.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_set>
+
+#include "bindings.h"
+#include "redis_endpoint.h"
+
+namespace ratewin::python {
+namespace {
+
+// Destroying an engine joins its threads, which may be waiting for the GIL (to call a
+// Python logger): never do it while holding the GIL.
+template <class T>
+std::shared_ptr<T> without_gil_on_delete(T* object) {
+  return std::shared_ptr<T>(object, [](T* p) {
+    if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+      py::gil_scoped_release release;
+      delete p;
+    } else {
+      delete p;
+    }
+  });
+}
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// A Python callable the engine's threads call; its reference is dropped under the GIL.
+struct PyCallback {
+  py::object fn;
+  explicit PyCallback(py::object f) : fn(std::move(f)) {}
+  PyCallback(const PyCallback&) = delete;
+  PyCallback& operator=(const PyCallback&) = delete;
+  ~PyCallback() {
+    if (Py_IsInitialized() == 0 || finalizing()) {
+      fn.release();  // the interpreter is going away: leak the reference
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+  }
+};
+
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warning:
+      return "warning";
+    case LogLevel::error:
+      break;
+  }
+  return "error";
+}
+
+class PyLimiter;
+
+class PyEngine {
+ public:
+  explicit PyEngine(Options options) {
+    redis_ = options.redis;
+    if (!redis_.empty()) redis_ = detail::RedisEndpoint::parse(redis_).describe();
+    {
+      // Connecting to Redis may take up to the connect timeout.
+      py::gil_scoped_release release;
+      engine_ = without_gil_on_delete(new Engine(std::move(options)));
+    }
+    open_engines().insert(this);
+  }
+  ~PyEngine() { open_engines().erase(this); }
+  PyEngine(const PyEngine&) = delete;
+  PyEngine& operator=(const PyEngine&) = delete;
+
+  // Every engine not closed yet; guarded by the GIL.
+  static std::unordered_set<PyEngine*>& open_engines() {
+    static auto* engines = new std::unordered_set<PyEngine*>();  // never destroyed
+    return *engines;
+  }
+
+  std::shared_ptr<Engine> engine() const {
+    if (!engine_) {
+      PyErr_SetString(closed_error, "this Engine is closed");
+      throw py::error_already_set();
+    }
+    return engine_;
+  }
+
+  Decision try_acquire(py::handle resource, const Limit& limit, py::handle cost) const {
+    const std::uint64_t id = to_resource(resource);
+    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+    const std::shared_ptr<Engine> e = engine();
+    py::gil_scoped_release release;
+    return e->try_acquire(id, limit, units);
+  }
+
+  py::dict stats() const {
+    const std::shared_ptr<Engine> e = engine();
+    Stats s;
+    {
+      py::gil_scoped_release release;
+      s = e->stats();
+    }
+    py::dict d;
+    d["allowed"] = s.allowed;
+    d["rejected"] = s.rejected;
+    d["degraded"] = s.degraded;
+    d["limiters"] = s.limiters;
+    d["max_limiters"] = s.max_limiters;
+    d["pinned"] = s.pinned;
+    d["evictions"] = s.evictions;
+    d["evictions_active"] = s.evictions_active;
+    d["store"] = s.store;
+    d["store_available"] = s.store_available;
+    d["circuit_opens"] = s.circuit_opens;
+    d["connections"] = s.connections;
+    d["writes_ok"] = s.writes_ok;
+    d["writes_failed"] = s.writes_failed;
+    d["writes_skipped"] = s.writes_skipped;
+    d["write_p50"] = to_seconds(s.write_p50);
+    d["write_p90"] = to_seconds(s.write_p90);
+    d["write_p99"] = to_seconds(s.write_p99);
+    d["write_max"] = to_seconds(s.write_max);
+    d["warm_starts"] = s.warm_starts;
+    d["warm_start_failures"] = s.warm_start_failures;
+    d["sync_rounds"] = s.sync_rounds;
+    d["sync_failures"] = s.sync_failures;
+    d["sync_last_keys"] = s.sync_last_keys;
+    d["sync_last_duration"] = to_seconds(s.sync_last_duration);
+    d["sync_max_duration"] = to_seconds(s.sync_max_duration);
+    d["active_limiters"] = s.active_limiters;
+    d["clock_offset"] = to_seconds(s.clock_offset);
+    d["clock_rtt"] = to_seconds(s.clock_rtt);
+    d["last_error"] = s.last_error;
+    return d;
+  }
+
+  void close() {
+    open_engines().erase(this);
+    engine_.reset();  // joins the engine's threads without the GIL (see the deleter)
+  }
+  bool closed() const noexcept { return !engine_; }
+  const std::string& redis() const noexcept { return redis_; }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::string redis_;  // without the password
+};
+
+class PyLimiter {
+ public:
+  PyLimiter(const PyEngine& engine, py::handle resource, const Limit& limit)
+      : resource_(to_resource(resource)), limit_(limit) {
+    const std::shared_ptr<Engine> e = engine.engine();
+    handle_ = without_gil_on_delete(new LimiterHandle(e->limiter(resource_, limit_)));
+  }
+
+  Decision try_acquire(py::handle cost) const {
+    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+    std::shared_ptr<LimiterHandle> h = handle_;
+    if (!h) {
+      PyErr_SetString(closed_error, "this Limiter is closed");
+      throw py::error_already_set();
+    }
+    py::gil_scoped_release release;
+    return h->try_acquire(units);
+  }
+  void close() { handle_.reset(); }
+  bool closed() const noexcept { return !handle_; }
+  std::uint64_t resource() const noexcept { return resource_; }
+  const Limit& limit() const noexcept { return limit_; }
+
+ private:
+  std::uint64_t resource_;
+  Limit limit_;
+  std::shared_ptr<LimiterHandle> handle_;
+};
+
+}  // namespace
+
+void init_engine(py::module_& m) {
+  py::class_<PyEngine>(
+      m, "Engine",
+      "The rate-limiting engine: one per process is typical. Thread-safe: any number of "
+      "threads may call it at once; the GIL is released while it works. Local by default; "
+      "with `redis`, limits are shared by every engine using the same Redis and key_prefix. "
+      "A context manager: leaving the block closes it. Engines still open at interpreter "
+      "exit are closed then.")
+      .def(py::init([](py::handle redis, const std::string& key_prefix, py::handle max_limiters,
+                       py::handle connect_timeout, py::handle command_timeout,
+                       py::handle max_connections, py::handle sync_settle, bool sync_clock,
+                       py::handle clock_sync_interval, py::handle clock, py::handle logger) {
+             Options o;
+             if (!redis.is_none()) {
+               if (PyUnicode_Check(redis.ptr()) == 0) {
+                 throw py::type_error("redis must be a URL string or None");
+               }
+               o.redis = redis.cast<std::string>();
+             }
+             o.key_prefix = key_prefix;
+             o.max_limiters = static_cast<std::size_t>(
+                 to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
+             o.connect_timeout = to_milliseconds(connect_timeout, "connect_timeout");
+             o.command_timeout = to_milliseconds(command_timeout, "command_timeout");
+             o.max_connections = static_cast<std::size_t>(
+                 to_u64(max_connections, "max_connections", 1, UINT64_MAX));
+             o.sync_settle = to_milliseconds(sync_settle, "sync_settle", true);
+             o.sync_clock = sync_clock;
+             o.clock_sync_interval =
+                 to_milliseconds(clock_sync_interval, "clock_sync_interval", true);
+             if (!clock.is_none()) {
+               if (!py::isinstance<ManualClock>(clock)) {
+                 throw py::type_error("clock must be a ratewin.ManualClock or None");
+               }
+               o.clock = clock.cast<std::shared_ptr<ManualClock>>();
+             }
+             if (!logger.is_none()) {
+               if (PyCallable_Check(logger.ptr()) == 0) {
+                 throw py::type_error("logger must be a callable (level, message) or None");
+               }
+               auto callback = std::make_shared<PyCallback>(py::reinterpret_borrow<py::object>(logger));
+               o.logger = [callback](LogLevel level, std::string_view message) {
+                 if (Py_IsInitialized() == 0 || finalizing()) return;
+                 py::gil_scoped_acquire gil;
+                 try {
+                   callback->fn(level_name(level), py::str(message.data(), message.size()));
+                 } catch (py::error_already_set& e) {
+                   e.discard_as_unraisable("ratewin: the Engine's logger");
+                 }
+               };
+             }
+             return new PyEngine(std::move(o));
+           }),
+           py::arg("redis") = py::none(), py::kw_only(), py::arg("key_prefix") = "ratewin",
+           py::arg("max_limiters") = 1'000'000, py::arg("connect_timeout") = 0.5,
+           py::arg("command_timeout") = 0.1, py::arg("max_connections") = 64,
+           py::arg("sync_settle") = 0.01, py::arg("sync_clock") = true,
+           py::arg("clock_sync_interval") = 10.0, py::arg("clock") = py::none(),
+           py::arg("logger") = py::none(),
+           "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
+           "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
+           "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None).\n\n"
+           "redis: None (local) or 'redis://[user[:password]@]host[:port][/db]' or "
+           "'unix://[user[:password]@]/path[?db=N]'; the engine starts whether or not Redis "
+           "is up. Durations are seconds (int, float or timedelta). clock: a ManualClock for "
+           "tests. logger: a callable(level, message), level one of 'debug', 'info', "
+           "'warning', 'error', called from the engine's threads (default: warnings and "
+           "errors to stderr). Raises ValueError for a bad option or URL.")
+      .def("try_acquire", &PyEngine::try_acquire, py::arg("resource"), py::arg("limit"),
+           py::arg("cost") = 1,
+           "Decides whether `cost` units of `resource` (a str, bytes or an int id) fit in "
+           "`limit` now, and counts them if they do. cost=0 asks without counting. Returns a "
+           "Decision. A rejection never touches the network; an admission with Redis makes "
+           "one round trip, bounded by command_timeout. Raises ClosedError after close().")
+      .def(
+          "limiter",
+          [](const PyEngine& e, py::handle resource, const Limit& limit) {
+            return new PyLimiter(e, resource, limit);
+          },
+          py::arg("resource"), py::arg("limit"),
+          "A Limiter: `resource` under `limit`, held (never evicted) while the Limiter is "
+          "open, without the lookup on every call.")
+      .def("stats", &PyEngine::stats,
+           "Counters since the engine started and its state now, as a dict (durations in "
+           "seconds; the store fields are zero in local mode).")
+      .def("close", &PyEngine::close,
+           "Closes the engine: stops its threads and connections (waiting at most for calls "
+           "in flight to finish or time out). Idempotent. Limiters made from it keep working "
+           "until they are closed too.")
+      .def_property_readonly("closed", &PyEngine::closed, "Whether close() was called.")
+      .def_property_readonly(
+          "redis",
+          [](const PyEngine& e) -> py::object {
+            if (e.redis().empty()) return py::none();
+            return py::str(e.redis());
+          },
+          "The Redis the engine shares limits through (its URL without the password), or "
+          "None in local mode.")
+      .def("__enter__", [](PyEngine& e) -> PyEngine& { return e; },
+           py::return_value_policy::reference, "Returns the engine.")
+      .def(
+          "__exit__",
+          [](PyEngine& e, const py::args&) {
+            e.close();
+            return false;
+          },
+          "Closes the engine.")
+      .def("__repr__", [](const PyEngine& e) {
+        if (e.closed()) return std::string("<ratewin.Engine closed>");
+        return "<ratewin.Engine " + (e.redis().empty() ? std::string("local") : e.redis()) + ">";
+      });
+
+  py::class_<PyLimiter>(m, "Limiter",
+                        "One resource under one limit, from Engine.limiter(): no lookup per "
+                        "call, and never evicted while open. Thread-safe. A context manager.")
+      .def("try_acquire", &PyLimiter::try_acquire, py::arg("cost") = 1,
+           "As Engine.try_acquire for this limiter's resource and limit. Raises "
+           "ClosedError after close().")
+      .def("close", &PyLimiter::close, "Releases the limiter. Idempotent.")
+      .def_property_readonly("closed", &PyLimiter::closed, "Whether close() was called.")
+      .def_property_readonly("resource", &PyLimiter::resource, "The resource's 64-bit id.")
+      .def_property_readonly("limit", &PyLimiter::limit, "The Limit.")
+      .def("__enter__", [](PyLimiter& l) -> PyLimiter& { return l; },
+           py::return_value_policy::reference, "Returns the limiter.")
+      .def(
+          "__exit__",
+          [](PyLimiter& l, const py::args&) {
+            l.close();
+            return false;
+          },
+          "Closes the limiter.")
+      .def("__repr__", [](const PyLimiter& l) {
+        return "<ratewin.Limiter resource=" + std::to_string(l.resource()) + " " +
+               py::repr(py::cast(l.limit())).cast<std::string>() +
+               (l.closed() ? " closed>" : ">");
+      });
+
+  m.def(
+      "hash", [](py::handle name) { return to_resource(name); }, py::arg("name"),
+      "The 64-bit resource id of a name: XXH3-64 (seed 0) of its UTF-8 bytes (or of the "
+      "bytes given), the id every ratewin API and process computes for that name. An int "
+      "is returned as it is.");
+
+  m.def(
+      "_close_all",
+      [] {
+        // Copy: close() removes engines from the set.
+        const std::vector<PyEngine*> engines(PyEngine::open_engines().begin(),
+                                             PyEngine::open_engines().end());
+        for (PyEngine* e : engines) e->close();
+      },
+      "Closes every engine still open (registered with atexit by the package).");
+
+  m.def(
+      "_cxx_loop",
+      [](const PyEngine& engine, py::handle resource, const Limit& limit, std::uint64_t calls) {
+        // The same call as try_acquire, made `calls` times from C++: the baseline for the
+        // Python overhead figure. Returns nanoseconds per call.
+        const std::uint64_t id = to_resource(resource);
+        const std::shared_ptr<Engine> e = engine.engine();
+        py::gil_scoped_release release;
+        std::uint64_t allowed = 0;
+        const auto start = std::chrono::steady_clock::now();
+        for (std::uint64_t i = 0; i < calls; ++i) {
+          Decision d = e->try_acquire(id, limit, 1);
+          asm volatile("" : : "r"(&d) : "memory");  // keep every decision
+          allowed += d.allowed ? 1 : 0;
+        }
+        const auto took = std::chrono::steady_clock::now() - start;
+        asm volatile("" : : "r"(allowed) : "memory");
+        return static_cast<double>(std::chrono::nanoseconds(took).count()) /
+               static_cast<double>(calls == 0 ? 1 : calls);
+      },
+      py::arg("engine"), py::arg("resource"), py::arg("limit"), py::arg("calls"),
+      "Benchmark helper: nanoseconds per Engine.try_acquire made from C++ in a loop.");
+}
+
+}  // namespace ratewin::python
