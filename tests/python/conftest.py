@@ -23,10 +23,10 @@ import ratewin  # noqa: E402
 class RedisServer:
     """A private redis-server: no persistence, Unix socket only (no port to collide on)."""
 
-    def __init__(self, directory: pathlib.Path, *extra: str) -> None:
+    def __init__(self, directory: pathlib.Path, password: str | None = None) -> None:
         self.directory = directory
         self.socket = directory / "redis.sock"
-        self.extra = extra
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -38,7 +38,7 @@ class RedisServer:
             ["redis-server", "--port", "0", "--unixsocket", str(self.socket),
              "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
              "--dir", str(self.directory), "--logfile", str(self.directory / "log"),
-             *self.extra],
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not self.answers():
@@ -50,7 +50,8 @@ class RedisServer:
         return self.cli("PING") == "PONG"
 
     def cli(self, *args: str) -> str:
-        result = subprocess.run(["redis-cli", "-s", str(self.socket), *args],
+        auth = ["--no-auth-warning", "-a", self.password] if self.password else []
+        result = subprocess.run(["redis-cli", "-s", str(self.socket), *auth, *args],
                                 capture_output=True, text=True, timeout=10)
         return result.stdout.strip()
 

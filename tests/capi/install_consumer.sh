@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs a build into a temporary prefix and builds the README's C and C++ examples
+# against the installed tree only, through CMake (find_package(ratewin)) and through
+# pkg-config with the README's own commands, then runs them.
+#   install_consumer.sh <build dir> <source dir>
+set -euo pipefail
+build="$1" source="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix"
+
+cmake --install "$build" --prefix "$prefix" >/dev/null
+libdir="$(cd "$prefix" && ls -d lib*/pkgconfig | head -n1 | xargs dirname)"
+for f in include/ratewin.h include/ratewin/ratewin.h "$libdir/libratewin.so.1" \
+         "$libdir/libratewin_cxx.a" "$libdir/cmake/ratewin/ratewin-config.cmake" \
+         "$libdir/pkgconfig/ratewin.pc" "$libdir/pkgconfig/ratewin-cxx.pc"; do
+  [[ -e "$prefix/$f" ]] || { echo "install_consumer: $f was not installed"; exit 1; }
+done
+
+examples="$work/examples"
+mkdir -p "$examples"
+for pair in c:example.c cpp:example.cpp; do
+  cmake -DREADME="$source/README.md" -DNAME="${pair%%:*}" -DOUT="$examples/${pair#*:}" \
+    -P "$source/tests/readme/extract.cmake"
+done
+
+echo "install_consumer: find_package(ratewin) from $prefix"
+cmake -S "$source/tests/capi/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DEXAMPLES="$examples" >/dev/null
+cmake --build "$work/cmake-build" -j"$(nproc)" >/dev/null
+"$work/cmake-build/example_c"
+"$work/cmake-build/example_cpp"
+
+echo "install_consumer: pkg-config, with the README's commands"
+export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
+cd "$examples"
+commands="$work/commands.sh"
+cmake -DREADME="$source/README.md" -DNAME=build-installed -DOUT="$commands" \
+  -P "$source/tests/readme/extract.cmake"
+bash -euo pipefail "$commands"
+LD_LIBRARY_PATH="$prefix/$libdir" ./example
+./example_cpp

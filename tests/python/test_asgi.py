@@ -1,0 +1,111 @@
+"""ratewin.asgi with a minimal ASGI server loop: asyncio only, no framework."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import ratewin
+from ratewin.asgi import RateLimitMiddleware
+
+
+async def hello(scope, receive, send):
+    if scope["type"] == "lifespan":
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        await send({"type": "lifespan.startup.complete"})
+        return
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.accept"})
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"hello " + scope["path"].encode()})
+
+
+def request(app, path="/", client=("10.0.0.1", 5000), kind="http", **extra):
+    scope = {"type": kind, "path": path, "root_path": "", "method": "GET",
+             "headers": [], "client": client, **extra}
+    sent = []
+    inbox = [{"type": "lifespan.startup"}] if kind == "lifespan" else \
+        [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive():
+        return inbox.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def status_of(sent):
+    return sent[0]["status"]
+
+
+def test_limits_per_client_and_path(engine):
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60))
+    assert app.offload is False, "a local engine decides on the event loop"
+    first = request(app, "/a")
+    assert status_of(first) == 200 and first[1]["body"] == b"hello /a"
+    headers = dict(first[0]["headers"])
+    assert headers[b"content-type"] == b"text/plain"
+    assert headers[b"x-ratelimit-limit"] == b"2"
+    assert headers[b"x-ratelimit-remaining"] == b"1"
+    assert status_of(request(app, "/a")) == 200
+    rejected = request(app, "/a")
+    assert status_of(rejected) == 429
+    headers = dict(rejected[0]["headers"])
+    assert int(headers[b"retry-after"]) >= 1
+    assert headers[b"content-length"] == str(len(rejected[1]["body"])).encode()
+    assert rejected[1]["body"] == b"Too Many Requests\n"
+    assert status_of(request(app, "/b")) == 200
+    assert status_of(request(app, "/a", client=("10.0.0.2", 1))) == 200
+
+
+def test_websocket_and_lifespan_pass_through(engine):
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=60))
+    for _ in range(3):
+        assert request(app, "/ws", kind="websocket") == [{"type": "websocket.accept"}]
+    assert request(app, kind="lifespan") == [{"type": "lifespan.startup.complete"}]
+
+
+def test_no_client_or_no_limit_is_unlimited(engine):
+    app = RateLimitMiddleware(hello, engine,
+                              lambda scope: None if scope["path"] == "/free" else
+                              ratewin.Limit(1, per=60))
+    for _ in range(3):
+        assert status_of(request(app, "/free")) == 200
+        assert status_of(request(app, "/paid", client=None)) == 200
+    assert status_of(request(app, "/paid")) == 200
+    assert status_of(request(app, "/paid")) == 429
+
+
+def test_offload_decides_off_the_event_loop(engine):
+    loop_threads = set()
+    decided_on = set()
+    real = engine.try_acquire
+
+    class Spy:
+        redis = None
+
+        def try_acquire(self, *args):
+            decided_on.add(threading.get_ident())
+            return real(*args)
+
+    async def app(scope, receive, send):
+        loop_threads.add(threading.get_ident())
+        await hello(scope, receive, send)
+
+    limited = RateLimitMiddleware(app, Spy(), ratewin.Limit(5, per=60), offload=True,  # type: ignore[arg-type]
+                                  cost=lambda scope: 2)
+    assert [status_of(request(limited)) for _ in range(3)] == [200, 200, 429]
+    assert decided_on and loop_threads and not decided_on & loop_threads
+
+
+def test_offload_is_the_default_with_redis(redis):
+    with ratewin.Engine(redis.url) as engine:
+        app = RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=60))
+        assert app.offload is True
+        assert [status_of(request(app)) for _ in range(2)] == [200, 429]

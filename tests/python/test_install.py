@@ -1,0 +1,45 @@
+"""`pip install --no-build-isolation ./bindings/python` works offline with Debian's
+setuptools: it builds the extension with CMake (Release) for the venv's interpreter."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_pip_installs_the_package_offline(tmp_path):
+    # A copy of the repository, so the build leaves nothing in the source tree.
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "build-*", "*.egg-info", "__pycache__"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=300)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "RATEWIN_PYTHONPATH"}}
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index",
+         str(source / "bindings" / "python")],
+        capture_output=True, text=True, env=env, timeout=1200)
+    assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
+    smoke = subprocess.run(
+        [str(python), "-c",
+         "import ratewin, ratewin.wsgi, ratewin.asgi, pathlib\n"
+         "assert pathlib.Path(ratewin.__file__).is_relative_to(pathlib.Path(__import__('sys').prefix))\n"
+         "pkg = pathlib.Path(ratewin.__file__).parent\n"
+         "assert (pkg / 'py.typed').exists() and (pkg / '_ratewin.pyi').exists()\n"
+         "e = ratewin.Engine()\n"
+         "d = [bool(e.try_acquire('k', ratewin.Limit(2, per=60))) for _ in range(3)]\n"
+         "assert d == [True, True, False], d\n"
+         "print(ratewin.__version__)\n"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert smoke.returncode == 0, smoke.stderr
+    header = (ROOT / "capi" / "ratewin.h").read_text()
+    major = header.split("#define RATEWIN_VERSION_MAJOR ")[1].split()[0]
+    assert smoke.stdout.strip().startswith(major + ".")

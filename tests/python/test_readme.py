@@ -1,0 +1,28 @@
+"""The README's Python example runs as written."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import ratewin
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_readme_python_example(tmp_path):
+    example = tmp_path / "example.py"
+    subprocess.run(["cmake", f"-DREADME={ROOT / 'README.md'}", "-DNAME=python",
+                    f"-DOUT={example}", "-P", str(ROOT / "tests" / "readme" / "extract.cmake")],
+                   check=True, timeout=60)
+    package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(package_root))
+    result = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[1] for line in lines[:4]] == ["allowed"] * 3 + ["rejected"]
+    assert "'Retry-After'" in lines[3] and "'X-RateLimit-Remaining': '0'" in lines[3]
+    assert lines[4] == "4 allowed so far"

@@ -1,0 +1,131 @@
+"""Redis mode from Python, against a redis-server these tests start (conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import ratewin
+from conftest import RedisServer
+
+
+def test_two_engines_share_one_limit_exactly(redis):
+    limit = ratewin.Limit(10, per=3600)
+    with ratewin.Engine(redis.url) as a, ratewin.Engine(redis.url) as b:
+        decisions = [(a if i % 2 else b).try_acquire("shared", limit) for i in range(30)]
+        assert sum(1 for d in decisions if d) == 10
+        assert not any(d.degraded for d in decisions)
+        for engine in (a, b):
+            stats = engine.stats()
+            assert stats["store"] is True and stats["store_available"] is True
+            assert stats["writes_ok"] >= 1 and stats["writes_failed"] == 0
+    keys = redis.cli("KEYS", "ratewin:{*")
+    assert keys, "the counts live in Redis under the key prefix"
+
+
+def test_key_prefix_separates_applications(redis):
+    limit = ratewin.Limit(3, per=3600)
+    with ratewin.Engine(redis.url, key_prefix="app1") as a, \
+            ratewin.Engine(redis.url, key_prefix="app2") as b:
+        assert sum(1 for _ in range(5) if a.try_acquire("user", limit)) == 3
+        assert sum(1 for _ in range(5) if b.try_acquire("user", limit)) == 3
+
+
+@pytest.mark.parametrize("policy, allowed", [("local", True), ("open", True), ("closed", False)])
+def test_failure_policy_when_redis_is_gone(redis, policy, allowed):
+    limit = ratewin.Limit(100, per=3600, on_failure=policy)
+    with ratewin.Engine(redis.url, command_timeout=0.2) as engine:
+        assert engine.try_acquire("r", limit).degraded is False
+        redis.stop()
+        decision = engine.try_acquire("r", limit)
+        assert decision.degraded is True
+        assert decision.allowed is allowed
+        if not allowed:
+            assert decision.retry_after >= 0.001
+            assert int(decision.headers()["Retry-After"]) >= 1
+        stats = engine.stats()
+        assert stats["store_available"] is False
+        assert stats["degraded"] >= 1 and stats["last_error"] != ""
+
+
+def test_the_gil_is_free_while_redis_keeps_a_call_waiting(redis):
+    """A call blocked on a paused Redis (up to command_timeout) lets other threads run."""
+    limit = ratewin.Limit(100, per=3600)
+    with ratewin.Engine(redis.url, command_timeout=0.6) as engine:
+        engine.try_acquire("warm", limit)  # connections are open
+        span: list[float] = []
+        ticks: list[float] = []
+        done = threading.Event()
+
+        def blocked_call() -> None:
+            span.append(time.monotonic())
+            engine.try_acquire("warm", limit)
+            span.append(time.monotonic())
+            done.set()
+
+        redis.pause()
+        try:
+            worker = threading.Thread(target=blocked_call)
+            worker.start()
+            while not done.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.001)
+            worker.join()
+        finally:
+            redis.resume()
+        start, end = span
+        assert end - start >= 0.5, "the call waited for its deadline"
+        inside = [t for t in ticks if start + 0.1 < t < end - 0.1]
+        assert len(inside) >= 10, "the main thread ran while the call waited"
+
+
+def test_password_never_shows(tmp_path):
+    server = RedisServer(tmp_path, password="s3cret-pw")
+    server.start()
+    try:
+        with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}") as engine:
+            assert "s3cret-pw" not in repr(engine)
+            assert engine.redis is not None and str(server.socket) in engine.redis
+            assert "s3cret-pw" not in engine.redis
+            assert engine.try_acquire("x", ratewin.Limit(1, per=60)).degraded is False
+        with ratewin.Engine(f"unix://:wrong-pw@{server.socket}") as engine:
+            assert engine.try_acquire("x", ratewin.Limit(1, per=60)).degraded is True
+            assert "wrong-pw" not in engine.stats()["last_error"]
+            assert "wrong-pw" not in repr(engine)
+    finally:
+        server.stop()
+
+
+def test_logger_hears_about_failures(redis):
+    heard: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def logger(level: str, message: str) -> None:
+        with lock:
+            heard.append((level, message))
+
+    limit = ratewin.Limit(5, per=3600)
+    with ratewin.Engine(redis.url, command_timeout=0.2, logger=logger) as engine:
+        engine.try_acquire("a", limit)
+        redis.stop()
+        engine.try_acquire("a", limit)
+    with lock:
+        levels = {level for level, _ in heard}
+        assert levels & {"warning", "error"}, heard
+        assert all(level in {"debug", "info", "warning", "error"} for level in levels)
+        assert all(isinstance(message, str) and message for _, message in heard)
+
+
+def test_a_logger_that_raises_does_not_break_the_engine(redis, monkeypatch):
+    def logger(level: str, message: str) -> None:
+        raise RuntimeError("logger bug")
+
+    reported: list[object] = []
+    monkeypatch.setattr("sys.unraisablehook", lambda u: reported.append(u.exc_value))
+    limit = ratewin.Limit(5, per=3600, on_failure="open")
+    with ratewin.Engine(redis.url, command_timeout=0.2, logger=logger) as engine:
+        redis.stop()
+        assert engine.try_acquire("a", limit).allowed
+    assert reported and all(isinstance(e, RuntimeError) for e in reported)
