@@ -92,7 +92,9 @@ class RateLimitMiddleware:
             )
             return [TOO_MANY_REQUESTS]
 
-        def start_with_headers(status: str, response_headers: list, exc_info: Any = None) -> Any:
+        def start_with_headers(
+            status: str, response_headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
             return start_response(status, list(response_headers) + headers, exc_info)
 
         return self.app(environ, start_with_headers)
