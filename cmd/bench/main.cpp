@@ -10,6 +10,7 @@ namespace ratewin::bench {
 int run_local(const cxxopts::ParseResult& args);
 int run_accuracy(const cxxopts::ParseResult& args);
 int run_redis(const cxxopts::ParseResult& args);
+int run_capi(const cxxopts::ParseResult& args);
 }  // namespace ratewin::bench
 
 int main(int argc, char** argv) {
@@ -20,10 +21,10 @@ int main(int argc, char** argv) {
   options.add_options()
     ("mode", "what to measure: local (decision path, memory per limiter), redis (the Redis-backed "
              "paths against raw hiredis), accuracy (K engines sharing one Redis against an exact "
-             "sliding window)",
+             "sliding window), capi (the C ABI against the C++ calls it wraps)",
      cxxopts::value<std::string>()->default_value("local"))
-    ("runs", "local: rounds; figures are medians", cxxopts::value<int>()->default_value("7"))
-    ("run-ms", "local: approximate duration of one run of one case, ms",
+    ("runs", "local, capi: rounds; figures are medians", cxxopts::value<int>()->default_value("7"))
+    ("run-ms", "local, capi: approximate duration of one run of one case, ms",
      cxxopts::value<double>()->default_value("150"))
     ("resources", "local: distinct resources in the distinct-resource cases",
      cxxopts::value<std::uint64_t>()->default_value("100000"))
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     if (mode == "local") return ratewin::bench::run_local(args);
     if (mode == "accuracy") return ratewin::bench::run_accuracy(args);
     if (mode == "redis") return ratewin::bench::run_redis(args);
+    if (mode == "capi") return ratewin::bench::run_capi(args);
     std::fprintf(stderr, "ratewin-bench: unknown mode '%s' (try --help)\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {
