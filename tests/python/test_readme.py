@@ -26,3 +26,15 @@ def test_readme_python_example(tmp_path):
     assert [line.split()[1] for line in lines[:4]] == ["allowed"] * 3 + ["rejected"]
     assert "'Retry-After'" in lines[3] and "'X-RateLimit-Remaining': '0'" in lines[3]
     assert lines[4] == "4 allowed so far"
+
+
+def test_python_overhead_benchmark_runs(tmp_path):
+    """cmd/bench/python_overhead.py runs (one short round; figures are not asserted)."""
+    package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "cmd" / "bench" / "python_overhead.py"),
+         "--runs", "1", "--calls", "2000"],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(package_root)),
+        timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Python over C++ on the rejecting path: at most" in result.stdout
