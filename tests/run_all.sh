@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
-# every suite, then builds and runs the unit and Redis suites under
+# every suite (unit, Redis, C ABI with its symbol, ABI and install checks, Python, the
+# README's examples), then builds and runs the unit, Redis and C ABI suites under
 # AddressSanitizer+UBSan and under ThreadSanitizer, and runs clang-tidy over the
 # library. Exits non-zero on the first failure. Tests that need Redis start their own
-# redis-server on a free loopback port.
+# redis-server on a free loopback port or Unix socket.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
