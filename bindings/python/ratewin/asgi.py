@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, MutableMapping, Optional, Union
 
+from ._middleware import TOO_MANY_REQUESTS, Charge, RequestLimits
 from ._ratewin import Decision, Engine, Limit
 
 Scope = MutableMapping[str, Any]
@@ -29,8 +30,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 __all__ = ["RateLimitMiddleware", "client_address"]
-
-TOO_MANY_REQUESTS = b"Too Many Requests\n"
 
 
 def client_address(scope: Scope) -> Optional[str]:
@@ -68,39 +67,29 @@ class RateLimitMiddleware:
         per_path: bool = True,
         offload: Optional[bool] = None,
     ) -> None:
-        if not isinstance(limit, Limit) and not callable(limit):
-            raise TypeError("limit must be a ratewin.Limit or a function (scope) -> Limit")
         self.app = app
         self.engine = engine
-        self.limit = limit
-        self.key = key
-        self.cost = cost
-        self.per_path = per_path
+        self.limits = RequestLimits(limit, key, cost, per_path, "scope")
         self.offload = engine.redis is not None if offload is None else offload
 
     def __repr__(self) -> str:
-        return f"<ratewin.asgi.RateLimitMiddleware {self.limit!r} around {self.app!r}>"
+        return f"<ratewin.asgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
 
-    async def _decide(self, resource: str, limit: Limit, cost: int) -> Decision:
+    async def _decide(self, charge: Charge) -> Decision:
         if not self.offload:
-            return self.engine.try_acquire(resource, limit, cost)
+            return self.engine.try_acquire(*charge)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.engine.try_acquire, resource, limit, cost)
+        return await loop.run_in_executor(None, self.engine.try_acquire, *charge)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limit if isinstance(self.limit, Limit) else self.limit(scope)
-        client = self.key(scope) if limit is not None else None
-        if limit is None or client is None:
+        charge = self.limits.charge(scope, scope.get("root_path", "") + scope.get("path", ""))
+        if charge is None:
             await self.app(scope, receive, send)
             return
-        resource = client
-        if self.per_path:
-            resource += " " + scope.get("root_path", "") + scope.get("path", "")
-        cost = 1 if self.cost is None else self.cost(scope)
-        decision = await self._decide(resource, limit, cost)
+        decision = await self._decide(charge)
         headers = [
             (name.lower().encode("latin-1"), value.encode("latin-1"))
             for name, value in decision.headers().items()

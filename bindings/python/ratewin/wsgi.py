@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional, Union
 
+from ._middleware import TOO_MANY_REQUESTS, RequestLimits
 from ._ratewin import Engine, Limit
 
 Environ = dict[str, Any]
@@ -25,8 +26,6 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 __all__ = ["RateLimitMiddleware", "client_address"]
-
-TOO_MANY_REQUESTS = b"Too Many Requests\n"
 
 
 def client_address(environ: Environ) -> Optional[str]:
@@ -58,28 +57,19 @@ class RateLimitMiddleware:
         cost: Optional[Callable[[Environ], int]] = None,
         per_path: bool = True,
     ) -> None:
-        if not isinstance(limit, Limit) and not callable(limit):
-            raise TypeError("limit must be a ratewin.Limit or a function (environ) -> Limit")
         self.app = app
         self.engine = engine
-        self.limit = limit
-        self.key = key
-        self.cost = cost
-        self.per_path = per_path
+        self.limits = RequestLimits(limit, key, cost, per_path, "environ")
 
     def __repr__(self) -> str:
-        return f"<ratewin.wsgi.RateLimitMiddleware {self.limit!r} around {self.app!r}>"
+        return f"<ratewin.wsgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        limit = self.limit if isinstance(self.limit, Limit) else self.limit(environ)
-        client = self.key(environ) if limit is not None else None
-        if limit is None or client is None:
+        charge = self.limits.charge(
+            environ, environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))
+        if charge is None:
             return self.app(environ, start_response)
-        resource = client
-        if self.per_path:
-            resource += " " + environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-        cost = 1 if self.cost is None else self.cost(environ)
-        decision = self.engine.try_acquire(resource, limit, cost)
+        decision = self.engine.try_acquire(*charge)
         headers = list(decision.headers().items())
         if not decision.allowed:
             start_response(

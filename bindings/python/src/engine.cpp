@@ -185,16 +185,32 @@ class PyLimiter {
   std::shared_ptr<LimiterHandle> handle_;
 };
 
+// __enter__ (returns the object) and __exit__ (closes it) for a class with close().
+template <class T>
+void def_context_manager(py::class_<T>& cls, const std::string& what) {
+  cls.def("__enter__", [](T& self) -> T& { return self; }, py::return_value_policy::reference,
+          ("Returns the " + what + ".").c_str())
+      .def(
+          "__exit__",
+          [](T& self, const py::args&) {
+            self.close();
+            return false;
+          },
+          ("Closes the " + what + ".").c_str());
+}
+
 }  // namespace
 
 void init_engine(py::module_& m) {
-  py::class_<PyEngine>(
+  py::class_<PyEngine> engine_class(
       m, "Engine",
       "The rate-limiting engine: one per process is typical. Thread-safe: any number of "
       "threads may call it at once; the GIL is released while it works. Local by default; "
       "with `redis`, limits are shared by every engine using the same Redis and key_prefix. "
       "A context manager: leaving the block closes it. Engines still open at interpreter "
-      "exit are closed then.")
+      "exit are closed then.");
+  def_context_manager(engine_class, "engine");
+  engine_class
       .def(py::init([](py::handle redis, const std::string& key_prefix, py::handle max_limiters,
                        py::handle connect_timeout, py::handle command_timeout,
                        py::handle max_connections, py::handle sync_settle, bool sync_clock,
@@ -285,23 +301,16 @@ void init_engine(py::module_& m) {
           },
           "The Redis the engine shares limits through (its URL without the password), or "
           "None in local mode.")
-      .def("__enter__", [](PyEngine& e) -> PyEngine& { return e; },
-           py::return_value_policy::reference, "Returns the engine.")
-      .def(
-          "__exit__",
-          [](PyEngine& e, const py::args&) {
-            e.close();
-            return false;
-          },
-          "Closes the engine.")
       .def("__repr__", [](const PyEngine& e) {
         if (e.closed()) return std::string("<ratewin.Engine closed>");
         return "<ratewin.Engine " + (e.redis().empty() ? std::string("local") : e.redis()) + ">";
       });
 
-  py::class_<PyLimiter>(m, "Limiter",
+  py::class_<PyLimiter> limiter_class(m, "Limiter",
                         "One resource under one limit, from Engine.limiter(): no lookup per "
-                        "call, and never evicted while open. Thread-safe. A context manager.")
+                        "call, and never evicted while open. Thread-safe. A context manager.");
+  def_context_manager(limiter_class, "limiter");
+  limiter_class
       .def("try_acquire", &PyLimiter::try_acquire, py::arg("cost") = 1,
            "As Engine.try_acquire for this limiter's resource and limit. Raises "
            "ClosedError after close().")
@@ -309,15 +318,6 @@ void init_engine(py::module_& m) {
       .def_property_readonly("closed", &PyLimiter::closed, "Whether close() was called.")
       .def_property_readonly("resource", &PyLimiter::resource, "The resource's 64-bit id.")
       .def_property_readonly("limit", &PyLimiter::limit, "The Limit.")
-      .def("__enter__", [](PyLimiter& l) -> PyLimiter& { return l; },
-           py::return_value_policy::reference, "Returns the limiter.")
-      .def(
-          "__exit__",
-          [](PyLimiter& l, const py::args&) {
-            l.close();
-            return false;
-          },
-          "Closes the limiter.")
       .def("__repr__", [](const PyLimiter& l) {
         return "<ratewin.Limiter resource=" + std::to_string(l.resource()) + " " +
                py::repr(py::cast(l.limit())).cast<std::string>() +
