@@ -1,0 +1,22 @@
+/* ratewin.h is C99: this file includes it under -std=c99 -pedantic -Werror and uses
+ * every struct, so a C11 or GNU construct slipping into the header fails the build. */
+#include <ratewin.h>
+
+int ratewin_header_c99_check(void);
+
+int ratewin_header_c99_check(void) {
+  ratewin_options options;
+  ratewin_limit_options limit_options;
+  ratewin_decision decision;
+  ratewin_stats stats;
+  ratewin_clock_fn clock = 0;
+  ratewin_log_fn logger = 0;
+  options.size = sizeof options;
+  limit_options.size = sizeof limit_options;
+  decision.size = sizeof decision;
+  stats.size = sizeof stats;
+  (void)clock;
+  (void)logger;
+  return (int)(options.size + limit_options.size + decision.size + stats.size) > 0 &&
+         RATEWIN_VERSION_HEX > 0 && RATEWIN_NEVER > 0;
+}
