@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib
 import inspect
 import math
 import pathlib
@@ -86,6 +87,10 @@ def test_limits_read_naturally():
     ((10, datetime.timedelta(microseconds=1500)), {}, ValueError, "milliseconds"),
     ((10, 60), {"on_failure": "sometimes"}, ValueError, "on_failure"),
     ((10, 60), {"on_failure": 2}, TypeError, "on_failure"),
+    ((10, 60), {"on_failure": "\ud800"}, ValueError, "on_failure"),
+    ((10, 3600.0004), {}, ValueError, "milliseconds"),
+    ((10, 1000.0005), {}, ValueError, "milliseconds"),
+    ((10, 10**400), {}, ValueError, "per"),
 ])
 def test_bad_limits_are_clear_errors(args, kwargs, error, words):
     with pytest.raises(error, match=words):
@@ -220,6 +225,11 @@ def test_engine_is_a_context_manager_and_closes_once():
     ({"redis": 6379}, TypeError, "redis"),
     ({"clock": 5}, TypeError, "clock"),
     ({"logger": "stderr"}, TypeError, "logger"),
+    ({"redis": "redis://\ud800"}, ValueError, "redis"),
+    ({"key_prefix": b"app"}, TypeError, "key_prefix"),
+    ({"sync_clock": 0}, TypeError, "sync_clock"),
+    ({"sync_clock": None}, TypeError, "sync_clock"),
+    ({"command_timeout": 10**400}, ValueError, "command_timeout"),
 ])
 def test_bad_options_are_clear_errors(kwargs, error, words):
     with pytest.raises(error, match=words):
@@ -237,10 +247,11 @@ def test_bad_redis_url_errors_hide_the_password():
     assert "s3cret" not in str(caught.value)
 
 
-def test_engines_close_at_exit():
+def test_engines_and_limiters_close_at_exit():
     engine = ratewin.Engine()
+    limiter = engine.limiter("x", ratewin.Limit(1, per=1))
     _ratewin._close_all()  # what the package registered with atexit
-    assert engine.closed
+    assert engine.closed and limiter.closed
 
 
 # ---- Manual clock -------------------------------------------------------------------
@@ -257,6 +268,12 @@ def test_manual_clock():
         c.advance(-1)
     with pytest.raises(TypeError):
         c.advance("1")
+    late = ratewin.ManualClock(4.6e9)
+    with pytest.raises(ValueError, match="2116"):
+        late.advance(4.6e9)  # would wrap a 64-bit nanosecond count
+    assert late.now() == 4.6e9
+    with pytest.raises(ValueError, match="2116"):
+        ratewin.ManualClock(4.7e9)
 
 
 # ---- Limiters -----------------------------------------------------------------------
@@ -307,9 +324,13 @@ def test_everything_has_a_docstring():
     for fn in (ratewin.hash, _ratewin._close_all, _ratewin._cxx_loop):
         if not (fn.__doc__ or "").strip():
             undocumented.append(fn.__name__)
-    for module in (ratewin, ratewin.wsgi if hasattr(ratewin, "wsgi") else None):
-        if module is not None and not (module.__doc__ or "").strip():
+    for module in (ratewin, importlib.import_module("ratewin.wsgi"),
+                   importlib.import_module("ratewin.asgi")):
+        if not (module.__doc__ or "").strip():
             undocumented.append(module.__name__)
+        for name in getattr(module, "__all__", []):
+            if not (getattr(module, name).__doc__ or "").strip():
+                undocumented.append(f"{module.__name__}.{name}")
     assert undocumented == []
 
 

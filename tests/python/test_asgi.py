@@ -45,7 +45,7 @@ def status_of(sent):
 
 
 def test_limits_per_client_and_path(engine):
-    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60))
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60), per_path=True)
     assert app.offload is False, "a local engine decides on the event loop"
     first = request(app, "/a")
     assert status_of(first) == 200 and first[1]["body"] == b"hello /a"
@@ -62,6 +62,17 @@ def test_limits_per_client_and_path(engine):
     assert rejected[1]["body"] == b"Too Many Requests\n"
     assert status_of(request(app, "/b")) == 200
     assert status_of(request(app, "/a", client=("10.0.0.2", 1))) == 200
+
+
+def test_one_count_per_client_by_default_and_root_path_counted_once(engine):
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60))
+    assert [status_of(request(app, p)) for p in ("/a", "/b", "/c")] == [200, 200, 429]
+    # ASGI's path includes root_path: the resource is the full path, once, as WSGI's
+    # SCRIPT_NAME + PATH_INFO is.
+    limit = ratewin.Limit(5, per=60)
+    mounted = RateLimitMiddleware(hello, engine, limit, per_path=True)
+    assert status_of(request(mounted, "/api/items", root_path="/api")) == 200
+    assert engine.try_acquire("10.0.0.1 /api/items", limit, 0).remaining == 4
 
 
 def test_websocket_and_lifespan_pass_through(engine):

@@ -34,7 +34,7 @@ def call(app, path="/", addr="10.0.0.1", **extra):
 
 
 def test_limits_per_client_and_path(engine):
-    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60))
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60), per_path=True)
     first = call(app, "/a")
     assert first[0] == "200 OK" and first[2] == b"hello /a"
     assert first[1]["X-RateLimit-Limit"] == "2"
@@ -51,9 +51,24 @@ def test_limits_per_client_and_path(engine):
     assert call(app, "/a", addr="10.0.0.2")[0] == "200 OK", "another client counts apart"
 
 
-def test_one_count_for_all_paths(engine):
-    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60), per_path=False)
-    assert [call(app, p)[0][:3] for p in ("/a", "/b", "/c")] == ["200", "200", "429"]
+def test_one_count_per_client_by_default(engine):
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60))
+    assert [call(app, p)[0][:3] for p in ("/a", "/users/1", "/users/2")] == ["200", "200", "429"]
+
+
+def test_counts_per_route(engine):
+    def route(environ):
+        parts = environ["PATH_INFO"].split("/")
+        return parts[1] if len(parts) > 1 and parts[1] not in ("", "static") else None
+
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60), per_path=route)
+    statuses = [call(app, p)[0][:3] for p in ("/users/1", "/users/2", "/users/3")]
+    assert statuses == ["200", "200", "429"], "ids in the path do not escape the limit"
+    assert call(app, "/orders/1")[0] == "200 OK", "another route counts apart"
+    # None: the client's plain count, shared by every such path.
+    assert [call(app, p)[0][:3] for p in ("/static/a", "/static/b", "/")] == ["200", "200", "429"]
+    with pytest.raises(TypeError, match="per_path"):
+        RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=1), per_path="yes")  # type: ignore[arg-type]
 
 
 def test_limit_key_and_cost_functions(engine):
@@ -92,7 +107,7 @@ class QuietHandler(WSGIRequestHandler):
 
 
 def test_behind_wsgiref_server(engine):
-    app = RateLimitMiddleware(hello, engine, ratewin.Limit(3, per=60))
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(3, per=60), per_path=True)
     server: WSGIServer = make_server("127.0.0.1", 0, app, handler_class=QuietHandler)
     server.timeout = 5
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})

@@ -12,6 +12,9 @@ TOO_MANY_REQUESTS = b"Too Many Requests\n"
 # A request as the framework gives it: a WSGI environ or an ASGI scope.
 Request = Any
 LimitChoice = Union[Limit, Callable[[Request], Optional[Limit]]]
+# True: each request path counts apart; a function: requests count apart by what it
+# returns (a route name, say); False: one count per client.
+PathChoice = Union[bool, Callable[[Request], Optional[str]]]
 
 
 class Charge(NamedTuple):
@@ -30,12 +33,15 @@ class RequestLimits:
         limit: LimitChoice,
         key: Callable[[Request], Optional[str]],
         cost: Optional[Callable[[Request], int]],
-        per_path: bool,
+        per_path: PathChoice,
         request_name: str,
     ) -> None:
         if not isinstance(limit, Limit) and not callable(limit):
             raise TypeError(
                 f"limit must be a ratewin.Limit or a function ({request_name}) -> Limit")
+        if not isinstance(per_path, bool) and not callable(per_path):
+            raise TypeError(
+                f"per_path must be True, False or a function ({request_name}) -> str")
         self.limit = limit
         self.key = key
         self.cost = cost
@@ -50,5 +56,10 @@ class RequestLimits:
         client = self.key(request)
         if client is None:
             return None
-        resource = client + " " + path if self.per_path else client
-        return Charge(resource, limit, 1 if self.cost is None else self.cost(request))
+        if self.per_path is True:
+            client += " " + path
+        elif callable(self.per_path):
+            group = self.per_path(request)
+            if group is not None:
+                client += " " + group
+        return Charge(client, limit, 1 if self.cost is None else self.cost(request))

@@ -1,4 +1,4 @@
-"""ASGI middleware: a limit per client and path, with rate-limit headers.
+"""ASGI middleware: a limit per client (and per route), with rate-limit headers.
 
     import ratewin
     from ratewin.asgi import RateLimitMiddleware
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Callable, MutableMapping, Optional, Union
 
-from ._middleware import TOO_MANY_REQUESTS, Charge, RequestLimits
+from ._middleware import TOO_MANY_REQUESTS, Charge, PathChoice, RequestLimits
 from ._ratewin import Decision, Engine, Limit
 
 Scope = MutableMapping[str, Any]
@@ -42,12 +42,19 @@ def client_address(scope: Scope) -> Optional[str]:
 
 
 class RateLimitMiddleware:
-    """Limits an ASGI application per client key and request path.
+    """Limits an ASGI application per client key (and per route).
 
     ``limit`` is a Limit for every request, or a function ``(scope) -> Limit | None``
     that picks one per request; None leaves the request unlimited. ``key(scope)`` names
     the client (None: unlimited); ``cost(scope)`` gives the units a request takes
-    (default 1). With ``per_path`` (the default) each path has its own count per client.
+    (default 1).
+
+    ``per_path`` splits a client's count: ``False`` (the default) gives a client one count
+    for the whole application; a function ``(scope) -> str | None`` gives one count per
+    value it returns (a route name, an API group; None: the client's plain count);
+    ``True`` gives one count per request path, which suits only applications with a
+    fixed set of paths: where paths carry ids (``/users/42``) a client escapes the limit
+    by varying them, and fills the engine with limiters that crowd out other clients'.
 
     An admission with Redis waits for one round trip (up to the engine's
     command_timeout); with ``offload`` (the default when the engine uses Redis) the
@@ -64,7 +71,7 @@ class RateLimitMiddleware:
         *,
         key: Callable[[Scope], Optional[str]] = client_address,
         cost: Optional[Callable[[Scope], int]] = None,
-        per_path: bool = True,
+        per_path: PathChoice = False,
         offload: Optional[bool] = None,
     ) -> None:
         self.app = app
@@ -85,7 +92,8 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        charge = self.limits.charge(scope, scope.get("root_path", "") + scope.get("path", ""))
+        # ASGI's path is the full path, root_path included.
+        charge = self.limits.charge(scope, scope.get("path", ""))
         if charge is None:
             await self.app(scope, receive, send)
             return

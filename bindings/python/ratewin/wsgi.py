@@ -1,4 +1,4 @@
-"""WSGI middleware: a limit per client and path, with rate-limit headers.
+"""WSGI middleware: a limit per client (and per route), with rate-limit headers.
 
     import ratewin
     from ratewin.wsgi import RateLimitMiddleware
@@ -16,12 +16,12 @@ Retry-After, without calling the application.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
-from ._middleware import TOO_MANY_REQUESTS, RequestLimits
+from ._middleware import TOO_MANY_REQUESTS, PathChoice, RequestLimits
 from ._ratewin import Engine, Limit
 
-Environ = dict[str, Any]
+Environ = Dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
@@ -38,13 +38,19 @@ def client_address(environ: Environ) -> Optional[str]:
 
 
 class RateLimitMiddleware:
-    """Limits a WSGI application per client key and request path.
+    """Limits a WSGI application per client key (and per route).
 
     ``limit`` is a Limit for every request, or a function ``(environ) -> Limit | None``
     that picks one per request (per endpoint, per tier, ...); None leaves the request
     unlimited. ``key(environ)`` names the client (None: unlimited); ``cost(environ)``
-    gives the units a request takes (default 1). With ``per_path`` (the default) each
-    path has its own count per client; otherwise a client has one count for all paths.
+    gives the units a request takes (default 1).
+
+    ``per_path`` splits a client's count: ``False`` (the default) gives a client one count
+    for the whole application; a function ``(environ) -> str | None`` gives one count per
+    value it returns (a route name, an API group; None: the client's plain count);
+    ``True`` gives one count per request path, which suits only applications with a
+    fixed set of paths: where paths carry ids (``/users/42``) a client escapes the limit
+    by varying them, and fills the engine with limiters that crowd out other clients'.
     """
 
     def __init__(
@@ -55,7 +61,7 @@ class RateLimitMiddleware:
         *,
         key: Callable[[Environ], Optional[str]] = client_address,
         cost: Optional[Callable[[Environ], int]] = None,
-        per_path: bool = True,
+        per_path: PathChoice = False,
     ) -> None:
         self.app = app
         self.engine = engine

@@ -33,6 +33,10 @@ double to_seconds(std::chrono::nanoseconds d) noexcept;
 // An int within [min, max] as an unsigned 64-bit value: TypeError if not an int (bools
 // are refused), ValueError outside the range.
 std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std::uint64_t max);
+// A str as UTF-8: TypeError for other types, ValueError if it cannot be encoded.
+std::string to_utf8(py::handle text, const char* what);
+// A bool: TypeError for anything else (0, None, "yes").
+bool to_bool(py::handle value, const char* what);
 // A resource: a str (hashed as UTF-8), bytes (hashed as they are) or an int id.
 std::uint64_t to_resource(py::handle resource);
 

@@ -50,8 +50,7 @@ void init_errors(py::module_& m) {
 namespace {
 
 // Seconds in `unit`s (1e3: milliseconds, 1e9: nanoseconds), rounded; `whole` says whether
-// the value was a whole number of units (to within a millionth of one, as floats such
-// as 0.1 are not exact).
+// the value was a whole number of units, to within a millionth of one.
 long long to_units(py::handle seconds, const char* what, bool allow_zero, double unit,
                    bool& whole) {
   double units = 0;
@@ -68,13 +67,20 @@ long long to_units(py::handle seconds, const char* what, bool allow_zero, double
     units = std::round(exact);
     whole = units == exact;
   } else if (is_int(seconds) || PyFloat_Check(seconds.ptr()) != 0) {
-    const double s = seconds.cast<double>();
+    // An int too large for a double is as out of range as an infinite float.
+    const double s = PyFloat_AsDouble(seconds.ptr());
+    if (s == -1.0 && PyErr_Occurred() != nullptr) {
+      PyErr_Clear();
+      throw py::value_error(std::string(what) + " is too long");
+    }
     if (!std::isfinite(s)) {
       throw py::value_error(std::string(what) + " must be a finite number of seconds");
     }
     const double exact = s * unit;
     units = std::round(exact);
-    whole = std::fabs(exact - units) <= 1e-6 * std::max(1.0, std::fabs(exact));
+    // Within a millionth of a unit (floats such as 0.1 are not exact); beyond 2^52 units
+    // a double holds only whole units anyway.
+    whole = std::fabs(exact - units) <= 1e-6;
   } else {
     throw py::type_error(std::string(what) +
                          " must be seconds as an int, a float or a datetime.timedelta, not " +
@@ -89,6 +95,26 @@ long long to_units(py::handle seconds, const char* what, bool allow_zero, double
 }
 
 }  // namespace
+
+std::string to_utf8(py::handle text, const char* what) {
+  if (PyUnicode_Check(text.ptr()) == 0) {
+    throw py::type_error(std::string(what) + " must be a str, not " + type_name(text));
+  }
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    throw py::value_error(std::string(what) + " is not valid Unicode (a lone surrogate?)");
+  }
+  return std::string(utf8, static_cast<std::size_t>(size));
+}
+
+bool to_bool(py::handle value, const char* what) {
+  if (PyBool_Check(value.ptr()) == 0) {
+    throw py::type_error(std::string(what) + " must be True or False, not " + type_name(value));
+  }
+  return value.ptr() == Py_True;
+}
 
 std::chrono::milliseconds to_milliseconds(py::handle seconds, const char* what, bool allow_zero) {
   bool whole = true;

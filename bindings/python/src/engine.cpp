@@ -1,8 +1,11 @@
 #include <pybind11/functional.h>
 
 #include <chrono>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 #include "bindings.h"
@@ -11,18 +14,50 @@
 namespace ratewin::python {
 namespace {
 
+// Set while an engine's thread runs the Python logger.
+thread_local bool in_engine_callback = false;
+struct InCallback {
+  InCallback() noexcept { in_engine_callback = true; }
+  ~InCallback() { in_engine_callback = false; }
+  InCallback(const InCallback&) = delete;
+  InCallback& operator=(const InCallback&) = delete;
+};
+
 // Destroying an engine joins its threads, which may be waiting for the GIL (to call a
-// Python logger): never do it while holding the GIL.
+// Python logger): never do it while holding the GIL. And never on one of those threads
+// (the logger dropped the last reference, or a garbage collection running there did):
+// a thread cannot join itself, so another thread does it.
 template <class T>
 std::shared_ptr<T> without_gil_on_delete(T* object) {
   return std::shared_ptr<T>(object, [](T* p) {
-    if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    if (in_engine_callback) {
+      std::thread([p] { delete p; }).detach();
+    } else if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
       py::gil_scoped_release release;
       delete p;
     } else {
       delete p;
     }
   });
+}
+
+// Runs `work` (which must not touch Python) without the GIL and returns its result. Not
+// a scoped guard on purpose: when the interpreter is finalizing, taking the GIL back
+// ends a daemon thread by unwinding its stack, and that unwinding must not start in a
+// destructor (implicitly noexcept: std::terminate).
+template <class Work>
+auto without_gil(Work&& work) -> decltype(work()) {
+  std::optional<decltype(work())> result;
+  std::exception_ptr error;
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    result.emplace(work());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  PyEval_RestoreThread(state);
+  if (error) std::rethrow_exception(error);
+  return std::move(*result);
 }
 
 bool finalizing() {
@@ -70,11 +105,8 @@ class PyEngine {
   explicit PyEngine(Options options) {
     redis_ = options.redis;
     if (!redis_.empty()) redis_ = detail::RedisEndpoint::parse(redis_).describe();
-    {
-      // Connecting to Redis may take up to the connect timeout.
-      py::gil_scoped_release release;
-      engine_ = without_gil_on_delete(new Engine(std::move(options)));
-    }
+    // Connecting to Redis may take up to the connect timeout.
+    engine_ = without_gil([&] { return without_gil_on_delete(new Engine(std::move(options))); });
     open_engines().insert(this);
   }
   ~PyEngine() { open_engines().erase(this); }
@@ -99,17 +131,12 @@ class PyEngine {
     const std::uint64_t id = to_resource(resource);
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
     const std::shared_ptr<Engine> e = engine();
-    py::gil_scoped_release release;
-    return e->try_acquire(id, limit, units);
+    return without_gil([&] { return e->try_acquire(id, limit, units); });
   }
 
   py::dict stats() const {
     const std::shared_ptr<Engine> e = engine();
-    Stats s;
-    {
-      py::gil_scoped_release release;
-      s = e->stats();
-    }
+    const Stats s = without_gil([&] { return e->stats(); });
     py::dict d;
     d["allowed"] = s.allowed;
     d["rejected"] = s.rejected;
@@ -162,6 +189,17 @@ class PyLimiter {
       : resource_(to_resource(resource)), limit_(limit) {
     const std::shared_ptr<Engine> e = engine.engine();
     handle_ = without_gil_on_delete(new LimiterHandle(e->limiter(resource_, limit_)));
+    open_limiters().insert(this);
+  }
+  ~PyLimiter() { open_limiters().erase(this); }
+  PyLimiter(const PyLimiter&) = delete;
+  PyLimiter& operator=(const PyLimiter&) = delete;
+
+  // Every limiter not closed yet (an open one keeps its engine's threads running);
+  // guarded by the GIL.
+  static std::unordered_set<PyLimiter*>& open_limiters() {
+    static auto* limiters = new std::unordered_set<PyLimiter*>();  // never destroyed
+    return *limiters;
   }
 
   Decision try_acquire(py::handle cost) const {
@@ -171,10 +209,12 @@ class PyLimiter {
       PyErr_SetString(closed_error, "this Limiter is closed");
       throw py::error_already_set();
     }
-    py::gil_scoped_release release;
-    return h->try_acquire(units);
+    return without_gil([&] { return h->try_acquire(units); });
   }
-  void close() { handle_.reset(); }
+  void close() {
+    open_limiters().erase(this);
+    handle_.reset();
+  }
   bool closed() const noexcept { return !handle_; }
   std::uint64_t resource() const noexcept { return resource_; }
   const Limit& limit() const noexcept { return limit_; }
@@ -184,6 +224,16 @@ class PyLimiter {
   Limit limit_;
   std::shared_ptr<LimiterHandle> handle_;
 };
+
+// Closes every object in `open` (which close() leaves); the GIL is held.
+template <class T>
+void close_each(std::unordered_set<T*>& open) {
+  while (!open.empty()) {
+    T* object = *open.begin();
+    const py::object keep = py::cast(object, py::return_value_policy::reference);
+    object->close();
+  }
+}
 
 // __enter__ (returns the object) and __exit__ (closes it) for a class with close().
 template <class T>
@@ -211,18 +261,13 @@ void init_engine(py::module_& m) {
       "exit are closed then.");
   def_context_manager(engine_class, "engine");
   engine_class
-      .def(py::init([](py::handle redis, const std::string& key_prefix, py::handle max_limiters,
+      .def(py::init([](py::handle redis, py::handle key_prefix, py::handle max_limiters,
                        py::handle connect_timeout, py::handle command_timeout,
-                       py::handle max_connections, py::handle sync_settle, bool sync_clock,
+                       py::handle max_connections, py::handle sync_settle, py::handle sync_clock,
                        py::handle clock_sync_interval, py::handle clock, py::handle logger) {
              Options o;
-             if (!redis.is_none()) {
-               if (PyUnicode_Check(redis.ptr()) == 0) {
-                 throw py::type_error("redis must be a URL string or None");
-               }
-               o.redis = redis.cast<std::string>();
-             }
-             o.key_prefix = key_prefix;
+             if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
+             o.key_prefix = to_utf8(key_prefix, "key_prefix");
              o.max_limiters = static_cast<std::size_t>(
                  to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
              o.connect_timeout = to_milliseconds(connect_timeout, "connect_timeout");
@@ -230,7 +275,7 @@ void init_engine(py::module_& m) {
              o.max_connections = static_cast<std::size_t>(
                  to_u64(max_connections, "max_connections", 1, UINT64_MAX));
              o.sync_settle = to_milliseconds(sync_settle, "sync_settle", true);
-             o.sync_clock = sync_clock;
+             o.sync_clock = to_bool(sync_clock, "sync_clock");
              o.clock_sync_interval =
                  to_milliseconds(clock_sync_interval, "clock_sync_interval", true);
              if (!clock.is_none()) {
@@ -247,6 +292,7 @@ void init_engine(py::module_& m) {
                o.logger = [callback](LogLevel level, std::string_view message) {
                  if (Py_IsInitialized() == 0 || finalizing()) return;
                  py::gil_scoped_acquire gil;
+                 const InCallback in_callback;
                  try {
                    callback->fn(level_name(level), py::str(message.data(), message.size()));
                  } catch (py::error_already_set& e) {
@@ -333,12 +379,13 @@ void init_engine(py::module_& m) {
   m.def(
       "_close_all",
       [] {
-        // Copy: close() removes engines from the set.
-        const std::vector<PyEngine*> engines(PyEngine::open_engines().begin(),
-                                             PyEngine::open_engines().end());
-        for (PyEngine* e : engines) e->close();
+        // Limiters first: an open one keeps its engine's threads running. One at a time,
+        // each held by a reference while it closes: closing releases the GIL, and
+        // meanwhile other threads may drop, close or open others.
+        close_each(PyLimiter::open_limiters());
+        close_each(PyEngine::open_engines());
       },
-      "Closes every engine still open (registered with atexit by the package).");
+      "Closes every limiter and engine still open (registered with atexit by the package).");
 
   m.def(
       "_cxx_loop",
@@ -347,18 +394,19 @@ void init_engine(py::module_& m) {
         // Python overhead figure. Returns nanoseconds per call.
         const std::uint64_t id = to_resource(resource);
         const std::shared_ptr<Engine> e = engine.engine();
-        py::gil_scoped_release release;
-        std::uint64_t allowed = 0;
-        const auto start = std::chrono::steady_clock::now();
-        for (std::uint64_t i = 0; i < calls; ++i) {
-          Decision d = e->try_acquire(id, limit, 1);
-          asm volatile("" : : "r"(&d) : "memory");  // keep every decision
-          allowed += d.allowed ? 1 : 0;
-        }
-        const auto took = std::chrono::steady_clock::now() - start;
-        asm volatile("" : : "r"(allowed) : "memory");
-        return static_cast<double>(std::chrono::nanoseconds(took).count()) /
-               static_cast<double>(calls == 0 ? 1 : calls);
+        return without_gil([&] {
+          std::uint64_t allowed = 0;
+          const auto start = std::chrono::steady_clock::now();
+          for (std::uint64_t i = 0; i < calls; ++i) {
+            Decision d = e->try_acquire(id, limit, 1);
+            asm volatile("" : : "r"(&d) : "memory");  // keep every decision
+            allowed += d.allowed ? 1 : 0;
+          }
+          const auto took = std::chrono::steady_clock::now() - start;
+          asm volatile("" : : "r"(allowed) : "memory");
+          return static_cast<double>(std::chrono::nanoseconds(took).count()) /
+                 static_cast<double>(calls == 0 ? 1 : calls);
+        });
       },
       py::arg("engine"), py::arg("resource"), py::arg("limit"), py::arg("calls"),
       "Benchmark helper: nanoseconds per Engine.try_acquire made from C++ in a loop.");

@@ -10,7 +10,7 @@ namespace {
 FailurePolicy to_policy(py::handle value) {
   if (py::isinstance<FailurePolicy>(value)) return value.cast<FailurePolicy>();
   if (PyUnicode_Check(value.ptr()) != 0) {
-    const auto text = value.cast<std::string>();
+    const std::string text = to_utf8(value, "on_failure");
     if (text == "local") return FailurePolicy::local;
     if (text == "open") return FailurePolicy::open;
     if (text == "closed") return FailurePolicy::closed;

@@ -1,0 +1,142 @@
+"""Interpreter exit and engine teardown in awkward places: daemon threads still
+deciding, limiters left open, engines dropped by another thread or inside the logger.
+Each case runs in its own interpreter, several times where the failure was a race."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import ratewin
+
+PACKAGE_ROOT = pathlib.Path(ratewin.__file__).resolve().parent.parent
+
+
+def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "case.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)), timeout=60)
+
+
+def test_exit_while_daemon_threads_decide(tmp_path):
+    # Taking the GIL back during finalization ends a daemon thread by unwinding it; that
+    # once started in a destructor and aborted the process (1 run in 4).
+    code = """
+        import threading, time
+        import ratewin
+        engine = ratewin.Engine()
+        limit = ratewin.Limit(10**9, per=60)
+        hot = engine.limiter("hot", limit)
+        def work(i):
+            while True:
+                try:
+                    engine.try_acquire(f"k{i}", limit) if i % 2 else hot.try_acquire()
+                    engine.stats() if i == 3 else None
+                except ratewin.ClosedError:
+                    pass
+        for i in range(4):
+            threading.Thread(target=work, args=(i,), daemon=True).start()
+        time.sleep(0.05)
+        print("exiting")
+        """
+    for _ in range(12):
+        result = run(code, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "exiting\n"
+
+
+def test_exit_with_a_limiter_open_stops_the_engine_threads(tmp_path):
+    code = """
+        import os, ratewin
+        threads = lambda: len(os.listdir("/proc/self/task"))
+        before = threads()
+        engine = ratewin.Engine("unix:///nonexistent/redis.sock", connect_timeout=0.01,
+                                logger=lambda level, message: None)
+        limiter = engine.limiter("x", ratewin.Limit(1, per=1))
+        assert threads() > before
+        engine.close()
+        assert threads() > before  # the open limiter keeps the engine's threads
+        ratewin._ratewin._close_all()
+        assert limiter.closed and threads() == before, (threads(), before)
+        print("ok")
+        """
+    result = run(code, tmp_path)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_close_all_while_another_thread_drops_engines(tmp_path):
+    # close() releases the GIL; meanwhile another thread frees engines that _close_all
+    # had yet to close. It must hold each engine it closes, and re-read the set.
+    code = """
+        import threading
+        import ratewin
+        from ratewin import _ratewin
+        slow = [ratewin.Engine("unix:///nonexistent/redis.sock", connect_timeout=0.001,
+                               logger=lambda level, message: None) for _ in range(3)]
+        holder = [ratewin.Engine() for _ in range(30)]
+        def drop():
+            while not any(e.closed for e in slow):
+                pass
+            holder.clear()
+        thread = threading.Thread(target=drop)
+        thread.start()
+        _ratewin._close_all()
+        thread.join()
+        assert all(e.closed for e in slow)
+        print("ok")
+        """
+    for _ in range(3):
+        result = run(code, tmp_path)
+        assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_engine_dropped_inside_its_own_logger(tmp_path):
+    # A garbage collection on the engine's loop thread (here: forced, inside the logger)
+    # frees the engine there; the thread cannot join itself, so another one does.
+    code = """
+        import gc, threading, time
+        import ratewin
+        main = threading.get_ident()
+        fired = threading.Event()
+        def logger(level, message):
+            if threading.get_ident() != main and not fired.is_set():
+                fired.set()
+                gc.collect()
+        class Holder:
+            pass
+        h = Holder()
+        h.self = h
+        h.engine = ratewin.Engine("unix:///nonexistent/redis.sock", logger=logger,
+                                  connect_timeout=0.001)
+        gc.disable()
+        del h
+        assert fired.wait(10)
+        time.sleep(0.3)
+        print("ok")
+        """
+    result = run(code, tmp_path)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_closing_the_engine_inside_its_logger(tmp_path):
+    code = """
+        import threading
+        import ratewin
+        done = threading.Event()
+        engine = None
+        def logger(level, message):
+            if engine is not None and not done.is_set():
+                engine.close()
+                done.set()
+        engine = ratewin.Engine("unix:///nonexistent/redis.sock", logger=logger,
+                                connect_timeout=0.001)
+        engine.try_acquire("x", ratewin.Limit(1, per=1))  # fails: the logger hears of it
+        assert done.wait(10) and engine.closed
+        print("ok")
+        """
+    result = run(code, tmp_path)
+    assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
