@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -85,13 +86,21 @@ constexpr std::size_t kFirstSize<ratewin_options> =
     offsetof(ratewin_options, logger_data) + sizeof(void*);
 template <>
 constexpr std::size_t kFirstSize<ratewin_limit_options> =
-    offsetof(ratewin_limit_options, failure_policy) + sizeof(std::int32_t);
+    offsetof(ratewin_limit_options, reserved) + sizeof(std::int32_t);
 template <>
 constexpr std::size_t kFirstSize<ratewin_decision> =
     offsetof(ratewin_decision, retry_after_ns) + sizeof(std::int64_t);
 template <>
 constexpr std::size_t kFirstSize<ratewin_stats> =
     offsetof(ratewin_stats, clock_rtt_ns) + sizeof(std::int64_t);
+
+// No struct has padding (the header promises it): a field added later must never land
+// where an older library saw padding it did not check. (A release that adds fields
+// compares sizeof with the end of its new last field.)
+static_assert(sizeof(ratewin_options) == kFirstSize<ratewin_options>);
+static_assert(sizeof(ratewin_limit_options) == kFirstSize<ratewin_limit_options>);
+static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
+static_assert(sizeof(ratewin_stats) == kFirstSize<ratewin_stats>);
 
 template <class T>
 bool size_too_small(const T* s) noexcept {
@@ -198,7 +207,12 @@ ratewin::Decision from_c(const ratewin_decision& c) noexcept {
 class CallbackClock final : public ratewin::Clock {
  public:
   CallbackClock(ratewin_clock_fn fn, void* data) : fn_(fn), data_(data) {}
-  nanoseconds now() const noexcept override { return nanoseconds(fn_(data_)); }
+  // Within [0, 2^62] ns, where every engine computation on times is defined.
+  nanoseconds now() const noexcept override {
+    constexpr std::int64_t kLatest = std::int64_t{1} << 62;
+    const std::int64_t t = fn_(data_);
+    return nanoseconds(t < 0 ? 0 : (t > kLatest ? kLatest : t));
+  }
 
  private:
   ratewin_clock_fn fn_;
@@ -207,6 +221,10 @@ class CallbackClock final : public ratewin::Clock {
 
 ratewin::Options to_cxx(const ratewin_options& c) {
   ratewin::Options o;
+  if (c.max_limiters > SIZE_MAX) {
+    throw std::invalid_argument("max_limiters " + std::to_string(c.max_limiters) +
+                                " is more than this platform's SIZE_MAX");
+  }
   o.max_limiters = static_cast<std::size_t>(c.max_limiters);
   if (c.redis != nullptr) o.redis = c.redis;
   if (c.key_prefix != nullptr) o.key_prefix = c.key_prefix;
@@ -337,6 +355,9 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
     ratewin_limit_options_init(&o);
     if (const int rc = read_sized(options, o, "ratewin_limit_options", errmsg); rc != 0) return rc;
     if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_new: out is NULL");
+    if (o.reserved != 0) {
+      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved must be 0");
+    }
     // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
     if (o.interval_ms > RATEWIN_LIMIT_MAX_INTERVAL_MS) {
       return fail(errmsg, RATEWIN_EINVAL,

@@ -27,12 +27,18 @@
  *   the struct's *_init() function, which also sets every field to its default. Fields
  *   are only ever added at the end, so a program built against an older header keeps
  *   working: the library reads and writes only the bytes the caller's size covers, and
- *   fields beyond it take their defaults.
+ *   fields beyond it take their defaults. A struct from a newer header, larger than the
+ *   library knows, is accepted when the fields the library does not know are 0 (their
+ *   default), and refused with RATEWIN_EINVAL otherwise; on output those fields are left
+ *   as the caller set them. No struct has padding: every byte is a field.
  *
  * Threads.  A ratewin_engine may be used from any number of threads at once, and so may
- *   a ratewin_limiter and a ratewin_limit (which never changes once made). The engine's
- *   own threads call the clock and logger callbacks given in ratewin_options, possibly
- *   concurrently; they must be thread-safe and must not call back into the engine.
+ *   a ratewin_limiter and a ratewin_limit (which never changes once made). The clock
+ *   callback given in ratewin_options is called by every thread making a decision and
+ *   by the engine's own threads; the logger by the engine's threads and by the threads
+ *   that open and close it. Both may run concurrently, must be thread-safe and must not
+ *   call back into the engine. Their data pointers must stay valid until the engine and
+ *   every limiter opened from it are closed.
  *
  * Versions.  RATEWIN_VERSION_* give the version of this header, ratewin_version() that
  *   of the library loaded. The same major version means the same ABI: symbols and
@@ -117,6 +123,8 @@ typedef struct ratewin_limit_options {
                              whole, else interval_ms / d for the largest d < 10 that
                              divides it */
   int32_t failure_policy; /* RATEWIN_FAILURE_*; default RATEWIN_FAILURE_LOCAL */
+  int32_t reserved;       /* must be 0: keeps the struct free of padding, so a field
+                             added later is never mistaken for padding */
 } ratewin_limit_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -176,15 +184,17 @@ RATEWIN_EXPORT int ratewin_decision_header(const ratewin_decision* decision, siz
 #define RATEWIN_LOG_WARNING 2
 #define RATEWIN_LOG_ERROR 3
 
-/* Nanoseconds since the Unix epoch. Must be thread-safe and cheap: every decision
- * reads it. */
+/* Nanoseconds since the Unix epoch, from 0 to 2^62 (the year 2116); readings outside
+ * that range are taken as its nearest end. Must be thread-safe and cheap: every
+ * decision reads it. */
 typedef int64_t (*ratewin_clock_fn)(void* data);
 /* A message from the engine (RATEWIN_LOG_* level), NUL-terminated, `length` bytes. */
 typedef void (*ratewin_log_fn)(void* data, int level, const char* message, size_t length);
 
 typedef struct ratewin_options {
   size_t size; /* sizeof(ratewin_options) */
-  /* Most limiters held in memory (one per resource and window geometry); at least 1.
+  /* Most limiters held in memory (one per resource and window geometry); at least 1
+   * and at most SIZE_MAX.
    * Beyond it, idle limiters are dropped first, then the least recently used.
    * Default 1000000. */
   uint64_t max_limiters;

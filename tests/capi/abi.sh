@@ -4,7 +4,10 @@
 #   abi.sh update <libratewin.so.N> <baseline.abi> <headers dir>
 # check fails on ANY difference from the recorded baseline, compatible or not (an added
 # function too): a deliberate ABI change runs `update` (cmake --build build --target
-# ratewin_abi_baseline) and commits the new baseline with the change.
+# ratewin_abi_baseline) and commits the new baseline with the change. The baseline is
+# two files: the library's ABI as abidw sees it (types, functions, symbols) and, next
+# to it, the header's RATEWIN_* macros (error codes, policies, limits, sizes), which
+# are ABI too but leave no trace in the binary.
 set -euo pipefail
 mode="$1" library="$2" baseline="$3" headers="$4"
 
@@ -15,10 +18,16 @@ dump() {
     --no-show-locs --no-corpus-path --no-comp-dir-path --out-file "$1" "$library"
 }
 
+macros_baseline="$(dirname "$baseline")/ratewin.h.macros"
+macros() {
+  cc -dM -E -x c "$headers/ratewin.h" | grep -E '^#define RATEWIN_' | sort
+}
+
 case "$mode" in
   update)
     dump "$baseline"
-    echo "abi: wrote $baseline"
+    macros >"$macros_baseline"
+    echo "abi: wrote $baseline and $macros_baseline"
     ;;
   check)
     current="$(mktemp --suffix=.abi)"
@@ -34,7 +43,13 @@ case "$mode" in
       echo "abi: if the change is deliberate, run: cmake --build <build> --target ratewin_abi_baseline"
       exit 1
     fi
-    echo "abi: $(grep -c '<elf-symbol ' "$current") symbols, identical to the baseline"
+    if ! macro_report="$(diff -u "$macros_baseline" <(macros))"; then
+      echo "abi: ratewin.h's macros differ from the baseline $macros_baseline:"
+      echo "$macro_report"
+      echo "abi: if the change is deliberate, run: cmake --build <build> --target ratewin_abi_baseline"
+      exit 1
+    fi
+    echo "abi: $(grep -c '<elf-symbol ' "$current") symbols and $(macros | wc -l) macros, identical to the baseline"
     ;;
   *)
     echo "usage: abi.sh check|update <library> <baseline.abi> <headers dir>" >&2

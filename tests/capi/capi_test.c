@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,7 @@ static ratewin_limit* make_limit(uint64_t max, uint64_t interval_ms, uint64_t re
   o.resolution_ms = resolution_ms;
   o.failure_policy = policy;
   ratewin_limit* limit = NULL;
-  char* message = NULL;
+  char* message = (char*)&o; /* stale: success must set it to NULL */
   int rc = ratewin_limit_new(&o, &limit, &message);
   CHECK(rc == 0 && limit != NULL && message == NULL);
   return limit;
@@ -197,7 +198,44 @@ static void test_limits(void) {
   newer.newer[1] = 1;
   CHECK_ERROR(ratewin_limit_new(&newer.known, &out, &message), RATEWIN_EINVAL, message,
               "does not know");
+
+  /* No padding: the last field is reserved and must be 0, so that a field a newer
+   * header adds there is never taken for padding. */
+  CHECK(sizeof(ratewin_limit_options) ==
+        offsetof(ratewin_limit_options, reserved) + sizeof(int32_t));
+  ratewin_limit_options r;
+  ratewin_limit_options_init(&r);
+  CHECK(r.reserved == 0);
+  r.max = 5;
+  r.interval_ms = 1000;
+  r.reserved = 7;
+  CHECK_ERROR(ratewin_limit_new(&r, &out, &message), RATEWIN_EINVAL, message, "reserved");
+  CHECK(out == sentinel);
+
+  /* ratewin_limit_get writes only what the caller's size covers, and refuses sizes below
+   * the first release's struct. */
+  ratewin_limit* five = make_limit(5, 1000, 100, RATEWIN_FAILURE_OPEN);
+  ratewin_limit_options back;
+  memset(&back, 0x5A, sizeof back);
+  back.size = sizeof back;
+  CHECK(ratewin_limit_get(five, &back) == 0);
+  CHECK(back.max == 5 && back.interval_ms == 1000 && back.resolution_ms == 100);
+  CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0);
+  back.size = offsetof(ratewin_limit_options, reserved);
+  CHECK(ratewin_limit_get(five, &back) == RATEWIN_EINVAL);
+  ratewin_limit_free(five);
 }
+
+/* Every struct is free of padding: each ends where its last field ends. */
+_Static_assert(sizeof(ratewin_options) ==
+                   offsetof(ratewin_options, logger_data) + sizeof(void*),
+               "ratewin_options has trailing padding");
+_Static_assert(sizeof(ratewin_decision) ==
+                   offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
+               "ratewin_decision has trailing padding");
+_Static_assert(sizeof(ratewin_stats) ==
+                   offsetof(ratewin_stats, clock_rtt_ns) + sizeof(int64_t),
+               "ratewin_stats has trailing padding");
 
 /* ---- A local engine on a manual clock -------------------------------------------- */
 
@@ -210,7 +248,7 @@ static ratewin_engine* open_manual_engine(uint64_t max_limiters) {
   o.clock_data = (void*)&manual_clock;
   o.max_limiters = max_limiters;
   ratewin_engine* engine = NULL;
-  char* message = NULL;
+  char* message = (char*)&o; /* stale: success must set it to NULL */
   CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
   return engine;
 }
@@ -260,6 +298,22 @@ static void test_options(void) {
                 bad[i].field);
     CHECK(out == sentinel);
   }
+
+  /* Options from a newer header: accepted while the unknown fields are 0. */
+  struct {
+    ratewin_options known;
+    uint64_t newer[2];
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  ratewin_options_init(&newer.known);
+  newer.known.size = sizeof newer;
+  message = (char*)&o; /* stale: success must set it to NULL */
+  CHECK(ratewin_engine_open(&newer.known, &engine, &message) == 0 && message == NULL);
+  ratewin_engine_close(engine);
+  newer.newer[0] = 1;
+  CHECK_ERROR(ratewin_engine_open(&newer.known, &out, &message), RATEWIN_EINVAL, message,
+              "does not know");
+  CHECK(out == sentinel);
 }
 
 static void test_local_engine(void) {
@@ -338,6 +392,12 @@ static void test_local_engine(void) {
   small.size = 8;
   CHECK_ERROR(ratewin_engine_try_acquire(engine, 1, limit, 1, &small, &message), RATEWIN_EINVAL,
               message, "size");
+  {
+    const char* name = NULL;
+    char value[RATEWIN_HEADER_VALUE_SIZE];
+    CHECK(ratewin_decision_header(&small, 0, &name, value, sizeof value) == RATEWIN_EINVAL);
+    CHECK(name == NULL);
+  }
 
   /* A larger decision (a newer caller): the library writes only what it knows. */
   struct {
@@ -528,7 +588,7 @@ static ratewin_engine* open_redis_engine(const char* url, struct log_record* log
   o.logger = record_log;
   o.logger_data = log;
   ratewin_engine* engine = NULL;
-  char* message = NULL;
+  char* message = (char*)&o; /* stale: success must set it to NULL */
   CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
   return engine;
 }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # libratewin.so exports the C API and nothing else: every defined dynamic symbol is a
-# ratewin_* function of version RATEWIN_<major> (plus the version node itself), and every
-# function ratewin.h declares is among them.
+# ratewin_* function of a version node RATEWIN_<major> or RATEWIN_<major>.<minor> (plus
+# the nodes themselves), and every function ratewin.h declares is among them.
 #   exported_symbols.sh <libratewin.so.N> <ratewin.h> <major>
 set -euo pipefail
 library="$1" header="$2" major="$3"
-version="RATEWIN_$major"
+version="RATEWIN_$major(\\.[0-9]+)?"
 
 symbols="$(nm -D --defined-only --with-symbol-versions "$library" | awk '{print $2, $3}')"
 bad="$(grep -Ev "^(T ratewin_[a-z0-9_]+@@$version|A $version)\$" <<<"$symbols" || true)"
@@ -23,4 +23,4 @@ if [[ -n "$missing" || -n "$undeclared" ]]; then
   echo "exported_symbols: exported but not declared in ratewin.h: ${undeclared:-none}"
   exit 1
 fi
-echo "exported_symbols: $(wc -l <<<"$exported") ratewin_* functions of $version, nothing else"
+echo "exported_symbols: $(wc -l <<<"$exported") ratewin_* functions of RATEWIN_$major, nothing else"

@@ -31,6 +31,24 @@ cmake --build "$work/cmake-build" -j"$(nproc)" >/dev/null
 "$work/cmake-build/example_c"
 "$work/cmake-build/example_cpp"
 
+echo "install_consumer: a C program needs none of the C++ library's dependencies"
+# pkg-config finds none of libxxhash, hiredis and libuv here.
+PKG_CONFIG_LIBDIR="$work/no-pkgconfig" cmake -S "$source/tests/capi/consumer" \
+  -B "$work/c-only" -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLES="$examples" -DC_ONLY=ON >/dev/null
+cmake --build "$work/c-only" >/dev/null
+"$work/c-only/example_c" >/dev/null
+if PKG_CONFIG_LIBDIR="$work/no-pkgconfig" cmake -S "$source/tests/capi/consumer" \
+  -B "$work/cxx-missing" -DCMAKE_PREFIX_PATH="$prefix" -DEXAMPLES="$examples" \
+  >"$work/cxx-missing.log" 2>&1; then
+  echo "install_consumer: COMPONENTS cxx was found without its dependencies"
+  exit 1
+fi
+grep -q "libxxhash" "$work/cxx-missing.log" || {
+  echo "install_consumer: the cxx component's failure does not name what is missing:"
+  cat "$work/cxx-missing.log"
+  exit 1
+}
+
 echo "install_consumer: pkg-config, with the README's commands"
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
 cd "$examples"
