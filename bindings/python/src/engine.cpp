@@ -100,23 +100,33 @@ const char* level_name(LogLevel level) {
 
 class PyLimiter;
 
-class PyEngine {
+// Objects of T not closed yet, for _close_all; guarded by the GIL. T's close() calls
+// forget().
+template <class T>
+class Registered {
+ public:
+  static std::unordered_set<T*>& open() {
+    static auto* objects = new std::unordered_set<T*>();  // never destroyed
+    return *objects;
+  }
+
+ protected:
+  Registered() { open().insert(static_cast<T*>(this)); }
+  ~Registered() { forget(); }
+  void forget() { open().erase(static_cast<T*>(this)); }
+
+ public:
+  Registered(const Registered&) = delete;
+  Registered& operator=(const Registered&) = delete;
+};
+
+class PyEngine : public Registered<PyEngine> {
  public:
   explicit PyEngine(Options options) {
     redis_ = options.redis;
     if (!redis_.empty()) redis_ = detail::RedisEndpoint::parse(redis_).describe();
     // Connecting to Redis may take up to the connect timeout.
     engine_ = without_gil([&] { return without_gil_on_delete(new Engine(std::move(options))); });
-    open_engines().insert(this);
-  }
-  ~PyEngine() { open_engines().erase(this); }
-  PyEngine(const PyEngine&) = delete;
-  PyEngine& operator=(const PyEngine&) = delete;
-
-  // Every engine not closed yet; guarded by the GIL.
-  static std::unordered_set<PyEngine*>& open_engines() {
-    static auto* engines = new std::unordered_set<PyEngine*>();  // never destroyed
-    return *engines;
   }
 
   std::shared_ptr<Engine> engine() const {
@@ -172,7 +182,7 @@ class PyEngine {
   }
 
   void close() {
-    open_engines().erase(this);
+    forget();
     engine_.reset();  // joins the engine's threads without the GIL (see the deleter)
   }
   bool closed() const noexcept { return !engine_; }
@@ -183,23 +193,13 @@ class PyEngine {
   std::string redis_;  // without the password
 };
 
-class PyLimiter {
+// An open limiter keeps its engine's threads running.
+class PyLimiter : public Registered<PyLimiter> {
  public:
   PyLimiter(const PyEngine& engine, py::handle resource, const Limit& limit)
       : resource_(to_resource(resource)), limit_(limit) {
     const std::shared_ptr<Engine> e = engine.engine();
     handle_ = without_gil_on_delete(new LimiterHandle(e->limiter(resource_, limit_)));
-    open_limiters().insert(this);
-  }
-  ~PyLimiter() { open_limiters().erase(this); }
-  PyLimiter(const PyLimiter&) = delete;
-  PyLimiter& operator=(const PyLimiter&) = delete;
-
-  // Every limiter not closed yet (an open one keeps its engine's threads running);
-  // guarded by the GIL.
-  static std::unordered_set<PyLimiter*>& open_limiters() {
-    static auto* limiters = new std::unordered_set<PyLimiter*>();  // never destroyed
-    return *limiters;
   }
 
   Decision try_acquire(py::handle cost) const {
@@ -212,7 +212,7 @@ class PyLimiter {
     return without_gil([&] { return h->try_acquire(units); });
   }
   void close() {
-    open_limiters().erase(this);
+    forget();
     handle_.reset();
   }
   bool closed() const noexcept { return !handle_; }
@@ -382,8 +382,8 @@ void init_engine(py::module_& m) {
         // Limiters first: an open one keeps its engine's threads running. One at a time,
         // each held by a reference while it closes: closing releases the GIL, and
         // meanwhile other threads may drop, close or open others.
-        close_each(PyLimiter::open_limiters());
-        close_each(PyEngine::open_engines());
+        close_each(PyLimiter::open());
+        close_each(PyEngine::open());
       },
       "Closes every limiter and engine still open (registered with atexit by the package).");
 
