@@ -55,6 +55,13 @@ def test_hash_refuses_unencodable_strings():
 
 # ---- Limit --------------------------------------------------------------------------
 
+def test_long_windows_in_float_seconds_are_whole_milliseconds():
+    # 17173907.786 s is not exact in binary; times 1000 it lands a rounding step away
+    # from a whole number, which must still count as whole.
+    limit = ratewin.Limit(1, per=17173907.786, resolution=2453415.398)  # 7 subintervals
+    assert limit.per == 17173907.786 and limit.subintervals == 7
+
+
 def test_limits_read_naturally():
     limit = ratewin.Limit(100, per=60)
     assert (limit.max, limit.per, limit.resolution, limit.subintervals) == (100, 60.0, 6.0, 10)

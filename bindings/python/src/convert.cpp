@@ -1,6 +1,8 @@
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "bindings.h"
@@ -78,9 +80,10 @@ long long to_units(py::handle seconds, const char* what, bool allow_zero, double
     }
     const double exact = s * unit;
     units = std::round(exact);
-    // Within a millionth of a unit (floats such as 0.1 are not exact); beyond 2^52 units
-    // a double holds only whole units anyway.
-    whole = std::fabs(exact - units) <= 1e-6;
+    // Within a millionth of a unit (floats such as 0.1 are not exact), or within the
+    // rounding of the multiplication itself where that is coarser (long windows).
+    whole = std::fabs(exact - units) <=
+            std::max(1e-6, 4 * std::numeric_limits<double>::epsilon() * std::fabs(exact));
   } else {
     throw py::type_error(std::string(what) +
                          " must be seconds as an int, a float or a datetime.timedelta, not " +

@@ -1,7 +1,10 @@
 #include <pybind11/functional.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,18 +26,74 @@ struct InCallback {
   InCallback& operator=(const InCallback&) = delete;
 };
 
-// Destroying an engine joins its threads, which may be waiting for the GIL (to call a
-// Python logger): never do it while holding the GIL. And never on one of those threads
-// (the logger dropped the last reference, or a garbage collection running there did):
-// a thread cannot join itself, so another thread does it.
+// Deletes, on a thread of its own, the engines and limiter handles whose last reference
+// goes where deleting them is unsafe: under the GIL (their threads may be waiting for it
+// to call the logger), in a destructor (which must not give the GIL up and take it back:
+// at interpreter exit taking it back ends a daemon thread by unwinding, and unwinding
+// out of a destructor is std::terminate), or on one of the engine's own threads (which
+// cannot join itself). _close_all waits until it has deleted everything.
+class Reaper {
+ public:
+  static Reaper& instance() {
+    static auto* reaper = new Reaper();  // never destroyed: it may outlive static cleanup
+    return *reaper;
+  }
+
+  void adopt(std::shared_ptr<void> last) noexcept {
+    try {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(last));
+      if (!started_) {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+      }
+      wake_.notify_one();
+    } catch (...) {
+      // Out of memory or threads: keep the object alive rather than delete it unsafely.
+      new std::shared_ptr<void>(std::move(last));
+    }
+  }
+
+  // Blocks until everything adopted so far is deleted. Call without the GIL.
+  void drain() {
+    std::unique_lock lock(mutex_);
+    drained_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return !queue_.empty(); });
+      std::shared_ptr<void> next = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      lock.unlock();
+      next.reset();  // deletes: joins the engine's threads, without the GIL
+      lock.lock();
+      --busy_;
+      if (queue_.empty() && busy_ == 0) drained_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable drained_;
+  std::deque<std::shared_ptr<void>> queue_;
+  std::size_t busy_ = 0;
+  bool started_ = false;
+};
+
+// An engine or limiter handle owned by shared_ptrs whose deleter never touches the GIL:
+// it deletes at once when the thread holds no GIL and is not one of the engine's own,
+// and hands the object to the Reaper otherwise. close() releases the GIL itself first,
+// so that closing is synchronous.
 template <class T>
-std::shared_ptr<T> without_gil_on_delete(T* object) {
+std::shared_ptr<T> deleted_safely(T* object) {
   return std::shared_ptr<T>(object, [](T* p) {
-    if (in_engine_callback) {
-      std::thread([p] { delete p; }).detach();
-    } else if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
-      py::gil_scoped_release release;
-      delete p;
+    const bool holds_gil = Py_IsInitialized() != 0 && PyGILState_Check() != 0;
+    if (in_engine_callback || holds_gil) {
+      Reaper::instance().adopt(std::shared_ptr<void>(p, [](void* q) { delete static_cast<T*>(q); }));
     } else {
       delete p;
     }
@@ -68,19 +127,28 @@ bool finalizing() {
 #endif
 }
 
-// A Python callable the engine's threads call; its reference is dropped under the GIL.
+// A Python callable the engine's threads call. Its reference is dropped without taking
+// the GIL (this runs in destructors, on any thread): at once when the GIL is held, else
+// by the interpreter's main thread through Py_AddPendingCall.
 struct PyCallback {
   py::object fn;
   explicit PyCallback(py::object f) : fn(std::move(f)) {}
   PyCallback(const PyCallback&) = delete;
   PyCallback& operator=(const PyCallback&) = delete;
   ~PyCallback() {
-    if (Py_IsInitialized() == 0 || finalizing()) {
-      fn.release();  // the interpreter is going away: leak the reference
+    PyObject* object = fn.release().ptr();
+    if (Py_IsInitialized() == 0 || finalizing()) return;  // going away: leak it
+    if (PyGILState_Check() != 0) {
+      Py_DECREF(object);
       return;
     }
-    py::gil_scoped_acquire gil;
-    fn = py::object();
+    // If the queue of pending calls is full, the reference leaks.
+    Py_AddPendingCall(
+        [](void* o) {
+          Py_DECREF(static_cast<PyObject*>(o));
+          return 0;
+        },
+        object);
   }
 };
 
@@ -100,8 +168,9 @@ const char* level_name(LogLevel level) {
 
 class PyLimiter;
 
-// Objects of T not closed yet, for _close_all; guarded by the GIL. T's close() calls
-// forget().
+// Objects of T open now, for _close_all; guarded by the GIL. T calls remember() at the
+// end of its constructor, and forget() first thing in close() and in its destructor,
+// before anything that could release the GIL.
 template <class T>
 class Registered {
  public:
@@ -109,16 +178,39 @@ class Registered {
     static auto* objects = new std::unordered_set<T*>();  // never destroyed
     return *objects;
   }
-
- protected:
-  Registered() { open().insert(static_cast<T*>(this)); }
-  ~Registered() { forget(); }
-  void forget() { open().erase(static_cast<T*>(this)); }
-
- public:
   Registered(const Registered&) = delete;
   Registered& operator=(const Registered&) = delete;
+
+ protected:
+  Registered() = default;
+  ~Registered() = default;
+  void remember() { open().insert(static_cast<T*>(this)); }
+  void forget() { open().erase(static_cast<T*>(this)); }
 };
+
+// Drops an owner's reference to an engine or limiter handle when it is closed: at once
+// and without the GIL, so that close() returns once the engine's threads are gone; on
+// one of those threads (close() called from the logger), through the Reaper.
+template <class T>
+void drop(std::shared_ptr<T>& owner) {
+  std::shared_ptr<T> last = std::move(owner);
+  if (!last) return;
+  if (in_engine_callback) {
+    Reaper::instance().adopt(std::move(last));
+    return;
+  }
+  without_gil([&] {
+    last.reset();
+    return 0;
+  });
+}
+
+// The same for an owner being destroyed: always through the Reaper, as a destructor
+// must not give up the GIL and take it back.
+template <class T>
+void drop_in_destructor(std::shared_ptr<T>& owner) noexcept {
+  if (owner) Reaper::instance().adopt(std::move(owner));
+}
 
 class PyEngine : public Registered<PyEngine> {
  public:
@@ -126,8 +218,15 @@ class PyEngine : public Registered<PyEngine> {
     redis_ = options.redis;
     if (!redis_.empty()) redis_ = detail::RedisEndpoint::parse(redis_).describe();
     // Connecting to Redis may take up to the connect timeout.
-    engine_ = without_gil([&] { return without_gil_on_delete(new Engine(std::move(options))); });
+    engine_ = without_gil([&] { return deleted_safely(new Engine(std::move(options))); });
+    remember();
   }
+  ~PyEngine() {
+    forget();
+    drop_in_destructor(engine_);
+  }
+  PyEngine(const PyEngine&) = delete;
+  PyEngine& operator=(const PyEngine&) = delete;
 
   std::shared_ptr<Engine> engine() const {
     if (!engine_) {
@@ -183,7 +282,7 @@ class PyEngine : public Registered<PyEngine> {
 
   void close() {
     forget();
-    engine_.reset();  // joins the engine's threads without the GIL (see the deleter)
+    drop(engine_);
   }
   bool closed() const noexcept { return !engine_; }
   const std::string& redis() const noexcept { return redis_; }
@@ -199,8 +298,15 @@ class PyLimiter : public Registered<PyLimiter> {
   PyLimiter(const PyEngine& engine, py::handle resource, const Limit& limit)
       : resource_(to_resource(resource)), limit_(limit) {
     const std::shared_ptr<Engine> e = engine.engine();
-    handle_ = without_gil_on_delete(new LimiterHandle(e->limiter(resource_, limit_)));
+    handle_ = deleted_safely(new LimiterHandle(e->limiter(resource_, limit_)));
+    remember();
   }
+  ~PyLimiter() {
+    forget();
+    drop_in_destructor(handle_);
+  }
+  PyLimiter(const PyLimiter&) = delete;
+  PyLimiter& operator=(const PyLimiter&) = delete;
 
   Decision try_acquire(py::handle cost) const {
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
@@ -213,7 +319,7 @@ class PyLimiter : public Registered<PyLimiter> {
   }
   void close() {
     forget();
-    handle_.reset();
+    drop(handle_);
   }
   bool closed() const noexcept { return !handle_; }
   std::uint64_t resource() const noexcept { return resource_; }
@@ -384,6 +490,12 @@ void init_engine(py::module_& m) {
         // meanwhile other threads may drop, close or open others.
         close_each(PyLimiter::open());
         close_each(PyEngine::open());
+        // And wait for what the Reaper still has to delete (engines dropped unclosed,
+        // or closed from their own logger).
+        without_gil([] {
+          Reaper::instance().drain();
+          return 0;
+        });
       },
       "Closes every limiter and engine still open (registered with atexit by the package).");
 
