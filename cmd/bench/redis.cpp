@@ -182,11 +182,12 @@ int run_redis(const cxxopts::ParseResult& args) {
     Engine syncing(so);
     const Limit limit(100, 12s, 1s);
     constexpr std::uint64_t kActive = 100'000;
-    // Make them active: a first use each (a question on a cold limiter: one round trip of
-    // the script, which writes nothing), from 8 threads.
+    // Make them active with traffic: one admitted request each, from 8 threads, so every
+    // read returns counts to parse and merge, as in service (a limiter only asked about,
+    // with nothing in Redis, reads back nils and is cheaper to sync).
     run_threads(8, 0, [&](int t, std::uint64_t) {
       for (std::uint64_t r = static_cast<std::uint64_t>(t); r < kActive; r += 8)
-        keep(syncing.try_acquire(r, limit, 0));
+        keep(syncing.try_acquire(r, limit, 1));
     });
     // Watch six boundaries after the setup: each reads every active limiter.
     std::vector<double> rounds_ms;
