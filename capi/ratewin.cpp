@@ -82,17 +82,18 @@ int guarded(char** errmsg, Body&& body) noexcept {
 template <class T>
 constexpr std::size_t kFirstSize = 0;
 template <>
-constexpr std::size_t kFirstSize<ratewin_options> =
-    offsetof(ratewin_options, logger_data) + sizeof(void*);
+constexpr std::size_t kFirstSize<ratewin_options> = offsetof(ratewin_options, logger_data) +
+                                                    sizeof(void*);
 template <>
-constexpr std::size_t kFirstSize<ratewin_limit_options> =
-    offsetof(ratewin_limit_options, reserved) + sizeof(std::int32_t);
+constexpr std::size_t kFirstSize<ratewin_limit_options> = offsetof(ratewin_limit_options,
+                                                                   reserved) +
+                                                          sizeof(std::int32_t);
 template <>
-constexpr std::size_t kFirstSize<ratewin_decision> =
-    offsetof(ratewin_decision, retry_after_ns) + sizeof(std::int64_t);
+constexpr std::size_t kFirstSize<ratewin_decision> = offsetof(ratewin_decision, retry_after_ns) +
+                                                     sizeof(std::int64_t);
 template <>
-constexpr std::size_t kFirstSize<ratewin_stats> =
-    offsetof(ratewin_stats, clock_rtt_ns) + sizeof(std::int64_t);
+constexpr std::size_t kFirstSize<ratewin_stats> = offsetof(ratewin_stats, clock_rtt_ns) +
+                                                  sizeof(std::int64_t);
 
 // No struct has padding (the header promises it): a field added later must never land
 // where an older library saw padding it did not check. (A release that adds fields
@@ -237,7 +238,7 @@ ratewin::Options to_cxx(const ratewin_options& c) {
   if (c.clock != nullptr) o.clock = std::make_shared<CallbackClock>(c.clock, c.clock_data);
   if (c.logger != nullptr) {
     o.logger = [fn = c.logger, data = c.logger_data](ratewin::LogLevel level,
-                                                      std::string_view message) {
+                                                     std::string_view message) {
       const std::string text(message);  // NUL-terminated for C
       fn(data, static_cast<int>(level), text.c_str(), text.size());
     };
@@ -538,8 +539,8 @@ int ratewin_limiter_open(ratewin_engine* engine, uint64_t resource, const ratewi
 
 void ratewin_limiter_close(ratewin_limiter* limiter) { delete limiter; }
 
-int ratewin_limiter_try_acquire(ratewin_limiter* limiter, uint64_t cost,
-                                ratewin_decision* decision, char** errmsg) {
+int ratewin_limiter_try_acquire(ratewin_limiter* limiter, uint64_t cost, ratewin_decision* decision,
+                                char** errmsg) {
   return guarded(errmsg, [&] {
     if (const int rc = check_acquire(limiter, "limiter is NULL", decision, errmsg); rc != 0) {
       return rc;

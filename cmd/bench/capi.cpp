@@ -19,7 +19,8 @@ using namespace std::chrono_literals;
 
 void check(int rc, char* message, const char* what) {
   if (rc == RATEWIN_OK) return;
-  std::string text = std::string(what) + ": " + ratewin_err_name(rc) + " " + (message ? message : "");
+  std::string text =
+      std::string(what) + ": " + ratewin_err_name(rc) + " " + (message ? message : "");
   ratewin_free(message);
   throw std::runtime_error(text);
 }
@@ -85,7 +86,8 @@ int run_capi(const cxxopts::ParseResult& args) {
     };
   };
   // Pairs: C++ then C, compared in order.
-  add("reject, hot resource, by id: C++", [&] { return engine.try_acquire(hot_reject, strict).allowed; });
+  add("reject, hot resource, by id: C++",
+      [&] { return engine.try_acquire(hot_reject, strict).allowed; });
   add("reject, hot resource, by id: C", c_call([&](ratewin_decision* d) {
         return ratewin_engine_try_acquire(c_engine, hot_reject, c_strict, 1, d, nullptr);
       }));
@@ -95,11 +97,13 @@ int run_capi(const cxxopts::ParseResult& args) {
         return ratewin_engine_try_acquire_name(c_engine, reject_name, std::strlen(reject_name),
                                                c_strict, 1, d, nullptr);
       }));
-  add("reject, hot resource, limiter handle: C++", [&] { return reject_handle.try_acquire().allowed; });
+  add("reject, hot resource, limiter handle: C++",
+      [&] { return reject_handle.try_acquire().allowed; });
   add("reject, hot resource, limiter handle: C", c_call([&](ratewin_decision* d) {
         return ratewin_limiter_try_acquire(c_reject_handle, 1, d, nullptr);
       }));
-  add("allow, hot resource, by id: C++", [&] { return engine.try_acquire(hot_allow, loose).allowed; });
+  add("allow, hot resource, by id: C++",
+      [&] { return engine.try_acquire(hot_allow, loose).allowed; });
   add("allow, hot resource, by id: C", c_call([&](ratewin_decision* d) {
         return ratewin_engine_try_acquire(c_engine, hot_allow, c_loose, 1, d, nullptr);
       }));

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import ratewin
 
 PACKAGE_ROOT = pathlib.Path(ratewin.__file__).resolve().parent.parent
@@ -22,58 +24,37 @@ def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
                           env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)), timeout=60)
 
 
-def test_exit_while_daemon_threads_decide(tmp_path):
-    # Taking the GIL back during finalization ends a daemon thread by unwinding it; that
-    # once started in a destructor and aborted the process (1 run in 4).
-    code = """
-        import threading, time
-        import ratewin
-        engine = ratewin.Engine()
-        limit = ratewin.Limit(10**9, per=60)
-        hot = engine.limiter("hot", limit)
-        def work(i):
-            while True:
-                try:
-                    engine.try_acquire(f"k{i}", limit) if i % 2 else hot.try_acquire()
-                    engine.stats() if i == 3 else None
-                except ratewin.ClosedError:
-                    pass
-        for i in range(4):
-            threading.Thread(target=work, args=(i,), daemon=True).start()
-        time.sleep(0.05)
-        print("exiting")
-        """
-    for _ in range(12):
-        result = run(code, tmp_path)
-        assert result.returncode == 0, result.stderr
-        assert result.stdout == "exiting\n"
+DAEMONS_AT_EXIT = """
+    import threading, time
+    import ratewin
+    engine = ratewin.Engine()
+    limit = ratewin.Limit(10**9, per=60)
+    hot = engine.limiter("hot", limit)
+    def work(i):
+        while True:
+            try:
+                {work}
+            except ratewin.ClosedError:
+                pass
+    for i in range(4):
+        threading.Thread(target=work, args=(i,), daemon=True).start()
+    time.sleep(0.05)
+    print("exiting")
+    """
 
 
-def test_exit_while_daemon_threads_open_close_and_drop(tmp_path):
-    # Closing and dropping engines and limiters deletes them; at exit that must not take
-    # the GIL back inside a destructor either (it aborted 1 run in 6).
-    code = """
-        import sys, threading, time
-        import ratewin
-        engine = ratewin.Engine()
-        limit = ratewin.Limit(10**9, per=60)
-        def work(i):
-            while True:
-                try:
-                    if i == 0:
-                        ratewin.Engine().close()
-                    elif i == 1:
-                        e = ratewin.Engine()
-                        del e
-                    else:
-                        engine.limiter(f"k{i}", limit).close()
-                except ratewin.ClosedError:
-                    pass
-        for i in range(4):
-            threading.Thread(target=work, args=(i,), daemon=True).start()
-        time.sleep(0.05)
-        print("exiting")
-        """
+@pytest.mark.parametrize("work", [
+    # Deciding: taking the GIL back during finalization ends a daemon thread by
+    # unwinding it; that once started in a destructor and aborted (1 run in 4).
+    "engine.try_acquire(f'k{i}', limit) if i % 2 else hot.try_acquire(); "
+    "engine.stats() if i == 3 else None",
+    # Closing and dropping engines and limiters deletes them; that must not take the
+    # GIL back inside a destructor either (it aborted 1 run in 6).
+    "ratewin.Engine().close() if i == 0 else "
+    "ratewin.Engine() if i == 1 else engine.limiter(f'k{i}', limit).close()",
+], ids=["deciding", "closing-and-dropping"])
+def test_exit_while_daemon_threads_work(tmp_path, work):
+    code = textwrap.dedent(DAEMONS_AT_EXIT).replace("{work}", work)
     for _ in range(12):
         result = run(code, tmp_path)
         assert result.returncode == 0, result.stderr

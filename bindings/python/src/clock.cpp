@@ -33,10 +33,7 @@ void init_clock(py::module_& m) {
           "now", [](const ManualClock& c) { return to_seconds(c.now()); },
           "The current reading, in seconds since the Unix epoch.")
       .def(
-          "set",
-          [](ManualClock& c, py::handle t) {
-            c.set(checked(to_nanoseconds(t, "t")));
-          },
+          "set", [](ManualClock& c, py::handle t) { c.set(checked(to_nanoseconds(t, "t"))); },
           py::arg("t"), "Sets the reading to `t` seconds since the Unix epoch.")
       .def(
           "advance",
@@ -51,8 +48,7 @@ void init_clock(py::module_& m) {
           "Moves the clock forward by `seconds` (an int, a float or a timedelta), to the "
           "nearest nanosecond.")
       .def("__repr__", [](const ManualClock& c) {
-        return "ManualClock(" + py::repr(py::float_(to_seconds(c.now()))).cast<std::string>() +
-               ")";
+        return "ManualClock(" + py::repr(py::float_(to_seconds(c.now()))).cast<std::string>() + ")";
       });
 }
 

@@ -63,8 +63,7 @@ long long to_units(py::handle seconds, const char* what, bool allow_zero, double
     const auto days = seconds.attr("days").cast<long long>();
     const auto secs = seconds.attr("seconds").cast<long long>();
     const auto micros = seconds.attr("microseconds").cast<long long>();
-    const double exact = (static_cast<double>(days) * 86'400.0 + static_cast<double>(secs)) *
-                             unit +
+    const double exact = (static_cast<double>(days) * 86'400.0 + static_cast<double>(secs)) * unit +
                          static_cast<double>(micros) * unit / 1e6;
     units = std::round(exact);
     whole = units == exact;
@@ -90,8 +89,8 @@ long long to_units(py::handle seconds, const char* what, bool allow_zero, double
                          type_name(seconds));
   }
   if (units < 0 || (units == 0 && !allow_zero)) {
-    throw py::value_error(std::string(what) + (allow_zero ? " must not be negative"
-                                                          : " must be positive"));
+    throw py::value_error(std::string(what) +
+                          (allow_zero ? " must not be negative" : " must be positive"));
   }
   if (units > 9.0e18) throw py::value_error(std::string(what) + " is too long");
   return static_cast<long long>(units);
@@ -157,8 +156,8 @@ std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std:
     }
   }
   if (!in_range || v < min || v > max) {
-    throw py::value_error(std::string(what) + " must be between " + std::to_string(min) +
-                          " and " + std::to_string(max));
+    throw py::value_error(std::string(what) + " must be between " + std::to_string(min) + " and " +
+                          std::to_string(max));
   }
   return v;
 }

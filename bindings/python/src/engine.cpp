@@ -4,8 +4,8 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -93,7 +93,8 @@ std::shared_ptr<T> deleted_safely(T* object) {
   return std::shared_ptr<T>(object, [](T* p) {
     const bool holds_gil = Py_IsInitialized() != 0 && PyGILState_Check() != 0;
     if (in_engine_callback || holds_gil) {
-      Reaper::instance().adopt(std::shared_ptr<void>(p, [](void* q) { delete static_cast<T*>(q); }));
+      Reaper::instance().adopt(
+          std::shared_ptr<void>(p, [](void* q) { delete static_cast<T*>(q); }));
     } else {
       delete p;
     }
@@ -168,26 +169,6 @@ const char* level_name(LogLevel level) {
 
 class PyLimiter;
 
-// Objects of T open now, for _close_all; guarded by the GIL. T calls remember() at the
-// end of its constructor, and forget() first thing in close() and in its destructor,
-// before anything that could release the GIL.
-template <class T>
-class Registered {
- public:
-  static std::unordered_set<T*>& open() {
-    static auto* objects = new std::unordered_set<T*>();  // never destroyed
-    return *objects;
-  }
-  Registered(const Registered&) = delete;
-  Registered& operator=(const Registered&) = delete;
-
- protected:
-  Registered() = default;
-  ~Registered() = default;
-  void remember() { open().insert(static_cast<T*>(this)); }
-  void forget() { open().erase(static_cast<T*>(this)); }
-};
-
 // Drops an owner's reference to an engine or limiter handle when it is closed: at once
 // and without the GIL, so that close() returns once the engine's threads are gone; on
 // one of those threads (close() called from the logger), through the Reaper.
@@ -212,28 +193,59 @@ void drop_in_destructor(std::shared_ptr<T>& owner) noexcept {
   if (owner) Reaper::instance().adopt(std::move(owner));
 }
 
-class PyEngine : public Registered<PyEngine> {
+// The Python object that owns an engine or a limiter handle: open until close(), and
+// listed meanwhile (for _close_all; guarded by the GIL). Closing drops the object at once
+// without the GIL; destruction hands it to the Reaper. The list is updated first in
+// both, before anything could release the GIL.
+template <class Self, class T>
+class Owner {
+ public:
+  static std::unordered_set<Self*>& open() {
+    static auto* objects = new std::unordered_set<Self*>();  // never destroyed
+    return *objects;
+  }
+  Owner(const Owner&) = delete;
+  Owner& operator=(const Owner&) = delete;
+
+  void close() {
+    forget();
+    drop(object_);
+  }
+  bool closed() const noexcept { return !object_; }
+
+ protected:
+  Owner() = default;
+  ~Owner() {
+    forget();
+    drop_in_destructor(object_);
+  }
+  // Takes the object and lists the owner as open: the last step of a constructor.
+  void own(std::shared_ptr<T> object) {
+    object_ = std::move(object);
+    open().insert(static_cast<Self*>(this));
+  }
+
+  std::shared_ptr<T> object_;
+
+ private:
+  void forget() { open().erase(static_cast<Self*>(this)); }
+};
+
+class PyEngine : public Owner<PyEngine, Engine> {
  public:
   explicit PyEngine(Options options) {
     redis_ = options.redis;
     if (!redis_.empty()) redis_ = detail::RedisEndpoint::parse(redis_).describe();
     // Connecting to Redis may take up to the connect timeout.
-    engine_ = without_gil([&] { return deleted_safely(new Engine(std::move(options))); });
-    remember();
+    own(without_gil([&] { return deleted_safely(new Engine(std::move(options))); }));
   }
-  ~PyEngine() {
-    forget();
-    drop_in_destructor(engine_);
-  }
-  PyEngine(const PyEngine&) = delete;
-  PyEngine& operator=(const PyEngine&) = delete;
 
   std::shared_ptr<Engine> engine() const {
-    if (!engine_) {
+    if (!object_) {
       PyErr_SetString(closed_error, "this Engine is closed");
       throw py::error_already_set();
     }
-    return engine_;
+    return object_;
   }
 
   Decision try_acquire(py::handle resource, const Limit& limit, py::handle cost) const {
@@ -280,55 +292,36 @@ class PyEngine : public Registered<PyEngine> {
     return d;
   }
 
-  void close() {
-    forget();
-    drop(engine_);
-  }
-  bool closed() const noexcept { return !engine_; }
   const std::string& redis() const noexcept { return redis_; }
 
  private:
-  std::shared_ptr<Engine> engine_;
   std::string redis_;  // without the password
 };
 
 // An open limiter keeps its engine's threads running.
-class PyLimiter : public Registered<PyLimiter> {
+class PyLimiter : public Owner<PyLimiter, LimiterHandle> {
  public:
   PyLimiter(const PyEngine& engine, py::handle resource, const Limit& limit)
       : resource_(to_resource(resource)), limit_(limit) {
     const std::shared_ptr<Engine> e = engine.engine();
-    handle_ = deleted_safely(new LimiterHandle(e->limiter(resource_, limit_)));
-    remember();
+    own(deleted_safely(new LimiterHandle(e->limiter(resource_, limit_))));
   }
-  ~PyLimiter() {
-    forget();
-    drop_in_destructor(handle_);
-  }
-  PyLimiter(const PyLimiter&) = delete;
-  PyLimiter& operator=(const PyLimiter&) = delete;
 
   Decision try_acquire(py::handle cost) const {
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
-    std::shared_ptr<LimiterHandle> h = handle_;
+    std::shared_ptr<LimiterHandle> h = object_;
     if (!h) {
       PyErr_SetString(closed_error, "this Limiter is closed");
       throw py::error_already_set();
     }
     return without_gil([&] { return h->try_acquire(units); });
   }
-  void close() {
-    forget();
-    drop(handle_);
-  }
-  bool closed() const noexcept { return !handle_; }
   std::uint64_t resource() const noexcept { return resource_; }
   const Limit& limit() const noexcept { return limit_; }
 
  private:
   std::uint64_t resource_;
   Limit limit_;
-  std::shared_ptr<LimiterHandle> handle_;
 };
 
 // Closes every object in `open` (which close() leaves); the GIL is held.
@@ -344,8 +337,9 @@ void close_each(std::unordered_set<T*>& open) {
 // __enter__ (returns the object) and __exit__ (closes it) for a class with close().
 template <class T>
 void def_context_manager(py::class_<T>& cls, const std::string& what) {
-  cls.def("__enter__", [](T& self) -> T& { return self; }, py::return_value_policy::reference,
-          ("Returns the " + what + ".").c_str())
+  cls.def(
+         "__enter__", [](T& self) -> T& { return self; }, py::return_value_policy::reference,
+         ("Returns the " + what + ".").c_str())
       .def(
           "__exit__",
           [](T& self, const py::args&) {
@@ -374,8 +368,8 @@ void init_engine(py::module_& m) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
              o.key_prefix = to_utf8(key_prefix, "key_prefix");
-             o.max_limiters = static_cast<std::size_t>(
-                 to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
+             o.max_limiters =
+                 static_cast<std::size_t>(to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
              o.connect_timeout = to_milliseconds(connect_timeout, "connect_timeout");
              o.command_timeout = to_milliseconds(command_timeout, "command_timeout");
              o.max_connections = static_cast<std::size_t>(
@@ -394,7 +388,8 @@ void init_engine(py::module_& m) {
                if (PyCallable_Check(logger.ptr()) == 0) {
                  throw py::type_error("logger must be a callable (level, message) or None");
                }
-               auto callback = std::make_shared<PyCallback>(py::reinterpret_borrow<py::object>(logger));
+               auto callback =
+                   std::make_shared<PyCallback>(py::reinterpret_borrow<py::object>(logger));
                o.logger = [callback](LogLevel level, std::string_view message) {
                  if (Py_IsInitialized() == 0 || finalizing()) return;
                  py::gil_scoped_acquire gil;
@@ -444,7 +439,8 @@ void init_engine(py::module_& m) {
            "Closes the engine: stops its threads and connections (waiting at most for calls "
            "in flight to finish or time out). Idempotent. Limiters made from it keep working "
            "until they are closed too.")
-      .def_property_readonly("closed", &PyEngine::closed, "Whether close() was called.")
+      .def_property_readonly(
+          "closed", [](const PyEngine& e) { return e.closed(); }, "Whether close() was called.")
       .def_property_readonly(
           "redis",
           [](const PyEngine& e) -> py::object {
@@ -458,22 +454,23 @@ void init_engine(py::module_& m) {
         return "<ratewin.Engine " + (e.redis().empty() ? std::string("local") : e.redis()) + ">";
       });
 
-  py::class_<PyLimiter> limiter_class(m, "Limiter",
-                        "One resource under one limit, from Engine.limiter(): no lookup per "
-                        "call, and never evicted while open. Thread-safe. A context manager.");
+  py::class_<PyLimiter> limiter_class(
+      m, "Limiter",
+      "One resource under one limit, from Engine.limiter(): no lookup per "
+      "call, and never evicted while open. Thread-safe. A context manager.");
   def_context_manager(limiter_class, "limiter");
   limiter_class
       .def("try_acquire", &PyLimiter::try_acquire, py::arg("cost") = 1,
            "As Engine.try_acquire for this limiter's resource and limit. Raises "
            "ClosedError after close().")
       .def("close", &PyLimiter::close, "Releases the limiter. Idempotent.")
-      .def_property_readonly("closed", &PyLimiter::closed, "Whether close() was called.")
+      .def_property_readonly(
+          "closed", [](const PyLimiter& l) { return l.closed(); }, "Whether close() was called.")
       .def_property_readonly("resource", &PyLimiter::resource, "The resource's 64-bit id.")
       .def_property_readonly("limit", &PyLimiter::limit, "The Limit.")
       .def("__repr__", [](const PyLimiter& l) {
         return "<ratewin.Limiter resource=" + std::to_string(l.resource()) + " " +
-               py::repr(py::cast(l.limit())).cast<std::string>() +
-               (l.closed() ? " closed>" : ">");
+               py::repr(py::cast(l.limit())).cast<std::string>() + (l.closed() ? " closed>" : ">");
       });
 
   m.def(

@@ -88,8 +88,7 @@ void init_limit(py::module_& m) {
       .def(py::self != py::self)
       .def("__hash__",
            [](const Limit& l) {
-             return py::hash(py::make_tuple(l.max(), l.interval().count(),
-                                            l.resolution().count(),
+             return py::hash(py::make_tuple(l.max(), l.interval().count(), l.resolution().count(),
                                             static_cast<int>(l.failure_policy())));
            })
       .def("__repr__", [](const Limit& l) {
