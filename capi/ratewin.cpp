@@ -158,39 +158,37 @@ int check_out(const T* out, const char* what, char** errmsg) noexcept {
   return RATEWIN_OK;
 }
 
-ratewin_decision to_c(const ratewin::Decision& d) noexcept {
-  ratewin_decision c{};
-  c.size = sizeof c;
-  c.allowed = d.allowed ? 1 : 0;
-  c.degraded = d.degraded ? 1 : 0;
-  c.limit = d.limit;
-  c.remaining = d.remaining;
-  c.reset_after_ns = d.reset_after.count();
-  c.retry_after_ns = d.retry_after.count();
-  return c;
-}
-
-// Writes a decision into the caller's struct. With a struct at least as large as this
-// library's (the usual case), field by field in place: building a ratewin_decision on
-// the stack and copying it costs a store-forwarding stall on every call (the copy's
-// 16-byte loads span the fields' narrower stores), a third of the C ABI's overhead.
-[[gnu::cold, gnu::noinline]] void write_older_decision(const ratewin::Decision& d,
-                                                       ratewin_decision* out) noexcept {
-  write_sized(to_c(d), out);
-}
-
-[[gnu::always_inline]] inline void write_decision(const ratewin::Decision& d,
-                                                  ratewin_decision* out) noexcept {
-  if (out->size < sizeof *out) {
-    write_older_decision(d, out);
-    return;
-  }
+// Writes a decision's fields in place. Building a ratewin_decision on the stack and
+// copying it into the caller's would cost a store-forwarding stall on every call (the
+// copy's 16-byte loads span the fields' narrower stores), a third of the C ABI's
+// overhead.
+[[gnu::always_inline]] inline void fill_decision(const ratewin::Decision& d,
+                                                 ratewin_decision* out) noexcept {
   out->allowed = d.allowed ? 1 : 0;
   out->degraded = d.degraded ? 1 : 0;
   out->limit = d.limit;
   out->remaining = d.remaining;
   out->reset_after_ns = d.reset_after.count();
   out->retry_after_ns = d.retry_after.count();
+}
+
+// A caller's struct smaller than this library's (built against an older header): only
+// the part its size covers.
+[[gnu::cold, gnu::noinline]] void write_older_decision(const ratewin::Decision& d,
+                                                       ratewin_decision* out) noexcept {
+  ratewin_decision full{};
+  full.size = sizeof full;
+  fill_decision(d, &full);
+  write_sized(full, out);
+}
+
+[[gnu::always_inline]] inline void write_decision(const ratewin::Decision& d,
+                                                  ratewin_decision* out) noexcept {
+  if (out->size < sizeof *out) {
+    write_older_decision(d, out);
+  } else {
+    fill_decision(d, out);
+  }
 }
 
 ratewin::Decision from_c(const ratewin_decision& c) noexcept {
