@@ -228,12 +228,9 @@ EngineCore::~EngineCore() {
 
 RecordRef EngineCore::insert(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                              std::int64_t now, Shard::WriteSection& section) {
-  bool created = false;
-  const RecordRef ref = shard.find_or_insert(key, hash, now, section, &created);
   // With a store, a limiter new to this engine starts at epoch 0, "never read", so that
   // it is cold (its use is still recorded at `now` for the LRU order).
-  if (created && store_ != nullptr) ref.record->view().reset(0);
-  return ref;
+  return shard.find_or_insert(key, hash, now, section, store_ != nullptr);
 }
 
 Decision EngineCore::try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {

@@ -175,14 +175,11 @@ RecordRef Shard::find(const LimiterKey& key, std::uint64_t hash) const noexcept 
 }
 
 RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
-                                WriteSection& section, bool* created) {
+                                WriteSection& section, bool cold) {
   if (RecordRef found = find(key, hash)) {
     // The LRU order is kept per subinterval: a record moves to the newest end the first
     // time it is used in a new one, so a hot record costs no list update per call.
-    if (now_ns - found.record->window.epoch * key.resolution_ns() >= key.resolution_ns()) {
-      touch(found);
-    }
-    if (created != nullptr) *created = false;
+    if (!found.record->view().current_at(now_ns)) touch(found);
     return found;
   }
   section.open();
@@ -197,7 +194,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->resolution_ms = key.resolution_ms;
   r->subintervals = static_cast<std::uint16_t>(key.subintervals);
   r->pins = 0;
-  r->view().reset(now_ns);
+  r->view().reset(cold ? 0 : now_ns);
   try {
     table_.insert(id, hash, max_slots_);
   } catch (...) {
@@ -205,7 +202,6 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
     throw;
   }
   link_newest({id, r});
-  if (created != nullptr) *created = true;
   return {id, r};
 }
 

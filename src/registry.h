@@ -133,11 +133,11 @@ class alignas(64) Shard {
 
   // The members below require `mutex`, and a WriteSection for those that change state.
 
-  // The record of `key` or a new one with an empty window at `now_ns` (evicting first
-  // if the shard is full); `created` tells which. The record is marked as used at
-  // `now_ns`. `section` is opened if a record is added.
+  // The record of `key` or a new one (evicting first if the shard is full) with an empty
+  // window at `now_ns`, or at epoch 0 ("never read") when `cold`. The record is marked
+  // as used at `now_ns`. `section` is opened if a record is added.
   RecordRef find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
-                           WriteSection& section, bool* created = nullptr);
+                           WriteSection& section, bool cold = false);
   // The record of `key`, or an empty ref. Does not count as a use.
   RecordRef find(const LimiterKey& key, std::uint64_t hash) const noexcept;
   // Takes a record out of eviction's reach, or puts it back. Throws std::length_error
