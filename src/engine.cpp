@@ -200,15 +200,11 @@ EngineCore::~EngineCore() {
       window.evaluate(now, limit.max(), cost, d);  // cannot fail: at now's epoch
     }
     fits = d.allowed;  // what the counts say
-    if (degraded) {
-      // The store could not inform this decision: the limit's failure policy rules.
-      if (limit.failure_policy() == FailurePolicy::closed) {
-        d.allowed = false;
-        d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
-      } else if (limit.failure_policy() == FailurePolicy::open && !d.allowed) {
-        d.allowed = true;  // not counted: it did not fit
-        d.retry_after = std::chrono::nanoseconds(0);
-      }
+    // The store could not inform this decision: the limit's failure policy rules (decide()
+    // has answered for `closed` already, without the lock).
+    if (degraded && limit.failure_policy() == FailurePolicy::open && !d.allowed) {
+      d.allowed = true;  // not counted: it did not fit
+      d.retry_after = std::chrono::nanoseconds(0);
     }
     if (fits && d.allowed && cost != 0) {
       section.open();
