@@ -21,7 +21,6 @@ class LoopThread {
   LoopThread& operator=(const LoopThread&) = delete;
 
   uv_loop_t* loop() noexcept { return &loop_; }
-  bool on_loop_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
 
   // Runs `task` on the loop thread, after the tasks posted before it. Thread-safe.
   // Returns false (and drops the task) once stop() has begun.

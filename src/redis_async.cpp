@@ -298,7 +298,6 @@ void AsyncRedis::log_in() {
          state_ = State::kReady;
          backoff_ = kFirstBackoff;
          ready_since_ms_ = now_ms();
-         ++connections_;
          if (events_.ready) events_.ready();
        });
 }

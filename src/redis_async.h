@@ -67,8 +67,6 @@ class AsyncRedis {
   // then end.
   void close();
 
-  std::uint64_t connections() const noexcept { return connections_; }  // times it became ready
-  const std::string& last_error() const noexcept { return last_error_; }
 
  private:
   enum class State { kIdle, kConnecting, kLoggingIn, kReady, kBackoff, kClosed };
@@ -111,7 +109,6 @@ class AsyncRedis {
   std::uint64_t last_progress_ms_ = 0;
   std::uint64_t ready_since_ms_ = 0;
   std::chrono::milliseconds backoff_;
-  std::uint64_t connections_ = 0;
   bool login_failed_ = false;
   RawFn raw_handler_ = nullptr;
   std::minstd_rand jitter_;

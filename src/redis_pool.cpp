@@ -71,9 +71,4 @@ void RedisPool::drop_idle() {
   released_.notify_all();
 }
 
-std::size_t RedisPool::open_connections() const {
-  std::lock_guard lock(mutex_);
-  return open_;
-}
-
 }  // namespace ratewin::inline v1::detail

@@ -56,7 +56,6 @@ class RedisPool {
   // Closes the idle connections (after a failure: they may be as dead as the one that
   // failed).
   void drop_idle();
-  std::size_t open_connections() const;
 
  private:
   void give_back(std::unique_ptr<RedisConnection> connection);
