@@ -280,15 +280,10 @@ void AsyncRedis::log_in() {
       arm(TimerAction::kLoginDeadline, std::chrono::milliseconds(0));
     };
   };
-  if (endpoint_.authenticates()) {
-    if (endpoint_.user.empty()) {
-      send({"AUTH", endpoint_.password}, refused("authentication failed"));
-    } else {
-      send({"AUTH", endpoint_.user, endpoint_.password}, refused("authentication failed"));
-    }
+  for (const auto& command : endpoint_.login_commands()) {
+    send(RedisConnection::Argv(command.begin(), command.end()),
+         refused(command.front() == "AUTH" ? "authentication failed" : "SELECT failed"));
   }
-  const std::string db = std::to_string(endpoint_.db);
-  if (endpoint_.db != 0) send({"SELECT", db}, refused("SELECT failed"));
   send({"PING"},
        [this, fail = refused("PING failed")](const redisReply* reply, const std::string& error) {
          fail(reply, error);

@@ -70,17 +70,10 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
   std::unique_ptr<RedisConnection> connection(new RedisConnection(c, command_timeout));
   // Log in: AUTH [user] password, SELECT db; one round trip, within what is left of the
   // connect timeout.
+  const auto login = endpoint.login_commands();
+  if (login.empty()) return connection;
   std::vector<Argv> hello;
-  if (endpoint.authenticates()) {
-    if (endpoint.user.empty()) {
-      hello.push_back({"AUTH", endpoint.password});
-    } else {
-      hello.push_back({"AUTH", endpoint.user, endpoint.password});
-    }
-  }
-  const std::string db = std::to_string(endpoint.db);
-  if (endpoint.db != 0) hello.push_back({"SELECT", db});
-  if (hello.empty()) return connection;
+  for (const auto& command : login) hello.emplace_back(command.begin(), command.end());
   std::string refused;
   const bool ok = connection->round_trip(
       hello,

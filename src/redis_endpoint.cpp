@@ -121,6 +121,19 @@ RedisEndpoint RedisEndpoint::parse(std::string_view url) {
   return e;
 }
 
+std::vector<std::vector<std::string>> RedisEndpoint::login_commands() const {
+  std::vector<std::vector<std::string>> commands;
+  if (authenticates()) {
+    if (user.empty()) {
+      commands.push_back({"AUTH", password});
+    } else {
+      commands.push_back({"AUTH", user, password});
+    }
+  }
+  if (db != 0) commands.push_back({"SELECT", std::to_string(db)});
+  return commands;
+}
+
 std::string RedisEndpoint::describe() const {
   // Appended piece by piece: GCC 12 at -O3 warns falsely (-Wrestrict) on a chain of
   // std::string operator+ here.

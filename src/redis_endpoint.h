@@ -3,6 +3,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ratewin::inline v1::detail {
 
@@ -25,6 +26,10 @@ struct RedisEndpoint {
 
   // The URL without the password, for logs and errors.
   std::string describe() const;
+
+  // What logging in sends after connecting, in order: AUTH [user] password when it
+  // authenticates(), SELECT db when db is not 0. Empty when neither is needed.
+  std::vector<std::vector<std::string>> login_commands() const;
 };
 
 }  // namespace ratewin::inline v1::detail
