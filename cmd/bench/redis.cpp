@@ -61,12 +61,6 @@ std::string load_script(redisContext* c) {
   return sha;
 }
 
-long long used_memory(const test::RedisServer& redis) {
-  const std::string info = redis.command({"INFO", "memory"});
-  const auto at = info.find("used_memory:");
-  return std::atoll(info.c_str() + at + 12);
-}
-
 }  // namespace
 
 int run_redis(const cxxopts::ParseResult& args) {
@@ -92,11 +86,8 @@ int run_redis(const cxxopts::ParseResult& args) {
     // Raw: per thread a blocking hiredis connection running the write script with the
     // arguments the engine sends.
     std::vector<redisContext*> contexts;
-    std::string sha;
-    for (int t = 0; t < threads; ++t) {
-      contexts.push_back(connect(redis));
-      sha = load_script(contexts.back());
-    }
+    for (int t = 0; t < threads; ++t) contexts.push_back(connect(redis));
+    const std::string sha = load_script(contexts.front());  // Redis keeps it for all
     std::vector<double> raw50, raw99, rawtp, eng50, eng99, engtp;
     for (int round = 0; round < 3; ++round) {
       Latencies raw = measure_calls(threads, 700ms, [&](int t) {
@@ -192,12 +183,7 @@ int run_redis(const cxxopts::ParseResult& args) {
     // Watch six boundaries after the setup: each reads every active limiter.
     std::vector<double> rounds_ms;
     std::uint64_t seen = syncing.stats().sync_rounds;
-    const long long redis_usec_before = [&] {
-      const std::string info = redis.command({"INFO", "commandstats"});
-      const auto at = info.find("cmdstat_hmget:calls=");
-      const auto u = info.find("usec=", at);
-      return at == std::string::npos ? 0LL : std::atoll(info.c_str() + u + 5);
-    }();
+    const long long redis_usec_before = redis.commandstat("hmget", "usec");
     const auto until = Steady::now() + 8s;
     while (rounds_ms.size() < 6 && Steady::now() < until) {
       std::this_thread::sleep_for(20ms);
@@ -207,10 +193,7 @@ int run_redis(const cxxopts::ParseResult& args) {
         rounds_ms.push_back(double(s.sync_last_duration.count()) / 1e6);
       }
     }
-    const std::string info = redis.command({"INFO", "commandstats"});
-    const auto at = info.find("cmdstat_hmget:calls=");
-    const long long redis_usec =
-        std::atoll(info.c_str() + info.find("usec=", at) + 5) - redis_usec_before;
+    const long long redis_usec = redis.commandstat("hmget", "usec") - redis_usec_before;
     const Stats s = syncing.stats();
     std::printf(
         "\nboundary sync: %llu active limiters (N = 12, 1 s resolution); over %zu boundaries"
@@ -226,7 +209,7 @@ int run_redis(const cxxopts::ParseResult& args) {
     redisContext* c = connect(redis);
     const std::string sha = load_script(c);
     redis.command({"FLUSHALL"});
-    const long long before = used_memory(redis);
+    const long long before = redis.info_number("memory", "used_memory");
     constexpr int kResources = 100'000;
     const std::int64_t now_epoch = SystemClock::read() / 1'000'000'000;
     // Every resource written in 14 consecutive epochs (the most fields a hash holds).
@@ -247,7 +230,7 @@ int run_redis(const cxxopts::ParseResult& args) {
         }
       }
     }
-    const long long after = used_memory(redis);
+    const long long after = redis.info_number("memory", "used_memory");
     redisFree(c);
     std::printf(
         "\nRedis memory: %.1f bytes per active resource (N = 12, 14 epochs written each,"

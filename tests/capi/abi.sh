@@ -43,13 +43,14 @@ case "$mode" in
       echo "abi: if the change is deliberate, run: cmake --build <build> --target ratewin_abi_baseline"
       exit 1
     fi
-    if ! macro_report="$(diff -u "$macros_baseline" <(macros))"; then
+    current_macros="$(macros)"
+    if ! macro_report="$(diff -u "$macros_baseline" - <<<"$current_macros")"; then
       echo "abi: ratewin.h's macros differ from the baseline $macros_baseline:"
       echo "$macro_report"
       echo "abi: if the change is deliberate, run: cmake --build <build> --target ratewin_abi_baseline"
       exit 1
     fi
-    echo "abi: $(grep -c '<elf-symbol ' "$current") symbols and $(macros | wc -l) macros, identical to the baseline"
+    echo "abi: $(grep -c '<elf-symbol ' "$current") symbols and $(wc -l <<<"$current_macros") macros, identical to the baseline"
     ;;
   *)
     echo "usage: abi.sh check|update <library> <baseline.abi> <headers dir>" >&2
