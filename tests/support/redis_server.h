@@ -125,12 +125,33 @@ class RedisServer {
     redisFree(c);
     return out;
   }
+  // A number from INFO `section` ("memory", "stats", ...): the value of `field`, -1 if
+  // the section has no such field.
+  long long info_number(const std::string& section, const std::string& field) const {
+    const std::string info = "\n" + command({"INFO", section});
+    const std::string tag = "\n" + field + ":";
+    const auto at = info.find(tag);
+    return at == std::string::npos ? -1 : std::atoll(info.c_str() + at + tag.size());
+  }
+  // INFO commandstats' `field` ("calls", "usec") for command `name` (lowercase), 0 if
+  // the command was never called.
+  long long commandstat(const std::string& name, const std::string& field,
+                        const std::string& password = "") const {
+    const std::string info = command({"INFO", "commandstats"}, password);
+    const auto line = info.find("cmdstat_" + name + ":");
+    if (line == std::string::npos) return 0;
+    const auto end = info.find('\n', line);
+    for (const char* separator : {":", ","}) {
+      const auto at = info.find(separator + field + "=", line);
+      if (at != std::string::npos && at < end) {
+        return std::atoll(info.c_str() + at + 1 + field.size() + 1);
+      }
+    }
+    return 0;
+  }
   // INFO commandstats' count of calls to `name` (lowercase), 0 if never called.
   long long calls(const std::string& name, const std::string& password = "") const {
-    const std::string info = command({"INFO", "commandstats"}, password);
-    const std::string tag = "cmdstat_" + name + ":calls=";
-    const auto at = info.find(tag);
-    return at == std::string::npos ? 0 : std::atoll(info.c_str() + at + tag.size());
+    return commandstat(name, "calls", password);
   }
 
  private:
