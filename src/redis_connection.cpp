@@ -73,6 +73,7 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
   const auto login = endpoint.login_commands();
   if (login.empty()) return connection;
   std::vector<Argv> hello;
+  hello.reserve(login.size());
   for (const auto& command : login) hello.emplace_back(command.begin(), command.end());
   std::string refused;
   const bool ok = connection->round_trip(
