@@ -1,5 +1,6 @@
 #include "ratewin/engine.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -134,7 +135,7 @@ EngineCore::~EngineCore() {
 [[gnu::always_inline]] inline Decision EngineCore::decide(Shard& shard, const LimiterKey& key,
                                                           std::uint64_t hash, RecordRef known,
                                                           std::int64_t now, const Limit& limit,
-                                                          std::uint64_t cost) {
+                                                          std::uint64_t cost, Counted* counted) {
   Decision d;
   const bool degraded = store_ != nullptr && !store_->available();
   if (degraded && limit.failure_policy() != FailurePolicy::local) {
@@ -148,7 +149,7 @@ EngineCore::~EngineCore() {
       return d;
     }
     // FailurePolicy::open: allowed whatever the counts say, decided under the lock.
-    d = decide_locked(shard, key, hash, known, {}, 1, d, now, limit, cost, true);
+    d = decide_locked(shard, key, hash, known, {}, 1, d, now, limit, cost, true, counted);
   } else {
     RecordRef ref = known;
     const std::uint64_t version = read_without_lock(shard, key, hash, ref, now, limit, cost, d);
@@ -159,7 +160,8 @@ EngineCore::~EngineCore() {
       if (degraded) counters_.add(DecisionCounters::kDegraded);
       return d;
     }
-    d = decide_locked(shard, key, hash, known, ref, version, d, now, limit, cost, degraded);
+    d = decide_locked(shard, key, hash, known, ref, version, d, now, limit, cost, degraded,
+                      counted);
   }
   if (d.degraded) counters_.add(DecisionCounters::kDegraded);
   return d;
@@ -170,7 +172,7 @@ EngineCore::~EngineCore() {
                                                      RecordRef ref, std::uint64_t version,
                                                      Decision d, std::int64_t now,
                                                      const Limit& limit, std::uint64_t cost,
-                                                     bool degraded) {
+                                                     bool degraded, Counted* counted) {
   std::int64_t epoch = 0;
   bool fits = false;
   bool cold = false;
@@ -213,10 +215,11 @@ EngineCore::~EngineCore() {
     epoch = window.epoch();
   }
   d.degraded = degraded;
+  if (counted != nullptr && fits && d.allowed && cost != 0) *counted = {epoch, true, false};
   // An admission is written to the store (while it is unreachable, add() returns at once
   // and counts a skipped write). A question (cost 0) about a cold limiter reads it.
   if (store_ != nullptr && fits && d.allowed && (cost != 0 || cold)) {
-    publish(shard, key, hash, epoch, now, limit, cost, cold, d);
+    publish(shard, key, hash, epoch, now, limit, cost, cold, d, counted);
   }
   counters_.add(d.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
   return d;
@@ -243,9 +246,71 @@ Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit
   return decide(shard, key, key.hash(), ref, now, limit, cost);
 }
 
+std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
+                                        std::span<Decision> out) {
+  if (out.size() < items.size()) throw std::invalid_argument("try_acquire_all: out is too short");
+  std::fill_n(out.begin(), items.size(), Decision{});
+  const std::int64_t now = now_ns();
+  const bool degraded = store_ != nullptr && !store_->available();
+  // A limit that refuses on this engine's own counts refuses the request before anything
+  // is counted: the common rejection, decided without a lock or a round trip.
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Acquisition& item = items[i];
+    if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
+    const LimiterKey key = LimiterKey::of(item.resource, item.limit);
+    const std::uint64_t hash = key.hash();
+    RecordRef ref;
+    Decision d;
+    const std::uint64_t version = read_without_lock(registry_.shard_for(hash), key, hash, ref,
+                                                    now, item.limit, item.cost, d);
+    if ((version & 1) == 0 && !d.allowed) {
+      d.degraded = degraded;
+      out[i] = d;
+      counters_.add(DecisionCounters::kRejected);
+      if (degraded) counters_.add(DecisionCounters::kDegraded);
+      return i;
+    }
+  }
+  // Then each limit in turn; if one refuses after all (another thread, or the shared
+  // counts), what the ones before it counted is given back.
+  std::array<Counted, 8> small;
+  std::vector<Counted> large(items.size() > small.size() ? items.size() : 0);
+  const std::span<Counted> counted =
+      large.empty() ? std::span<Counted>(small.data(), items.size()) : std::span<Counted>(large);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Acquisition& item = items[i];
+    const LimiterKey key = LimiterKey::of(item.resource, item.limit);
+    const std::uint64_t hash = key.hash();
+    counted[i] = {};
+    out[i] = decide(registry_.shard_for(hash), key, hash, {}, now, item.limit, item.cost,
+                    &counted[i]);
+    if (out[i].allowed) continue;
+    for (std::size_t j = i; j-- > 0;) {
+      give_back(LimiterKey::of(items[j].resource, items[j].limit), items[j].cost, counted[j]);
+      out[j].remaining = std::min(out[j].remaining + items[j].cost, out[j].limit);
+    }
+    return i;
+  }
+  return items.size();
+}
+
+void EngineCore::give_back(const LimiterKey& key, std::uint64_t cost, const Counted& counted) {
+  if (counted.local) {
+    const std::uint64_t hash = key.hash();
+    Shard& shard = registry_.shard_for(hash);
+    std::lock_guard lock(shard.mutex);
+    if (const RecordRef found = shard.find(key, hash)) {
+      Shard::WriteSection section(shard);
+      found.record->view().remove(counted.epoch, cost);
+    }
+  }
+  if (counted.store) store_->remove(key, counted.epoch, cost);
+}
+
 void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                          std::int64_t epoch, std::int64_t now, const Limit& limit,
-                         std::uint64_t cost, bool cold, Decision& decision) {
+                         std::uint64_t cost, bool cold, Decision& decision,
+                         Counted* counted) {
   // The share of the trailing subinterval still inside the window, as the local
   // decision weighed it (rounded up: the shared check is never looser).
   const std::int64_t r = key.resolution_ns();
@@ -269,6 +334,7 @@ void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash
       std::lock_guard lock(shard.mutex);
       Shard::WriteSection section(shard);
       if (const RecordRef found = shard.find(key, hash)) found.record->view().remove(epoch, cost);
+      if (counted != nullptr) counted->local = false;
       decision.allowed = false;
       decision.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
     }
@@ -286,6 +352,7 @@ void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash
             : SlidingWindow(spare_state, spare_buckets.data(), key.subintervals, r);
   if (!found) window.reset(start);
   if (found && !*added) window.remove(epoch, cost);  // the shared count did not take it
+  if (counted != nullptr && cost != 0) *counted = {epoch, found && *added, *added};
   for (std::size_t k = 0; k < counts.size(); ++k)
     window.merge(epoch - static_cast<std::int64_t>(k), counts[k]);
   Decision fresh;
@@ -373,6 +440,10 @@ Engine::~Engine() = default;
 
 Decision Engine::try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
   return core_->try_acquire(resource, limit, cost);
+}
+
+std::size_t Engine::try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out) {
+  return core_->try_acquire_all(items, out);
 }
 
 LimiterHandle Engine::limiter(std::uint64_t resource, const Limit& limit) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 
 #include "counters.h"
@@ -23,6 +24,8 @@ class EngineCore final : public SyncTarget {
   Decision try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost);
   // For a record pinned by a handle: no registry lookup.
   Decision try_acquire(Shard& shard, RecordRef ref, const Limit& limit, std::uint64_t cost);
+  // Engine::try_acquire_all.
+  std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
   // Finds or creates the limiter and pins it; unpin() releases it.
   std::pair<Shard*, RecordRef> pin(std::uint64_t resource, const Limit& limit);
@@ -46,16 +49,27 @@ class EngineCore final : public SyncTarget {
   // store mode.
   RecordRef insert(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t now,
                    Shard::WriteSection& section);
+  // What an admission counted, so that it can be given back.
+  struct Counted {
+    std::int64_t epoch = 0;
+    bool local = false;  // in the limiter's window, at `epoch`
+    bool store = false;  // in the shared store, at `epoch`
+  };
   // The decision path shared by both try_acquire overloads. `known` is the record when
-  // the caller holds it pinned; otherwise it is looked up.
+  // the caller holds it pinned; otherwise it is looked up. `counted`, if given, is told
+  // where an admission was counted.
   Decision decide(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
-                  std::int64_t now, const Limit& limit, std::uint64_t cost);
+                  std::int64_t now, const Limit& limit, std::uint64_t cost,
+                  Counted* counted = nullptr);
+  // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
+  void give_back(const LimiterKey& key, std::uint64_t cost, const Counted& counted);
   // decide() under the shard's lock, when the lock-free read could not settle it.
   // `version`, `ref` and `d` are what that read established (version odd: nothing).
   // `degraded`: the store is known to be unreachable.
   Decision decide_locked(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
                          RecordRef ref, std::uint64_t version, Decision d, std::int64_t now,
-                         const Limit& limit, std::uint64_t cost, bool degraded);
+                         const Limit& limit, std::uint64_t cost, bool degraded,
+                         Counted* counted);
   // Reads the limiter and decides without the lock or any shared write. Returns the
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a
@@ -73,7 +87,7 @@ class EngineCore final : public SyncTarget {
   // is degraded and follows the limit's failure policy.
   void publish(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t epoch,
                std::int64_t now, const Limit& limit, std::uint64_t cost, bool cold,
-               Decision& decision);
+               Decision& decision, Counted* counted);
 
   const std::uint64_t id_;  // unique per engine in the process, never reused
   Options options_;

@@ -108,6 +108,39 @@ bool RedisConnection::alive() const noexcept {
   return ready == 0;
 }
 
+RedisConnection::Received RedisConnection::receive(const ReplyFn& on_reply,
+                                                   std::chrono::milliseconds wait,
+                                                   std::string& error) {
+  if (broken_) {
+    error = "connection already broken";
+    return Received::kFailed;
+  }
+  void* raw = nullptr;
+  // A message may already be buffered (several arrived in one read).
+  if (redisGetReplyFromReader(context_, &raw) != REDIS_OK) {
+    broken_ = true;
+    error = context_->errstr;
+    return Received::kFailed;
+  }
+  if (raw == nullptr) {
+    pollfd p{context_->fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(wait.count()));
+    if (ready == 0) return Received::kIdle;
+    if (ready < 0 && errno == EINTR) return Received::kIdle;
+    std::string ignored;
+    if (!bound_by(steady_clock::now() + command_timeout_, ignored) ||
+        redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+      broken_ = true;
+      error = context_->errstr[0] != '\0' ? context_->errstr : "connection lost";
+      return Received::kFailed;
+    }
+  }
+  auto* reply = static_cast<redisReply*>(raw);
+  on_reply(0, *reply);
+  freeReplyObject(reply);
+  return Received::kMessage;
+}
+
 bool RedisConnection::bound_by(Deadline deadline, std::string& error) {
   const auto left = deadline - steady_clock::now();
   if (left <= steady_clock::duration::zero()) {

@@ -53,6 +53,13 @@ class RedisConnection {
                       error);
   }
 
+  // For a subscribed connection, where Redis speaks first: waits up to `wait` for one
+  // message and passes it to on_reply (index 0). kIdle: nothing came, the connection is
+  // still good. A message that has started arriving is read to its end within
+  // command_timeout.
+  enum class Received { kMessage, kIdle, kFailed };
+  Received receive(const ReplyFn& on_reply, std::chrono::milliseconds wait, std::string& error);
+
   // False when the server has closed its end (an idle timeout, a restart): checked
   // without blocking before an idle connection is used again.
   bool alive() const noexcept;

@@ -75,6 +75,12 @@ const char* const kWriteScript =
     "table.insert(counts, 1, admitted)\n"
     "return counts\n";
 
+const char* const kGiveBackScript =
+    "local c = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')\n"
+    "local d = math.min(c, tonumber(ARGV[2]))\n"
+    "if d > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], -d) end\n"
+    "return d\n";
+
 void KeyLayout::hex16(char* out, std::uint64_t resource) noexcept {
   constexpr char kDigits[] = "0123456789abcdef";
   for (int i = 15; i >= 0; --i, resource >>= 4) out[i] = kDigits[resource & 15];
@@ -431,6 +437,31 @@ std::optional<bool> RedisStore::add(const LimiterKey& key, std::int64_t epoch, s
     write_latency_.record(nanoseconds(steady_ns() - started));
   }
   return admitted == 1;
+}
+
+void RedisStore::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) {
+  if (!available()) return;
+  const RedisConnection::Deadline deadline =
+      std::chrono::steady_clock::now() + options_.command_timeout;
+  std::string error;
+  RedisPool::Failure failure{};
+  RedisPool::Lease lease = pool_.acquire(deadline, failure, error);
+  std::string refused;
+  char field[24], amount[24];
+  // Rare (a multi-limit request refused after some limits counted it): EVAL, whose
+  // script Redis caches, rather than a second script to keep loaded.
+  if (lease && lease->round_trip({"EVAL", kGiveBackScript, "1", layout_.key(key),
+                                  decimal(field, KeyLayout::field(epoch, key.subintervals)),
+                                  decimal(amount, cost)},
+                                 [&](std::size_t, const redisReply& r) {
+                                   if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
+                                 },
+                                 deadline, error) &&
+      refused.empty()) {
+    return;
+  }
+  // Not fatal: the count stays (the shared estimate errs on the safe side) and expires.
+  note_error("giving back a count: " + (refused.empty() ? error : refused));
 }
 
 void RedisStore::add_stats(Stats& s) const {

@@ -58,6 +58,9 @@ struct KeyLayout {
 // KEYS[1] = the hash; ARGV = current field, cost, ttl (ms), modulus M, N, max,
 // trailing weight (in 2^-20).
 extern const char* const kWriteScript;
+// Takes back a count the write script added (KEYS[1], field ARGV[1], amount ARGV[2]),
+// never below 0 (the field may have been recycled meanwhile).
+extern const char* const kGiveBackScript;
 
 // Store on Redis.
 //
@@ -96,6 +99,7 @@ class RedisStore final : public Store {
     return offset_ns_.load(std::memory_order_relaxed);
   }
   std::chrono::nanoseconds retry_hint() const noexcept override;
+  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override;
   void add_stats(Stats& stats) const override;
   void shutdown() override;
 

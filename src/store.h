@@ -46,6 +46,9 @@ class Store {
   virtual std::optional<bool> add(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
                                   std::uint64_t max, std::uint32_t trailing_weight,
                                   std::span<std::uint64_t> counts) = 0;
+  // Takes back `cost` that add() counted at `epoch` (never below 0), best effort: a
+  // failure is logged and counted, not reported.
+  virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
   // False while the store is known to be unreachable (its circuit is open): callers
   // then skip it at once instead of each waiting for a deadline.
   virtual bool available() const noexcept = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -102,6 +103,13 @@ struct Stats {
 
 class LimiterHandle;
 
+// One of the limits a request counts against (see Engine::try_acquire_all).
+struct Acquisition {
+  std::uint64_t resource;
+  Limit limit;
+  std::uint64_t cost = 1;
+};
+
 // The rate-limiting engine. Thread-safe: any number of threads may call any member
 // concurrently. A rejected request is decided from local state only.
 class Engine {
@@ -121,6 +129,17 @@ class Engine {
 
   // A handle on the limiter of (resource, limit): skips the registry lookup on every
   // call and keeps the limiter from being evicted while the handle lives.
+  // All or nothing, for a request that counts against several limits (per key and per
+  // endpoint, per second and per hour): admitted only if every limit admits it, and a
+  // refused request counts against none of them. out[i] (out must hold items.size()
+  // decisions) is limit i's decision. Returns the index of the limit that refused, or
+  // items.size() when all admitted. Limits past the one that refused are not asked
+  // (their decision stays Decision{}). A limit that refuses on this engine's own counts
+  // refuses without any write; one that refuses only after the ones before it were
+  // counted (a concurrent request, or the shared counts in Redis) has their counts given
+  // back, locally and in the store, and their `remaining` says so.
+  std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
+
   LimiterHandle limiter(std::uint64_t resource, const Limit& limit);
   LimiterHandle limiter(std::string_view resource, const Limit& limit);
 

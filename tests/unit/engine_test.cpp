@@ -66,6 +66,12 @@ class FakeStore final : public detail::Store {
       counts[k] = count(epoch - static_cast<std::int64_t>(k));
     return fits;
   }
+  void remove(const detail::LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
+    if (shared_->down) return;
+    std::lock_guard lock(shared_->mutex);
+    std::uint64_t& c = shared_->counts[{key.resource, key.resolution_ms, key.subintervals, epoch}];
+    c -= std::min(c, cost);
+  }
   // The fake is "reachable" even while failing writes: it tests the write path.
   bool available() const noexcept override { return true; }
   std::int64_t clock_offset() const noexcept override { return 0; }
@@ -501,4 +507,72 @@ TEST_CASE_FIXTURE(Fixture, "with a store, eviction still follows recent use") {
   CHECK(s.warm_starts == 200 + 1);
 }
 
+}  // namespace ratewin::test
+
+namespace ratewin::test {
+namespace {
+
+TEST_CASE_FIXTURE(Fixture, "try_acquire_all admits only when every limit admits") {
+  Engine engine(options());
+  const Limit per_second(3, 1s, 100ms);
+  const Limit per_minute(100, 60s, 6s);
+  const Limit tight(2, 1s, 100ms);
+  const Acquisition both[] = {{hash("key"), per_second}, {hash("endpoint"), tight}};
+  Decision out[2];
+  CHECK(engine.try_acquire_all(both, out) == 2);
+  CHECK(out[0].allowed);
+  CHECK(out[0].remaining == 2);
+  CHECK(out[1].remaining == 1);
+  CHECK(engine.try_acquire_all(both, out) == 2);
+  // `tight` is full: refused before anything is counted, so "key" keeps its one left.
+  CHECK(engine.try_acquire_all(both, out) == 1);
+  CHECK_FALSE(out[1].allowed);
+  CHECK(out[1].retry_after > 0ns);
+  CHECK(out[0].limit == 0);  // not asked: the refusal came from the pre-check
+  CHECK(engine.try_acquire("key", per_second, 0).remaining == 1);
+
+  // Several windows on one key: the per-minute limit is not charged by refused requests.
+  const Acquisition windows[] = {{hash("k2"), per_second}, {hash("k2"), per_minute}};
+  for (int i = 0; i < 3; ++i) CHECK(engine.try_acquire_all(windows, out) == 2);
+  for (int i = 0; i < 5; ++i) CHECK(engine.try_acquire_all(windows, out) == 0);
+  CHECK(engine.try_acquire("k2", per_minute, 0).remaining == 97);
+
+  // A cost larger than any limit's max can never pass.
+  const Acquisition heavy[] = {{hash("k3"), per_minute, 5}, {hash("k3"), per_second, 4}};
+  CHECK(engine.try_acquire_all(heavy, out) == 1);
+  CHECK(out[1].retry_after == Decision::kNever);
+  CHECK(engine.try_acquire("k3", per_minute, 0).remaining == 100);
+
+  Decision too_few[1];
+  CHECK_THROWS_AS(engine.try_acquire_all(both, too_few), std::invalid_argument);
+  CHECK(engine.try_acquire_all({}, too_few) == 0);
+}
+
+TEST_CASE_FIXTURE(Fixture, "try_acquire_all gives back what it counted when the store refuses") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit wide(10, 1s, 100ms);
+  const Limit narrow(2, 1s, 100ms);
+  // b fills `narrow` in the store; a has not seen it (no boundary read has run).
+  CHECK(b.try_acquire(hash("narrow"), narrow, 2).allowed);
+  const Acquisition items[] = {{hash("wide"), wide}, {hash("narrow"), narrow}};
+  Decision out[2];
+  // a's own counts admit both; the store refuses `narrow` (the warm start brings back
+  // b's counts), so `wide` is given back, locally and in the store.
+  CHECK(a.try_acquire_all(items, out) == 1);
+  CHECK_FALSE(out[1].allowed);
+  CHECK(out[0].remaining == 10);
+  CHECK(a.try_acquire(hash("wide"), wide, 0).remaining == 10);
+  std::uint64_t stored = 0;
+  for (const auto& [k, count] : shared->counts)
+    if (std::get<0>(k) == hash("wide")) stored += count;
+  CHECK(stored == 0);
+  // And the next request is refused without a write.
+  const int calls = shared->calls;
+  CHECK(a.try_acquire_all(items, out) == 1);
+  CHECK(shared->calls == calls);
+}
+
+}  // namespace
 }  // namespace ratewin::test
