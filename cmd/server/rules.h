@@ -1,0 +1,118 @@
+// rules.h: the server's rate-limit rules, read from a YAML file (rules.example.yaml
+// documents the schema), and the lookup that turns a request into the limits it counts
+// against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ratewin/limit.h"
+
+namespace ratewin::server {
+
+// Any problem with a rules file. what() is "<source>:<line>:<column>: <problem>" with a
+// 1-based position, or "<source>: <problem>" when there is none (line and column 0).
+struct RulesError : std::runtime_error {
+  RulesError(std::string source, int line, int column, std::string problem);
+  int line;
+  int column;
+  std::string problem;  // without the source and position
+};
+
+// Whose requests share one counter of a limit.
+enum class Scope {
+  key,       // each client key has its own
+  endpoint,  // each (client key, endpoint name) has its own
+  global,    // one for everybody (per tier for a tier's limit, per endpoint for an endpoint's)
+};
+
+struct LimitRule {
+  std::string name;      // unique in the file: "tier:free/per-second", "endpoint:search/burst",
+                         // "override:<key>/<name>"
+  ratewin::Limit limit;  // carries its failure policy
+  Scope scope = Scope::key;
+  std::uint64_t cost = 1;
+  // Whether Match::multiplier applies: true for a tier's or an override's limit counted per
+  // key or per endpoint; false for endpoints' limits and global ones (a shared counter has
+  // one max, whoever asks).
+  bool scales = false;
+};
+
+enum class Action { limit, allow, deny };
+
+struct Match {
+  Action action = Action::limit;
+  std::string_view tier;                 // "" when none
+  std::string_view endpoint;             // matched endpoint name, "" when none
+  std::vector<const LimitRule*> limits;  // empty unless action is limit; points into the Rules
+  double multiplier = 1.0;               // from an override; see effective_limit()
+};
+
+class Rules {
+ public:
+  Rules();  // no limits at all: every request is allowed
+  ~Rules();
+  // Move-only. The data lives behind a pointer, so the LimitRule pointers handed out by
+  // match() survive a move; a moved-from Rules may only be assigned to or destroyed.
+  Rules(Rules&&) noexcept;
+  Rules& operator=(Rules&&) noexcept;
+  Rules(const Rules&) = delete;
+  Rules& operator=(const Rules&) = delete;
+
+  // Throws RulesError naming the line and the problem for any invalid input: YAML syntax,
+  // unknown or duplicate fields, wrong types, bad numbers or durations, duplicate names,
+  // unknown tiers, and so on. `source` names the input in messages.
+  static Rules parse(std::string_view yaml, std::string source = "<rules>");
+  // parse() of a file's contents; a file that cannot be read is a RulesError without
+  // position.
+  static Rules load(const std::string& path);
+
+  // The limits a request counts against. `path` must be normalise_path()'s output (a raw
+  // target would let "/public/../admin" dodge the "/admin" endpoint). Clears and fills
+  // `out`; allocates nothing once out.limits has grown to its largest size. Safe to call
+  // from any number of threads.
+  void match(std::string_view key, std::string_view method, std::string_view path,
+             Match& out) const;
+
+  // "<label>@<XXH3-64 of the file bytes, 16 hex digits>"; the label is the file's
+  // `version`, or "unversioned".
+  const std::string& version() const;
+  // The active rules as one JSON object, for GET /admin/rules.
+  std::string describe_json() const;
+  std::size_t limit_count() const;
+
+  struct Data;
+
+ private:
+  explicit Rules(std::unique_ptr<const Data> data);
+  std::unique_ptr<const Data> data_;
+};
+
+// The limit to ask the engine for: rule.limit, with max scaled by `multiplier` (rounded
+// down, at least 1, at most Limit::kMaxCount) when rule.scales. The scaled limit keeps its
+// window, so a key's counts carry over when its multiplier changes.
+ratewin::Limit effective_limit(const LimitRule& rule, double multiplier);
+
+// Sets `out` to the name of the counter a request counts against for `rule` (hash it for
+// the engine's resource id): the rule's name, then the endpoint and/or key its scope
+// separates. Distinct (rule, key, endpoint) always give distinct names.
+void resource_name(const LimitRule& rule, std::string_view key, std::string_view endpoint,
+                   std::string& out);
+
+// The path of a request target, as endpoints are matched: drops "?query" and "#fragment",
+// collapses repeated '/', resolves "." and ".." segments (never above the root) and
+// ensures a leading '/'. A trailing '/' is kept, as RFC 3986 does ("/a/b/.." is "/a/").
+// Percent-encoding is left alone.
+std::string normalise_path(std::string_view target);
+
+// Whether `text` matches `pattern` as a whole: '*' matches any run of bytes (including
+// '/'), '?' exactly one byte, everything else itself; there is no escape. Iterative,
+// O(pattern * text) at worst.
+bool glob_match(std::string_view pattern, std::string_view text);
+
+}  // namespace ratewin::server

@@ -1,0 +1,655 @@
+#include "rules.h"
+
+#include <doctest/doctest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#ifndef RATEWIN_RULES_EXAMPLE
+#error "define RATEWIN_RULES_EXAMPLE as the path of cmd/server/rules.example.yaml"
+#endif
+
+namespace ratewin::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct Failure {
+  int line = -1;
+  int column = -1;
+  std::string problem;
+  std::string what;
+};
+
+// The RulesError that parsing `yaml` throws; line -1 if it parses.
+Failure failure_of(std::string_view yaml) {
+  try {
+    Rules::parse(yaml, "rules.yaml");
+  } catch (const RulesError& e) {
+    return {e.line, e.column, e.problem, e.what()};
+  }
+  return {};
+}
+
+Match match(const Rules& rules, std::string_view key, std::string_view method = "GET",
+            std::string_view path = "/") {
+  Match m;
+  rules.match(key, method, path, m);
+  return m;
+}
+
+std::vector<std::string> names(const Match& m) {
+  std::vector<std::string> out;
+  for (const LimitRule* r : m.limits) out.push_back(r->name);
+  return out;
+}
+
+using Names = std::vector<std::string>;
+
+// A valid head that the error cases below build on (lines 1 to 7).
+constexpr std::string_view kHead =
+    "tiers:\n"                               // 1
+    "  free:\n"                              // 2
+    "    limits:\n"                          // 3
+    "      - name: a\n"                      // 4
+    "        max: 5\n"                       // 5
+    "        window: 1s\n"                   // 6
+    "  pro: {limits: [{name: a, max: 50, window: 1s}]}\n";  // 7
+
+}  // namespace
+
+TEST_CASE("the shipped example parses and does what its comments say") {
+  const Rules rules = Rules::load(RATEWIN_RULES_EXAMPLE);
+  CHECK(rules.version().starts_with("2024-06-example@"));
+  CHECK(rules.limit_count() == 12);
+
+  // The default tier, no endpoint.
+  Match m = match(rules, "someone", "GET", "/other");
+  CHECK(m.action == Action::limit);
+  CHECK(m.tier == "free");
+  CHECK(m.endpoint == "");
+  CHECK(names(m) == Names{"tier:free/per-second", "tier:free/per-hour"});
+  CHECK(m.limits[1]->limit == Limit(1000, std::chrono::hours(1), std::chrono::minutes(1)));
+
+  // A glob-mapped tier plus a glob endpoint with two windows.
+  m = match(rules, "pro_x", "GET", "/api/v1/search");
+  CHECK(m.tier == "pro");
+  CHECK(m.endpoint == "search");
+  CHECK(names(m) == Names{"tier:pro/per-second", "tier:pro/per-hour", "tier:pro/all-pro-keys",
+                          "endpoint:search/burst", "endpoint:search/sustained"});
+  CHECK(m.limits[2]->scope == Scope::global);
+
+  // The search endpoint is GET only: a POST falls through to the upload prefix.
+  m = match(rules, "pro-legacy-abcd", "POST", "/api/v1/search");
+  CHECK(m.tier == "pro");
+  CHECK(m.endpoint == "upload");
+  CHECK(m.limits.back()->cost == 10);
+  CHECK(match(rules, "pro-legacy-abcde").tier == "free");
+
+  m = match(rules, "x", "POST", "/auth/login");
+  CHECK(m.endpoint == "login");
+  CHECK(m.limits[2]->limit.failure_policy() == FailurePolicy::closed);
+  CHECK(m.limits[3]->scope == Scope::global);
+  CHECK(match(rules, "x", "GET", "/auth/login").endpoint == "");
+  CHECK(match(rules, "x", "GET", "/healthz").endpoint == "health");
+
+  m = match(rules, "pro_acme");
+  CHECK(m.multiplier == 3.0);
+  CHECK(match(rules, "partner-42").tier == "enterprise");
+  CHECK(names(match(rules, "free-batch-job")) == Names{"override:free-batch-job/per-minute"});
+  CHECK(match(rules, "internal-metrics").action == Action::allow);
+  CHECK(match(rules, "internal-compromised").action == Action::deny);
+  CHECK(match(rules, "revoked_1").action == Action::deny);
+}
+
+TEST_CASE("empty rules limit nothing") {
+  for (const Rules& rules : {Rules(), Rules::parse(""), Rules::parse("# nothing\n"),
+                             Rules::parse("---\n"), Rules::parse("version: v1\n")}) {
+    const Match m = match(rules, "k", "GET", "/x");
+    CHECK(m.action == Action::limit);
+    CHECK(m.limits.empty());
+    CHECK(m.tier == "");
+    CHECK(m.endpoint == "");
+    CHECK(rules.limit_count() == 0);
+  }
+  CHECK(Rules().version() == "unversioned@2d06800538d394c2");  // XXH3-64 of no bytes
+  CHECK(Rules::parse("").version() == Rules().version());
+}
+
+TEST_CASE("normalise_path") {
+  const std::pair<std::string_view, std::string_view> cases[] = {
+      {"", "/"},
+      {"/", "/"},
+      {"//", "/"},
+      {"/a/b", "/a/b"},
+      {"/a//b///c", "/a/b/c"},
+      {"/a/b/", "/a/b/"},
+      {"/a/./b/../c", "/a/c"},
+      {"/a/b/..", "/a/"},
+      {"/a/b/.", "/a/b/"},
+      {"/a/b/../", "/a/"},
+      {"/..", "/"},
+      {"/../../a", "/a"},
+      {"/a/../../b", "/b"},
+      {"/a/..b/.c", "/a/..b/.c"},
+      {"a/b", "/a/b"},
+      {"/a?x=/../b", "/a"},
+      {"/a/?q", "/a/"},
+      {"/a#frag/..", "/a"},
+      {"/a/b?x#y", "/a/b"},
+      {"?only", "/"},
+      {"/%2e%2e/x", "/%2e%2e/x"},
+  };
+  for (const auto& [in, want] : cases) {
+    CAPTURE(in);
+    CHECK(normalise_path(in) == want);
+    CHECK(normalise_path(normalise_path(in)) == want);
+  }
+}
+
+TEST_CASE("glob_match") {
+  CHECK(glob_match("", ""));
+  CHECK_FALSE(glob_match("", "a"));
+  CHECK(glob_match("*", ""));
+  CHECK(glob_match("*", "anything/at/all"));
+  CHECK(glob_match("**", "x"));
+  CHECK_FALSE(glob_match("?", ""));
+  CHECK(glob_match("?", "x"));
+  CHECK_FALSE(glob_match("?", "xy"));
+  CHECK(glob_match("a*b", "ab"));
+  CHECK(glob_match("a*b", "axxb"));
+  CHECK_FALSE(glob_match("a*b", "axxbc"));
+  CHECK(glob_match("a*b*c", "abbbcbc"));
+  CHECK(glob_match("*a", "aaa"));
+  CHECK_FALSE(glob_match("*a", "aab"));
+  CHECK(glob_match("/api/*/items", "/api/v1/items"));
+  CHECK(glob_match("/api/*/items", "/api/a/b/items"));
+  CHECK_FALSE(glob_match("/api/*/items", "/api/items"));
+  CHECK(glob_match("key-????", "key-abcd"));
+  CHECK_FALSE(glob_match("key-????", "key-abc"));
+  CHECK(glob_match("*?", "x"));
+  CHECK_FALSE(glob_match("*?", ""));
+  CHECK(glob_match("a*", "a*"));  // no escapes: '*' in the text is an ordinary byte
+  CHECK_FALSE(glob_match("abc", "ab"));
+  // The classic exponential case for recursive matchers stays fast.
+  const std::string text(5000, 'a');
+  CHECK_FALSE(glob_match("*a*a*a*a*a*a*a*a*a*a*b", text));
+  CHECK(glob_match("*a*a*a*a*a*a*a*a*a*a*", text));
+}
+
+TEST_CASE("tiers by key glob: first match wins, then default_tier") {
+  const std::string yaml = std::string(kHead) +
+                           "keys:\n"
+                           "  - {match: \"p_*\", tier: pro}\n"
+                           "  - {match: \"*\", tier: free}\n";
+  const Rules rules = Rules::parse(yaml);
+  CHECK(match(rules, "p_1").tier == "pro");
+  CHECK(names(match(rules, "p_1")) == Names{"tier:pro/a"});
+  CHECK(match(rules, "q").tier == "free");
+
+  const Rules with_default = Rules::parse(std::string(kHead) +
+                                          "keys: [{match: \"p_*\", tier: pro}]\n"
+                                          "default_tier: free\n");
+  CHECK(match(with_default, "zzz").tier == "free");
+  CHECK(names(match(with_default, "")) == Names{"tier:free/a"});
+
+  const Rules no_default = Rules::parse(std::string(kHead) + "keys: [{match: \"p_*\", tier: pro}]\n");
+  const Match m = match(no_default, "zzz");
+  CHECK(m.tier == "");
+  CHECK(m.limits.empty());
+}
+
+TEST_CASE("endpoints: prefix on segment boundaries, glob on the whole path, methods, first wins") {
+  const Rules rules = Rules::parse(
+      "endpoints:\n"
+      "  - {name: items, path: \"/api/*/items\", limits: [{name: l, max: 1, window: 1s}]}\n"
+      "  - {name: write, path: /api, methods: [POST, DELETE], limits: []}\n"
+      "  - {name: api, path: /api/, limits: [{name: l, max: 2, window: 1s}]}\n"
+      "  - {name: one, path: \"/x?\", limits: []}\n"
+      "  - {name: root, path: /, limits: [{name: l, max: 3, window: 1s}]}\n");
+  const auto endpoint = [&](std::string_view method, std::string_view path) {
+    return std::string(match(rules, "k", method, path).endpoint);
+  };
+  CHECK(endpoint("GET", "/api/v1/items") == "items");
+  CHECK(endpoint("POST", "/api/v1/items") == "items");
+  CHECK(endpoint("GET", "/api/v1/items/3") == "api");  // the glob spans the whole path
+  CHECK(endpoint("GET", "/api") == "api");
+  CHECK(endpoint("GET", "/api/") == "api");
+  CHECK(endpoint("GET", "/api/x/y") == "api");
+  CHECK(endpoint("POST", "/api/x") == "write");
+  CHECK(endpoint("DELETE", "/api") == "write");
+  CHECK(endpoint("post", "/api/x") == "api");  // methods are case-sensitive
+  CHECK(endpoint("GET", "/apix") == "root");
+  CHECK(endpoint("GET", "/xy") == "one");
+  CHECK(endpoint("GET", "/xyz") == "root");
+  CHECK(endpoint("GET", "/") == "root");
+  CHECK(names(match(rules, "k", "GET", "/api/1/items")) == Names{"endpoint:items/l"});
+  CHECK(names(match(rules, "k", "POST", "/api/1")).empty());
+
+  // Without a catch-all, a path can match nothing.
+  const Rules narrow = Rules::parse("endpoints: [{name: a, path: /a, limits: []}]\n");
+  CHECK(match(narrow, "k", "GET", "/b").endpoint == "");
+  CHECK(match(narrow, "k", "GET", "/a/b").endpoint == "a");
+}
+
+TEST_CASE("an endpoint with several windows counts the request against all of them") {
+  const Rules rules = Rules::parse(
+      "tiers: {t: {limits: [{name: s, max: 10, window: 1s}]}}\n"
+      "default_tier: t\n"
+      "endpoints:\n"
+      "  - name: search\n"
+      "    path: /search\n"
+      "    limits:\n"
+      "      - {name: per-second, max: 5, window: 1s}\n"
+      "      - {name: per-hour, max: 100, window: 1h, subintervals: 60, per: endpoint}\n"
+      "      - {name: per-day, max: 1000, window: 1d, per: global, failure_policy: open}\n");
+  const Match m = match(rules, "k", "GET", "/search");
+  REQUIRE(m.limits.size() == 4);
+  CHECK(names(m) == Names{"tier:t/s", "endpoint:search/per-second", "endpoint:search/per-hour",
+                          "endpoint:search/per-day"});
+  CHECK(m.limits[1]->limit.interval() == milliseconds(1000));
+  CHECK(m.limits[2]->limit.interval() == std::chrono::hours(1));
+  CHECK(m.limits[2]->limit.subintervals() == 60);
+  CHECK(m.limits[2]->scope == Scope::endpoint);
+  CHECK(m.limits[3]->limit.interval() == std::chrono::hours(24));
+  CHECK(m.limits[3]->limit.failure_policy() == FailurePolicy::open);
+  CHECK(m.limits[3]->scope == Scope::global);
+  CHECK(m.limits[0]->limit.failure_policy() == FailurePolicy::local);
+}
+
+TEST_CASE("defaults.failure_policy applies where a limit says nothing") {
+  const Rules rules = Rules::parse(
+      "defaults: {failure_policy: closed}\n"
+      "tiers: {t: {limits: [{name: a, max: 1, window: 1s}, {name: b, max: 1, window: 1s, "
+      "failure_policy: local}]}}\n"
+      "default_tier: t\n");
+  const Match m = match(rules, "k");
+  CHECK(m.limits[0]->limit.failure_policy() == FailurePolicy::closed);
+  CHECK(m.limits[1]->limit.failure_policy() == FailurePolicy::local);
+}
+
+TEST_CASE("overrides: tier, multiplier, limits") {
+  const Rules rules = Rules::parse(std::string(kHead) +
+                                   "default_tier: free\n"
+                                   "endpoints: [{name: e, path: /e, limits: [{name: x, max: 7, "
+                                   "window: 1s}]}]\n"
+                                   "overrides:\n"
+                                   "  - {key: vip, tier: pro, multiplier: 2.5}\n"
+                                   "  - {key: half, multiplier: 0.5}\n"
+                                   "  - key: own\n"
+                                   "    limits:\n"
+                                   "      - {name: m, max: 9, window: 1m}\n"
+                                   "      - {name: g, max: 9, window: 1m, per: global}\n"
+                                   "  - {key: none, limits: []}\n"
+                                   "  - {key: \"p*\", tier: pro}\n");
+  Match m = match(rules, "vip", "GET", "/e");
+  CHECK(m.tier == "pro");
+  CHECK(m.multiplier == 2.5);
+  REQUIRE(names(m) == Names{"tier:pro/a", "endpoint:e/x"});
+  // The multiplier scales the key's own limits, not the endpoint's.
+  CHECK(effective_limit(*m.limits[0], m.multiplier).max() == 125);
+  CHECK(effective_limit(*m.limits[1], m.multiplier).max() == 7);
+  CHECK(effective_limit(*m.limits[0], m.multiplier).interval() == m.limits[0]->limit.interval());
+
+  m = match(rules, "half");
+  CHECK(m.tier == "free");
+  CHECK(effective_limit(*m.limits[0], m.multiplier).max() == 2);  // 2.5 rounded down
+
+  m = match(rules, "own");
+  CHECK(m.tier == "free");
+  CHECK(m.multiplier == 1.0);
+  CHECK(names(m) == Names{"override:own/m", "override:own/g"});
+  CHECK(m.limits[0]->scales);
+  CHECK_FALSE(m.limits[1]->scales);  // global: one max for everybody
+
+  CHECK(names(match(rules, "none", "GET", "/e")) == Names{"endpoint:e/x"});
+  CHECK(match(rules, "p*").tier == "pro");  // an override key is exact, not a glob
+  CHECK(match(rules, "px").tier == "free");
+}
+
+TEST_CASE("effective_limit bounds") {
+  const LimitRule rule{"r", Limit(10, milliseconds(1000)), Scope::key, 1, true};
+  CHECK(effective_limit(rule, 1.0) == rule.limit);
+  CHECK(effective_limit(rule, 0.01).max() == 1);
+  CHECK(effective_limit(rule, 1e12).max() == Limit::kMaxCount);
+  CHECK(effective_limit(rule, std::numeric_limits<double>::quiet_NaN()).max() == 1);
+  const LimitRule fixed{"r", Limit(10, milliseconds(1000)), Scope::key, 1, false};
+  CHECK(effective_limit(fixed, 3).max() == 10);
+}
+
+TEST_CASE("allow and deny: deny wins, and neither counts anything") {
+  const Rules rules = Rules::parse(std::string(kHead) +
+                                   "default_tier: free\n"
+                                   "endpoints: [{name: e, path: /, limits: [{name: x, max: 7, "
+                                   "window: 1s}]}]\n"
+                                   "allow: [\"svc-*\", ops]\n"
+                                   "deny: [\"svc-bad*\", \"?\"]\n");
+  Match m = match(rules, "svc-a");
+  CHECK(m.action == Action::allow);
+  CHECK(m.limits.empty());
+  CHECK(m.tier == "free");  // still reported, for logs
+  CHECK(m.endpoint == "e");
+  CHECK(match(rules, "ops").action == Action::allow);
+  m = match(rules, "svc-bad1");
+  CHECK(m.action == Action::deny);
+  CHECK(m.limits.empty());
+  CHECK(match(rules, "x").action == Action::deny);
+  CHECK(match(rules, "xy").action == Action::limit);
+  CHECK(match(rules, "xy").limits.size() == 2);
+}
+
+TEST_CASE("match() resets a reused Match") {
+  const Rules rules = Rules::parse(std::string(kHead) +
+                                   "default_tier: free\n"
+                                   "overrides: [{key: big, multiplier: 4}]\n"
+                                   "endpoints: [{name: e, path: /e, limits: []}]\n"
+                                   "deny: [bad]\n");
+  Match m;
+  rules.match("big", "GET", "/e", m);
+  CHECK(m.multiplier == 4.0);
+  rules.match("bad", "GET", "/e", m);
+  CHECK(m.action == Action::deny);
+  CHECK(m.multiplier == 1.0);
+  rules.match("ok", "GET", "/z", m);
+  CHECK(m.action == Action::limit);
+  CHECK(m.endpoint == "");
+  CHECK(m.limits.size() == 1);
+}
+
+TEST_CASE("Match pointers survive moving the Rules into a shared_ptr") {
+  Rules rules = Rules::parse(std::string(kHead) + "default_tier: pro\n");
+  Match before;
+  rules.match("k", "GET", "/", before);
+  const auto shared = std::make_shared<const Rules>(std::move(rules));
+  Match after;
+  shared->match("k", "GET", "/", after);
+  CHECK(before.limits == after.limits);
+  CHECK(before.tier.data() == after.tier.data());
+  CHECK(before.limits[0]->name == "tier:pro/a");
+}
+
+TEST_CASE("the version names the file's bytes") {
+  const Rules a = Rules::parse("version: v1\ntiers: {}\n");
+  const Rules b = Rules::parse("version: v1\ntiers: {}\n");
+  const Rules c = Rules::parse("version: v1\ntiers: {} # edited\n");
+  const Rules d = Rules::parse("tiers: {}\n");
+  CHECK(a.version() == b.version());
+  CHECK(a.version() != c.version());
+  CHECK(a.version().starts_with("v1@"));
+  CHECK(c.version().starts_with("v1@"));
+  CHECK(a.version().size() == 3 + 16);
+  CHECK(d.version().starts_with("unversioned@"));
+  CHECK(Rules::parse("version: 2024-06-01 hotfix 2\n").version().starts_with("2024-06-01 hotfix 2@"));
+}
+
+TEST_CASE("every kind of invalid input names its line") {
+  struct Case {
+    std::string yaml;
+    int line;
+    std::string_view problem;  // a part of RulesError::problem
+  };
+  const std::string head(kHead);
+  const auto limit = [&](std::string_view fields) {
+    return head + "endpoints:\n  - name: e\n    path: /\n    limits:\n      - name: l\n" +
+           std::string(fields);  // the fields start on line 13
+  };
+  const Case cases[] = {
+      // YAML itself.
+      {"tiers:\n  free: [\n", 3, "YAML syntax: end of sequence flow not found"},
+      {"a: 1\n---\nb: 2\n", 3, "more than one YAML document"},
+      {"- just\n- a list\n", 1, "expected a mapping, got a list"},
+      {"hello\n", 1, "expected a mapping, got \"hello\""},
+      // Fields.
+      {head + "tier: free\n", 8, "unknown field \"tier\" (expected one of: version, defaults,"},
+      {head + "tiers: {}\n", 8, "duplicate field \"tiers\" (first at line 1)"},
+      {"? [a]\n: b\n", 1, "a field name must be a string, got a list"},
+      {"defaults: {failure_policy: local, policy: open}\n", 1, "defaults: unknown field \"policy\""},
+      {"defaults: {failure_policy: sometimes}\n", 1,
+       "defaults.failure_policy: \"sometimes\" is not one of local, open, closed"},
+      {"version: [1]\n", 1, "version: expected a string, got a list"},
+      {"version: \"a\\tb\"\n", 1, "version: \"a\\u0009b\" contains a control character"},
+      {"version: " + std::string(129, 'v') + "\n", 1, "is not a label of up to 128 printable ASCII"},
+      {"version: \"\"\n", 1, "version: must not be empty"},
+      // Tiers.
+      {"tiers: [free]\n", 1, "tiers: expected a mapping, got a list"},
+      {"tiers:\n  free:\n    limits: []\n  free:\n    limits: []\n", 4,
+       "tiers: duplicate tier \"free\" (first at line 2)"},
+      {"tiers:\n  \"fr ee\": {limits: []}\n", 2, "tiers: \"fr ee\" is not a name"},
+      {"tiers:\n  free:\n", 2, "tiers.free: expected a mapping, got nothing"},
+      {"tiers:\n  free: {}\n", 2, "tiers.free: missing field \"limits\""},
+      {"tiers:\n  free:\n    limts: []\n", 3, "tiers.free: unknown field \"limts\" (expected one of: limits)"},
+      {"tiers:\n  free:\n    limits:\n", 3, "tiers.free.limits: expected a list, got nothing"},
+      // Limits.
+      {head + "  x:\n    limits:\n      - {name: a, max: 1, window: 1s}\n      - {name: a, max: 2, "
+              "window: 1m}\n",
+       11, "tiers.x.limits[1].name: duplicate limit name \"a\" (first at line 10)"},
+      {head + "  x:\n    limits:\n      - max: 1\n        window: 1s\n", 10,
+       "tiers.x.limits[0]: missing field \"name\""},
+      {head + "  x:\n    limits:\n      - {name: \"a/b\", max: 1, window: 1s}\n", 10, "\"a/b\" is not a name"},
+      {head + "  x:\n    limits:\n      - {name: a, max: 1, window: 1s, windw: 2s}\n", 10,
+       "unknown field \"windw\""},
+      {head + "  x:\n    limits:\n      - [a]\n", 10, "tiers.x.limits[0]: expected a mapping, got a list"},
+      {limit("        max: -1\n        window: 1s\n"), 13,
+       "endpoints[0].limits[0].max: \"-1\" is not a whole number from 1 to 4294967295"},
+      {limit("        max: 0\n        window: 1s\n"), 13, "\"0\" is not a whole number from 1"},
+      {limit("        max: 4294967296\n        window: 1s\n"), 13, "\"4294967296\" is not a whole number"},
+      {limit("        max: 1e3\n        window: 1s\n"), 13, "\"1e3\" is not a whole number"},
+      {limit("        max: 5\n        window: 10x\n"), 14,
+       "endpoints[0].limits[0].window: \"10x\" is not a duration (use 500ms, 1s, 1m, 1h or 1d)"},
+      {limit("        max: 5\n        window: 1.5s\n"), 14, "\"1.5s\" is not a duration"},
+      {limit("        max: 5\n        window: -1s\n"), 14, "\"-1s\" is not a duration"},
+      {limit("        max: 5\n        window: 0s\n"), 14, "\"0s\" is not positive"},
+      {limit("        max: 5\n        window: 367d\n"), 14, "\"367d\" is longer than 366 days"},
+      {limit("        max: 5\n        window: 99999999999999999999999s\n"), 14, "is longer than 366 days"},
+      {limit("        max: 5\n        window:\n        cost: 1\n"), 14,
+       "endpoints[0].limits[0].window: expected a string, got nothing"},
+      {limit("        max: 5\n        window: 15ms\n"), 14,
+       "the window of 15ms does not divide into the default 10 subintervals of whole milliseconds; "
+       "set subintervals"},
+      {limit("        max: 5\n        window: 1s\n        subintervals: 3\n"), 15,
+       "subintervals: the window of 1000ms does not divide into 3 subintervals"},
+      {limit("        max: 5\n        window: 1s\n        subintervals: 0\n"), 15,
+       "\"0\" is not a whole number from 1 to 65535"},
+      {limit("        max: 5\n        window: 50d\n        subintervals: 1\n"), 12,
+       "endpoints[0].limits[0]: resolution 1200h exceeds 4294967295ms"},
+      {limit("        max: 5\n        window: 1s\n        per: user\n"), 15,
+       "per: \"user\" is not one of key, endpoint, global"},
+      {limit("        max: 5\n        window: 1s\n        failure_policy: fail\n"), 15,
+       "failure_policy: \"fail\" is not one of local, open, closed"},
+      {limit("        max: 5\n        window: 1s\n        cost: 0\n"), 15, "cost: \"0\" is not a whole number"},
+      {limit("        max: 5\n        window: 1s\n        cost: 6\n"), 15,
+       "cost: cost 6 exceeds max 5: every request would be rejected"},
+      // Keys and tier references.
+      {head + "keys:\n  - {match: \"a*\", tier: gold}\n", 9,
+       "keys[0].tier: unknown tier \"gold\" (tiers: free, pro)"},
+      {"keys:\n  - {match: \"a*\", tier: gold}\n", 2, "unknown tier \"gold\" (no tiers are defined)"},
+      {head + "keys:\n  - {match: \"a*\"}\n", 9, "keys[0]: missing field \"tier\""},
+      {head + "keys:\n  - {match: \"\", tier: free}\n", 9, "keys[0].match: must not be empty"},
+      {head + "keys:\n  - match: \"\xff\"\n    tier: free\n", 9, "is not valid UTF-8"},
+      {head + "default_tier: gold\n", 8, "default_tier: unknown tier \"gold\""},
+      {head + "keys: {a: free}\n", 8, "keys: expected a list, got a mapping"},
+      // Endpoints.
+      {"endpoints:\n  - {name: a, path: /a, limits: []}\n  - {name: a, path: /b, limits: []}\n", 3,
+       "endpoints[1].name: duplicate endpoint name \"a\" (first at line 2)"},
+      {"endpoints:\n  - {name: a, path: api, limits: []}\n", 2, "\"api\" does not start with '/'"},
+      {"endpoints:\n  - {name: a, path: /api//x, limits: []}\n", 2,
+       "endpoints[0].path: \"/api//x\" is not a normalised path (write \"/api/x\")"},
+      {"endpoints:\n  - {name: a, path: /api/../x, limits: []}\n", 2, "(write \"/x\")"},
+      {"endpoints:\n  - {name: a, path: \"/api/./*\", limits: []}\n", 2, "(write \"/api/*\")"},
+      {"endpoints:\n  - {name: a, path: \"/api#x\", limits: []}\n", 2, "contains '#'"},
+      {"endpoints:\n  - {name: a, path: /a, methods: [], limits: []}\n", 2,
+       "endpoints[0].methods: an empty list matches no request"},
+      {"endpoints:\n  - name: a\n    path: /a\n    methods: [GET, get]\n    limits: []\n", 4,
+       "endpoints[0].methods[1]: \"get\" is not an HTTP method such as GET"},
+      {"endpoints:\n  - name: a\n    path: /a\n    methods:\n      - GET\n      - GET\n    limits: []\n", 6,
+       "duplicate method \"GET\" (first at line 5)"},
+      {"endpoints:\n  - name: a\n    path: /a\n", 2, "endpoints[0]: missing field \"limits\""},
+      {"endpoints:\n  - name: a\n    limits: []\n", 2, "endpoints[0]: missing field \"path\""},
+      // Overrides.
+      {head + "overrides:\n  - {key: a, tier: pro}\n  - {key: a, multiplier: 2}\n", 10,
+       "overrides[1].key: duplicate override key \"a\" (first at line 9)"},
+      {head + "overrides:\n  - key: a\n", 9, "overrides[0]: an override needs tier, multiplier or limits"},
+      {head + "overrides:\n  - {key: a, multiplier: 0}\n", 9, "multiplier: \"0\" is not a positive number"},
+      {head + "overrides:\n  - {key: a, multiplier: -2}\n", 9, "\"-2\" is not a positive number"},
+      {head + "overrides:\n  - {key: a, multiplier: .inf}\n", 9, "\".inf\" is not a positive number"},
+      {head + "overrides:\n  - {key: a, multiplier: nan}\n", 9, "\"nan\" is not a positive number"},
+      {head + "overrides:\n  - {key: a, multiplier: x2}\n", 9, "\"x2\" is not a positive number"},
+      {head + "overrides:\n  - {key: a, tier: gold}\n", 9, "overrides[0].tier: unknown tier \"gold\""},
+      {head + "overrides:\n  - {key: a, tier: free, multiplier: 0.1, limits: [{name: c, max: 10, "
+              "window: 1s, cost: 2}]}\n",
+       9, "multiplier 0.1 brings override:a/c to max 1, below its cost 2"},
+      {head + "overrides:\n  - {key: a, limits: {name: c}}\n", 9, "overrides[0].limits: expected a list"},
+      // Allow and deny.
+      {"allow: \"*\"\n", 1, "allow: expected a list, got \"*\""},
+      {"allow:\n  - ok\n  - [x]\n", 3, "allow[1]: expected a string, got a list"},
+      {"deny:\n  - ok\n  -\n", 2, "deny[1]: expected a string, got nothing"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.yaml);
+    const Failure f = failure_of(c.yaml);
+    CHECK(f.line == c.line);
+    CHECK(f.column >= 1);
+    CHECK_MESSAGE(f.problem.find(c.problem) != std::string::npos, f.problem);
+    CHECK(f.what == "rules.yaml:" + std::to_string(f.line) + ":" + std::to_string(f.column) + ": " + f.problem);
+  }
+}
+
+TEST_CASE("an error message reads as the README promises") {
+  const Failure f = failure_of(
+      "tiers:\n"
+      "  free:\n"
+      "    limits:\n"
+      "      - name: a\n"
+      "        max: 5\n"
+      "        window: 10x\n");
+  CHECK(f.what ==
+        "rules.yaml:6:17: tiers.free.limits[0].window: \"10x\" is not a duration (use 500ms, 1s, 1m, "
+        "1h or 1d)");
+  CHECK(f.line == 6);
+  CHECK(f.column == 17);
+}
+
+TEST_CASE("RulesError without a position, and load() errors") {
+  const RulesError e("f.yaml", 0, 0, "cannot open: nope");
+  CHECK(std::string(e.what()) == "f.yaml: cannot open: nope");
+  try {
+    Rules::load("/nonexistent/rules.yaml");
+    FAIL("load() of a missing file succeeded");
+  } catch (const RulesError& err) {
+    CHECK(err.line == 0);
+    CHECK(std::string(err.what()) == "/nonexistent/rules.yaml: cannot open: No such file or directory");
+  }
+  try {
+    Rules::load("/");
+    FAIL("load() of a directory succeeded");
+  } catch (const RulesError& err) {
+    CHECK(err.line == 0);
+    CHECK(std::string(err.what()).starts_with("/: cannot "));
+  }
+  // A file's errors name the file.
+  char path[] = "/tmp/ratewin-rules-test-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string_view bad = "tiers:\n  free: 3\n";
+  REQUIRE(write(fd, bad.data(), bad.size()) == static_cast<ssize_t>(bad.size()));
+  close(fd);
+  try {
+    Rules::load(path);
+    FAIL("load() of a bad file succeeded");
+  } catch (const RulesError& err) {
+    CHECK(std::string(err.what()) == std::string(path) + ":2:9: tiers.free: expected a mapping, got \"3\"");
+  }
+  std::remove(path);
+}
+
+TEST_CASE("describe_json is valid JSON with every section") {
+  // JSON is YAML, so yaml-cpp reads it back; the odd key checks the escaping.
+  const std::string odd = "q\"uo\\te \xc3\xa9 \\u0041";
+  const Rules rules = Rules::parse(std::string(kHead) +
+                                   "default_tier: free\n"
+                                   "keys: [{match: \"p*\", tier: pro}]\n"
+                                   "endpoints: [{name: e, path: \"/a/*\", methods: [GET], limits: [{name: "
+                                   "x, max: 3, window: 1m, subintervals: 6, per: global, "
+                                   "failure_policy: open, cost: 2}]}]\n"
+                                   "overrides:\n"
+                                   "  - {key: 'q\"uo\\te \xc3\xa9 \\u0041', multiplier: 1.5}\n"
+                                   "  - {key: b, tier: pro, limits: []}\n"
+                                   "allow: [\"in*\"]\n"
+                                   "deny: [\"bad\"]\n");
+  const std::string json = rules.describe_json();
+  CAPTURE(json);
+  const YAML::Node doc = YAML::Load(json);
+  REQUIRE(doc.IsMap());
+  CHECK(doc["version"].as<std::string>() == rules.version());
+  CHECK(doc["defaults"]["failure_policy"].as<std::string>() == "local");
+  CHECK(doc["tiers"]["free"]["limits"][0]["name"].as<std::string>() == "tier:free/a");
+  CHECK(doc["tiers"]["pro"]["limits"][0]["max"].as<int>() == 50);
+  CHECK(doc["default_tier"].as<std::string>() == "free");
+  CHECK(doc["keys"][0]["match"].as<std::string>() == "p*");
+  const YAML::Node e = doc["endpoints"][0];
+  CHECK(e["match"].as<std::string>() == "glob");
+  CHECK(e["methods"][0].as<std::string>() == "GET");
+  CHECK(e["limits"][0]["window_ms"].as<int>() == 60000);
+  CHECK(e["limits"][0]["subintervals"].as<int>() == 6);
+  CHECK(e["limits"][0]["per"].as<std::string>() == "global");
+  CHECK(e["limits"][0]["failure_policy"].as<std::string>() == "open");
+  CHECK(e["limits"][0]["cost"].as<int>() == 2);
+  CHECK(e["limits"][0]["limit"].as<std::string>() == "3/1m@10s");
+  CHECK(doc["overrides"][0]["key"].as<std::string>() == odd);
+  CHECK(doc["overrides"][0]["multiplier"].as<double>() == 1.5);
+  CHECK(doc["overrides"][0]["tier"].IsNull());
+  CHECK(doc["overrides"][0]["limits"].IsNull());
+  CHECK(doc["overrides"][1]["limits"].IsSequence());
+  CHECK(doc["allow"][0].as<std::string>() == "in*");
+  CHECK(doc["deny"][0].as<std::string>() == "bad");
+  CHECK(doc["limit_count"].as<int>() == 3);
+  CHECK(json.find("\"q\\\"uo\\\\te \xc3\xa9 \\\\u0041\"") != std::string::npos);
+
+  const YAML::Node empty = YAML::Load(Rules().describe_json());
+  CHECK(empty["tiers"].IsMap());
+  CHECK(empty["default_tier"].IsNull());
+  CHECK(empty["endpoints"].size() == 0);
+}
+
+TEST_CASE("resource_name separates what each scope separates") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  t:\n"
+      "    limits:\n"
+      "      - {name: k, max: 1, window: 1s}\n"
+      "      - {name: e, max: 1, window: 1s, per: endpoint}\n"
+      "      - {name: g, max: 1, window: 1s, per: global}\n"
+      "default_tier: t\n"
+      "overrides:\n"
+      "  - {key: a, limits: [{name: b, max: 1, window: 1s}]}\n"
+      "  - {key: \"a/b|k=c\", limits: [{name: d, max: 1, window: 1s}]}\n");
+  const Match m = match(rules, "x");
+  REQUIRE(m.limits.size() == 3);
+  std::string name;
+  resource_name(*m.limits[0], "alice", "search", name);
+  CHECK(name == "8:tier:t/k|k=alice");
+  resource_name(*m.limits[1], "alice", "search", name);
+  CHECK(name == "8:tier:t/e|e=search|k=alice");
+  resource_name(*m.limits[2], "alice", "search", name);
+  CHECK(name == "8:tier:t/g");
+
+  // An override's name holds its key; the length prefix keeps names apart anyway.
+  const LimitRule& ab = *match(rules, "a").limits[0];
+  const LimitRule& abkcd = *match(rules, "a/b|k=c").limits[0];
+  std::string one;
+  std::string two;
+  resource_name(ab, "c/d|k=e", "", one);
+  resource_name(abkcd, "e", "", two);
+  CHECK(one != two);
+}
+
+}  // namespace ratewin::server
