@@ -1,0 +1,277 @@
+#include "http.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+
+namespace ratewin::server {
+
+namespace {
+
+const http_parser_settings kSettings = [] {
+  http_parser_settings s;
+  http_parser_settings_init(&s);
+  return s;
+}();
+
+HttpSession& session_of(http_parser* p) { return *static_cast<HttpSession*>(p->data); }
+
+void append_number(std::string& out, std::uint64_t value) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, value);
+  out.append(digits, r.ptr);
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view text) {
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+}
+
+void json_error(Response& response, int status, std::string_view message) {
+  response.status = status;
+  response.body = "{\"error\":\"";
+  append_json_string(response.body, message);
+  response.body += "\"}\n";
+}
+
+std::string_view Request::header(std::string_view name) const noexcept {
+  for (const auto& [n, v] : headers)
+    if (n == name) return v;
+  return {};
+}
+
+std::string_view Request::last_header(std::string_view name) const noexcept {
+  for (auto it = headers.rbegin(); it != headers.rend(); ++it)
+    if (it->first == name) return it->second;
+  return {};
+}
+
+void Request::clear() noexcept {
+  method.clear();
+  target.clear();
+  headers.clear();
+  body.clear();
+  keep_alive = true;
+}
+
+void Response::clear() noexcept {
+  status = 200;
+  content_type = "application/json";
+  headers.clear();
+  body.clear();
+}
+
+std::string_view reason(int status) noexcept {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+HttpSession::HttpSession(RequestHandler& handler, std::string peer, HttpLimits limits)
+    : handler_(handler), peer_(std::move(peer)), limits_(limits) {
+  http_parser_init(&parser_, HTTP_REQUEST);
+  parser_.data = this;
+}
+
+bool HttpSession::feed(std::string_view data) {
+  if (closing_) return false;
+  static const http_parser_settings settings = [] {
+    http_parser_settings s = kSettings;
+    s.on_message_begin = on_message_begin;
+    s.on_url = on_url;
+    s.on_header_field = on_header_field;
+    s.on_header_value = on_header_value;
+    s.on_headers_complete = on_headers_complete;
+    s.on_body = on_body;
+    s.on_message_complete = on_message_complete;
+    return s;
+  }();
+  const std::size_t parsed = http_parser_execute(&parser_, &settings, data.data(), data.size());
+  const http_errno err = HTTP_PARSER_ERRNO(&parser_);
+  if (closing_) return false;  // answered and closing (an error, the last request)
+  if (err == HPE_PAUSED) return false;
+  if (err != HPE_OK) {
+    if (error_status_ != 0) {
+      fail(error_status_, error_status_ == 431   ? "request headers too large"
+                          : error_status_ == 413 ? "request body too large"
+                                                 : "request line too long");
+    } else if (err == HPE_HEADER_OVERFLOW) {
+      fail(431, "request headers too large");
+    } else {
+      fail(400, http_errno_description(err));
+    }
+    return false;
+  }
+  if (parser_.upgrade != 0 || parsed != data.size()) {
+    // No protocol upgrades (the request was answered; what follows is not HTTP).
+    closing_ = true;
+    return false;
+  }
+  return true;
+}
+
+void HttpSession::timed_out() {
+  if (closing_) return;
+  if (in_message_) fail(408, "request not received in time");
+  closing_ = true;
+}
+
+bool HttpSession::drain() {
+  draining_ = true;
+  if (!in_message_) closing_ = true;
+  return !in_message_;
+}
+
+bool HttpSession::take_header_bytes(std::size_t n) {
+  header_bytes_ += n;
+  if (header_bytes_ <= limits_.max_header_bytes) return true;
+  error_status_ = 431;
+  return false;
+}
+
+void HttpSession::fail(int status, std::string_view message) {
+  response_.clear();
+  json_error(response_, status, message);
+  write(response_, false);
+  closing_ = true;
+  in_message_ = false;
+}
+
+void HttpSession::write(const Response& response, bool keep_alive, bool head) {
+  std::string& out = output_;
+  out += "HTTP/1.1 ";
+  append_number(out, static_cast<std::uint64_t>(response.status));
+  out += ' ';
+  out += reason(response.status);
+  out += "\r\nContent-Type: ";
+  out += response.content_type;
+  out += "\r\nContent-Length: ";
+  append_number(out, response.body.size());
+  for (const auto& [name, value] : response.headers) {
+    out += "\r\n";
+    out += name;
+    out += ": ";
+    out += value;
+  }
+  out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+  if (!head) out += response.body;
+}
+
+int HttpSession::on_message_begin(http_parser* p) {
+  HttpSession& s = session_of(p);
+  s.in_message_ = true;
+  s.in_value_ = false;
+  s.header_bytes_ = 0;
+  s.error_status_ = 0;
+  s.request_.clear();
+  return 0;
+}
+
+int HttpSession::on_url(http_parser* p, const char* at, std::size_t length) {
+  HttpSession& s = session_of(p);
+  if (!s.take_header_bytes(length)) return 1;
+  if (s.request_.target.size() + length > s.limits_.max_header_bytes / 2) {
+    s.error_status_ = 414;
+    return 1;
+  }
+  s.request_.target.append(at, length);
+  return 0;
+}
+
+int HttpSession::on_header_field(http_parser* p, const char* at, std::size_t length) {
+  HttpSession& s = session_of(p);
+  if (!s.take_header_bytes(length)) return 1;
+  auto& headers = s.request_.headers;
+  if (s.in_value_ || headers.empty()) {
+    if (headers.size() == s.limits_.max_headers) {
+      s.error_status_ = 431;
+      return 1;
+    }
+    headers.emplace_back();
+    s.in_value_ = false;
+  }
+  std::string& name = headers.back().first;
+  for (std::size_t i = 0; i < length; ++i)
+    name.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(at[i]))));
+  return 0;
+}
+
+int HttpSession::on_header_value(http_parser* p, const char* at, std::size_t length) {
+  HttpSession& s = session_of(p);
+  if (!s.take_header_bytes(length)) return 1;
+  if (s.request_.headers.empty()) return 0;
+  s.in_value_ = true;
+  s.request_.headers.back().second.append(at, length);
+  return 0;
+}
+
+int HttpSession::on_headers_complete(http_parser* p) {
+  HttpSession& s = session_of(p);
+  s.request_.method = http_method_str(static_cast<http_method>(p->method));
+  if ((p->flags & F_CONTENTLENGTH) != 0 && p->content_length > s.limits_.max_body_bytes) {
+    s.error_status_ = 413;
+    return -1;  // the parser stops with an error; feed() answers
+  }
+  return 0;
+}
+
+int HttpSession::on_body(http_parser* p, const char* at, std::size_t length) {
+  HttpSession& s = session_of(p);
+  if (s.request_.body.size() + length > s.limits_.max_body_bytes) {  // chunked
+    s.error_status_ = 413;
+    return 1;
+  }
+  s.request_.body.append(at, length);
+  return 0;
+}
+
+int HttpSession::on_message_complete(http_parser* p) {
+  HttpSession& s = session_of(p);
+  s.in_message_ = false;
+  ++s.requests_;
+  const bool keep_alive = http_should_keep_alive(p) != 0 && !s.draining_ && p->upgrade == 0;
+  s.request_.keep_alive = keep_alive;
+  s.response_.clear();
+  try {
+    s.handler_.handle(s.request_, s.peer_, s.response_);
+  } catch (const std::exception&) {
+    s.response_.clear();
+    s.response_.status = 500;
+    s.response_.body = "{\"error\":\"internal error\"}\n";
+  }
+  s.write(s.response_, keep_alive, p->method == HTTP_HEAD);
+  if (!keep_alive) {
+    s.closing_ = true;
+    http_parser_pause(p, 1);  // the rest of the input is not read
+  }
+  return 0;
+}
+
+}  // namespace ratewin::server

@@ -1,0 +1,243 @@
+#include "overrides.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <vector>
+
+#include "http.h"
+#include "redis_connection.h"
+#include "redis_endpoint.h"
+
+namespace ratewin::server {
+
+using detail::RedisConnection;
+using namespace std::chrono_literals;
+
+std::int64_t unix_ms() noexcept {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t Override::apply(std::uint64_t max) const noexcept {
+  const double scaled = kind == Kind::limit ? value : std::floor(static_cast<double>(max) * value);
+  if (!(scaled >= 1)) return 1;  // also NaN
+  if (scaled >= static_cast<double>(Limit::kMaxCount)) return Limit::kMaxCount;
+  return static_cast<std::uint64_t>(scaled);
+}
+
+std::string Override::encode() const {
+  char number[64];
+  const auto r = std::to_chars(number, number + sizeof number, value);
+  return std::string(kind == Kind::limit ? "limit " : "multiplier ") + std::string(number, r.ptr) +
+         " " + std::to_string(expires_ms);
+}
+
+std::optional<Override> Override::decode(std::string_view text) {
+  Override o;
+  const std::size_t space = text.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  const std::string_view kind = text.substr(0, space);
+  if (kind == "limit") {
+    o.kind = Kind::limit;
+  } else if (kind == "multiplier") {
+    o.kind = Kind::multiplier;
+  } else {
+    return std::nullopt;
+  }
+  const char* p = text.data() + space + 1;
+  const char* end = text.data() + text.size();
+  auto r = std::from_chars(p, end, o.value);
+  if (r.ec != std::errc() || r.ptr == end || *r.ptr != ' ' || !(o.value > 0)) return std::nullopt;
+  r = std::from_chars(r.ptr + 1, end, o.expires_ms);
+  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
+  return o;
+}
+
+std::string Override::to_json(std::string_view key) const {
+  std::string out = "{\"key\":\"";
+  append_json_string(out, key);
+  char number[64];
+  const auto r = std::to_chars(number, number + sizeof number, value);
+  out += kind == Kind::limit ? "\",\"limit\":" : "\",\"multiplier\":";
+  out.append(number, r.ptr);
+  out += ",\"expires_in_s\":";
+  out += std::to_string(std::max<std::int64_t>(0, expires_ms - unix_ms()) / 1000);
+  out += '}';
+  return out;
+}
+
+Overrides::Overrides(std::string redis, std::string key_prefix, Log log)
+    : hash_key_(key_prefix + ":server:overrides"),
+      channel_(key_prefix + ":server:overrides"),
+      log_(std::move(log)),
+      current_(std::make_shared<const OverrideMap>()) {
+  if (redis.empty()) return;
+  endpoint_ = std::make_unique<detail::RedisEndpoint>(detail::RedisEndpoint::parse(redis));
+  in_sync_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+Overrides::~Overrides() {
+  {
+    std::lock_guard lock(stop_mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Overrides::publish_local(const std::function<void(OverrideMap&)>& change) {
+  std::lock_guard lock(local_mutex_);
+  auto next = std::make_shared<OverrideMap>(*current_.get());
+  const std::int64_t now = unix_ms();
+  std::erase_if(*next, [now](const auto& entry) { return entry.second.expires_ms <= now; });
+  change(*next);
+  current_.publish(std::move(next));
+}
+
+std::string Overrides::command(const std::function<std::string(RedisConnection&)>& body) {
+  std::lock_guard lock(command_mutex_);
+  std::string error;
+  if (command_connection_ == nullptr || command_connection_->broken() ||
+      !command_connection_->alive()) {
+    command_connection_ = RedisConnection::open(*endpoint_, 1000ms, 1000ms, error);
+    if (command_connection_ == nullptr) return "Redis: " + error;
+  }
+  return body(*command_connection_);
+}
+
+namespace {
+
+// Runs commands in one round trip; an error reply or a failure is the result.
+std::string run_all(RedisConnection& c, std::span<const RedisConnection::Argv> commands) {
+  std::string error;
+  std::string refused;
+  if (!c.round_trip(commands,
+                    [&](std::size_t, const redisReply& r) {
+                      if (r.type == REDIS_REPLY_ERROR) refused = detail::reply_text(r);
+                    },
+                    std::chrono::steady_clock::now() + 1s, error)) {
+    return "Redis: " + error;
+  }
+  return refused.empty() ? std::string() : "Redis: " + refused;
+}
+
+}  // namespace
+
+std::string Overrides::set(const std::string& key, const Override& value) {
+  if (endpoint_ != nullptr) {
+    const std::string encoded = value.encode();
+    const RedisConnection::Argv commands[] = {{"HSET", hash_key_, key, encoded},
+                                              {"PUBLISH", channel_, key}};
+    std::string error = command([&](RedisConnection& c) { return run_all(c, commands); });
+    if (!error.empty()) return error;
+  }
+  publish_local([&](OverrideMap& map) { map[key] = value; });
+  return {};
+}
+
+std::string Overrides::remove(const std::string& key) {
+  if (endpoint_ != nullptr) {
+    const RedisConnection::Argv commands[] = {{"HDEL", hash_key_, key},
+                                              {"PUBLISH", channel_, key}};
+    std::string error = command([&](RedisConnection& c) { return run_all(c, commands); });
+    if (!error.empty()) return error;
+  }
+  publish_local([&](OverrideMap& map) { map.erase(key); });
+  return {};
+}
+
+bool Overrides::reload(RedisConnection& connection) {
+  auto next = std::make_shared<OverrideMap>();
+  std::vector<std::string> expired;
+  std::string error;
+  const std::int64_t now = unix_ms();
+  const bool ok = connection.round_trip(
+      {"HGETALL", hash_key_},
+      [&](std::size_t, const redisReply& r) {
+        if (r.type != REDIS_REPLY_ARRAY) {
+          error = detail::reply_text(r);
+          return;
+        }
+        for (std::size_t i = 0; i + 1 < r.elements; i += 2) {
+          const std::string key(r.element[i]->str, r.element[i]->len);
+          const std::optional<Override> o =
+              Override::decode(std::string_view(r.element[i + 1]->str, r.element[i + 1]->len));
+          if (!o || o->expires_ms <= now) {
+            expired.push_back(key);
+          } else {
+            (*next)[key] = *o;
+          }
+        }
+      },
+      std::chrono::steady_clock::now() + 1s, error);
+  if (!ok || !error.empty()) {
+    log_(LogLevel::warning, "overrides: reading Redis: " + error);
+    return false;
+  }
+  {
+    std::lock_guard lock(local_mutex_);
+    current_.publish(std::move(next));
+  }
+  reloads_.fetch_add(1, std::memory_order_relaxed);
+  if (!expired.empty()) {
+    RedisConnection::Argv hdel = {"HDEL", hash_key_};
+    for (const std::string& k : expired) hdel.push_back(k);
+    const RedisConnection::Argv commands[] = {hdel};
+    run_all(connection, commands);  // any instance may clean up; failures do not matter
+  }
+  return true;
+}
+
+void Overrides::run() {
+  auto backoff = 100ms;
+  bool warned = false;
+  const auto stopping = [this](std::chrono::milliseconds wait) {
+    std::unique_lock lock(stop_mutex_);
+    return stop_cv_.wait_for(lock, wait, [this] { return stop_; });
+  };
+  while (!stopping(0ms)) {
+    std::string error;
+    std::unique_ptr<RedisConnection> subscriber = RedisConnection::open(*endpoint_, 1s, 1s, error);
+    std::unique_ptr<RedisConnection> reader =
+        subscriber ? RedisConnection::open(*endpoint_, 1s, 1s, error) : nullptr;
+    const RedisConnection::Argv subscribe[] = {{"SUBSCRIBE", channel_}};
+    if (reader == nullptr || !run_all(*subscriber, subscribe).empty() || !reload(*reader)) {
+      in_sync_ = false;
+      if (!warned) log_(LogLevel::warning, "overrides: cannot follow Redis: " + error);
+      warned = true;
+      if (stopping(backoff)) return;
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+      continue;
+    }
+    in_sync_ = true;
+    if (warned) log_(LogLevel::info, "overrides: following Redis again");
+    warned = false;
+    backoff = 100ms;
+    auto last = std::chrono::steady_clock::now();
+    for (;;) {
+      if (stopping(0ms)) return;
+      bool announced = false;
+      const auto got = subscriber->receive(
+          [&](std::size_t, const redisReply& r) {
+            announced = r.type == REDIS_REPLY_ARRAY && r.elements == 3 &&
+                        std::string_view(r.element[0]->str, r.element[0]->len) == "message";
+          },
+          200ms, error);
+      if (got == RedisConnection::Received::kFailed) break;
+      if (announced || std::chrono::steady_clock::now() - last >= kRefresh) {
+        if (!reload(*reader)) break;
+        last = std::chrono::steady_clock::now();
+      }
+    }
+    in_sync_ = false;
+    log_(LogLevel::warning, "overrides: lost Redis: " + error);
+    warned = true;
+  }
+}
+
+}  // namespace ratewin::server

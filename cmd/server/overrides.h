@@ -1,0 +1,93 @@
+// Temporary per-key overrides set through the admin API: an absolute limit or a
+// multiplier, each with an expiry. With Redis they are kept in a hash and announced on
+// a pub/sub channel, so every instance applies them (each re-reads the hash on every
+// announcement, on connecting, and every few seconds); without Redis they are local.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+#include "published.h"
+#include "ratewin/engine.h"
+
+namespace ratewin::inline v1::detail {
+class RedisConnection;
+struct RedisEndpoint;
+}  // namespace ratewin::inline v1::detail
+
+namespace ratewin::server {
+
+struct Override {
+  enum class Kind { limit, multiplier };
+  Kind kind = Kind::multiplier;
+  double value = 1;              // the limit (a whole number) or the multiplier
+  std::int64_t expires_ms = 0;   // Unix time in ms
+
+  // The limit's max for this key under the override (at least 1).
+  std::uint64_t apply(std::uint64_t max) const noexcept;
+  // "limit 100 1700000000000" / "multiplier 2.5 1700000000000", as stored in Redis.
+  std::string encode() const;
+  static std::optional<Override> decode(std::string_view text);
+  std::string to_json(std::string_view key) const;
+};
+
+using OverrideMap = std::unordered_map<std::string, Override>;
+
+std::int64_t unix_ms() noexcept;
+
+class Overrides {
+ public:
+  using Log = std::function<void(LogLevel, std::string_view)>;
+  // Without a Redis address: local only.
+  Overrides(std::string redis, std::string key_prefix, Log log);
+  ~Overrides();
+  Overrides(const Overrides&) = delete;
+  Overrides& operator=(const Overrides&) = delete;
+
+  // Sets or removes a key's override (stored in Redis and announced when there is one).
+  // An empty result is success; otherwise it says what failed.
+  std::string set(const std::string& key, const Override& value);
+  std::string remove(const std::string& key);
+
+  const Published<OverrideMap>& current() const noexcept { return current_; }
+  bool shared() const noexcept { return endpoint_ != nullptr; }
+  // Whether the last exchange with Redis succeeded (always true without Redis).
+  bool in_sync() const noexcept { return in_sync_.load(std::memory_order_relaxed); }
+  std::uint64_t reloads() const noexcept { return reloads_.load(std::memory_order_relaxed); }
+
+  static constexpr std::chrono::milliseconds kRefresh{5000};
+
+ private:
+  void run();  // the subscriber thread
+  // Reads the hash and publishes it. False when Redis could not be read.
+  bool reload(detail::RedisConnection& connection);
+  std::string command(const std::function<std::string(detail::RedisConnection&)>& body);
+  void publish_local(const std::function<void(OverrideMap&)>& change);
+
+  std::unique_ptr<detail::RedisEndpoint> endpoint_;
+  std::string hash_key_;
+  std::string channel_;
+  Log log_;
+  Published<OverrideMap> current_;
+  std::mutex local_mutex_;  // serialises local changes
+  std::mutex command_mutex_;
+  std::unique_ptr<detail::RedisConnection> command_connection_;
+  std::atomic<bool> in_sync_{true};
+  std::atomic<std::uint64_t> reloads_{0};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ratewin::server

@@ -1,0 +1,98 @@
+// What the server does with a request: identify the client and the endpoint, match the
+// rules, ask the engine for every matching limit at once, and answer with the headers;
+// plus /healthz, /metrics and the admin API. Transport-independent (see http.h), so the
+// fuzz target drives it without sockets.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "http.h"
+#include "overrides.h"
+#include "published.h"
+#include "ratewin/engine.h"
+#include "rules.h"
+
+namespace ratewin::server {
+
+struct ServiceOptions {
+  std::string rules_path;   // empty: no rules (every request allowed)
+  std::string admin_token;  // empty: no admin API
+  bool trust_proxy = false;
+};
+
+// Connection counts, kept by the transport.
+struct ConnectionCounters {
+  std::atomic<std::int64_t> open{0};
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> refused{0};    // over --max-connections
+  std::atomic<std::uint64_t> timed_out{0};  // slow or idle clients
+};
+
+class Service {
+ public:
+  using Log = std::function<void(LogLevel, std::string_view)>;
+  // Loads the rules file (throws RulesError if the first load fails).
+  Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Reads the rules file again. If it fails validation the error is logged (naming the
+  // line) and kept for /admin/rules and /metrics, and the last good rules stay active.
+  // Unchanged bytes are not a new version. Thread-safe.
+  bool reload(std::string_view why);
+  std::shared_ptr<const Rules> rules() const { return rules_.get(); }
+  const std::string& rules_path() const noexcept { return options_.rules_path; }
+
+  ConnectionCounters& connections() noexcept { return connections_; }
+  std::string metrics_text() const;
+
+  // A handler per transport thread (its counters are its own).
+  class Worker;
+  std::unique_ptr<RequestHandler> worker();
+
+  static constexpr std::array<double, 14> kLatencyBuckets = {
+      1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 5e-2, 1e-1};
+
+ private:
+  friend class Worker;
+  struct WorkerStats {
+    mutable std::mutex mutex;  // for `requests`; uncontended but for scrapes
+    std::map<int, std::map<std::string, std::uint64_t, std::less<>>> requests;  // status, rule
+    std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> latency{};
+    std::atomic<std::uint64_t> latency_sum_ns{0};
+  };
+  void add_worker(WorkerStats* stats);
+  void remove_worker(WorkerStats* stats);
+
+  Engine& engine_;
+  Overrides& overrides_;
+  ServiceOptions options_;
+  Log log_;
+  Published<Rules> rules_;
+  mutable std::mutex reload_mutex_;
+  std::string last_reload_error_;
+  std::int64_t last_reload_ms_ = 0;
+  std::atomic<std::uint64_t> reloads_ok_{0};
+  std::atomic<std::uint64_t> reloads_failed_{0};
+  ConnectionCounters connections_;
+  mutable std::mutex workers_mutex_;
+  std::vector<WorkerStats*> workers_;
+  WorkerStats retired_;  // what workers that ended had counted
+};
+
+// Constant-time comparison of a presented secret with the expected one.
+bool same_secret(std::string_view presented, std::string_view expected) noexcept;
+
+
+}  // namespace ratewin::server
