@@ -2,8 +2,8 @@
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
 # every suite (unit, Redis, C ABI with its symbol, ABI and install checks, Python, the
 # README's examples), then builds and runs the unit, Redis and C ABI suites under
-# AddressSanitizer+UBSan and under ThreadSanitizer, and runs clang-tidy over the
-# library. Exits non-zero on the first failure. Tests that need Redis start their own
+# AddressSanitizer+UBSan and under ThreadSanitizer, runs the libFuzzer targets for a
+# bounded smoke time, and runs clang-tidy over the library. Exits non-zero on the first failure. Tests that need Redis start their own
 # redis-server on a free loopback port or Unix socket.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,8 +19,28 @@ for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
     -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
-  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_capi_test
+  cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_capi_test \
+    ratewin_server_tests
   ctest --test-dir "$dir" -L "unit|redis|capi" --output-on-failure
+done
+# libFuzzer smoke runs (clang): the request path and the rules parser, each for a bounded
+# time from its seed corpus (copied: a run adds what it finds to the corpus directory).
+cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE=fuzz -DRATEWIN_BUILD_TESTS=OFF \
+  -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
+cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_http fuzz_rules
+for target in http rules; do
+  corpus="$(mktemp -d)"
+  cp "$root/tests/fuzz/corpus/$target/"* "$corpus/"
+  log="$root/build-fuzz/fuzz_$target.log"
+  if ! "$root/build-fuzz/tests/fuzz/fuzz_$target" -max_total_time="${RATEWIN_FUZZ_SECONDS:-30}" \
+      -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "run_all: fuzz_$target failed (log: $log)"
+    exit 1
+  fi
+  echo "fuzz_$target: $(grep -E '^Done [0-9]+ runs' "$log")"
+  rm -rf "$corpus"
 done
 # Static analysis of the library sources (.clang-tidy), warnings are errors.
 cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON \

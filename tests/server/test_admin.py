@@ -1,0 +1,207 @@
+"""The admin API without Redis: authentication, and temporary per-key overrides (an
+absolute limit or a multiplier, with a time to live) applied locally."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from server_support import Client, wait_until, write_rules
+
+TOKEN = "admin-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+RULES = """
+version: "admin-v1"
+tiers:
+  free:
+    limits:
+      - {name: per-minute, max: 2, window: 1m}
+      - {name: everyone, max: 1000, window: 1m, per: global}
+default_tier: free
+endpoints:
+  - name: search
+    path: /search
+    limits:
+      - {name: burst, max: 3, window: 1m}
+"""
+
+
+def post_override(server, body: dict, headers=AUTH):
+    return server.call("POST", "/admin/overrides", headers={**headers, "Content-Type": "application/json"},
+                       body=json.dumps(body))
+
+
+def test_admin_api_is_404_without_admin_token(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES))
+    for method, path in [("GET", "/admin/rules"), ("POST", "/admin/reload"),
+                         ("GET", "/admin/overrides"), ("POST", "/admin/overrides"), ("GET", "/admin")]:
+        r = server.call(method, path, headers={"Authorization": "Bearer anything"}, body=b"{}")
+        assert r.status == 404, (method, path, r)
+        assert "error" in r.json()
+    assert server.get("/", {"X-API-Key": "k"}).status == 200
+
+
+def test_admin_token_from_environment(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES),
+                          env={"RATEWIN_ADMIN_TOKEN": "from-env"})
+    assert server.get("/admin/rules", {"Authorization": "Bearer from-env"}).status == 200
+    assert server.get("/admin/rules", AUTH).status == 401
+
+
+def test_admin_needs_the_right_bearer_token(start_server, tmp_path):
+    path = write_rules(tmp_path / "rules.yaml", RULES)
+    server = start_server(rules=path, admin_token=TOKEN)
+    wrong = [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": f"Bearer {TOKEN[:-1]}"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": TOKEN},
+        {"X-API-Key": TOKEN},
+    ]
+    for headers in wrong:
+        for method, target in [("GET", "/admin/rules"), ("POST", "/admin/overrides"),
+                               ("POST", "/admin/reload")]:
+            r = server.call(method, target, headers=headers, body=b'{"key":"k","limit":100}')
+            assert r.status == 401, (headers, target, r)
+            assert r.headers["www-authenticate"].startswith("Bearer")
+    # Nothing was changed by the refused calls.
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
+
+    r = server.get("/admin/rules", AUTH)
+    assert r.status == 200, r
+    body = r.json()
+    assert body["version"].startswith("admin-v1@")
+    assert body["path"] == str(path)
+    assert body["last_error"] == ""
+    assert set(body["rules"]["tiers"]) == {"free"}
+    assert body["rules"]["default_tier"] == "free"
+    assert server.get("/admin/nothing-here", AUTH).status == 404
+    assert server.metric('ratewin_server_requests_total{status="401",rule="admin"}') == 21
+
+
+def test_admin_override_limit_and_multiplier_apply_locally(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    assert server.get("/admin/overrides", AUTH).json() == {"shared": False, "overrides": []}
+
+    r = post_override(server, {"key": "alice", "limit": 5})
+    assert r.status == 200, r
+    o = r.json()["override"]
+    assert o["key"] == "alice" and o["limit"] == 5 and 3590 <= o["expires_in_s"] <= 3600
+    r = post_override(server, {"key": "bob", "multiplier": 2.5, "ttl_s": 60})
+    assert r.status == 200, r
+    listed = server.get("/admin/overrides", AUTH).json()
+    assert listed["shared"] is False
+    assert [(x["key"], x.get("limit"), x.get("multiplier")) for x in listed["overrides"]] == [
+        ("alice", 5, None), ("bob", None, 2.5)]
+    assert server.metric("ratewin_server_overrides") == 2
+
+    with Client(server.port) as c:
+        # alice: an absolute limit of 5 on her per-key limits; the global one is unchanged.
+        got = [c.get("/", {"X-API-Key": "alice"}) for _ in range(6)]
+        assert [r.status for r in got] == [200] * 5 + [429]
+        assert got[0].headers["ratelimit-policy"] == (
+            '"tier:free/per-minute";q=5;w=60, "tier:free/everyone";q=1000;w=60')
+        assert got[5].json()["max"] == 5
+        # bob: 2 * 2.5 = 5
+        assert sum(c.get("/", {"X-API-Key": "bob"}).status == 200 for _ in range(7)) == 5
+        # carol: no override, 2
+        assert sum(c.get("/", {"X-API-Key": "carol"}).status == 200 for _ in range(4)) == 2
+
+        # Removing alice's override: back to 2, and her 5 counts are over that.
+        r = server.call("DELETE", "/admin/overrides", headers=AUTH, body=json.dumps({"key": "alice"}))
+        assert r.status == 200 and r.json() == {"removed": True}, r
+        r = c.get("/", {"X-API-Key": "alice"})
+        assert r.status == 429 and r.json()["max"] == 2, r
+        # A larger limit for her lets her through again.
+        assert post_override(server, {"key": "alice", "limit": 7}).status == 200
+        assert [c.get("/", {"X-API-Key": "alice"}).status for _ in range(3)] == [200, 200, 429]
+
+
+def test_admin_override_applies_to_the_keys_own_limits_only(start_server, tmp_path):
+    """An override acts on the key's own limits counted per key or per endpoint, as a
+    multiplier in the rules file would: not on global limits, nor on endpoint limits."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 2, window: 1m}
+              - {name: per-endpoint, max: 2, window: 1m, per: endpoint}
+              - {name: everyone, max: 1000, window: 1m, per: global}
+        default_tier: free
+        endpoints:
+          - name: search
+            path: /search
+            limits:
+              - {name: burst, max: 3, window: 1m}
+        """)
+    server = start_server(rules=rules, admin_token=TOKEN)
+    assert post_override(server, {"key": "dave", "limit": 5}).status == 200
+    assert post_override(server, {"key": "erin", "multiplier": 2}).status == 200
+    with Client(server.port) as c:
+        got = [c.get("/search", {"X-API-Key": "dave"}) for _ in range(5)]
+        assert got[0].headers["ratelimit-policy"] == (
+            '"tier:free/per-minute";q=5;w=60, "tier:free/per-endpoint";q=5;w=60, '
+            '"tier:free/everyone";q=1000;w=60, "endpoint:search/burst";q=3;w=60')
+        assert [r.status for r in got] == [200, 200, 200, 429, 429]
+        assert got[3].json()["limit"] == "endpoint:search/burst"
+        # dave's per-minute limit has 2 of 5 left, his per-endpoint one 5 elsewhere
+        assert [c.get("/other", {"X-API-Key": "dave"}).status for _ in range(3)] == [200, 200, 429]
+        r = c.get("/search", {"X-API-Key": "erin"})
+        assert r.headers["ratelimit-policy"] == (
+            '"tier:free/per-minute";q=4;w=60, "tier:free/per-endpoint";q=4;w=60, '
+            '"tier:free/everyone";q=1000;w=60, "endpoint:search/burst";q=3;w=60')
+
+
+def test_admin_override_below_a_limits_cost_refuses_for_good(start_server, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: units, max: 100, window: 1m, cost: 5}
+        default_tier: free
+        """)
+    server = start_server(rules=rules, admin_token=TOKEN)
+    r = server.get("/", {"X-API-Key": "k"})
+    assert r.status == 200 and r.headers["x-ratelimit-remaining"] == "95", r
+    assert post_override(server, {"key": "k", "limit": 3}).status == 200
+    r = server.get("/", {"X-API-Key": "k"})
+    assert r.status == 429, r
+    assert "retry-after" not in r.headers  # retrying cannot help
+    body = r.json()
+    assert body["max"] == 3 and body["retry_after_s"] is None, body
+
+
+def test_admin_override_expires_after_its_ttl(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    assert post_override(server, {"key": "eve", "limit": 50, "ttl_s": 0.4}).status == 200
+    assert server.get("/", {"X-API-Key": "eve"}).headers["x-ratelimit-limit"] == "50"
+    time.sleep(0.5)
+    assert server.get("/", {"X-API-Key": "eve"}).headers["x-ratelimit-limit"] == "2"
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
+
+
+def test_admin_override_bad_requests(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    bad = [
+        b"not json at all: [",
+        b"[1, 2]",
+        json.dumps({"limit": 5}).encode(),
+        json.dumps({"key": "", "limit": 5}).encode(),
+        json.dumps({"key": "k"}).encode(),
+        json.dumps({"key": "k", "limit": 5, "multiplier": 2}).encode(),
+        json.dumps({"key": "k", "limit": 0}).encode(),
+        json.dumps({"key": "k", "multiplier": 0}).encode(),
+        json.dumps({"key": "k", "multiplier": -1}).encode(),
+        json.dumps({"key": "k", "limit": 5, "ttl_s": 0}).encode(),
+        json.dumps({"key": "k", "limit": 5, "color": "red"}).encode(),
+        json.dumps({"key": "k", "limit": "many"}).encode(),
+    ]
+    for body in bad:
+        r = server.call("POST", "/admin/overrides", headers=AUTH, body=body)
+        assert r.status == 400, (body, r)
+        assert r.json()["error"], r
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
+    assert wait_until(lambda: server.alive(), 0.1)

@@ -1,0 +1,423 @@
+"""The HTTP transport: malformed and oversized input, slow and idle clients, keep-alive,
+pipelining, the connection bound, graceful shutdown on SIGTERM, --trust-proxy, and the
+/healthz and /metrics endpoints."""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import socket
+import time
+
+import pytest
+
+from server_support import Client, RawReader, raw_connect, raw_get, wait_until, write_rules
+
+RULES = """
+version: "http-v1"
+tiers:
+  free:
+    limits:
+      - {name: per-minute, max: 3, window: 1m}
+default_tier: free
+deny:
+  - "ip:10.6.6.6"
+  - "revoked-*"
+"""
+
+
+@pytest.fixture
+def rules(tmp_path):
+    return write_rules(tmp_path / "rules.yaml", RULES)
+
+
+def test_malformed_request_gets_400_then_close(start_server, rules):
+    server = start_server(rules=rules)
+    for garbage in [b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+                    b"GET / HTTP/9.9.9\r\n\r\n"]:
+        with raw_connect(server.port) as s:
+            s.sendall(garbage)
+            reader = RawReader(s)
+            r = reader.response()
+            assert r.status == 400, (garbage, r)
+            assert r.headers["connection"] == "close"
+            assert "error" in r.json()
+            assert reader.closed(2), garbage
+    # A good request on the same connection before the garbage is answered first.
+    with raw_connect(server.port) as s:
+        s.sendall(raw_get("/ok", [("X-API-Key", "k")]) + b"\x00\x01garbage\r\n\r\n")
+        reader = RawReader(s)
+        assert reader.response().status == 200
+        assert reader.response().status == 400
+        assert reader.closed(2)
+    assert server.get("/healthz").status == 200
+
+
+def test_oversized_headers_431_and_long_url_414(start_server, rules):
+    server = start_server(rules=rules)
+    # Just under the 16 KiB header limit is fine.
+    r = server.get("/", {"X-API-Key": "k", "X-Filler": "a" * (15 * 1024)})
+    assert r.status == 200, r
+    for headers in ({"X-Filler": "a" * (17 * 1024)},
+                    {f"X-F{i}": "b" * 200 for i in range(90)}):  # many headers adding up
+        with raw_connect(server.port) as s:
+            s.sendall(raw_get("/", headers.items()))
+            reader = RawReader(s)
+            r = reader.response()
+            assert r.status == 431, r
+            assert r.headers["connection"] == "close"
+            assert reader.closed(2)
+    with raw_connect(server.port) as s:  # more than 100 header fields
+        s.sendall(raw_get("/", [(f"X-{i}", "v") for i in range(120)]))
+        assert RawReader(s).response().status == 431
+    with raw_connect(server.port) as s:
+        s.sendall(raw_get("/" + "u" * (9 * 1024)))
+        reader = RawReader(s)
+        r = reader.response()
+        assert r.status == 414, r
+        assert reader.closed(2)
+    assert server.get("/" + "u" * 7000, {"X-API-Key": "k2"}).status == 200
+
+
+def test_oversized_body_413(start_server, rules):
+    server = start_server(rules=rules)
+    r = server.call("POST", "/upload", headers={"X-API-Key": "k"}, body=b"x" * (60 * 1024))
+    assert r.status == 200, r
+    # Declared too large: answered at once, without waiting for the body.
+    with raw_connect(server.port) as s:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n")
+        reader = RawReader(s)
+        r = reader.response()
+        assert r.status == 413, r
+        assert r.headers["connection"] == "close"
+        assert reader.closed(2)
+    # Chunked, growing past the limit.
+    with raw_connect(server.port) as s:
+        chunk = b"x" * 16384
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(5):
+                s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        r = RawReader(s).response()
+        assert r.status == 413, r
+
+
+def test_slow_client_gets_408_and_close(start_server, rules):
+    server = start_server("--request-timeout-ms", "300", rules=rules)
+    with raw_connect(server.port) as s:
+        started = time.monotonic()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        reader = RawReader(s)
+        # Trickling bytes does not extend the deadline.
+        for _ in range(3):
+            time.sleep(0.08)
+            s.sendall(b"X-Slow: 1\r\n")
+        r = reader.response()
+        elapsed = time.monotonic() - started
+        assert r.status == 408, r
+        assert r.headers["connection"] == "close"
+        assert 0.25 <= elapsed < 1.5, elapsed
+        assert reader.closed(2)
+    # A quick request is not affected.
+    assert server.get("/", {"X-API-Key": "k"}).status == 200
+    assert server.metric('ratewin_server_connections_total{outcome="timed_out"}') >= 1
+
+
+def test_request_deadline_starts_with_each_request(start_server, rules):
+    """The 408 deadline runs from a request's first byte: a request that begins in the
+    same read that completes the one before it gets its own full time."""
+    server = start_server("--request-timeout-ms", "500", rules=rules)
+    with raw_connect(server.port) as s:
+        reader = RawReader(s)
+        s.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.35)
+        s.sendall(b"\r\nGET /second HTTP/1.1\r\nHost: x\r\n")  # /second starts at 0.35 s
+        first = reader.response()
+        assert first.status == 200 and first.json()["endpoint"] == "/first", first
+        time.sleep(0.3)  # 0.65 s after /first began, 0.3 s after /second did
+        s.sendall(b"\r\n")
+        second = reader.response()
+        assert second.status == 200, f"/second (0.3 s old, timeout 0.5 s) got {second}"
+        assert second.json()["endpoint"] == "/second"
+
+
+def test_head_response_has_no_body(start_server, rules):
+    """RFC 9110 9.3.2: no content in a response to HEAD. A body would be read as the start
+    of the next response on a keep-alive connection."""
+    server = start_server(rules=rules)
+    with raw_connect(server.port) as s:
+        s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + raw_get("/healthz"))
+        time.sleep(0.2)
+        s.settimeout(2)
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 2 and len(data) < 4096:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK"), data
+        assert rest.startswith(b"HTTP/1.1 200 OK"), f"HEAD response carried a body: {data!r}"
+    with Client(server.port) as c:
+        h = c.call("HEAD", "/", {"X-API-Key": "head"})
+        assert h.status == 200 and h.body == b""
+        assert h.headers["x-ratelimit-limit"] == "3"
+        assert c.get("/healthz").json()["status"] == "ok"
+
+
+def test_idle_keep_alive_connection_is_closed(start_server, rules):
+    server = start_server("--idle-timeout-ms", "300", rules=rules)
+    with raw_connect(server.port) as s:
+        s.sendall(raw_get("/", [("X-API-Key", "k")]))
+        reader = RawReader(s)
+        r = reader.response()
+        assert r.status == 200 and "connection" not in r.headers
+        started = time.monotonic()
+        assert reader.closed(3), "idle connection not closed"
+        elapsed = time.monotonic() - started
+        assert 0.2 <= elapsed < 1.5, elapsed
+    # Idle timeout is not applied while requests keep coming.
+    with Client(server.port) as c:
+        assert c.get("/healthz").status == 200
+        sock = c.conn.sock
+        for _ in range(4):
+            time.sleep(0.15)
+            assert c.get("/healthz").status == 200
+        assert c.conn.sock is sock
+
+
+def test_keep_alive_reuses_one_connection(start_server, rules):
+    server = start_server(rules=rules)
+    accepted = server.metric('ratewin_server_connections_total{outcome="accepted"}')
+    with Client(server.port) as c:
+        first = c.get("/", {"X-API-Key": "k"})
+        sock = c.conn.sock
+        assert sock is not None
+        second = c.get("/", {"X-API-Key": "k"})
+        third = c.get("/healthz")
+        assert c.conn.sock is sock, "the client had to reconnect"
+    assert [first.status, second.status, third.status] == [200, 200, 200]
+    assert [first.headers["x-ratelimit-remaining"], second.headers["x-ratelimit-remaining"]] == ["2", "1"]
+    # 3 requests, 1 more connection (and 1 for this scrape... counted after it is read)
+    assert server.metric('ratewin_server_connections_total{outcome="accepted"}') == accepted + 2
+    # Connection: close is honoured.
+    with raw_connect(server.port) as s:
+        s.sendall(raw_get("/healthz", [("Connection", "close")]))
+        reader = RawReader(s)
+        r = reader.response()
+        assert r.status == 200 and r.headers["connection"] == "close"
+        assert reader.closed(2)
+    # HTTP/1.0 without keep-alive closes too.
+    with raw_connect(server.port) as s:
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        reader = RawReader(s)
+        assert reader.response().status == 200
+        assert reader.closed(2)
+
+
+def test_pipelined_requests_answered_in_order(start_server, rules):
+    server = start_server(rules=rules)
+    with raw_connect(server.port) as s:
+        s.sendall(raw_get("/p1", [("X-API-Key", "pipe")]) + raw_get("/p2", [("X-API-Key", "pipe")]) +
+                  raw_get("/p3", [("X-API-Key", "pipe")]) + raw_get("/p4", [("X-API-Key", "pipe")]))
+        reader = RawReader(s)
+        got = [reader.response() for _ in range(4)]
+        assert [r.status for r in got] == [200, 200, 200, 429]
+        assert [r.json().get("endpoint") for r in got[:3]] == ["/p1", "/p2", "/p3"]
+        assert [r.headers["x-ratelimit-remaining"] for r in got] == ["2", "1", "0", "0"]
+        # Still open for more.
+        s.sendall(raw_get("/healthz") + b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                  b"X-API-Key: other\r\n\r\nhello" + raw_get("/p5", [("X-API-Key", "other")]))
+        assert reader.response().json()["status"] == "ok"
+        assert reader.response().json()["endpoint"] == "/x"
+        assert reader.response().json()["endpoint"] == "/p5"
+
+
+def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
+    server = start_server("--max-connections", "2", rules=rules, threads=1)
+    held = [raw_connect(server.port), raw_connect(server.port)]
+    readers = [RawReader(s) for s in held]
+    try:
+        for s, reader in zip(held, readers):  # both are served
+            s.sendall(raw_get("/healthz"))
+            assert reader.response().status == 200
+        extra = raw_connect(server.port)
+        try:
+            extra.sendall(raw_get("/healthz"))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        extra_reader = RawReader(extra)
+        assert extra_reader.closed(2), f"third connection not closed; got {extra_reader.buffer!r}"
+        assert extra_reader.buffer == b""
+        extra.close()
+        # The two held ones still work.
+        for s, reader in zip(held, readers):
+            s.sendall(raw_get("/healthz"))
+            assert reader.response().status == 200
+        # One goes away: room for another.
+        held[0].close()
+        time.sleep(0.1)
+        again = raw_connect(server.port)
+        held[0] = again
+        again.sendall(raw_get("/healthz"))
+        assert RawReader(again).response().status == 200
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.05)
+    assert server.metric('ratewin_server_connections_total{outcome="refused"}') >= 1
+
+
+def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
+    server = start_server(rules=rules, threads=2)
+    idle = raw_connect(server.port)
+    idle.sendall(raw_get("/healthz"))
+    idle_reader = RawReader(idle)
+    assert idle_reader.response().status == 200
+    busy = raw_connect(server.port)
+    busy.sendall(b"GET /in-flight HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\n")  # half a request
+    time.sleep(0.1)
+    server.signal(signal.SIGTERM)
+    try:
+        assert wait_until(lambda: "SIGTERM: draining" in server.log(), 2), server.log()
+        # The idle keep-alive connection is closed, new connections are refused.
+        assert idle_reader.closed(2)
+
+        def refused() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", server.port), timeout=0.5) as s:
+                    s.sendall(raw_get("/healthz"))
+                    return RawReader(s).closed(0.5)  # accepted by a closing socket at most
+            except OSError as e:
+                return e.errno in (errno.ECONNREFUSED, errno.ECONNRESET)
+
+        assert wait_until(refused, 2)
+        assert server.alive(), "exited with a request in flight"
+        # The rest of the request: answered, with Connection: close, then the server exits.
+        busy.sendall(b"\r\n")
+        reader = RawReader(busy)
+        r = reader.response()
+        assert r.status == 200, r
+        assert r.json()["endpoint"] == "/in-flight"
+        assert r.headers["connection"] == "close"
+        assert reader.closed(2)
+        assert server.wait(5) == 0, server.log()
+        assert "drained; exiting" in server.log()
+    finally:
+        idle.close()
+        busy.close()
+
+
+def test_sigterm_drain_deadline_closes_stuck_connections(start_server, rules):
+    server = start_server("--drain-timeout-ms", "300", rules=rules)
+    busy = raw_connect(server.port)
+    try:
+        busy.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished
+        time.sleep(0.1)
+        started = time.monotonic()
+        server.signal(signal.SIGTERM)
+        assert server.wait(5) == 0, server.log()
+        assert time.monotonic() - started < 2
+        assert RawReader(busy).closed(1)
+    finally:
+        busy.close()
+
+
+def test_trust_proxy_uses_last_forwarded_address(start_server, rules):
+    plain = start_server(rules=rules)
+    # Without --trust-proxy the header is ignored: the key is the connection's address.
+    r = plain.get("/", {"X-Forwarded-For": "10.6.6.6"})
+    assert r.status == 200, r
+    r = plain.get("/", {"X-Forwarded-For": "1.2.3.4, 10.6.6.6"})
+    assert r.status == 200, r
+    # ...so every such request shares ip:127.0.0.1's limit of 3
+    assert plain.get("/", {"X-Forwarded-For": "10.9.9.9"}).status == 200
+    assert plain.get("/", {"X-Forwarded-For": "10.9.9.8"}).status == 429
+
+    proxied = start_server("--trust-proxy", rules=rules)
+    assert proxied.get("/", {"X-Forwarded-For": "10.6.6.6"}).status == 403
+    assert proxied.get("/", {"X-Forwarded-For": "1.2.3.4, 10.6.6.6"}).status == 403
+    assert proxied.get("/", {"X-Forwarded-For": "1.2.3.4,10.6.6.6 "}).status == 403
+    # Only the last entry counts: earlier ones are the client's own claims.
+    assert proxied.get("/", {"X-Forwarded-For": "10.6.6.6, 1.2.3.4"}).status == 200
+    # Each forwarded address has its own limit.
+    assert [proxied.get("/", {"X-Forwarded-For": "10.0.0.1"}).status for _ in range(4)] == \
+        [200, 200, 200, 429]
+    assert proxied.get("/", {"X-Forwarded-For": "10.0.0.2"}).status == 200
+    # Without the header, the connection's address.
+    assert proxied.get("/").status == 200
+    # An API key still wins over the address.
+    assert proxied.get("/", {"X-Forwarded-For": "10.6.6.6", "X-API-Key": "k"}).status == 200
+
+
+def test_trust_proxy_with_forwarded_for_on_several_lines(start_server, rules):
+    """A proxy may append its own X-Forwarded-For line instead of extending the client's
+    (HAProxy's `option forwardfor` does). Several lines of one field are one list (RFC 9110
+    5.3), so the last entry is still the proxy's: the client's own line must not decide."""
+    server = start_server("--trust-proxy", rules=rules)
+
+    def get(*forwarded: str) -> int:
+        with raw_connect(server.port) as s:
+            s.sendall(raw_get("/", [("X-Forwarded-For", f) for f in forwarded]))
+            return RawReader(s).response().status
+
+    # The client wrote 10.6.6.6 (denied); the proxy saw 1.2.3.4 connect.
+    assert get("10.6.6.6", "1.2.3.4") == 200
+    assert get("1.2.3.4", "10.6.6.6") == 403
+    # Rotating its own line must not give a client a fresh limit (3 per minute per address).
+    assert [get(f"10.0.0.{i}", "5.6.7.8") for i in range(4)] == [200, 200, 200, 429]
+
+
+def test_healthz_and_metrics(start_server, rules):
+    server = start_server(rules=rules)
+    h = server.get("/healthz")
+    assert h.status == 200 and h.headers["content-type"] == "application/json"
+    health = h.json()
+    assert health["status"] == "ok" and health["store"] == "none"
+    assert health["rules"].startswith("http-v1@") and f"rules {health['rules']})" in server.banner
+    assert len(health["rules"].split("@")[1]) == 16
+
+    with Client(server.port) as c:
+        statuses = [c.get("/", {"X-API-Key": "m"}).status for _ in range(5)]
+        assert c.get("/", {"X-Forwarded-For": "x"}).status == 200
+    assert statuses == [200, 200, 200, 429, 429]
+    assert server.get("/", {"X-API-Key": "revoked-1"}).status == 403
+
+    m = server.get("/metrics")
+    assert m.status == 200
+    assert m.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = m.text
+    assert "# TYPE ratewin_server_requests_total counter" in text
+    assert server.metric('ratewin_server_requests_total{status="200",rule="tier:free/per-minute"}') == 4
+    assert server.metric('ratewin_server_requests_total{status="429",rule="tier:free/per-minute"}') == 2
+    assert server.metric('ratewin_server_requests_total{status="403",rule="deny"}') == 1
+    assert f'ratewin_server_rules_info{{version="{health["rules"]}"}} 1' in text
+    assert server.metric('ratewin_server_rules_reloads_total{result="ok"}') == 1
+    assert server.metric('ratewin_server_rules_reloads_total{result="rejected"}') == 0
+    assert server.metric("ratewin_server_rules_limits") == 1
+    assert server.metric("ratewin_store_up") == 1
+    assert server.metric("ratewin_store_configured") == 0
+    assert server.metric('ratewin_engine_decisions_total{result="allowed"}') == 4
+    assert server.metric('ratewin_engine_decisions_total{result="rejected"}') == 2
+    assert server.metric("ratewin_server_decision_seconds_count") == 6
+    assert server.metric('ratewin_server_decision_seconds_bucket{le="+Inf"}') == 6
+    assert server.metric("ratewin_server_connections") >= 1
+    assert server.metric("ratewin_server_overrides") == 0
+    for line in text.splitlines():  # every line is a comment or "name[{labels}] number"
+        if line and not line.startswith("#"):
+            float(line.rsplit(" ", 1)[1])
+    # /healthz and /metrics are not rate limited
+    for _ in range(5):
+        assert server.get("/healthz", {"X-API-Key": "m"}).status == 200
+
+
+def test_without_rules_nothing_is_limited(start_server):
+    server = start_server()
+    with Client(server.port) as c:
+        for _ in range(20):
+            r = c.get("/anything", {"X-API-Key": "k"})
+            assert r.status == 200 and r.headers["x-ratelimit-policy"] == "none"
+    assert json.loads(server.get("/healthz").body)["rules"].startswith("unversioned@")

@@ -1,0 +1,296 @@
+"""Several ratewin-server instances sharing one private Redis: shared limits are exact
+across instances, admin overrides reach every instance within 2 s, and a Redis that dies
+mid-run leaves the servers answering in degraded mode (and they recover)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from server_support import Client, free_port, wait_until, write_rules
+
+TOKEN = "shared-admin-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def store_up(*servers) -> None:
+    """Waits until each server's engine is connected to Redis (it starts either way)."""
+    for s in servers:
+        assert wait_until(lambda: s.get("/healthz").json()["store"] == "up", 3), s.log()
+
+
+def test_global_limit_is_exact_across_two_instances(start_server, redis, tmp_path):
+    """Allowed requests are written to Redis synchronously by a conditional script, so the
+    instances together admit exactly the limit, however the requests are spread."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: shared
+            path: /shared
+            limits:
+              - {name: everybody, max: 20, window: 10s, per: global}
+          - name: mine
+            path: /mine
+            limits:
+              - {name: per-key, max: 5, window: 10s}
+        """)
+    a = start_server(rules=rules, redis=redis)
+    b = start_server(rules=rules, redis=redis)
+    assert "Redis" in a.banner and "Redis" in b.banner
+    store_up(a, b)
+
+    with Client(a.port) as ca, Client(b.port) as cb:
+        shared = [(ca if i % 2 == 0 else cb).get("/shared", {"X-API-Key": f"k{i}"}) for i in range(60)]
+        by_key = [(ca if i % 2 == 0 else cb).get("/mine", {"X-API-Key": "same"}) for i in range(20)]
+    allowed = [i for i, r in enumerate(shared) if r.status == 200]
+    assert len(allowed) == 20, [r.status for r in shared]
+    assert all(r.status in (200, 429) for r in shared)
+    # Both instances admitted some (the limit really is shared, not per instance).
+    assert {i % 2 for i in allowed} == {0, 1}
+    assert all(r.json()["limit"] == "endpoint:shared/everybody" for r in shared if r.status == 429)
+    assert not any("x-ratelimit-policy" in r.headers for r in shared)
+    assert sum(r.status == 200 for r in by_key) == 5, [r.status for r in by_key]
+    # A third instance, started now, sees the counts already made.
+    c = start_server(rules=rules, redis=redis)
+    store_up(c)
+    r = c.get("/shared", {"X-API-Key": "late"})
+    assert r.status == 429, r
+
+
+def test_global_limit_is_exact_under_concurrency(start_server, redis, tmp_path):
+    """Concurrent clients on two instances (two event loops each): still exactly the limit."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: hot
+            path: /hot
+            limits:
+              - {name: everybody, max: 25, window: 10s, per: global}
+        """)
+    servers = [start_server(rules=rules, redis=redis), start_server(rules=rules, redis=redis)]
+    store_up(*servers)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def client(n: int) -> None:
+        with Client(servers[n % 2].port) as c:
+            got = [c.get("/hot", {"X-API-Key": f"c{n}-{i}"}).status for i in range(15)]
+        with lock:
+            results.extend(got)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert len(results) == 90
+    assert results.count(200) == 25, results
+    assert results.count(429) == 65
+
+
+def test_admin_override_propagates_to_other_instance_within_2s(start_server, redis, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 2, window: 1m}
+        default_tier: free
+        """)
+    a = start_server(rules=rules, redis=redis, admin_token=TOKEN)
+    b = start_server(rules=rules, redis=redis, admin_token=TOKEN)
+    for s in (a, b):  # both follow the overrides in Redis
+        assert wait_until(lambda: s.metric("ratewin_server_overrides_in_sync") == 1, 3), s.log()
+
+    def b_overrides() -> list:
+        return b.get("/admin/overrides", AUTH).json()["overrides"]
+
+    assert b.get("/admin/overrides", AUTH).json()["shared"] is True
+    assert b_overrides() == []
+    started = time.monotonic()
+    r = a.call("POST", "/admin/overrides", headers=AUTH,
+               body=json.dumps({"key": "alice", "limit": 7, "ttl_s": 120}))
+    assert r.status == 200, r
+    seen = wait_until(lambda: [o for o in b_overrides() if o["key"] == "alice"], 2.0, 0.01)
+    elapsed = time.monotonic() - started
+    assert seen, f"override not on the other instance after {elapsed:.2f}s"
+    assert seen[0]["limit"] == 7
+    r = b.get("/", {"X-API-Key": "alice"})
+    assert r.headers["x-ratelimit-limit"] == "7", r
+
+    # A multiplier, set on b, reaches a.
+    started = time.monotonic()
+    assert b.call("POST", "/admin/overrides", headers=AUTH,
+                  body=json.dumps({"key": "bob", "multiplier": 4})).status == 200
+    assert wait_until(lambda: any(o["key"] == "bob"
+                                  for o in a.get("/admin/overrides", AUTH).json()["overrides"]),
+                      2.0, 0.01), f"not seen after {time.monotonic() - started:.2f}s"
+    assert a.get("/", {"X-API-Key": "bob"}).headers["x-ratelimit-limit"] == "8"
+
+    # Removal propagates too.
+    started = time.monotonic()
+    assert a.call("DELETE", "/admin/overrides", headers=AUTH,
+                  body=json.dumps({"key": "alice"})).status == 200
+    assert wait_until(lambda: not [o for o in b_overrides() if o["key"] == "alice"], 2.0, 0.01), \
+        f"removal not seen after {time.monotonic() - started:.2f}s"
+    assert b.get("/", {"X-API-Key": "alice2"}).headers["x-ratelimit-limit"] == "2"
+
+
+def test_override_set_before_an_instance_starts_reaches_it(start_server, redis, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 2, window: 1m}
+        default_tier: free
+        """)
+    a = start_server(rules=rules, redis=redis, admin_token=TOKEN)
+    assert wait_until(lambda: a.metric("ratewin_server_overrides_in_sync") == 1, 3)
+    assert a.call("POST", "/admin/overrides", headers=AUTH,
+                  body=json.dumps({"key": "carol", "limit": 9})).status == 200
+    b = start_server(rules=rules, redis=redis, admin_token=TOKEN)
+    assert wait_until(lambda: b.metric("ratewin_server_overrides") == 1, 2.0), b.log()
+    assert b.get("/", {"X-API-Key": "carol"}).headers["x-ratelimit-limit"] == "9"
+
+
+def test_redis_killed_mid_run_degrades_and_recovers(start_server, redis, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 1000, window: 1m}
+        default_tier: free
+        endpoints:
+          - name: login
+            path: /login
+            limits:
+              - {name: attempts, max: 100, window: 1m, failure_policy: closed}
+          - name: open
+            path: /open
+            limits:
+              - {name: once, max: 1, window: 1m, failure_policy: open}
+          - name: tiny
+            path: /tiny
+            limits:
+              - {name: once, max: 1, window: 1m}
+        """)
+    server = start_server(rules=rules, redis=redis, admin_token=TOKEN)
+    store_up(server)
+    key = {"X-API-Key": "k"}
+    r = server.get("/", key)
+    assert r.status == 200 and "x-ratelimit-policy" not in r.headers, r
+    assert server.get("/login", key).status == 200
+    assert [server.get("/open", key).status for _ in range(2)] == [200, 429]
+    assert [server.get("/tiny", key).status for _ in range(2)] == [200, 429]
+    assert server.metric("ratewin_store_up") == 1
+    assert wait_until(lambda: server.metric("ratewin_server_overrides_in_sync") == 1, 3)
+
+    redis.kill()
+    replies = []
+
+    def degraded() -> bool:
+        reply = server.get("/", key)
+        replies.append(reply)
+        return reply.headers.get("x-ratelimit-policy") == "degraded"
+
+    assert wait_until(degraded, 3), replies[-1]
+    # Every answer meanwhile was a normal one: the server kept serving.
+    assert all(x.status == 200 for x in replies), replies
+    for _ in range(10):
+        r = server.get("/", key)
+        assert r.status == 200 and r.headers["x-ratelimit-policy"] == "degraded", r
+        assert r.headers["x-ratelimit-limit"] == "1000"
+    # closed: refused while the store is away, and it says so
+    r = server.get("/login", key)
+    assert r.status == 429 and r.headers["x-ratelimit-policy"] == "degraded", r
+    assert r.json()["degraded"] is True
+    # open: admitted beyond its max while the store is away
+    r = server.get("/open", key)
+    assert r.status == 200 and r.headers["x-ratelimit-policy"] == "degraded", r
+    # local: its own counts still limit, and the refusal is marked degraded too
+    r = server.get("/tiny", key)
+    assert r.status == 429, r
+    assert r.headers.get("x-ratelimit-policy") == "degraded", r
+    assert r.json()["degraded"] is True
+    assert server.get("/healthz").json()["store"] == "down"
+    assert server.metric("ratewin_store_up") == 0
+    # Overrides cannot be shared now: refused rather than silently local.
+    r = server.call("POST", "/admin/overrides", headers=AUTH, body=json.dumps({"key": "k", "limit": 5}))
+    assert r.status == 503 and "Redis" in r.json()["error"], r
+    assert wait_until(lambda: server.metric("ratewin_server_overrides_in_sync") == 0, 3)
+    assert server.metric("ratewin_engine_degraded_decisions_total") >= 10
+    assert server.alive()
+
+    # Redis back on the same port: the degraded marker goes away.
+    redis.start(same_port=True)
+    assert wait_until(lambda: "x-ratelimit-policy" not in server.get("/", key).headers, 6, 0.1), \
+        server.log()
+    assert server.get("/healthz").json()["store"] == "up"
+    assert server.metric("ratewin_store_up") == 1
+    assert wait_until(lambda: server.metric("ratewin_server_overrides_in_sync") == 1, 4)
+    r = server.call("POST", "/admin/overrides", headers=AUTH, body=json.dumps({"key": "k", "limit": 5}))
+    assert r.status == 200, r
+
+
+def test_redis_unreachable_at_start_degrades(start_server, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 2, window: 1m}
+        default_tier: free
+        """)
+    dead = free_port()  # nothing listens there
+    server = start_server("--redis", f"redis://127.0.0.1:{dead}", rules=rules)
+    assert "Redis" in server.banner
+    got = [server.get("/", {"X-API-Key": "k"}) for _ in range(3)]
+    assert [r.status for r in got] == [200, 200, 429]
+    assert all(r.headers.get("x-ratelimit-policy") == "degraded" for r in got), got
+    assert server.get("/healthz").json()["store"] == "down"
+    assert server.metric("ratewin_store_configured") == 1
+    assert server.metric("ratewin_store_up") == 0
+
+
+def test_key_prefix_separates_deployments(start_server, redis, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: all
+            path: /
+            limits:
+              - {name: everybody, max: 3, window: 1m, per: global}
+        """)
+    a = start_server("--key-prefix", "blue", rules=rules, redis=redis)
+    a2 = start_server("--key-prefix", "blue", rules=rules, redis=redis)
+    b = start_server("--key-prefix", "green", rules=rules, redis=redis)
+    store_up(a, a2, b)
+    assert [a.get("/x").status for _ in range(3)] == [200] * 3
+    assert a2.get("/x").status == 429  # same prefix: shared
+    assert [b.get("/x").status for _ in range(4)] == [200, 200, 200, 429]  # its own counter
+    keys = redis.command("KEYS", "*")
+    assert b"blue" in keys and b"green" in keys, keys
+
+
+def test_all_or_nothing_across_instances(start_server, redis, tmp_path):
+    """A request the shared endpoint counter refuses gives back what it took from the key's
+    limit, in Redis too: the other instance sees only the admitted requests."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 10, window: 1m}
+        default_tier: free
+        endpoints:
+          - name: scarce
+            path: /scarce
+            limits:
+              - {name: everybody, max: 3, window: 1m, per: global}
+        """)
+    a = start_server(rules=rules, redis=redis)
+    b = start_server(rules=rules, redis=redis)
+    store_up(a, b)
+    key = {"X-API-Key": "k"}
+    with Client(a.port) as ca, Client(b.port) as cb:
+        got = [(ca if i % 2 == 0 else cb).get("/scarce", key) for i in range(10)]
+        assert sum(r.status == 200 for r in got) == 3, [r.status for r in got]
+        assert all(r.json()["limit"] == "endpoint:scarce/everybody" for r in got if r.status == 429)
+        # 3 of the key's 10 are used, wherever they were admitted: 7 more in all.
+        more = [(ca if i % 2 == 0 else cb).get("/other", key) for i in range(10)]
+    assert sum(r.status == 200 for r in more) == 7, [r.status for r in more]

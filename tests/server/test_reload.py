@@ -1,0 +1,175 @@
+"""Rules reloads: the watched file (a good edit takes effect, a bad one is rejected naming
+its line while the last good rules keep working), SIGHUP and POST /admin/reload, and an
+invalid file at startup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from server_support import SERVER, Client, wait_until, write_rules
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def rules_text(version: str, max_: int) -> str:
+    return f"""
+        version: "{version}"
+        tiers:
+          free:
+            limits:
+              - name: burst
+                max: {max_}
+                window: 1m
+        default_tier: free
+        """
+
+
+def admin_rules(server) -> dict:
+    r = server.get("/admin/rules", AUTH)
+    assert r.status == 200, r
+    return r.json()
+
+
+def metrics_version(server) -> str:
+    for line in server.metrics().splitlines():
+        if line.startswith("ratewin_server_rules_info{"):
+            return line.split('version="', 1)[1].split('"', 1)[0]
+    raise AssertionError("no ratewin_server_rules_info")
+
+
+def test_watched_file_good_edit_applies_new_rules(start_server, tmp_path):
+    path = write_rules(tmp_path / "rules.yaml", rules_text("v1", 2))
+    server = start_server(rules=path, admin_token=TOKEN)
+    before = admin_rules(server)
+    assert before["version"].startswith("v1@") and before["path"] == str(path)
+    assert before["last_error"] == ""
+    assert before["rules"]["tiers"]["free"]["limits"][0]["max"] == 2
+    assert metrics_version(server) == before["version"]
+    assert server.metric('ratewin_server_rules_reloads_total{result="ok"}') == 1
+    assert server.get("/", {"X-API-Key": "k"}).headers["x-ratelimit-limit"] == "2"
+
+    write_rules(path, rules_text("v2", 5))  # edited in place
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v2@"), 3), admin_rules(server)
+    after = admin_rules(server)
+    assert after["version"] != before["version"] and after["last_error"] == ""
+    assert metrics_version(server) == after["version"]
+    assert server.get("/healthz").json()["rules"] == after["version"]
+    assert server.metric('ratewin_server_rules_reloads_total{result="ok"}') >= 2
+    assert server.metric('ratewin_server_rules_reloads_total{result="rejected"}') == 0
+    assert "rules " + after["version"] + " active (file changed)" in server.log()
+    # The new limit applies (the key already used 1 of its 5).
+    with Client(server.port) as c:
+        got = [c.get("/", {"X-API-Key": "k"}) for _ in range(5)]
+    assert got[0].headers["x-ratelimit-limit"] == "5"
+    assert [r.status for r in got] == [200, 200, 200, 200, 429]
+
+    # A replaced file (a new inode, as editors and deploy tools do) is seen too.
+    replacement = tmp_path / "rules.yaml.new"
+    write_rules(replacement, rules_text("v3", 9))
+    os.replace(replacement, path)
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v3@"), 3)
+    assert server.get("/", {"X-API-Key": "fresh"}).headers["x-ratelimit-limit"] == "9"
+
+
+def test_watched_file_bad_edit_is_rejected_and_old_rules_stay(start_server, tmp_path):
+    path = write_rules(tmp_path / "rules.yaml", rules_text("v1", 2))
+    server = start_server(rules=path, admin_token=TOKEN)
+    good = admin_rules(server)["version"]
+    assert server.get("/", {"X-API-Key": "k"}).status == 200
+
+    write_rules(path, atomic=True, text="""
+        version: "broken"
+        tiers:
+          free:
+            limits:
+              - name: burst
+                max: 50
+                windw: 1m
+        default_tier: free
+        """)
+    assert wait_until(
+        lambda: server.metric('ratewin_server_rules_reloads_total{result="rejected"}') == 1, 3)
+    expected = f'{path}:7:9: tiers.free.limits[0]: unknown field "windw"'
+    state = admin_rules(server)
+    assert state["version"] == good
+    assert state["last_error"].startswith(expected), state["last_error"]
+    assert expected in server.log()
+    assert f"rules rejected (file changed), keeping {good}: {expected}" in server.log()
+    assert server.metric("ratewin_server_rules_last_error") == 1
+    assert metrics_version(server) == good
+    # The old rules keep limiting: max 2, one used already.
+    with Client(server.port) as c:
+        got = [c.get("/", {"X-API-Key": "k"}) for _ in range(2)]
+    assert [r.status for r in got] == [200, 429]
+    assert got[0].headers["x-ratelimit-limit"] == "2"
+    # An explicit reload of the same bad file says why it failed.
+    r = server.call("POST", "/admin/reload", headers=AUTH)
+    assert r.status == 422 and r.json()["error"].startswith(expected), r
+
+    # A YAML syntax error names its line too.
+    write_rules(path, 'version: "x"\ntiers: [\n', atomic=True)
+    assert wait_until(
+        lambda: server.metric('ratewin_server_rules_reloads_total{result="rejected"}') >= 3, 3)
+    assert admin_rules(server)["last_error"].startswith(f"{path}:3:1: YAML syntax"), \
+        admin_rules(server)
+
+    # Fixed: the error clears and the new rules apply.
+    write_rules(path, rules_text("v2", 4))
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v2@"), 3)
+    assert admin_rules(server)["last_error"] == ""
+    assert server.metric("ratewin_server_rules_last_error") == 0
+    assert server.get("/", {"X-API-Key": "k"}).headers["x-ratelimit-limit"] == "4"
+
+
+def test_sighup_and_admin_reload(start_server, tmp_path):
+    """The rules path is a symlink into another directory: edits to the target are not
+    seen by the watch on the link's directory, so only SIGHUP (or the admin API) picks
+    them up."""
+    (tmp_path / "watched").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    target = write_rules(tmp_path / "elsewhere" / "real.yaml", rules_text("v1", 2))
+    link = tmp_path / "watched" / "rules.yaml"
+    link.symlink_to(target)
+    server = start_server(rules=link, admin_token=TOKEN)
+    v1 = admin_rules(server)["version"]
+    assert v1.startswith("v1@")
+
+    write_rules(target, rules_text("v2", 6))
+    time.sleep(0.4)  # longer than the watch's debounce: nothing happens by itself
+    assert admin_rules(server)["version"] == v1
+    server.signal(signal.SIGHUP)
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v2@"), 2)
+    assert "active (SIGHUP)" in server.log()
+    assert server.get("/", {"X-API-Key": "k"}).headers["x-ratelimit-limit"] == "6"
+
+    write_rules(target, rules_text("v3", 7))
+    r = server.call("POST", "/admin/reload", headers=AUTH)
+    assert r.status == 200, r
+    assert r.json()["version"].startswith("v3@")
+    assert admin_rules(server)["version"] == r.json()["version"]
+    assert server.get("/", {"X-API-Key": "k2"}).headers["x-ratelimit-limit"] == "7"
+    # Reloading unchanged bytes keeps the version.
+    again = server.call("POST", "/admin/reload", headers=AUTH)
+    assert again.status == 200 and again.json()["version"] == r.json()["version"]
+    assert server.alive()
+
+
+def test_invalid_rules_at_startup_exit_1_naming_the_line(server_binary, tmp_path):
+    path = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: e
+            path: /e
+            limits:
+              - name: b
+                max: 0
+                window: 1s
+        """)
+    result = subprocess.run([SERVER, "--listen", "127.0.0.1:0", "--rules", str(path)],
+                            capture_output=True, text=True, timeout=10)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert f"rules: {path}:6:14: endpoints[0].limits[0].max:" in result.stderr, result.stderr
