@@ -253,7 +253,10 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   const std::int64_t now = now_ns();
   const bool degraded = store_ != nullptr && !store_->available();
   // A limit that refuses on this engine's own counts refuses the request before anything
-  // is counted: the common rejection, decided without a lock or a round trip.
+  // is counted: the common rejection, decided without a lock or a round trip. Every limit
+  // is read, so that the refusal reported is the one that lasts longest (a client told
+  // to retry after the per-second limit would find the per-hour one still closed).
+  std::size_t refused = items.size();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Acquisition& item = items[i];
     if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
@@ -266,10 +269,15 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
     if ((version & 1) == 0 && !d.allowed) {
       d.degraded = degraded;
       out[i] = d;
-      counters_.add(DecisionCounters::kRejected);
-      if (degraded) counters_.add(DecisionCounters::kDegraded);
-      return i;
+      if (refused == items.size() || d.retry_after > out[refused].retry_after) refused = i;
     }
+  }
+  if (refused != items.size()) {
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (i != refused) out[i] = Decision{};
+    counters_.add(DecisionCounters::kRejected);
+    if (degraded) counters_.add(DecisionCounters::kDegraded);
+    return refused;
   }
   // Then each limit in turn; if one refuses after all (another thread, or the shared
   // counts), what the ones before it counted is given back.
@@ -295,6 +303,9 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
 }
 
 void EngineCore::give_back(const LimiterKey& key, std::uint64_t cost, const Counted& counted) {
+  // The store first: a merge racing with this (another thread's write returning the
+  // shared counts) then cannot bring the local count back from a stale shared one.
+  if (counted.store) store_->remove(key, counted.epoch, cost);
   if (counted.local) {
     const std::uint64_t hash = key.hash();
     Shard& shard = registry_.shard_for(hash);
@@ -304,7 +315,6 @@ void EngineCore::give_back(const LimiterKey& key, std::uint64_t cost, const Coun
       found.record->view().remove(counted.epoch, cost);
     }
   }
-  if (counted.store) store_->remove(key, counted.epoch, cost);
 }
 
 void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash,

@@ -1,5 +1,6 @@
 #include "rules.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <system_error>
 #include <utility>
 
@@ -366,17 +368,13 @@ class Parser {
 std::vector<Parser::Entry> Parser::entries(const Item& map, std::string_view what) const {
   if (!map.node.IsMap()) fail(map, "expected a mapping, got " + kind_of(map.node));
   std::vector<Entry> out;
+  Seen seen;
   for (auto it = map.node.begin(); it != map.node.end(); ++it) {
     const YAML::Node key = it->first;
     if (!key.IsScalar())
       fail(key.Mark(), map.path, "a field name must be a string, got " + kind_of(key));
     Entry e{key.Scalar(), Item{key, key.Mark(), map.path}, {}};
-    for (const Entry& prev : out) {
-      if (prev.name == e.name) {
-        fail(e.key, "duplicate " + std::string(what) + " " + quoted(e.name) + " (first at line " +
-                        line_of(prev.key.mark) + ")");
-      }
-    }
+    check_unique(seen, e.name, e.key, what);  // yaml-cpp keeps both of a duplicate pair
     const YAML::Node value = it->second;
     e.value = Item{value, value.IsNull() ? key.Mark() : value.Mark(), join(map.path, e.name)};
     out.push_back(std::move(e));
@@ -527,14 +525,17 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
                                    "ms does not divide into " + std::to_string(subintervals) +
                                    " subintervals of whole milliseconds");
     }
-    fail(window_item, "the window of " + std::to_string(window.count()) +
-                          "ms does not divide into the default 10 subintervals of whole "
-                          "milliseconds; set subintervals to a divisor of it");
+    fail(window_item,
+         "the window of " + std::to_string(window.count()) +
+             "ms does not divide into the default " + std::to_string(kDefaultSubintervals) +
+             " subintervals of whole milliseconds; set subintervals to a divisor of it");
   }
 
-  const Scope scope = f.get("per") ? choice(*f.get("per"), kScopes) : Scope::key;
+  const std::optional<Item> per = f.get("per");
+  const Scope scope = per ? choice(*per, kScopes) : Scope::key;
+  const std::optional<Item> policy_item = f.get("failure_policy");
   const FailurePolicy policy =
-      f.get("failure_policy") ? choice(*f.get("failure_policy"), kPolicies) : data_->default_policy;
+      policy_item ? choice(*policy_item, kPolicies) : data_->default_policy;
   std::uint64_t cost = 1;
   if (const std::optional<Item> cost_item = f.get("cost")) {
     cost = integer(*cost_item, 1, ratewin::Limit::kMaxCount);
@@ -659,19 +660,48 @@ void Parser::check_multiplier(const Item& at, const Rules::Data::Override& o) co
   }
 }
 
+// Where each document of a stream starts; the events inside are of no interest.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 std::unique_ptr<const Rules::Data> Parser::run() {
-  std::vector<YAML::Node> documents;
+  // YAML::LoadAll would do, but yaml-cpp 0.7 reads a document that starts with ',' as an
+  // empty one without consuming anything, so LoadAll never returns. Instead: look at no
+  // more than two documents, then load the first.
+  const std::string input(bytes_);
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(std::string(bytes_));
+    std::istringstream in(input);
+    YAML::Parser parser(in);
+    DocumentStarts starts;
+    if (parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts)) {
+      const YAML::Mark& second = starts.marks.back();
+      if (second.pos == starts.marks.front().pos) {
+        fail(second, "", "YAML syntax: unexpected content at the start of a document");
+      }
+      fail(second, "", "more than one YAML document (a rules file holds one)");
+    }
+    document = YAML::Load(input);
   } catch (const YAML::Exception& e) {
     fail(e.mark, "", "YAML syntax: " + e.msg);
   }
-  if (documents.size() > 1) {
-    fail(documents[1].Mark(), "", "more than one YAML document (a rules file holds one)");
-  }
   std::string label = "unversioned";
-  if (!documents.empty() && !documents[0].IsNull()) {
-    const Item root{documents[0], documents[0].Mark(), ""};
+  if (!document.IsNull()) {
+    const Item root{document, document.Mark(), ""};
     const Fields f(*this, root,
                    {"version", "defaults", "tiers", "default_tier", "keys", "endpoints",
                     "overrides", "allow", "deny"});

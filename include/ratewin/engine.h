@@ -133,11 +133,13 @@ class Engine {
   // endpoint, per second and per hour): admitted only if every limit admits it, and a
   // refused request counts against none of them. out[i] (out must hold items.size()
   // decisions) is limit i's decision. Returns the index of the limit that refused, or
-  // items.size() when all admitted. Limits past the one that refused are not asked
-  // (their decision stays Decision{}). A limit that refuses on this engine's own counts
-  // refuses without any write; one that refuses only after the ones before it were
+  // items.size() when all admitted; only that limit's decision and those of limits
+  // counted before it are filled in (the others stay Decision{}). Limits that refuse on
+  // this engine's own counts refuse without any write, and the one reported is the one
+  // whose retry_after is longest. One that refuses only after the limits before it were
   // counted (a concurrent request, or the shared counts in Redis) has their counts given
-  // back, locally and in the store, and their `remaining` says so.
+  // back, in the store and locally, and their `remaining` says so. Stats count each
+  // limit's decision, including admissions given back.
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
   LimiterHandle limiter(std::uint64_t resource, const Limit& limit);

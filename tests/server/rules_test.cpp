@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -10,7 +11,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -57,12 +57,12 @@ using Names = std::vector<std::string>;
 
 // A valid head that the error cases below build on (lines 1 to 7).
 constexpr std::string_view kHead =
-    "tiers:\n"                               // 1
-    "  free:\n"                              // 2
-    "    limits:\n"                          // 3
-    "      - name: a\n"                      // 4
-    "        max: 5\n"                       // 5
-    "        window: 1s\n"                   // 6
+    "tiers:\n"                                              // 1
+    "  free:\n"                                             // 2
+    "    limits:\n"                                         // 3
+    "      - name: a\n"                                     // 4
+    "        max: 5\n"                                      // 5
+    "        window: 1s\n"                                  // 6
     "  pro: {limits: [{name: a, max: 50, window: 1s}]}\n";  // 7
 
 }  // namespace
@@ -202,7 +202,8 @@ TEST_CASE("tiers by key glob: first match wins, then default_tier") {
   CHECK(match(with_default, "zzz").tier == "free");
   CHECK(names(match(with_default, "")) == Names{"tier:free/a"});
 
-  const Rules no_default = Rules::parse(std::string(kHead) + "keys: [{match: \"p_*\", tier: pro}]\n");
+  const Rules no_default =
+      Rules::parse(std::string(kHead) + "keys: [{match: \"p_*\", tier: pro}]\n");
   const Match m = match(no_default, "zzz");
   CHECK(m.tier == "");
   CHECK(m.limits.empty());
@@ -264,6 +265,19 @@ TEST_CASE("an endpoint with several windows counts the request against all of th
   CHECK(m.limits[3]->limit.failure_policy() == FailurePolicy::open);
   CHECK(m.limits[3]->scope == Scope::global);
   CHECK(m.limits[0]->limit.failure_policy() == FailurePolicy::local);
+}
+
+TEST_CASE("YAML anchors and aliases share text, and cycles cannot loop") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  free: {limits: &l [{name: s, max: 5, window: 1s}]}\n"
+      "  pro: {limits: *l}\n"
+      "default_tier: pro\n");
+  CHECK(names(match(rules, "k")) == Names{"tier:pro/s"});
+  CHECK(rules.limit_count() == 2);
+  CHECK(failure_of("tiers: &t {free: *t}\n").problem ==
+        "tiers.free: unknown field \"free\" (expected one of: limits)");
+  CHECK(failure_of("allow: &a [*a]\n").problem == "allow[0]: expected a string, got a list");
 }
 
 TEST_CASE("defaults.failure_policy applies where a limit says nothing") {
@@ -388,7 +402,8 @@ TEST_CASE("the version names the file's bytes") {
   CHECK(c.version().starts_with("v1@"));
   CHECK(a.version().size() == 3 + 16);
   CHECK(d.version().starts_with("unversioned@"));
-  CHECK(Rules::parse("version: 2024-06-01 hotfix 2\n").version().starts_with("2024-06-01 hotfix 2@"));
+  CHECK(
+      Rules::parse("version: 2024-06-01 hotfix 2\n").version().starts_with("2024-06-01 hotfix 2@"));
 }
 
 TEST_CASE("every kind of invalid input names its line") {
@@ -405,19 +420,24 @@ TEST_CASE("every kind of invalid input names its line") {
   const Case cases[] = {
       // YAML itself.
       {"tiers:\n  free: [\n", 3, "YAML syntax: end of sequence flow not found"},
-      {"a: 1\n---\nb: 2\n", 3, "more than one YAML document"},
+      {"a: 1\n---\nb: 2\n", 2, "more than one YAML document"},
+      {"a: 1\n---\n", 2, "more than one YAML document"},
+      {",\n", 1, "YAML syntax: unexpected content at the start of a document"},  // hangs LoadAll
+      {", x\n", 1, "YAML syntax: unexpected content"},
       {"- just\n- a list\n", 1, "expected a mapping, got a list"},
       {"hello\n", 1, "expected a mapping, got \"hello\""},
       // Fields.
       {head + "tier: free\n", 8, "unknown field \"tier\" (expected one of: version, defaults,"},
       {head + "tiers: {}\n", 8, "duplicate field \"tiers\" (first at line 1)"},
       {"? [a]\n: b\n", 1, "a field name must be a string, got a list"},
-      {"defaults: {failure_policy: local, policy: open}\n", 1, "defaults: unknown field \"policy\""},
+      {"defaults: {failure_policy: local, policy: open}\n", 1,
+       "defaults: unknown field \"policy\""},
       {"defaults: {failure_policy: sometimes}\n", 1,
        "defaults.failure_policy: \"sometimes\" is not one of local, open, closed"},
       {"version: [1]\n", 1, "version: expected a string, got a list"},
       {"version: \"a\\tb\"\n", 1, "version: \"a\\u0009b\" contains a control character"},
-      {"version: " + std::string(129, 'v') + "\n", 1, "is not a label of up to 128 printable ASCII"},
+      {"version: " + std::string(129, 'v') + "\n", 1,
+       "is not a label of up to 128 printable ASCII"},
       {"version: \"\"\n", 1, "version: must not be empty"},
       // Tiers.
       {"tiers: [free]\n", 1, "tiers: expected a mapping, got a list"},
@@ -426,7 +446,8 @@ TEST_CASE("every kind of invalid input names its line") {
       {"tiers:\n  \"fr ee\": {limits: []}\n", 2, "tiers: \"fr ee\" is not a name"},
       {"tiers:\n  free:\n", 2, "tiers.free: expected a mapping, got nothing"},
       {"tiers:\n  free: {}\n", 2, "tiers.free: missing field \"limits\""},
-      {"tiers:\n  free:\n    limts: []\n", 3, "tiers.free: unknown field \"limts\" (expected one of: limits)"},
+      {"tiers:\n  free:\n    limts: []\n", 3,
+       "tiers.free: unknown field \"limts\" (expected one of: limits)"},
       {"tiers:\n  free:\n    limits:\n", 3, "tiers.free.limits: expected a list, got nothing"},
       // Limits.
       {head + "  x:\n    limits:\n      - {name: a, max: 1, window: 1s}\n      - {name: a, max: 2, "
@@ -434,14 +455,17 @@ TEST_CASE("every kind of invalid input names its line") {
        11, "tiers.x.limits[1].name: duplicate limit name \"a\" (first at line 10)"},
       {head + "  x:\n    limits:\n      - max: 1\n        window: 1s\n", 10,
        "tiers.x.limits[0]: missing field \"name\""},
-      {head + "  x:\n    limits:\n      - {name: \"a/b\", max: 1, window: 1s}\n", 10, "\"a/b\" is not a name"},
+      {head + "  x:\n    limits:\n      - {name: \"a/b\", max: 1, window: 1s}\n", 10,
+       "\"a/b\" is not a name"},
       {head + "  x:\n    limits:\n      - {name: a, max: 1, window: 1s, windw: 2s}\n", 10,
        "unknown field \"windw\""},
-      {head + "  x:\n    limits:\n      - [a]\n", 10, "tiers.x.limits[0]: expected a mapping, got a list"},
+      {head + "  x:\n    limits:\n      - [a]\n", 10,
+       "tiers.x.limits[0]: expected a mapping, got a list"},
       {limit("        max: -1\n        window: 1s\n"), 13,
        "endpoints[0].limits[0].max: \"-1\" is not a whole number from 1 to 4294967295"},
       {limit("        max: 0\n        window: 1s\n"), 13, "\"0\" is not a whole number from 1"},
-      {limit("        max: 4294967296\n        window: 1s\n"), 13, "\"4294967296\" is not a whole number"},
+      {limit("        max: 4294967296\n        window: 1s\n"), 13,
+       "\"4294967296\" is not a whole number"},
       {limit("        max: 1e3\n        window: 1s\n"), 13, "\"1e3\" is not a whole number"},
       {limit("        max: 5\n        window: 10x\n"), 14,
        "endpoints[0].limits[0].window: \"10x\" is not a duration (use 500ms, 1s, 1m, 1h or 1d)"},
@@ -449,7 +473,8 @@ TEST_CASE("every kind of invalid input names its line") {
       {limit("        max: 5\n        window: -1s\n"), 14, "\"-1s\" is not a duration"},
       {limit("        max: 5\n        window: 0s\n"), 14, "\"0s\" is not positive"},
       {limit("        max: 5\n        window: 367d\n"), 14, "\"367d\" is longer than 366 days"},
-      {limit("        max: 5\n        window: 99999999999999999999999s\n"), 14, "is longer than 366 days"},
+      {limit("        max: 5\n        window: 99999999999999999999999s\n"), 14,
+       "is longer than 366 days"},
       {limit("        max: 5\n        window:\n        cost: 1\n"), 14,
        "endpoints[0].limits[0].window: expected a string, got nothing"},
       {limit("        max: 5\n        window: 15ms\n"), 14,
@@ -465,13 +490,15 @@ TEST_CASE("every kind of invalid input names its line") {
        "per: \"user\" is not one of key, endpoint, global"},
       {limit("        max: 5\n        window: 1s\n        failure_policy: fail\n"), 15,
        "failure_policy: \"fail\" is not one of local, open, closed"},
-      {limit("        max: 5\n        window: 1s\n        cost: 0\n"), 15, "cost: \"0\" is not a whole number"},
+      {limit("        max: 5\n        window: 1s\n        cost: 0\n"), 15,
+       "cost: \"0\" is not a whole number"},
       {limit("        max: 5\n        window: 1s\n        cost: 6\n"), 15,
        "cost: cost 6 exceeds max 5: every request would be rejected"},
       // Keys and tier references.
       {head + "keys:\n  - {match: \"a*\", tier: gold}\n", 9,
        "keys[0].tier: unknown tier \"gold\" (tiers: free, pro)"},
-      {"keys:\n  - {match: \"a*\", tier: gold}\n", 2, "unknown tier \"gold\" (no tiers are defined)"},
+      {"keys:\n  - {match: \"a*\", tier: gold}\n", 2,
+       "unknown tier \"gold\" (no tiers are defined)"},
       {head + "keys:\n  - {match: \"a*\"}\n", 9, "keys[0]: missing field \"tier\""},
       {head + "keys:\n  - {match: \"\", tier: free}\n", 9, "keys[0].match: must not be empty"},
       {head + "keys:\n  - match: \"\xff\"\n    tier: free\n", 9, "is not valid UTF-8"},
@@ -490,24 +517,30 @@ TEST_CASE("every kind of invalid input names its line") {
        "endpoints[0].methods: an empty list matches no request"},
       {"endpoints:\n  - name: a\n    path: /a\n    methods: [GET, get]\n    limits: []\n", 4,
        "endpoints[0].methods[1]: \"get\" is not an HTTP method such as GET"},
-      {"endpoints:\n  - name: a\n    path: /a\n    methods:\n      - GET\n      - GET\n    limits: []\n", 6,
-       "duplicate method \"GET\" (first at line 5)"},
+      {"endpoints:\n  - name: a\n    path: /a\n    methods:\n      - GET\n      - GET\n    limits: "
+       "[]\n",
+       6, "duplicate method \"GET\" (first at line 5)"},
       {"endpoints:\n  - name: a\n    path: /a\n", 2, "endpoints[0]: missing field \"limits\""},
       {"endpoints:\n  - name: a\n    limits: []\n", 2, "endpoints[0]: missing field \"path\""},
       // Overrides.
       {head + "overrides:\n  - {key: a, tier: pro}\n  - {key: a, multiplier: 2}\n", 10,
        "overrides[1].key: duplicate override key \"a\" (first at line 9)"},
-      {head + "overrides:\n  - key: a\n", 9, "overrides[0]: an override needs tier, multiplier or limits"},
-      {head + "overrides:\n  - {key: a, multiplier: 0}\n", 9, "multiplier: \"0\" is not a positive number"},
+      {head + "overrides:\n  - key: a\n", 9,
+       "overrides[0]: an override needs tier, multiplier or limits"},
+      {head + "overrides:\n  - {key: a, multiplier: 0}\n", 9,
+       "multiplier: \"0\" is not a positive number"},
       {head + "overrides:\n  - {key: a, multiplier: -2}\n", 9, "\"-2\" is not a positive number"},
-      {head + "overrides:\n  - {key: a, multiplier: .inf}\n", 9, "\".inf\" is not a positive number"},
+      {head + "overrides:\n  - {key: a, multiplier: .inf}\n", 9,
+       "\".inf\" is not a positive number"},
       {head + "overrides:\n  - {key: a, multiplier: nan}\n", 9, "\"nan\" is not a positive number"},
       {head + "overrides:\n  - {key: a, multiplier: x2}\n", 9, "\"x2\" is not a positive number"},
-      {head + "overrides:\n  - {key: a, tier: gold}\n", 9, "overrides[0].tier: unknown tier \"gold\""},
+      {head + "overrides:\n  - {key: a, tier: gold}\n", 9,
+       "overrides[0].tier: unknown tier \"gold\""},
       {head + "overrides:\n  - {key: a, tier: free, multiplier: 0.1, limits: [{name: c, max: 10, "
               "window: 1s, cost: 2}]}\n",
        9, "multiplier 0.1 brings override:a/c to max 1, below its cost 2"},
-      {head + "overrides:\n  - {key: a, limits: {name: c}}\n", 9, "overrides[0].limits: expected a list"},
+      {head + "overrides:\n  - {key: a, limits: {name: c}}\n", 9,
+       "overrides[0].limits: expected a list"},
       // Allow and deny.
       {"allow: \"*\"\n", 1, "allow: expected a list, got \"*\""},
       {"allow:\n  - ok\n  - [x]\n", 3, "allow[1]: expected a string, got a list"},
@@ -519,7 +552,8 @@ TEST_CASE("every kind of invalid input names its line") {
     CHECK(f.line == c.line);
     CHECK(f.column >= 1);
     CHECK_MESSAGE(f.problem.find(c.problem) != std::string::npos, f.problem);
-    CHECK(f.what == "rules.yaml:" + std::to_string(f.line) + ":" + std::to_string(f.column) + ": " + f.problem);
+    CHECK(f.what == "rules.yaml:" + std::to_string(f.line) + ":" + std::to_string(f.column) + ": " +
+                        f.problem);
   }
 }
 
@@ -531,9 +565,10 @@ TEST_CASE("an error message reads as the README promises") {
       "      - name: a\n"
       "        max: 5\n"
       "        window: 10x\n");
-  CHECK(f.what ==
-        "rules.yaml:6:17: tiers.free.limits[0].window: \"10x\" is not a duration (use 500ms, 1s, 1m, "
-        "1h or 1d)");
+  CHECK(
+      f.what ==
+      "rules.yaml:6:17: tiers.free.limits[0].window: \"10x\" is not a duration (use 500ms, 1s, 1m, "
+      "1h or 1d)");
   CHECK(f.line == 6);
   CHECK(f.column == 17);
 }
@@ -546,7 +581,8 @@ TEST_CASE("RulesError without a position, and load() errors") {
     FAIL("load() of a missing file succeeded");
   } catch (const RulesError& err) {
     CHECK(err.line == 0);
-    CHECK(std::string(err.what()) == "/nonexistent/rules.yaml: cannot open: No such file or directory");
+    CHECK(std::string(err.what()) ==
+          "/nonexistent/rules.yaml: cannot open: No such file or directory");
   }
   try {
     Rules::load("/");
@@ -566,7 +602,8 @@ TEST_CASE("RulesError without a position, and load() errors") {
     Rules::load(path);
     FAIL("load() of a bad file succeeded");
   } catch (const RulesError& err) {
-    CHECK(std::string(err.what()) == std::string(path) + ":2:9: tiers.free: expected a mapping, got \"3\"");
+    CHECK(std::string(err.what()) ==
+          std::string(path) + ":2:9: tiers.free: expected a mapping, got \"3\"");
   }
   std::remove(path);
 }
@@ -574,17 +611,18 @@ TEST_CASE("RulesError without a position, and load() errors") {
 TEST_CASE("describe_json is valid JSON with every section") {
   // JSON is YAML, so yaml-cpp reads it back; the odd key checks the escaping.
   const std::string odd = "q\"uo\\te \xc3\xa9 \\u0041";
-  const Rules rules = Rules::parse(std::string(kHead) +
-                                   "default_tier: free\n"
-                                   "keys: [{match: \"p*\", tier: pro}]\n"
-                                   "endpoints: [{name: e, path: \"/a/*\", methods: [GET], limits: [{name: "
-                                   "x, max: 3, window: 1m, subintervals: 6, per: global, "
-                                   "failure_policy: open, cost: 2}]}]\n"
-                                   "overrides:\n"
-                                   "  - {key: 'q\"uo\\te \xc3\xa9 \\u0041', multiplier: 1.5}\n"
-                                   "  - {key: b, tier: pro, limits: []}\n"
-                                   "allow: [\"in*\"]\n"
-                                   "deny: [\"bad\"]\n");
+  const Rules rules =
+      Rules::parse(std::string(kHead) +
+                   "default_tier: free\n"
+                   "keys: [{match: \"p*\", tier: pro}]\n"
+                   "endpoints: [{name: e, path: \"/a/*\", methods: [GET], limits: [{name: "
+                   "x, max: 3, window: 1m, subintervals: 6, per: global, "
+                   "failure_policy: open, cost: 2}]}]\n"
+                   "overrides:\n"
+                   "  - {key: 'q\"uo\\te \xc3\xa9 \\u0041', multiplier: 1.5}\n"
+                   "  - {key: b, tier: pro, limits: []}\n"
+                   "allow: [\"in*\"]\n"
+                   "deny: [\"bad\"]\n");
   const std::string json = rules.describe_json();
   CAPTURE(json);
   const YAML::Node doc = YAML::Load(json);

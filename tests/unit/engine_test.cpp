@@ -543,6 +543,15 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all admits only when every limit admits"
   CHECK(out[1].retry_after == Decision::kNever);
   CHECK(engine.try_acquire("k3", per_minute, 0).remaining == 100);
 
+  // Both windows full: the refusal reported is the one that lasts longest.
+  const Limit two_per_minute(2, 60s, 6s);
+  const Acquisition both_full[] = {{hash("k4"), per_second}, {hash("k4"), two_per_minute}};
+  for (int i = 0; i < 2; ++i) CHECK(engine.try_acquire_all(both_full, out) == 2);
+  CHECK(engine.try_acquire("k4", per_second, 1).allowed);  // per_second now full too
+  CHECK(engine.try_acquire_all(both_full, out) == 1);
+  CHECK(out[1].retry_after > 50s);
+  CHECK(out[0].limit == 0);
+
   Decision too_few[1];
   CHECK_THROWS_AS(engine.try_acquire_all(both, too_few), std::invalid_argument);
   CHECK(engine.try_acquire_all({}, too_few) == 0);
