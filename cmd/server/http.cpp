@@ -100,8 +100,21 @@ HttpSession::HttpSession(RequestHandler& handler, std::string peer, HttpLimits l
   parser_.data = this;
 }
 
+bool HttpSession::resume() {
+  if (!blocked_) return !closing_;
+  blocked_ = false;
+  http_parser_pause(&parser_, 0);
+  const std::string input = std::move(pending_);
+  pending_.clear();
+  return feed(input);
+}
+
 bool HttpSession::feed(std::string_view data) {
   if (closing_) return false;
+  if (blocked_) {
+    pending_.append(data);
+    return true;
+  }
   static const http_parser_settings settings = [] {
     http_parser_settings s = kSettings;
     s.on_message_begin = on_message_begin;
@@ -116,7 +129,11 @@ bool HttpSession::feed(std::string_view data) {
   const std::size_t parsed = http_parser_execute(&parser_, &settings, data.data(), data.size());
   const http_errno err = HTTP_PARSER_ERRNO(&parser_);
   if (closing_) return false;  // answered and closing (an error, the last request)
-  if (err == HPE_PAUSED) return false;
+  if (err == HPE_PAUSED) {
+    // Paused by on_message_complete with output_ full: the rest waits for resume().
+    pending_.assign(data.substr(parsed));
+    return true;
+  }
   if (err != HPE_OK) {
     if (error_status_ != 0) {
       fail(error_status_, error_status_ == 431   ? "request headers too large"
@@ -164,7 +181,7 @@ void HttpSession::fail(int status, std::string_view message) {
   in_message_ = false;
 }
 
-void HttpSession::write(const Response& response, bool keep_alive, bool head) {
+void HttpSession::write(const Response& response, bool keep_alive, bool head, bool http10) {
   std::string& out = output_;
   out += "HTTP/1.1 ";
   append_number(out, static_cast<std::uint64_t>(response.status));
@@ -180,7 +197,9 @@ void HttpSession::write(const Response& response, bool keep_alive, bool head) {
     out += ": ";
     out += value;
   }
-  out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+  out += !keep_alive ? "\r\nConnection: close\r\n\r\n"
+         : http10    ? "\r\nConnection: keep-alive\r\n\r\n"
+                     : "\r\n\r\n";
   if (!head) out += response.body;
 }
 
@@ -239,6 +258,16 @@ int HttpSession::on_headers_complete(http_parser* p) {
     s.error_status_ = 413;
     return -1;  // the parser stops with an error; feed() answers
   }
+  // A client that asks before sending its body is told to go ahead (it would otherwise
+  // wait a while, then send it anyway).
+  const bool has_body = (p->flags & F_CHUNKED) != 0 ||
+                        ((p->flags & F_CONTENTLENGTH) != 0 && p->content_length > 0);
+  if (has_body && p->http_minor >= 1) {
+    std::string_view expect = s.request_.header("expect");
+    if (expect.size() == 12 && std::equal(expect.begin(), expect.end(), "100-continue",
+                                          [](char a, char b) { return (a | 0x20) == b; }))
+      s.output_ += "HTTP/1.1 100 Continue\r\n\r\n";
+  }
   return 0;
 }
 
@@ -266,10 +295,13 @@ int HttpSession::on_message_complete(http_parser* p) {
     s.response_.status = 500;
     s.response_.body = "{\"error\":\"internal error\"}\n";
   }
-  s.write(s.response_, keep_alive, p->method == HTTP_HEAD);
+  s.write(s.response_, keep_alive, p->method == HTTP_HEAD, p->http_major == 1 && p->http_minor == 0);
   if (!keep_alive) {
     s.closing_ = true;
     http_parser_pause(p, 1);  // the rest of the input is not read
+  } else if (s.output_.size() >= kOutputCap) {
+    s.blocked_ = true;
+    http_parser_pause(p, 1);
   }
   return 0;
 }

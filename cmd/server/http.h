@@ -69,7 +69,13 @@ class HttpSession {
   // Parses what arrived and appends the responses of every request it completes to
   // output(). False once the connection is to be closed after output() is written
   // (the client asked for it, bad input, or draining); later input is ignored.
+  // Once output() holds kOutputCap bytes, parsing stops and the rest of the input is
+  // kept: blocked() until resume() is called, after output() has been written (a client
+  // pipelining requests without reading the responses gets no more work done for it).
   bool feed(std::string_view data);
+  bool blocked() const noexcept { return blocked_; }
+  bool resume();
+  static constexpr std::size_t kOutputCap = 256 * 1024;
   // Called when the client has sent nothing for too long: a partial request is answered
   // 408. The connection is to be closed after output() is written.
   void timed_out();
@@ -98,8 +104,9 @@ class HttpSession {
   bool take_header_bytes(std::size_t n);
   // Answers an error and closes.
   void fail(int status, std::string_view message);
-  // `head`: the response to a HEAD request, without its body.
-  void write(const Response& response, bool keep_alive, bool head = false);
+  // `head`: the response to a HEAD request, without its body. `http10`: an HTTP/1.0
+  // request, whose keep-alive must be announced.
+  void write(const Response& response, bool keep_alive, bool head = false, bool http10 = false);
 
   RequestHandler& handler_;
   std::string peer_;
@@ -108,6 +115,8 @@ class HttpSession {
   Request request_;
   Response response_;
   std::string output_;
+  std::string pending_;  // input not parsed yet while blocked_
+  bool blocked_ = false;
   std::size_t header_bytes_ = 0;
   int error_status_ = 0;  // set by a callback that stopped the parser
   bool in_message_ = false;

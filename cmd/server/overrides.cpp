@@ -153,7 +153,7 @@ std::string Overrides::remove(const std::string& key) {
 
 bool Overrides::reload(RedisConnection& connection) {
   auto next = std::make_shared<OverrideMap>();
-  std::vector<std::string> expired;
+  std::vector<std::pair<std::string, std::string>> expired;  // key, value as read
   std::string error;
   const std::int64_t now = unix_ms();
   const bool ok = connection.round_trip(
@@ -164,13 +164,15 @@ bool Overrides::reload(RedisConnection& connection) {
           return;
         }
         for (std::size_t i = 0; i + 1 < r.elements; i += 2) {
-          const std::string key(r.element[i]->str, r.element[i]->len);
-          const std::optional<Override> o =
-              Override::decode(std::string_view(r.element[i + 1]->str, r.element[i + 1]->len));
-          if (!o || o->expires_ms <= now) {
-            expired.push_back(key);
-          } else {
-            (*next)[key] = *o;
+          std::string key(r.element[i]->str, r.element[i]->len);
+          std::string value(r.element[i + 1]->str, r.element[i + 1]->len);
+          // A value this version cannot read (a newer one wrote it) is left alone.
+          const std::optional<Override> o = Override::decode(value);
+          if (!o) continue;
+          if (o->expires_ms > now) {
+            (*next)[std::move(key)] = *o;
+          } else if (o->expires_ms + kCleanupGrace.count() <= now) {
+            expired.emplace_back(std::move(key), std::move(value));
           }
         }
       },
@@ -185,10 +187,16 @@ bool Overrides::reload(RedisConnection& connection) {
   }
   reloads_.fetch_add(1, std::memory_order_relaxed);
   if (!expired.empty()) {
-    RedisConnection::Argv hdel = {"HDEL", hash_key_};
-    for (const std::string& k : expired) hdel.push_back(k);
-    const RedisConnection::Argv commands[] = {hdel};
-    run_all(connection, commands);  // any instance may clean up; failures do not matter
+    // Any instance may clean up, long after expiry (clocks differ), and only what it read:
+    // an override set again meanwhile stays.
+    static constexpr std::string_view kDeleteIfSame =
+        "if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then "
+        "return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0";
+    std::vector<RedisConnection::Argv> commands;
+    commands.reserve(expired.size());
+    for (const auto& [k, v] : expired)
+      commands.push_back({"EVAL", kDeleteIfSame, "1", hash_key_, k, v});
+    run_all(connection, commands);  // failures do not matter: the next reload retries
   }
   return true;
 }

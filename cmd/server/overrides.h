@@ -66,6 +66,8 @@ class Overrides {
   std::uint64_t reloads() const noexcept { return reloads_.load(std::memory_order_relaxed); }
 
   static constexpr std::chrono::milliseconds kRefresh{5000};
+  // Expired overrides are deleted from Redis this long after their expiry.
+  static constexpr std::chrono::milliseconds kCleanupGrace{60000};
 
  private:
   void run();  // the subscriber thread

@@ -373,11 +373,12 @@ std::vector<Parser::Entry> Parser::entries(const Item& map, std::string_view wha
     const YAML::Node key = it->first;
     if (!key.IsScalar())
       fail(key.Mark(), map.path, "a field name must be a string, got " + kind_of(key));
-    Entry e{key.Scalar(), Item{key, key.Mark(), map.path}, {}};
-    check_unique(seen, e.name, e.key, what);  // yaml-cpp keeps both of a duplicate pair
+    const Item key_item{key, key.Mark(), map.path};
+    check_unique(seen, key.Scalar(), key_item, what);  // yaml-cpp keeps both of a duplicate pair
     const YAML::Node value = it->second;
-    e.value = Item{value, value.IsNull() ? key.Mark() : value.Mark(), join(map.path, e.name)};
-    out.push_back(std::move(e));
+    out.push_back(Entry{
+        key.Scalar(), key_item,
+        Item{value, value.IsNull() ? key.Mark() : value.Mark(), join(map.path, key.Scalar())}});
   }
   return out;
 }
@@ -765,12 +766,15 @@ void append_strings(std::string& out, const std::vector<std::string>& strings) {
   out += ']';
 }
 
+std::string located(std::string source, int line, int column, const std::string& problem) {
+  if (line > 0) source += ":" + std::to_string(line) + ":" + std::to_string(column);
+  return source + ": " + problem;
+}
+
 }  // namespace
 
 RulesError::RulesError(std::string source, int line_, int column_, std::string problem_)
-    : std::runtime_error(line_ > 0 ? source + ":" + std::to_string(line_) + ":" +
-                                         std::to_string(column_) + ": " + problem_
-                                   : source + ": " + problem_),
+    : std::runtime_error(located(std::move(source), line_, column_, problem_)),
       line(line_),
       column(column_),
       problem(std::move(problem_)) {}

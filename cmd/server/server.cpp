@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -228,7 +231,11 @@ class Worker {
   // The idle timeout between requests; the request timeout from a request's first byte.
   void arm(Connection& c) {
     if (c.closing) return;
-    if (c.session.mid_request()) {
+    if (c.writes != 0 && !c.reading) {
+      // Waiting for the client to take its responses: each write it takes restarts this.
+      c.request_timer = false;
+      uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
+    } else if (c.session.mid_request()) {
       if (c.request_timer) return;
       c.request_timer = true;
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
@@ -261,17 +268,41 @@ class Worker {
     if (c->session.requests() != before) c->request_timer = false;
     self.flush(*c);
     if (!more) return;
-    self.arm(*c);
-    // A client that does not read its responses is not read either.
-    if (uv_stream_get_write_queue_size(stream) > (1U << 20)) {
-      uv_read_stop(stream);
-      c->reading = false;
+    self.pump(*c);
+  }
+
+  // After output went out: parses input held back while the output was full, for as
+  // long as the socket takes the responses at once. A client that does not read its
+  // responses is not read either; if it stays that way, its timer closes it.
+  void pump(Connection& c) {
+    while (c.session.blocked() && c.writes == 0 && !c.closing) {
+      const std::uint64_t before = c.session.requests();
+      const bool more = c.session.resume();
+      if (c.session.requests() != before) c.request_timer = false;
+      flush(c);
+      if (!more) return;
     }
+    if (c.closing) return;
+    const bool backlog = c.session.blocked() ||
+        uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&c.tcp)) > (1U << 20);
+    if (backlog) {
+      if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+      c.reading = false;
+    } else {
+      start_reading(c);
+    }
+    arm(c);
   }
 
   static void on_timeout(uv_timer_t* timer) {
     auto* c = static_cast<Connection*>(timer->data);
     c->worker.service_.connections().timed_out.fetch_add(1, std::memory_order_relaxed);
+    if (c->writes != 0) {
+      // Its responses have not been taken for a whole timeout: a client that does not
+      // read does not keep a connection (and its buffers).
+      c->worker.close(*c);
+      return;
+    }
     c->session.timed_out();
     c->worker.flush(*c);
   }
@@ -322,15 +353,18 @@ class Worker {
     }
     if (c->session.closing()) {
       self.finish(*c);
-    } else if (!c->reading &&
-               uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&c->tcp)) < (1U << 18)) {
-      self.start_reading(*c);
+    } else {
+      self.pump(*c);
     }
   }
 
-  // Closes once the last write has gone.
+  // Closes once the last write has gone (within the request timeout).
   void finish(Connection& c) {
-    if (c.writes == 0) close(c);
+    if (c.writes == 0) {
+      close(c);
+    } else if (!c.closing) {
+      uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
+    }
   }
 
   void close(Connection& c) {
@@ -383,32 +417,47 @@ class Control {
       // The directory, not the file: editors and deploy tools replace the file (a new
       // inode), which a watch on the old one would miss.
       const std::filesystem::path path = std::filesystem::absolute(service_.rules_path());
-      file_ = path.filename().string();
       const int rc = uv_fs_event_start(&watch_, on_change, path.parent_path().c_str(), 0);
       if (rc != 0) log(LogLevel::warning, "cannot watch the rules file (SIGHUP still reloads): " + uv_message(rc));
     }
   }
   ~Control() { uv_loop_close(&loop_); }
 
+  // Until a stop signal, and the workers have been told to drain.
   void run() { uv_run(&loop_, UV_RUN_DEFAULT); }
+  // After the workers have ended: the signal handles go.
+  void close() {
+    for (uv_signal_t* h : {&sigterm_, &sigint_, &sighup_})
+      uv_close(reinterpret_cast<uv_handle_t*>(h), nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+  }
 
  private:
   static void on_stop(uv_signal_t* s, int signum) {
     auto* self = static_cast<Control*>(s->data);
+    if (self->stopping_) {
+      log(LogLevel::info, "already draining");  // a second signal must not kill us
+      return;
+    }
+    self->stopping_ = true;
     log(LogLevel::info, std::string(signum == SIGTERM ? "SIGTERM" : "SIGINT") +
                             ": draining in-flight requests, then exiting");
     for (auto& w : self->workers_) w->drain();
-    for (uv_handle_t* h :
-         {reinterpret_cast<uv_handle_t*>(&self->sigterm_), reinterpret_cast<uv_handle_t*>(&self->sigint_),
-          reinterpret_cast<uv_handle_t*>(&self->sighup_), reinterpret_cast<uv_handle_t*>(&self->debounce_),
-          reinterpret_cast<uv_handle_t*>(&self->watch_)}) {
+    // The signal handles stay (a repeated signal is ignored) but no longer keep the
+    // loop alive: it ends with the workers' drain.
+    for (uv_signal_t* h : {&self->sigterm_, &self->sigint_, &self->sighup_})
+      uv_unref(reinterpret_cast<uv_handle_t*>(h));
+    for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&self->debounce_),
+                           reinterpret_cast<uv_handle_t*>(&self->watch_)}) {
       if (!uv_is_closing(h)) uv_close(h, nullptr);
     }
   }
   static void on_hup(uv_signal_t* s, int) { static_cast<Control*>(s->data)->service_.reload("SIGHUP"); }
-  static void on_change(uv_fs_event_t* handle, const char* filename, int, int status) {
+  static void on_change(uv_fs_event_t* handle, const char*, int, int status) {
     auto* self = static_cast<Control*>(handle->data);
-    if (status < 0 || filename == nullptr || self->file_ != filename) return;
+    // Any change in the directory: the file may be reached through a symlink swapped
+    // there (a Kubernetes ConfigMap). Unchanged bytes are not a new version.
+    if (status < 0) return;
     // A save is often several events (truncate, write, rename): reload once they settle.
     uv_timer_start(&self->debounce_, on_settled, 100, 0);
   }
@@ -422,7 +471,7 @@ class Control {
   uv_signal_t sigterm_{}, sigint_{}, sighup_{};
   uv_timer_t debounce_{};
   uv_fs_event_t watch_{};
-  std::string file_;
+  bool stopping_ = false;
 };
 
 bool parse_listen(const std::string& text, Config& config) {
@@ -528,6 +577,18 @@ int run(int argc, char** argv) {
   engine_options.max_limiters = args["max-limiters"].as<std::size_t>();
   engine_options.logger = log;
 
+  // A peer that resets its connection while a response is being written must not end
+  // the process (libuv writes without MSG_NOSIGNAL).
+  std::signal(SIGPIPE, SIG_IGN);
+  // Until the control loop handles them, the stop and reload signals wait (a SIGHUP
+  // from a deploy tool during start-up would otherwise end the process); threads
+  // started meanwhile inherit the mask and never receive them.
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   try {
     Engine engine(engine_options);
     Overrides overrides(engine_options.redis, engine_options.key_prefix, log);
@@ -557,8 +618,12 @@ int run(int argc, char** argv) {
                 engine_options.redis.empty() ? "local-only" : "Redis",
                 service.rules()->version().c_str());
     std::fflush(stdout);
+    // From here on the signals reach this thread (and only it: every other thread was
+    // started with them blocked).
+    pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
     control.run();
     for (auto& w : workers) w->join();
+    control.close();
     log(LogLevel::info, "drained; exiting");
     return 0;
   } catch (const RulesError& e) {

@@ -1,5 +1,6 @@
 #include "service.h"
 
+#include <uv.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -26,6 +27,28 @@ bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return (x | 0x20) == (y | 0x20);
          });
+}
+
+bool is_ip_address(std::string_view text) {
+  char copy[64];
+  if (text.empty() || text.size() >= sizeof copy) return false;
+  text.copy(copy, text.size());
+  copy[text.size()] = '\0';
+  unsigned char binary[16];
+  return uv_inet_pton(AF_INET, copy, binary) == 0 || uv_inet_pton(AF_INET6, copy, binary) == 0;
+}
+
+// The path of a request target: origin form ("/a?b") as is; absolute form
+// ("http://host/a?b", RFC 9112 3.2.2) reduced to its path, so that it cannot dodge the
+// endpoints' limits.
+std::string_view path_of(std::string_view target) {
+  if (target.empty() || target.front() == '/') return target;
+  http_parser_url url;
+  http_parser_url_init(&url);
+  if (http_parser_parse_url(target.data(), target.size(), 0, &url) != 0 ||
+      (url.field_set & (1U << UF_PATH)) == 0)
+    return "/";
+  return target.substr(url.field_data[UF_PATH].off);
 }
 
 // The token of "Authorization: Bearer <token>", empty if there is none.
@@ -100,7 +123,7 @@ class Service::Worker final : public RequestHandler {
   ~Worker() override { service_.remove_worker(&stats_); }
 
   void handle(const Request& request, std::string_view peer, Response& response) override {
-    const std::string path = normalise_path(request.target);
+    const std::string path = normalise_path(path_of(request.target));
     if (path == "/healthz") return health(response);
     if (path == "/metrics") {
       response.content_type = kPrometheus;
@@ -108,7 +131,7 @@ class Service::Worker final : public RequestHandler {
       return;
     }
     if (path == "/admin" || path.starts_with("/admin/")) {
-      admin(request, path, response);
+      admin(request, peer, path, response);
       return count(response.status, "admin");
     }
     limit(request, peer, path, response);
@@ -151,7 +174,7 @@ class Service::Worker final : public RequestHandler {
       const std::size_t comma = forwarded.rfind(',');
       const std::string_view last =
           trim(comma == std::string_view::npos ? forwarded : forwarded.substr(comma + 1));
-      if (!last.empty()) address = last;
+      if (is_ip_address(last)) address = last;  // anything else: the connection's
     }
     address_key_ = "ip:";
     address_key_ += address;
@@ -278,11 +301,26 @@ class Service::Worker final : public RequestHandler {
     stats_.latency_sum_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
   }
 
-  void admin(const Request& request, const std::string& path, Response& response) {
+  void admin(const Request& request, std::string_view peer, const std::string& path,
+             Response& response) {
     if (service_.options_.admin_token.empty()) {
       return json_error(response, 404, "no admin API (start the server with --admin-token)");
     }
+    // Guessing the token: a few wrong ones per address and minute, then 429 (even for
+    // the right one, until the window lets the address try again).
+    static const Limit kWrongTokens(10, std::chrono::minutes(1));
+    scratch_ = "admin-auth";
+    scratch_ += '\0';
+    scratch_ += peer;
+    const std::uint64_t guesser = ratewin::hash(scratch_);
+    const Decision so_far = service_.engine_.try_acquire(guesser, kWrongTokens, 0);
+    if (so_far.remaining == 0) {
+      for (HeaderField& f : headers(service_.engine_.try_acquire(guesser, kWrongTokens, 1)))
+        if (f.name == "Retry-After") response.headers.emplace_back(f.name, std::move(f.value));
+      return json_error(response, 429, "too many wrong admin tokens from this address");
+    }
     if (!same_secret(bearer(request), service_.options_.admin_token)) {
+      service_.engine_.try_acquire(guesser, kWrongTokens, 1);
       response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ratewin-admin\"");
       return json_error(response, 401, "admin token missing or wrong");
     }
@@ -532,8 +570,8 @@ std::string Service::metrics_text() const {
   sample("ratewin_server_decision_seconds_sum", "", static_cast<double>(latency_sum_ns) / 1e9);
   sample("ratewin_server_decision_seconds_count", "", u(cumulative));
 
-  family("ratewin_server_connections", "gauge", "Client connections open now.");
-  sample("ratewin_server_connections", "",
+  family("ratewin_server_open_connections", "gauge", "Client connections open now.");
+  sample("ratewin_server_open_connections", "",
          static_cast<double>(connections_.open.load(std::memory_order_relaxed)));
   family("ratewin_server_connections_total", "counter",
          "Client connections by outcome: accepted, refused (over --max-connections), "
@@ -604,11 +642,13 @@ std::string Service::metrics_text() const {
     sample("ratewin_store_writes_total", "result=\"ok\"", u(st.writes_ok));
     sample("ratewin_store_writes_total", "result=\"failed\"", u(st.writes_failed));
     sample("ratewin_store_writes_total", "result=\"skipped\"", u(st.writes_skipped));
-    family("ratewin_store_write_seconds", "summary", "Write round-trip latency.");
-    sample("ratewin_store_write_seconds", "quantile=\"0.5\"", s(st.write_p50));
-    sample("ratewin_store_write_seconds", "quantile=\"0.9\"", s(st.write_p90));
-    sample("ratewin_store_write_seconds", "quantile=\"0.99\"", s(st.write_p99));
-    sample("ratewin_store_write_seconds", "quantile=\"1\"", s(st.write_max));
+    family("ratewin_store_write_latency_seconds", "gauge",
+           "Write round-trip latency quantiles since start (within 12.5%).");
+    sample("ratewin_store_write_latency_seconds", "quantile=\"0.5\"", s(st.write_p50));
+    sample("ratewin_store_write_latency_seconds", "quantile=\"0.9\"", s(st.write_p90));
+    sample("ratewin_store_write_latency_seconds", "quantile=\"0.99\"", s(st.write_p99));
+    family("ratewin_store_write_latency_max_seconds", "gauge", "The slowest write since start.");
+    sample("ratewin_store_write_latency_max_seconds", "", s(st.write_max));
     family("ratewin_store_warm_starts_total", "counter", "Limiters loaded from the store before deciding.");
     sample("ratewin_store_warm_starts_total", "", u(st.warm_starts));
     family("ratewin_store_sync_rounds_total", "counter", "Boundary reads by result.");

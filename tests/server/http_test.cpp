@@ -138,5 +138,33 @@ TEST_CASE("HEAD is answered without a body; repeated headers keep every line") {
   CHECK(echo.seen[0].last_header("absent").empty());
 }
 
+TEST_CASE("a client that pipelines without reading gets no more parsed than the output cap") {
+  struct Big final : RequestHandler {
+    int handled = 0;
+    void handle(const Request&, std::string_view, Response& response) override {
+      ++handled;
+      response.body.assign(10000, 'x');
+    }
+  } big;
+  HttpSession session(big, "p");
+  std::string input;
+  for (int i = 0; i < 100; ++i) input += "GET / HTTP/1.1\r\n\r\n";
+  CHECK(session.feed(input));
+  CHECK(session.blocked());
+  const int first = big.handled;
+  CHECK(first < 100);
+  CHECK(session.output().size() < HttpSession::kOutputCap + 11000);
+  CHECK(session.feed("GET / HTTP/1.1\r\n\r\n"));  // held back too
+  CHECK(big.handled == first);
+  int rounds = 0;
+  while (session.blocked()) {
+    session.output().clear();  // written
+    CHECK(session.resume());
+    ++rounds;
+  }
+  CHECK(big.handled == 101);
+  CHECK(rounds >= 3);
+}
+
 }  // namespace
 }  // namespace ratewin::server

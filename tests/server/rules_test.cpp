@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -149,10 +150,10 @@ TEST_CASE("normalise_path") {
       {"?only", "/"},
       {"/%2e%2e/x", "/%2e%2e/x"},
   };
-  for (const auto& [in, want] : cases) {
-    CAPTURE(in);
-    CHECK(normalise_path(in) == want);
-    CHECK(normalise_path(normalise_path(in)) == want);
+  for (const auto& c : cases) {
+    CAPTURE(c.first);
+    CHECK(normalise_path(c.first) == c.second);
+    CHECK(normalise_path(normalise_path(c.first)) == c.second);
   }
 }
 
@@ -389,6 +390,23 @@ TEST_CASE("Match pointers survive moving the Rules into a shared_ptr") {
   CHECK(before.limits == after.limits);
   CHECK(before.tier.data() == after.tier.data());
   CHECK(before.limits[0]->name == "tier:pro/a");
+}
+
+TEST_CASE("match() from many threads at once") {
+  const auto rules = std::make_shared<const Rules>(Rules::load(RATEWIN_RULES_EXAMPLE));
+  std::vector<std::thread> threads;
+  std::vector<std::size_t> counted(4, 0);
+  for (std::size_t t = 0; t < counted.size(); ++t) {
+    threads.emplace_back([&rules, &counted, t] {
+      Match m;
+      for (int i = 0; i < 2000; ++i) {
+        rules->match(i % 2 == 0 ? "pro_a" : "anyone", "GET", "/api/v1/search", m);
+        counted[t] += m.limits.size();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::size_t c : counted) CHECK(c == 1000 * 5 + 1000 * 4);
 }
 
 TEST_CASE("the version names the file's bytes") {

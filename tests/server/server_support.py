@@ -282,8 +282,11 @@ def request(port: int, method: str = "GET", path: str = "/", headers: Mapping[st
 class Client:
     """Requests on one keep-alive connection."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, source: str | None = None) -> None:
+        # `source`: another loopback address (127.0.0.x) to connect from.
+        self.conn = http.client.HTTPConnection(
+            "127.0.0.1", port, timeout=timeout,
+            source_address=(source, 0) if source else None)
 
     def call(self, method: str, path: str, headers: Mapping[str, str] | None = None,
              body: bytes | str | None = None) -> Reply:

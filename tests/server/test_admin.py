@@ -61,12 +61,14 @@ def test_admin_needs_the_right_bearer_token(start_server, tmp_path):
         {"Authorization": TOKEN},
         {"X-API-Key": TOKEN},
     ]
-    for headers in wrong:
-        for method, target in [("GET", "/admin/rules"), ("POST", "/admin/overrides"),
-                               ("POST", "/admin/reload")]:
-            r = server.call(method, target, headers=headers, body=b'{"key":"k","limit":100}')
-            assert r.status == 401, (headers, target, r)
-            assert r.headers["www-authenticate"].startswith("Bearer")
+    for i, headers in enumerate(wrong):
+        # From an address of its own each: 10 wrong tokens a minute lock an address out.
+        with Client(server.port, source=f"127.0.0.{10 + i}") as c:
+            for method, target in [("GET", "/admin/rules"), ("POST", "/admin/overrides"),
+                                   ("POST", "/admin/reload")]:
+                r = c.call(method, target, headers=headers, body=b'{"key":"k","limit":100}')
+                assert r.status == 401, (headers, target, r)
+                assert r.headers["www-authenticate"].startswith("Bearer")
     # Nothing was changed by the refused calls.
     assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
 
@@ -80,6 +82,20 @@ def test_admin_needs_the_right_bearer_token(start_server, tmp_path):
     assert body["rules"]["default_tier"] == "free"
     assert server.get("/admin/nothing-here", AUTH).status == 404
     assert server.metric('ratewin_server_requests_total{status="401",rule="admin"}') == 21
+
+
+def test_admin_token_guessing_is_limited_per_address(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    with Client(server.port, source="127.0.0.50") as c:
+        for _ in range(10):
+            assert c.get("/admin/rules", {"Authorization": "Bearer guess"}).status == 401
+        r = c.get("/admin/rules", {"Authorization": "Bearer guess"})
+        assert r.status == 429, r
+        assert int(r.headers["retry-after"]) > 0
+        # Locked out, even with the right token...
+        assert c.get("/admin/rules", AUTH).status == 429
+    # ...from that address only.
+    assert server.get("/admin/rules", AUTH).status == 200
 
 
 def test_admin_override_limit_and_multiplier_apply_locally(start_server, tmp_path):

@@ -296,6 +296,12 @@ def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
 
         assert wait_until(refused, 2)
         assert server.alive(), "exited with a request in flight"
+        # A second signal (Ctrl-C twice, a supervisor signalling the group and the PID)
+        # does not cut the drain short.
+        server.signal(signal.SIGTERM)
+        server.signal(signal.SIGINT)
+        time.sleep(0.2)
+        assert server.alive(), "a repeated signal ended the drain"
         # The rest of the request: answered, with Connection: close, then the server exits.
         busy.sendall(b"\r\n")
         reader = RawReader(busy)
@@ -404,7 +410,7 @@ def test_healthz_and_metrics(start_server, rules):
     assert server.metric('ratewin_engine_decisions_total{result="rejected"}') == 2
     assert server.metric("ratewin_server_decision_seconds_count") == 6
     assert server.metric('ratewin_server_decision_seconds_bucket{le="+Inf"}') == 6
-    assert server.metric("ratewin_server_connections") >= 1
+    assert server.metric("ratewin_server_open_connections") >= 1
     assert server.metric("ratewin_server_overrides") == 0
     for line in text.splitlines():  # every line is a comment or "name[{labels}] number"
         if line and not line.startswith("#"):
@@ -421,3 +427,113 @@ def test_without_rules_nothing_is_limited(start_server):
             r = c.get("/anything", {"X-API-Key": "k"})
             assert r.status == 200 and r.headers["x-ratelimit-policy"] == "none"
     assert json.loads(server.get("/healthz").body)["rules"].startswith("unversioned@")
+
+
+def test_peer_reset_while_responses_are_queued_does_not_kill_the_server(start_server, rules):
+    """SIGPIPE: a client that resets its connection with responses still being written."""
+    server = start_server(rules=rules, threads=1)
+    # libuv writes without MSG_NOSIGNAL: a write to a reset connection raises SIGPIPE,
+    # which the server must ignore. Deterministically first:
+    server.signal(signal.SIGPIPE)
+    time.sleep(0.1)
+    assert server.alive(), "SIGPIPE ended the server"
+    # Then the way it happens.
+    burst = raw_get("/x") * 20000
+    for _ in range(3):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", server.port))
+        s.sendall(burst)
+        time.sleep(0.2)  # responses pile up: the client reads none
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()  # RST
+    time.sleep(0.2)
+    assert server.alive(), server.log()
+    assert server.get("/healthz").status == 200
+
+
+def test_client_that_never_reads_is_bounded_and_closed(start_server, rules):
+    """Pipelining without reading: parsing stops once a connection's output is full, and
+    the connection is closed after a request timeout without progress."""
+    server = start_server("--request-timeout-ms", "500", "--idle-timeout-ms", "500",
+                          "--max-connections", "4", rules=rules, threads=1)
+    def rss_kib() -> int:
+        with open(f"/proc/{server.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    before = rss_kib()
+    socks = []
+    try:
+        for _ in range(3):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", server.port))
+            s.setblocking(False)
+            try:
+                for _ in range(40):  # as much as the socket takes: ~2.5 MB of /metrics
+                    s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 1500)
+            except BlockingIOError:
+                pass
+            socks.append(s)
+        time.sleep(0.3)
+        # Each connection holds at most its capped output and one read of input.
+        assert rss_kib() - before < 3 * 2048, (before, rss_kib())
+        # They make no progress: closed after the timeout, and their slots come back.
+        # (The scrape's own connection is the one left.)
+        assert wait_until(lambda: server.metric("ratewin_server_open_connections") == 1, 5)
+        assert server.get("/healthz").status == 200
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_expect_100_continue_and_http10_keep_alive(start_server, rules):
+    server = start_server(rules=rules)
+    s = raw_connect(server.port)
+    try:
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                  b"Expect: 100-continue\r\n\r\n")
+        s.settimeout(2)
+        assert s.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.sendall(b"hello")
+        reader = RawReader(s)
+        assert reader.response().status == 200
+        s.sendall(b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        r = reader.response()
+        assert r.status == 200 and r.headers["connection"].lower() == "keep-alive", r
+        s.sendall(b"GET /b HTTP/1.0\r\n\r\n")
+        assert reader.response().status == 200
+        assert reader.closed(2)  # HTTP/1.0 without keep-alive: closed after the response
+    finally:
+        s.close()
+
+
+def test_absolute_form_target_is_matched_by_its_path(start_server, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: login
+            path: /auth/login
+            limits:
+              - {name: per-minute, max: 1, window: 1m}
+        """)
+    server = start_server(rules=rules)
+    with Client(server.port) as c:
+        assert c.get("/auth/login").status == 200
+        r = c.get("http://elsewhere/auth/login?x=1")
+        assert r.status == 429 and r.json()["limit"] == "endpoint:login/per-minute", r
+
+
+def test_trust_proxy_ignores_a_forwarded_value_that_is_not_an_address(start_server, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: rps, max: 1, window: 10s}
+        default_tier: free
+        """)
+    server = start_server("--trust-proxy", rules=rules)
+    with Client(server.port) as c:
+        assert c.get("/", {"X-Forwarded-For": "not-an-address"}).status == 200
+        # Counted as the connection's address, whatever the junk says.
+        r = c.get("/", {"X-Forwarded-For": "still junk"})
+        assert r.status == 429, r
+        assert c.get("/", {"X-Forwarded-For": "192.0.2.9"}).status == 200

@@ -372,8 +372,14 @@ def test_refused_request_consumes_none_of_its_limits(start_server, tmp_path):
         # Exhausting the tier: exactly 7 more pass.
         assert sum(c.get("/elsewhere", key).status == 200 for _ in range(10)) == 7
         # Now the tier refuses, and it names itself.
-        r = c.get("/search", key)
+        r = c.get("/elsewhere", key)
         assert r.status == 429 and r.json()["limit"] == "tier:free/per-minute"
+        # Both refuse /search: the one named is the one that lasts longest.
+        r = c.get("/search", key)
+        assert r.status == 429, r
+        assert r.json()["limit"] in ("tier:free/per-minute", "endpoint:search/burst")
+        policy = r.headers["ratelimit-policy"]
+        assert '"tier:free/per-minute"' in policy and '"endpoint:search/burst"' in policy
 
 
 def test_tier_refusal_does_not_consume_endpoint_limit(start_server, tmp_path):
