@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
 # every suite (unit, Redis, C ABI with its symbol, ABI and install checks, Python, the
-# README's examples), then builds and runs the unit, Redis and C ABI suites under
+# README's examples, the server's unit and end-to-end suites, the demo), then builds
+# and runs the unit, Redis, C ABI and server suites (against a sanitized server) under
 # AddressSanitizer+UBSan and under ThreadSanitizer, runs the libFuzzer targets for a
-# bounded smoke time, and runs clang-tidy over the library. Exits non-zero on the first failure. Tests that need Redis start their own
-# redis-server on a free loopback port or Unix socket.
+# bounded smoke time, and runs clang-tidy over the library. Exits non-zero on the first
+# failure. Tests that need Redis start their own redis-server on a free loopback port or
+# Unix socket.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
@@ -20,8 +22,9 @@ for sanitizer in address thread; do
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
     -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
   cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_capi_test \
-    ratewin_server_tests
-  ctest --test-dir "$dir" -L "unit|redis|capi" --output-on-failure
+    ratewin_server_tests ratewin-server
+  # The server's end-to-end suite runs against this sanitized server binary.
+  ctest --test-dir "$dir" -R "^(unit|redis|capi|server_units|server_e2e)$" --output-on-failure
 done
 # libFuzzer smoke runs (clang): the request path and the rules parser, each for a bounded
 # time from its seed corpus (copied: a run adds what it finds to the corpus directory).

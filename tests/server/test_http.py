@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import socket
 import time
@@ -475,8 +476,10 @@ def test_client_that_never_reads_is_bounded_and_closed(start_server, rules):
                 pass
             socks.append(s)
         time.sleep(0.3)
-        # Each connection holds at most its capped output and one read of input.
-        assert rss_kib() - before < 3 * 2048, (before, rss_kib())
+        # Each connection holds at most its capped output and one read of input (not
+        # measurable under a sanitizer, whose allocator keeps freed memory aside).
+        if not os.environ.get("RATEWIN_SANITIZE"):
+            assert rss_kib() - before < 3 * 2048, (before, rss_kib())
         # They make no progress: closed after the timeout, and their slots come back.
         # (The scrape's own connection is the one left.)
         assert wait_until(lambda: server.metric("ratewin_server_open_connections") == 1, 5)
