@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
-#include <cstdio>
+
+#include "text.h"
 
 namespace ratewin::server {
 
@@ -17,34 +17,13 @@ const http_parser_settings kSettings = [] {
 
 HttpSession& session_of(http_parser* p) { return *static_cast<HttpSession*>(p->data); }
 
-void append_number(std::string& out, std::uint64_t value) {
-  char digits[24];
-  const auto r = std::to_chars(digits, digits + sizeof digits, value);
-  out.append(digits, r.ptr);
-}
-
 }  // namespace
-
-void append_json_string(std::string& out, std::string_view text) {
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-}
 
 void json_error(Response& response, int status, std::string_view message) {
   response.status = status;
-  response.body = "{\"error\":\"";
+  response.body = "{\"error\":";
   append_json_string(response.body, message);
-  response.body += "\"}\n";
+  response.body += "}\n";
 }
 
 std::string_view Request::header(std::string_view name) const noexcept {
@@ -263,9 +242,7 @@ int HttpSession::on_headers_complete(http_parser* p) {
   const bool has_body = (p->flags & F_CHUNKED) != 0 ||
                         ((p->flags & F_CONTENTLENGTH) != 0 && p->content_length > 0);
   if (has_body && p->http_minor >= 1) {
-    std::string_view expect = s.request_.header("expect");
-    if (expect.size() == 12 && std::equal(expect.begin(), expect.end(), "100-continue",
-                                          [](char a, char b) { return (a | 0x20) == b; }))
+    if (iequals(s.request_.header("expect"), "100-continue"))
       s.output_ += "HTTP/1.1 100 Continue\r\n\r\n";
   }
   return 0;

@@ -51,9 +51,6 @@ class RequestHandler {
   virtual void handle(const Request& request, std::string_view peer, Response& response) = 0;
 };
 
-// Escapes text for a JSON string (without the quotes).
-void append_json_string(std::string& out, std::string_view text);
-
 // Sets an error response: the status and {"error": message}.
 void json_error(Response& response, int status, std::string_view message);
 

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <vector>
 
-#include "http.h"
 #include "redis_connection.h"
 #include "redis_endpoint.h"
+#include "text.h"
 
 namespace ratewin::server {
 
@@ -30,10 +30,11 @@ std::uint64_t Override::apply(std::uint64_t max) const noexcept {
 }
 
 std::string Override::encode() const {
-  char number[64];
-  const auto r = std::to_chars(number, number + sizeof number, value);
-  return std::string(kind == Kind::limit ? "limit " : "multiplier ") + std::string(number, r.ptr) +
-         " " + std::to_string(expires_ms);
+  std::string out = kind == Kind::limit ? "limit " : "multiplier ";
+  append_double(out, value);
+  out += ' ';
+  out += std::to_string(expires_ms);
+  return out;
 }
 
 std::optional<Override> Override::decode(std::string_view text) {
@@ -58,12 +59,10 @@ std::optional<Override> Override::decode(std::string_view text) {
 }
 
 std::string Override::to_json(std::string_view key) const {
-  std::string out = "{\"key\":\"";
+  std::string out = "{\"key\":";
   append_json_string(out, key);
-  char number[64];
-  const auto r = std::to_chars(number, number + sizeof number, value);
-  out += kind == Kind::limit ? "\",\"limit\":" : "\",\"multiplier\":";
-  out.append(number, r.ptr);
+  out += kind == Kind::limit ? ",\"limit\":" : ",\"multiplier\":";
+  append_double(out, value);
   out += ",\"expires_in_s\":";
   out += std::to_string(std::max<std::int64_t>(0, expires_ms - unix_ms()) / 1000);
   out += '}';

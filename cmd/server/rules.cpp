@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ratewin/hash.h"
+#include "text.h"
 
 namespace ratewin::server {
 
@@ -133,80 +134,24 @@ std::string_view name_of(const std::array<std::pair<std::string_view, T>, N>& ta
   return "?";
 }
 
-// Length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none (stray
-// continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
-std::size_t utf8_length(std::string_view s, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char b = byte(i);
-  if (b < 0x80) return 1;
-  std::size_t n = 0;
-  unsigned char lo = 0x80;  // bounds of the second byte, which rule out the bad forms
-  unsigned char hi = 0xbf;
-  if (b >= 0xc2 && b <= 0xdf) {
-    n = 2;
-  } else if (b >= 0xe0 && b <= 0xef) {
-    n = 3;
-    if (b == 0xe0) lo = 0xa0;
-    if (b == 0xed) hi = 0x9f;
-  } else if (b >= 0xf0 && b <= 0xf4) {
-    n = 4;
-    if (b == 0xf0) lo = 0x90;
-    if (b == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (s.size() - i < n) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
-  }
-  return n;
-}
-
-// Appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD, so the output is
-// valid JSON whatever s holds (the parser rejects such strings anyway).
-void append_json(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      out += "\\u00";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else if (const std::size_t n = utf8_length(s, i); n == 0) {
-      out += "\\ufffd";
-    } else {
-      out.append(s.substr(i, n));
-      i += n;
-      continue;
-    }
-    ++i;
-  }
-  out += '"';
-}
-
 // A value for an error message: quoted, escaped, and cut short if long.
 std::string quoted(std::string_view s) {
   constexpr std::size_t kMax = 60;
   std::string out;
   if (s.size() <= kMax) {
-    append_json(out, s);
+    append_json_string(out, s);
     return out;
   }
   std::size_t cut = kMax;
   while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
-  append_json(out, std::string(s.substr(0, cut)) + "...");
+  append_json_string(out, std::string(s.substr(0, cut)) + "...");
   return out;
 }
 
 std::string to_json_number(double v) {
-  std::array<char, 32> buf{};
-  const auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), v);
-  return ec == std::errc() ? std::string(buf.data(), end) : std::string("null");
+  std::string out;
+  append_double(out, v);
+  return out;
 }
 
 std::string version_of(std::string_view label, std::string_view bytes) {
@@ -742,7 +687,7 @@ void append_limits(std::string& out, const std::vector<const LimitRule*>& rules)
   for (const LimitRule* r : rules) {
     if (out.back() != '[') out += ',';
     out += "{\"name\":";
-    append_json(out, r->name);
+    append_json_string(out, r->name);
     out += ",\"max\":" + std::to_string(r->limit.max());
     out += ",\"window_ms\":" + std::to_string(r->limit.interval().count());
     out += ",\"subintervals\":" + std::to_string(r->limit.subintervals());
@@ -751,7 +696,7 @@ void append_limits(std::string& out, const std::vector<const LimitRule*>& rules)
            "\"";
     out += ",\"cost\":" + std::to_string(r->cost);
     out += ",\"limit\":";
-    append_json(out, r->limit.to_string());
+    append_json_string(out, r->limit.to_string());
     out += '}';
   }
   out += ']';
@@ -761,7 +706,7 @@ void append_strings(std::string& out, const std::vector<std::string>& strings) {
   out += '[';
   for (const std::string& s : strings) {
     if (out.back() != '[') out += ',';
-    append_json(out, s);
+    append_json_string(out, s);
   }
   out += ']';
 }
@@ -850,20 +795,20 @@ std::size_t Rules::limit_count() const { return data_->rules.size(); }
 std::string Rules::describe_json() const {
   const Data& d = *data_;
   std::string out = "{\"version\":";
-  append_json(out, d.version);
+  append_json_string(out, d.version);
   out += ",\"defaults\":{\"failure_policy\":\"" +
          std::string(name_of(kPolicies, d.default_policy)) + "\"}";
   out += ",\"tiers\":{";
   for (const Data::Tier& t : d.tiers) {
     if (out.back() != '{') out += ',';
-    append_json(out, t.name);
+    append_json_string(out, t.name);
     out += ":{\"limits\":";
     append_limits(out, t.limits);
     out += '}';
   }
   out += "},\"default_tier\":";
   if (d.default_tier) {
-    append_json(out, d.tiers[*d.default_tier].name);
+    append_json_string(out, d.tiers[*d.default_tier].name);
   } else {
     out += "null";
   }
@@ -871,18 +816,18 @@ std::string Rules::describe_json() const {
   for (const Data::KeyTier& k : d.keys) {
     if (out.back() != '[') out += ',';
     out += "{\"match\":";
-    append_json(out, k.pattern);
+    append_json_string(out, k.pattern);
     out += ",\"tier\":";
-    append_json(out, d.tiers[k.tier].name);
+    append_json_string(out, d.tiers[k.tier].name);
     out += '}';
   }
   out += "],\"endpoints\":[";
   for (const Data::Endpoint& e : d.endpoints) {
     if (out.back() != '[') out += ',';
     out += "{\"name\":";
-    append_json(out, e.name);
+    append_json_string(out, e.name);
     out += ",\"path\":";
-    append_json(out, e.path);
+    append_json_string(out, e.path);
     out += e.glob ? ",\"match\":\"glob\"" : ",\"match\":\"prefix\"";
     out += ",\"methods\":";
     if (e.methods.empty()) {
@@ -898,10 +843,10 @@ std::string Rules::describe_json() const {
   for (const Data::Override& o : d.overrides) {
     if (out.back() != '[') out += ',';
     out += "{\"key\":";
-    append_json(out, o.key);
+    append_json_string(out, o.key);
     out += ",\"tier\":";
     if (o.tier) {
-      append_json(out, d.tiers[*o.tier].name);
+      append_json_string(out, d.tiers[*o.tier].name);
     } else {
       out += "null";
     }
@@ -938,10 +883,8 @@ void resource_name(const LimitRule& rule, std::string_view key, std::string_view
                    std::string& out) {
   // The length prefix makes the rule name self-delimiting (an override's name holds its
   // key, which may contain anything); endpoint names cannot contain '|'.
-  std::array<char, 24> len{};
-  const auto [end, ec] = std::to_chars(len.data(), len.data() + len.size(), rule.name.size());
-  (void)ec;
-  out.assign(len.data(), end);
+  out.clear();
+  append_number(out, rule.name.size());
   out += ':';
   out += rule.name;
   if (rule.scope == Scope::endpoint) {

@@ -4,10 +4,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
+
+#include "text.h"
 
 namespace ratewin::server {
 
@@ -21,12 +21,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return (x | 0x20) == (y | 0x20);
-         });
 }
 
 bool is_ip_address(std::string_view text) {
@@ -56,18 +50,6 @@ std::string_view bearer(const Request& request) {
   const std::string_view auth = trim(request.header("authorization"));
   if (auth.size() < 7 || !iequals(auth.substr(0, 6), "bearer") || auth[6] != ' ') return {};
   return trim(auth.substr(7));
-}
-
-void append_number(std::string& out, std::uint64_t value) {
-  char digits[24];
-  const auto r = std::to_chars(digits, digits + sizeof digits, value);
-  out.append(digits, r.ptr);
-}
-
-void append_double(std::string& out, double value) {
-  char digits[32];
-  const auto r = std::to_chars(digits, digits + sizeof digits, value);
-  out.append(digits, r.ptr);
 }
 
 // A structured-field string (RFC 8941): printable ASCII, with " and \ escaped.
@@ -150,9 +132,9 @@ class Service::Worker final : public RequestHandler {
     const Stats s = service_.engine_.stats();
     response.body = "{\"status\":\"ok\",\"store\":\"";
     response.body += !s.store ? "none" : s.store_available ? "up" : "down";
-    response.body += "\",\"rules\":\"";
+    response.body += "\",\"rules\":";
     append_json_string(response.body, rules_.get().version());
-    response.body += "\"}\n";
+    response.body += "}\n";
   }
 
   // The client's key: X-API-Key, else the bearer token, else its address (the one the
@@ -265,9 +247,9 @@ class Service::Worker final : public RequestHandler {
     if (allowed) return ok(response, path);
     response.status = 429;
     std::string& b = response.body;
-    b = "{\"error\":\"rate limited\",\"limit\":\"";
+    b = "{\"error\":\"rate limited\",\"limit\":";
     append_json_string(b, rule.name);
-    b += "\",\"max\":";
+    b += ",\"max\":";
     append_number(b, items_[shown].limit.max());
     b += ",\"window_s\":";
     append_double(b, static_cast<double>(rule.limit.interval().count()) / 1000.0);
@@ -285,11 +267,11 @@ class Service::Worker final : public RequestHandler {
 
   void ok(Response& response, std::string_view path) {
     std::string& b = response.body;
-    b = "{\"ok\":true,\"endpoint\":\"";
+    b = "{\"ok\":true,\"endpoint\":";
     append_json_string(b, match_.endpoint.empty() ? path : match_.endpoint);
-    b += "\",\"tier\":\"";
+    b += ",\"tier\":";
     append_json_string(b, match_.tier);
-    b += "\"}\n";
+    b += "}\n";
   }
 
   void record_latency(steady_clock::duration elapsed) {
@@ -328,14 +310,14 @@ class Service::Worker final : public RequestHandler {
     if (path == "/admin/rules" && method == "GET") {
       std::string& b = response.body;
       const std::shared_ptr<const Rules> rules = service_.rules();
-      b = "{\"version\":\"";
+      b = "{\"version\":";
       append_json_string(b, rules->version());
-      b += "\",\"path\":\"";
+      b += ",\"path\":";
       append_json_string(b, service_.options_.rules_path);
       std::lock_guard lock(service_.reload_mutex_);
-      b += "\",\"last_error\":\"";
+      b += ",\"last_error\":";
       append_json_string(b, service_.last_reload_error_);
-      b += "\",\"rules\":";
+      b += ",\"rules\":";
       b += rules->describe_json();
       b += "}\n";
       return;
@@ -346,9 +328,9 @@ class Service::Worker final : public RequestHandler {
         std::lock_guard lock(service_.reload_mutex_);
         return json_error(response, 422, service_.last_reload_error_);
       }
-      response.body = "{\"version\":\"";
+      response.body = "{\"version\":";
       append_json_string(response.body, service_.rules()->version());
-      response.body += "\"}\n";
+      response.body += "}\n";
       return;
     }
     if (path == "/admin/overrides" && method == "GET") {

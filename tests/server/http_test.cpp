@@ -168,3 +168,18 @@ TEST_CASE("a client that pipelines without reading gets no more parsed than the 
 
 }  // namespace
 }  // namespace ratewin::server
+
+namespace ratewin::server {
+namespace {
+
+TEST_CASE("JSON bodies stay valid whatever bytes a client sent") {
+  Response r;
+  json_error(r, 400, "key \"k\\\x01\xff\xc3\xa9");
+  CHECK(r.status == 400);
+  // Quote and backslash escaped, control bytes as \u00XX, a stray byte as U+FFFD, and
+  // well-formed UTF-8 kept.
+  CHECK(r.body == "{\"error\":\"key \\\"k\\\\\\u0001\\ufffd\xc3\xa9\"}\n");
+}
+
+}  // namespace
+}  // namespace ratewin::server

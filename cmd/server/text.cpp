@@ -1,0 +1,82 @@
+#include "text.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace ratewin::server {
+
+// Length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none (stray
+// continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b = byte(i);
+  if (b < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80;  // bounds of the second byte, which rule out the bad forms
+  unsigned char hi = 0xbf;
+  if (b >= 0xc2 && b <= 0xdf) {
+    n = 2;
+  } else if (b >= 0xe0 && b <= 0xef) {
+    n = 3;
+    if (b == 0xe0) lo = 0xa0;
+    if (b == 0xed) hi = 0x9f;
+  } else if (b >= 0xf0 && b <= 0xf4) {
+    n = 4;
+    if (b == 0xf0) lo = 0x90;
+    if (b == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (s.size() - i < n) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
+  }
+  return n;
+}
+
+// Appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD, so the output is
+// valid JSON whatever s holds (the parser rejects such strings anyway).
+void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else if (const std::size_t n = utf8_length(s, i); n == 0) {
+      out += "\\ufffd";
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
+    ++i;
+  }
+  out += '"';
+}
+
+void append_number(std::string& out, std::uint64_t value) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, value);
+  out.append(digits, r.ptr);
+}
+
+void append_double(std::string& out, double value) {
+  char digits[32];  // the shortest form that reads back exactly always fits
+  const auto r = std::to_chars(digits, digits + sizeof digits, value);
+  out.append(digits, r.ptr);
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x | 0x20) == (y | 0x20);
+         });
+}
+
+}  // namespace ratewin::server

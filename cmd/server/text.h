@@ -1,0 +1,24 @@
+// The text the server writes (JSON, numbers) and reads (case-insensitive tokens), in one
+// place for the HTTP layer, the service, the overrides and the rules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ratewin::server {
+
+// Length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none (stray
+// continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
+std::size_t utf8_length(std::string_view s, std::size_t i);
+// Appends s as a quoted JSON string. Bytes that are not UTF-8 become U+FFFD, so the
+// output is valid JSON whatever s holds (keys and paths come from clients).
+void append_json_string(std::string& out, std::string_view s);
+void append_number(std::string& out, std::uint64_t value);
+// The shortest decimal form that reads back as the same double.
+void append_double(std::string& out, double value);
+// ASCII letters compared without case (for HTTP tokens such as "Bearer").
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+}  // namespace ratewin::server
