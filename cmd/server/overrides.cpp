@@ -93,7 +93,7 @@ void Overrides::publish_local(const std::function<void(OverrideMap&)>& change) {
   std::lock_guard lock(local_mutex_);
   auto next = std::make_shared<OverrideMap>(*current_.get());
   const std::int64_t now = unix_ms();
-  std::erase_if(*next, [now](const auto& entry) { return entry.second.expires_ms <= now; });
+  std::erase_if(*next, [now](const auto& entry) { return !entry.second.active(now); });
   change(*next);
   current_.publish(std::move(next));
 }
@@ -168,7 +168,7 @@ bool Overrides::reload(RedisConnection& connection) {
           // A value this version cannot read (a newer one wrote it) is left alone.
           const std::optional<Override> o = Override::decode(value);
           if (!o) continue;
-          if (o->expires_ms > now) {
+          if (o->active(now)) {
             (*next)[std::move(key)] = *o;
           } else if (o->expires_ms + kCleanupGrace.count() <= now) {
             expired.emplace_back(std::move(key), std::move(value));

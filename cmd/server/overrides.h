@@ -33,6 +33,7 @@ struct Override {
   double value = 1;              // the limit (a whole number) or the multiplier
   std::int64_t expires_ms = 0;   // Unix time in ms
 
+  bool active(std::int64_t now_ms) const noexcept { return expires_ms > now_ms; }
   // The limit's max for this key under the override (at least 1).
   std::uint64_t apply(std::uint64_t max) const noexcept;
   // "limit 100 1700000000000" / "multiplier 2.5 1700000000000", as stored in Redis.

@@ -67,8 +67,10 @@ std::uint64_t window_seconds(const Limit& limit) {
   return std::max<std::uint64_t>(1, (ms + 999) / 1000);
 }
 
-// Prometheus label values: \, " and newline escaped.
-void append_label(std::string& out, std::string_view value) {
+// A Prometheus label, name="value", the value's \, " and newline escaped.
+void append_label(std::string& out, std::string_view name, std::string_view value) {
+  out += name;
+  out += "=\"";
   for (const char c : value) {
     if (c == '\\' || c == '"') out += '\\';
     if (c == '\n') {
@@ -77,6 +79,7 @@ void append_label(std::string& out, std::string_view value) {
     }
     out += c;
   }
+  out += '"';
 }
 
 }  // namespace
@@ -97,9 +100,7 @@ bool same_secret(std::string_view presented, std::string_view expected) noexcept
 class Service::Worker final : public RequestHandler {
  public:
   explicit Worker(Service& service)
-      : service_(service),
-        rules_(service.rules_),
-        overrides_(service.overrides_.current()) {
+      : service_(service), rules_(service.rules_), overrides_(service.overrides_.current()) {
     service_.add_worker(&stats_);
   }
   ~Worker() override { service_.remove_worker(&stats_); }
@@ -189,7 +190,7 @@ class Service::Worker final : public RequestHandler {
     const Override* override_ = nullptr;
     if (!overrides.empty()) {
       const auto it = overrides.find(std::string(key));
-      if (it != overrides.end() && it->second.expires_ms > unix_ms()) override_ = &it->second;
+      if (it != overrides.end() && it->second.active(unix_ms())) override_ = &it->second;
     }
     // Requests that match no endpoint share one endpoint counter per key (the raw path
     // would let a client mint limiters at will).
@@ -202,7 +203,8 @@ class Service::Worker final : public RequestHandler {
       resource_name(*rule, tagged_key_, endpoint, scratch_);
       Limit limit = effective_limit(*rule, match_.multiplier);
       // A temporary override (admin API) acts where the rules' own multiplier would.
-      if (override_ != nullptr && rule->scales) limit = limit.with_max(override_->apply(limit.max()));
+      if (override_ != nullptr && rule->scales)
+        limit = limit.with_max(override_->apply(limit.max()));
       items_.push_back({ratewin::hash(scratch_), limit, rule->cost});
     }
     decisions_.resize(items_.size());
@@ -239,8 +241,8 @@ class Service::Worker final : public RequestHandler {
     state += ";t=";
     append_number(state, ceil_seconds(d.reset_after));
     response.headers.emplace_back("RateLimit", std::move(state));
-    const bool degraded =
-        std::any_of(decisions_.begin(), decisions_.end(), [](const Decision& x) { return x.degraded; });
+    const bool degraded = std::any_of(decisions_.begin(), decisions_.end(),
+                                      [](const Decision& x) { return x.degraded; });
     if (degraded) response.headers.emplace_back("X-RateLimit-Policy", "degraded");
 
     count(allowed ? 200 : 429, rule.name);
@@ -338,7 +340,7 @@ class Service::Worker final : public RequestHandler {
       std::vector<std::pair<std::string_view, const Override*>> sorted;
       const std::int64_t now = unix_ms();
       for (const auto& [k, o] : *all)
-        if (o.expires_ms > now) sorted.emplace_back(k, &o);
+        if (o.active(now)) sorted.emplace_back(k, &o);
       std::sort(sorted.begin(), sorted.end());
       std::string& b = response.body;
       b = "{\"shared\":";
@@ -402,8 +404,8 @@ class Service::Worker final : public RequestHandler {
     if (!problem.empty()) {
       return json_error(response, 400, problem);
     }
-    const std::string error =
-        request.method == "POST" ? service_.overrides_.set(key, o) : service_.overrides_.remove(key);
+    const std::string error = request.method == "POST" ? service_.overrides_.set(key, o)
+                                                       : service_.overrides_.remove(key);
     if (!error.empty()) {
       return json_error(response, 503, error);
     }
@@ -430,9 +432,8 @@ Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, L
       overrides_(overrides),
       options_(std::move(options)),
       log_(std::move(log)),
-      rules_(std::make_shared<const Rules>(options_.rules_path.empty()
-                                               ? Rules()
-                                               : Rules::load(options_.rules_path))) {
+      rules_(std::make_shared<const Rules>(
+          options_.rules_path.empty() ? Rules() : Rules::load(options_.rules_path))) {
   last_reload_ms_ = unix_ms();
   reloads_ok_ = 1;
 }
@@ -501,7 +502,12 @@ std::string Service::metrics_text() const {
     }
   }
   std::string out;
-  const auto family = [&out](std::string_view name, std::string_view type, std::string_view help) {
+  // A family's HELP and TYPE lines; the samples after it carry its name (plus `suffix`,
+  // for a histogram's _bucket, _sum and _count).
+  std::string_view current;
+  const auto family = [&out, &current](std::string_view name, std::string_view type,
+                                       std::string_view help) {
+    current = name;
     out += "# HELP ";
     out += name;
     out += ' ';
@@ -512,8 +518,10 @@ std::string Service::metrics_text() const {
     out += type;
     out += '\n';
   };
-  const auto sample = [&out](std::string_view name, std::string_view labels, double value) {
-    out += name;
+  const auto sample = [&out, &current](std::string_view labels, double value,
+                                       std::string_view suffix = {}) {
+    out += current;
+    out += suffix;
     if (!labels.empty()) {
       out += '{';
       out += labels;
@@ -523,6 +531,12 @@ std::string Service::metrics_text() const {
     append_double(out, value);
     out += '\n';
   };
+  // A family of one sample without labels.
+  const auto single = [&](std::string_view name, std::string_view type, std::string_view help,
+                          double value) {
+    family(name, type, help);
+    sample({}, value);
+  };
   const auto u = [](std::uint64_t v) { return static_cast<double>(v); };
   const auto s = [](std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e9; };
 
@@ -530,10 +544,9 @@ std::string Service::metrics_text() const {
          "Requests answered, by status and by the rule that decided (the refusing limit for "
          "429; the limit closest to refusing for 200; allow, deny, none or admin otherwise).");
   for (const auto& [k, v] : requests) {
-    std::string labels = "status=\"" + std::to_string(k.first) + "\",rule=\"";
-    append_label(labels, k.second);
-    labels += '"';
-    sample("ratewin_server_requests_total", labels, u(v));
+    std::string labels = "status=\"" + std::to_string(k.first) + "\",";
+    append_label(labels, "rule", k.second);
+    sample(labels, u(v));
   }
   family("ratewin_server_decision_seconds", "histogram",
          "Time taken by the engine to decide a rate-limited request (all its limits).");
@@ -547,103 +560,97 @@ std::string Service::metrics_text() const {
       le += "+Inf";
     }
     le += '"';
-    sample("ratewin_server_decision_seconds_bucket", le, u(cumulative));
+    sample(le, u(cumulative), "_bucket");
   }
-  sample("ratewin_server_decision_seconds_sum", "", static_cast<double>(latency_sum_ns) / 1e9);
-  sample("ratewin_server_decision_seconds_count", "", u(cumulative));
+  sample({}, static_cast<double>(latency_sum_ns) / 1e9, "_sum");
+  sample({}, u(cumulative), "_count");
 
-  family("ratewin_server_open_connections", "gauge", "Client connections open now.");
-  sample("ratewin_server_open_connections", "",
+  single("ratewin_server_open_connections", "gauge", "Client connections open now.",
          static_cast<double>(connections_.open.load(std::memory_order_relaxed)));
   family("ratewin_server_connections_total", "counter",
          "Client connections by outcome: accepted, refused (over --max-connections), "
          "timed_out (slow or idle).");
-  sample("ratewin_server_connections_total", "outcome=\"accepted\"", u(connections_.accepted));
-  sample("ratewin_server_connections_total", "outcome=\"refused\"", u(connections_.refused));
-  sample("ratewin_server_connections_total", "outcome=\"timed_out\"", u(connections_.timed_out));
+  sample("outcome=\"accepted\"", u(connections_.accepted));
+  sample("outcome=\"refused\"", u(connections_.refused));
+  sample("outcome=\"timed_out\"", u(connections_.timed_out));
 
   {
     const std::shared_ptr<const Rules> rules = rules_.get();
     std::lock_guard lock(reload_mutex_);
     family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
-    std::string labels = "version=\"";
-    append_label(labels, rules->version());
-    labels += '"';
-    sample("ratewin_server_rules_info", labels, 1);
-    family("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.");
-    sample("ratewin_server_rules_limits", "", u(rules->limit_count()));
+    std::string labels;
+    append_label(labels, "version", rules->version());
+    sample(labels, 1);
+    single("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.",
+           u(rules->limit_count()));
     family("ratewin_server_rules_reloads_total", "counter",
            "Rules loads by result (a rejected file leaves the last good rules active).");
-    sample("ratewin_server_rules_reloads_total", "result=\"ok\"", u(reloads_ok_));
-    sample("ratewin_server_rules_reloads_total", "result=\"rejected\"", u(reloads_failed_));
-    family("ratewin_server_rules_last_error", "gauge",
-           "1 when the last load of the rules file was rejected.");
-    sample("ratewin_server_rules_last_error", "", last_reload_error_.empty() ? 0 : 1);
-    family("ratewin_server_rules_loaded_timestamp_seconds", "gauge",
-           "When the rules file was last loaded successfully.");
-    sample("ratewin_server_rules_loaded_timestamp_seconds", "",
+    sample("result=\"ok\"", u(reloads_ok_));
+    sample("result=\"rejected\"", u(reloads_failed_));
+    single("ratewin_server_rules_last_error", "gauge",
+           "1 when the last load of the rules file was rejected.",
+           last_reload_error_.empty() ? 0 : 1);
+    single("ratewin_server_rules_loaded_timestamp_seconds", "gauge",
+           "When the rules file was last loaded successfully.",
            static_cast<double>(last_reload_ms_) / 1e3);
   }
-  family("ratewin_server_overrides", "gauge", "Temporary overrides in force.");
   {
     const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
     const std::int64_t now = unix_ms();
-    sample("ratewin_server_overrides", "",
+    single("ratewin_server_overrides", "gauge", "Temporary overrides in force.",
            u(static_cast<std::uint64_t>(std::count_if(
-               all->begin(), all->end(), [now](const auto& e) { return e.second.expires_ms > now; }))));
+               all->begin(), all->end(), [now](const auto& e) { return e.second.active(now); }))));
   }
-  family("ratewin_server_overrides_in_sync", "gauge",
-         "1 while the overrides follow Redis (always 1 without Redis).");
-  sample("ratewin_server_overrides_in_sync", "", overrides_.in_sync() ? 1 : 0);
+  single("ratewin_server_overrides_in_sync", "gauge",
+         "1 while the overrides follow Redis (always 1 without Redis).",
+         overrides_.in_sync() ? 1 : 0);
 
   const Stats st = engine_.stats();
-  family("ratewin_store_configured", "gauge", "1 when the engine shares counts through Redis.");
-  sample("ratewin_store_configured", "", st.store ? 1 : 0);
-  family("ratewin_store_up", "gauge",
+  single("ratewin_store_configured", "gauge", "1 when the engine shares counts through Redis.",
+         st.store ? 1 : 0);
+  single("ratewin_store_up", "gauge",
          "1 while the store is reachable (its circuit is closed); 0 while decisions are "
-         "degraded. Always 1 without a store.");
-  sample("ratewin_store_up", "", !st.store || st.store_available ? 1 : 0);
+         "degraded. Always 1 without a store.",
+         !st.store || st.store_available ? 1 : 0);
   family("ratewin_engine_decisions_total", "counter", "Decisions of the engine, per limit.");
-  sample("ratewin_engine_decisions_total", "result=\"allowed\"", u(st.allowed));
-  sample("ratewin_engine_decisions_total", "result=\"rejected\"", u(st.rejected));
-  family("ratewin_engine_degraded_decisions_total", "counter",
-         "Decisions made while the store was unreachable.");
-  sample("ratewin_engine_degraded_decisions_total", "", u(st.degraded));
-  family("ratewin_engine_limiters", "gauge", "Limiters held now.");
-  sample("ratewin_engine_limiters", "", u(st.limiters));
-  family("ratewin_engine_max_limiters", "gauge", "The configured bound on limiters.");
-  sample("ratewin_engine_max_limiters", "", u(st.max_limiters));
-  family("ratewin_engine_evictions_total", "counter", "Limiters dropped to stay within the bound.");
-  sample("ratewin_engine_evictions_total", "", u(st.evictions));
+  sample("result=\"allowed\"", u(st.allowed));
+  sample("result=\"rejected\"", u(st.rejected));
+  single("ratewin_engine_degraded_decisions_total", "counter",
+         "Decisions made while the store was unreachable.", u(st.degraded));
+  single("ratewin_engine_limiters", "gauge", "Limiters held now.", u(st.limiters));
+  single("ratewin_engine_max_limiters", "gauge", "The configured bound on limiters.",
+         u(st.max_limiters));
+  single("ratewin_engine_evictions_total", "counter", "Limiters dropped to stay within the bound.",
+         u(st.evictions));
   if (st.store) {
-    family("ratewin_store_circuit_opens_total", "counter", "Times the store was found unreachable.");
-    sample("ratewin_store_circuit_opens_total", "", u(st.circuit_opens));
-    family("ratewin_store_connections_total", "counter", "Times the background connection (re)connected.");
-    sample("ratewin_store_connections_total", "", u(st.connections));
+    single("ratewin_store_circuit_opens_total", "counter", "Times the store was found unreachable.",
+           u(st.circuit_opens));
+    single("ratewin_store_connections_total", "counter",
+           "Times the background connection (re)connected.", u(st.connections));
     family("ratewin_store_writes_total", "counter", "Writes of allowed requests, by result.");
-    sample("ratewin_store_writes_total", "result=\"ok\"", u(st.writes_ok));
-    sample("ratewin_store_writes_total", "result=\"failed\"", u(st.writes_failed));
-    sample("ratewin_store_writes_total", "result=\"skipped\"", u(st.writes_skipped));
+    sample("result=\"ok\"", u(st.writes_ok));
+    sample("result=\"failed\"", u(st.writes_failed));
+    sample("result=\"skipped\"", u(st.writes_skipped));
     family("ratewin_store_write_latency_seconds", "gauge",
            "Write round-trip latency quantiles since start (within 12.5%).");
-    sample("ratewin_store_write_latency_seconds", "quantile=\"0.5\"", s(st.write_p50));
-    sample("ratewin_store_write_latency_seconds", "quantile=\"0.9\"", s(st.write_p90));
-    sample("ratewin_store_write_latency_seconds", "quantile=\"0.99\"", s(st.write_p99));
-    family("ratewin_store_write_latency_max_seconds", "gauge", "The slowest write since start.");
-    sample("ratewin_store_write_latency_max_seconds", "", s(st.write_max));
-    family("ratewin_store_warm_starts_total", "counter", "Limiters loaded from the store before deciding.");
-    sample("ratewin_store_warm_starts_total", "", u(st.warm_starts));
+    sample("quantile=\"0.5\"", s(st.write_p50));
+    sample("quantile=\"0.9\"", s(st.write_p90));
+    sample("quantile=\"0.99\"", s(st.write_p99));
+    single("ratewin_store_write_latency_max_seconds", "gauge", "The slowest write since start.",
+           s(st.write_max));
+    single("ratewin_store_warm_starts_total", "counter",
+           "Limiters loaded from the store before deciding.", u(st.warm_starts));
     family("ratewin_store_sync_rounds_total", "counter", "Boundary reads by result.");
-    sample("ratewin_store_sync_rounds_total", "result=\"ok\"", u(st.sync_rounds));
-    sample("ratewin_store_sync_rounds_total", "result=\"failed\"", u(st.sync_failures));
-    family("ratewin_store_sync_last_seconds", "gauge", "Duration of the last boundary read.");
-    sample("ratewin_store_sync_last_seconds", "", s(st.sync_last_duration));
-    family("ratewin_store_sync_last_keys", "gauge", "Limiters read by the last boundary read.");
-    sample("ratewin_store_sync_last_keys", "", u(st.sync_last_keys));
-    family("ratewin_store_active_limiters", "gauge", "Limiters kept in step by boundary reads.");
-    sample("ratewin_store_active_limiters", "", u(st.active_limiters));
-    family("ratewin_store_clock_offset_seconds", "gauge", "The store's clock minus this engine's.");
-    sample("ratewin_store_clock_offset_seconds", "", s(st.clock_offset));
+    sample("result=\"ok\"", u(st.sync_rounds));
+    sample("result=\"failed\"", u(st.sync_failures));
+    single("ratewin_store_sync_last_seconds", "gauge", "Duration of the last boundary read.",
+           s(st.sync_last_duration));
+    single("ratewin_store_sync_last_keys", "gauge", "Limiters read by the last boundary read.",
+           u(st.sync_last_keys));
+    single("ratewin_store_active_limiters", "gauge", "Limiters kept in step by boundary reads.",
+           u(st.active_limiters));
+    single("ratewin_store_clock_offset_seconds", "gauge", "The store's clock minus this engine's.",
+           s(st.clock_offset));
   }
   return out;
 }
