@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -106,7 +107,9 @@ struct Connection {
   HttpSession session;
   std::size_t writes = 0;  // in flight
   bool reading = false;
-  bool request_timer = false;  // the timer runs for a request in progress
+  // The timer runs as the deadline of the request after this many completed ones (a
+  // request completing, even in the same read as the next one starts, ends its deadline).
+  std::optional<std::uint64_t> deadline_of;
   bool closing = false;
   int handles = 2;  // open libuv handles (tcp, timer)
 };
@@ -233,14 +236,14 @@ class Worker {
     if (c.closing) return;
     if (c.writes != 0 && !c.reading) {
       // Waiting for the client to take its responses: each write it takes restarts this.
-      c.request_timer = false;
+      c.deadline_of.reset();
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else if (c.session.mid_request()) {
-      if (c.request_timer) return;
-      c.request_timer = true;
+      if (c.deadline_of == c.session.requests()) return;
+      c.deadline_of = c.session.requests();
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else {
-      c.request_timer = false;
+      c.deadline_of.reset();
       uv_timer_start(&c.timer, on_timeout, config_.idle_timeout_ms, 0);
     }
   }
@@ -262,10 +265,7 @@ class Worker {
       return;
     }
     if (nread == 0) return;
-    const std::uint64_t before = c->session.requests();
     const bool more = c->session.feed(std::string_view(buf->base, static_cast<std::size_t>(nread)));
-    // A request completed: the one in progress now (if any) gets its own deadline.
-    if (c->session.requests() != before) c->request_timer = false;
     self.flush(*c);
     if (!more) return;
     self.pump(*c);
@@ -276,9 +276,7 @@ class Worker {
   // responses is not read either; if it stays that way, its timer closes it.
   void pump(Connection& c) {
     while (c.session.blocked() && c.writes == 0 && !c.closing) {
-      const std::uint64_t before = c.session.requests();
       const bool more = c.session.resume();
-      if (c.session.requests() != before) c.request_timer = false;
       flush(c);
       if (!more) return;
     }
