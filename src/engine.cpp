@@ -63,6 +63,23 @@ void validate(const Options& o) {
     fail("key_prefix must not contain '{' or '}'");
 }
 
+// `n` values of scratch space: on the stack when few (the common case), else on the heap.
+template <class T, std::size_t N>
+class Scratch {
+ public:
+  explicit Scratch(std::size_t n)
+      : large_(n > N ? n : 0),
+        values_(n > N ? std::span<T>(large_) : std::span<T>(small_.data(), n)) {}
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  std::span<T> span() noexcept { return values_; }
+
+ private:
+  std::array<T, N> small_{};
+  std::vector<T> large_;
+  std::span<T> values_;
+};
+
 }  // namespace
 
 // Warnings and errors to stderr: what an engine without a logger reports.
@@ -256,16 +273,24 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   // is counted: the common rejection, decided without a lock or a round trip. Every limit
   // is read, so that the refusal reported is the one that lasts longest (a client told
   // to retry after the per-second limit would find the per-hour one still closed).
+  struct Item {
+    LimiterKey key;
+    std::uint64_t hash = 0;
+    Counted counted;
+  };
+  Scratch<Item, 8> scratch(items.size());
+  const std::span<Item> state = scratch.span();
   std::size_t refused = items.size();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Acquisition& item = items[i];
+    state[i].key = LimiterKey::of(item.resource, item.limit);
+    state[i].hash = state[i].key.hash();
     if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
-    const LimiterKey key = LimiterKey::of(item.resource, item.limit);
-    const std::uint64_t hash = key.hash();
     RecordRef ref;
     Decision d;
-    const std::uint64_t version = read_without_lock(registry_.shard_for(hash), key, hash, ref,
-                                                    now, item.limit, item.cost, d);
+    const std::uint64_t version =
+        read_without_lock(registry_.shard_for(state[i].hash), state[i].key, state[i].hash, ref,
+                          now, item.limit, item.cost, d);
     if ((version & 1) == 0 && !d.allowed) {
       d.degraded = degraded;
       out[i] = d;
@@ -281,20 +306,13 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   }
   // Then each limit in turn; if one refuses after all (another thread, or the shared
   // counts), what the ones before it counted is given back.
-  std::array<Counted, 8> small;
-  std::vector<Counted> large(items.size() > small.size() ? items.size() : 0);
-  const std::span<Counted> counted =
-      large.empty() ? std::span<Counted>(small.data(), items.size()) : std::span<Counted>(large);
   for (std::size_t i = 0; i < items.size(); ++i) {
-    const Acquisition& item = items[i];
-    const LimiterKey key = LimiterKey::of(item.resource, item.limit);
-    const std::uint64_t hash = key.hash();
-    counted[i] = {};
-    out[i] = decide(registry_.shard_for(hash), key, hash, {}, now, item.limit, item.cost,
-                    &counted[i]);
+    Item& it = state[i];
+    out[i] = decide(registry_.shard_for(it.hash), it.key, it.hash, {}, now, items[i].limit,
+                    items[i].cost, &it.counted);
     if (out[i].allowed) continue;
     for (std::size_t j = i; j-- > 0;) {
-      give_back(LimiterKey::of(items[j].resource, items[j].limit), items[j].cost, counted[j]);
+      give_back(state[j].key, state[j].hash, items[j].cost, state[j].counted);
       out[j].remaining = std::min(out[j].remaining + items[j].cost, out[j].limit);
     }
     return i;
@@ -302,12 +320,12 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   return items.size();
 }
 
-void EngineCore::give_back(const LimiterKey& key, std::uint64_t cost, const Counted& counted) {
+void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
+                           const Counted& counted) {
   // The store first: a merge racing with this (another thread's write returning the
   // shared counts) then cannot bring the local count back from a stale shared one.
   if (counted.store) store_->remove(key, counted.epoch, cost);
   if (counted.local) {
-    const std::uint64_t hash = key.hash();
     Shard& shard = registry_.shard_for(hash);
     std::lock_guard lock(shard.mutex);
     if (const RecordRef found = shard.find(key, hash)) {
@@ -329,11 +347,8 @@ void EngineCore::publish(Shard& shard, const LimiterKey& key, std::uint64_t hash
       mul_div_ceil(static_cast<std::uint64_t>(start + r - std::max(now, start)), Store::kWeightOne,
                    static_cast<std::uint64_t>(r)));
   const std::size_t n = std::size_t{key.subintervals} + 1;
-  std::array<std::uint64_t, 33> small{};
-  std::vector<std::uint64_t> large(n > small.size() ? n : 0);
-  const std::span<std::uint64_t> counts = n > small.size()
-                                              ? std::span<std::uint64_t>(large)
-                                              : std::span<std::uint64_t>(small.data(), n);
+  Scratch<std::uint64_t, 33> scratch(n);
+  const std::span<std::uint64_t> counts = scratch.span();
 
   const std::optional<bool> added = store_->add(key, epoch, cost, limit.max(), weight, counts);
   if (cold) (added ? warm_starts_ : warm_start_failures_).fetch_add(1, std::memory_order_relaxed);

@@ -62,7 +62,8 @@ class EngineCore final : public SyncTarget {
                   std::int64_t now, const Limit& limit, std::uint64_t cost,
                   Counted* counted = nullptr);
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
-  void give_back(const LimiterKey& key, std::uint64_t cost, const Counted& counted);
+  void give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
+                 const Counted& counted);
   // decide() under the shard's lock, when the lock-free read could not settle it.
   // `version`, `ref` and `d` are what that read established (version odd: nothing).
   // `degraded`: the store is known to be unreachable.
