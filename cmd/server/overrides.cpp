@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <vector>
 
 #include "redis_connection.h"
 #include "redis_endpoint.h"
+#include "rules.h"
 #include "text.h"
 
 namespace ratewin::server {
@@ -23,10 +23,7 @@ std::int64_t unix_ms() noexcept {
 }
 
 std::uint64_t Override::apply(std::uint64_t max) const noexcept {
-  const double scaled = kind == Kind::limit ? value : std::floor(static_cast<double>(max) * value);
-  if (!(scaled >= 1)) return 1;  // also NaN
-  if (scaled >= static_cast<double>(Limit::kMaxCount)) return Limit::kMaxCount;
-  return static_cast<std::uint64_t>(scaled);
+  return max_from(kind == Kind::limit ? value : static_cast<double>(max) * value);
 }
 
 std::string Override::encode() const {

@@ -868,15 +868,18 @@ std::string Rules::describe_json() const {
   return out;
 }
 
-ratewin::Limit effective_limit(const LimitRule& rule, double multiplier) {
-  if (!rule.scales || multiplier == 1.0) return rule.limit;
-  const double scaled = std::floor(static_cast<double>(rule.limit.max()) * multiplier);
+std::uint64_t max_from(double count) noexcept {
+  const double whole = std::floor(count);
   constexpr auto kMax = static_cast<double>(ratewin::Limit::kMaxCount);
   // Written so that NaN lands on 1.
-  const std::uint64_t max = !(scaled >= 1)   ? 1
-                            : scaled >= kMax ? ratewin::Limit::kMaxCount
-                                             : static_cast<std::uint64_t>(scaled);
-  return rule.limit.with_max(max);
+  return !(whole >= 1)   ? 1
+         : whole >= kMax ? ratewin::Limit::kMaxCount
+                         : static_cast<std::uint64_t>(whole);
+}
+
+ratewin::Limit effective_limit(const LimitRule& rule, double multiplier) {
+  if (!rule.scales || multiplier == 1.0) return rule.limit;
+  return rule.limit.with_max(max_from(static_cast<double>(rule.limit.max()) * multiplier));
 }
 
 void resource_name(const LimitRule& rule, std::string_view key, std::string_view endpoint,

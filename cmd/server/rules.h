@@ -93,6 +93,10 @@ class Rules {
   std::unique_ptr<const Data> data_;
 };
 
+// A limit's max from a computed count: rounded down, at least 1, at most
+// Limit::kMaxCount (NaN gives 1).
+std::uint64_t max_from(double count) noexcept;
+
 // The limit to ask the engine for: rule.limit, with max scaled by `multiplier` (rounded
 // down, at least 1, at most Limit::kMaxCount) when rule.scales. The scaled limit keeps its
 // window, so a key's counts carry over when its multiplier changes.
