@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a Debian 12 machine for ratewin and builds it in build/: installs the Debian
 # packages that are missing (apt-get, as root or through sudo), configures and builds.
-# Safe to run again; the README's two commands both start with it.
+# Safe to run again; the README's two commands both start with it. Arguments are passed to
+# CMake's configure step (the test command adds -DRATEWIN_WARNINGS_AS_ERRORS=ON).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -36,5 +37,5 @@ if ((${#missing[@]} > 0)); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build "$root/build" -j"$(nproc)"

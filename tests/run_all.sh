@@ -6,12 +6,12 @@
 # AddressSanitizer+UBSan and under ThreadSanitizer, runs the libFuzzer targets for a
 # bounded smoke time, and runs clang-tidy over the library. Exits non-zero on the first
 # failure. Tests that need Redis start their own redis-server on a free loopback port or
-# Unix socket.
+# Unix socket. Every build here treats warnings as errors.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
 
-"$root/cmd/setup.sh"
+"$root/cmd/setup.sh" -DRATEWIN_WARNINGS_AS_ERRORS=ON
 ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
@@ -20,7 +20,7 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
-    -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
+    -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
   cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_capi_test \
     ratewin_server_tests ratewin-server
   # The server's end-to-end suite runs against this sanitized server binary.
@@ -29,7 +29,7 @@ done
 # libFuzzer smoke runs (clang): the request path and the rules parser, each for a bounded
 # time from its seed corpus (copied: a run adds what it finds to the corpus directory).
 cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE=fuzz -DRATEWIN_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE=fuzz -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_TESTS=OFF \
   -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_http fuzz_rules
 for target in http rules; do
@@ -46,7 +46,7 @@ for target in http rules; do
   rm -rf "$corpus"
 done
 # Static analysis of the library sources (.clang-tidy), warnings are errors.
-cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON \
+cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON -DRATEWIN_WARNINGS_AS_ERRORS=ON \
   -DRATEWIN_BUILD_TESTS=OFF -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$root/build-tidy" -j"$jobs"
 echo "run_all: every suite passed"

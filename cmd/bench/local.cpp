@@ -9,7 +9,7 @@
 
 #include "bench.h"
 #include "ratewin/engine.h"
-#include "record.h"
+#include "core/record.h"
 
 namespace ratewin::bench {
 namespace {

@@ -8,11 +8,11 @@
 #include <thread>
 
 #include "bench.h"
-#include "engine_core.h"
-#include "loop_thread.h"
+#include "engine/engine_core.h"
+#include "redis/loop_thread.h"
 #include "ratewin/engine.h"
 #include "redis_server.h"
-#include "redis_store.h"
+#include "redis/redis_store.h"
 
 namespace ratewin::bench {
 namespace {

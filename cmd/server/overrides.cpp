@@ -6,8 +6,8 @@
 #include <charconv>
 #include <vector>
 
-#include "redis_connection.h"
-#include "redis_endpoint.h"
+#include "redis/connection.h"
+#include "redis/endpoint.h"
 #include "rules.h"
 #include "text.h"
 

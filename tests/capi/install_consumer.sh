@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs a build into a temporary prefix and builds the README's C and C++ examples
 # against the installed tree only, through CMake (find_package(ratewin)) and through
-# pkg-config with the README's own commands, then runs them.
+# pkg-config with the README's own commands, then runs them; and builds them once more in
+# a project that vendors ratewin's source with add_subdirectory.
 #   install_consumer.sh <build dir> <source dir>
 set -euo pipefail
 build="$1" source="$2"
@@ -58,3 +59,10 @@ cmake -DREADME="$source/README.md" -DNAME=build-installed -DOUT="$commands" \
 bash -euo pipefail "$commands"
 LD_LIBRARY_PATH="$prefix/$libdir" ./example
 ./example_cpp
+
+echo "install_consumer: add_subdirectory(ratewin) in another project"
+cmake -S "$source/tests/capi/subdirectory" -B "$work/subdirectory" -DRATEWIN_SOURCE="$source" \
+  -DEXAMPLES="$examples" >/dev/null
+cmake --build "$work/subdirectory" -j"$(nproc)" --target example_c example_cpp >/dev/null
+"$work/subdirectory/example_c" >/dev/null
+"$work/subdirectory/example_cpp" >/dev/null

@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "engine_core.h"
+#include "engine/engine_core.h"
 #include "ratewin/engine.h"
 #include "redis_server.h"
-#include "redis_store.h"
+#include "redis/redis_store.h"
 
 namespace ratewin::test {
 namespace {
@@ -48,7 +48,7 @@ int next_prefix = 0;
 Options redis_options(const std::string& url, Logs* logs = nullptr) {
   Options o;
   o.redis = url;
-  o.key_prefix = "t" + std::to_string(++next_prefix);
+  o.key_prefix = std::string("t").append(std::to_string(++next_prefix));
   o.connect_timeout = 300ms;
   o.command_timeout = 100ms;
   o.sync_settle = 5ms;
@@ -673,7 +673,7 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
   SUBCASE("an engine, with threads deciding through handles") {
     auto engine = std::make_unique<Engine>(redis_options(redis.url()));
     std::vector<LimiterHandle> handles;
-    for (int i = 0; i < 3; ++i) handles.push_back(engine->limiter("h" + std::to_string(i), limit));
+    for (int i = 0; i < 3; ++i) handles.push_back(engine->limiter(std::string("h").append(std::to_string(i)), limit));
     redis.pause();
     std::vector<std::thread> threads;
     for (auto& h : handles) {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine_core.h"
+#include "engine/engine_core.h"
 #include "reference_window.h"
-#include "window.h"
+#include "core/window.h"
 
 namespace ratewin::test {
 namespace {

@@ -12,7 +12,7 @@
 #include <unordered_set>
 
 #include "bindings.h"
-#include "redis_endpoint.h"
+#include "redis/endpoint.h"
 
 namespace ratewin::python {
 namespace {

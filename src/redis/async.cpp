@@ -1,4 +1,4 @@
-#include "redis_async.h"
+#include "redis/async.h"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>

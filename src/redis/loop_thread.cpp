@@ -1,9 +1,9 @@
-#include "loop_thread.h"
+#include "redis/loop_thread.h"
 
 #include <string>
 #include <system_error>
 
-#include "sigpipe.h"
+#include "redis/sigpipe.h"
 
 namespace ratewin::inline v1::detail {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "ratewin/decision.h"
-#include "record.h"
-#include "record_pool.h"
+#include "core/record.h"
+#include "core/record_pool.h"
 
 namespace ratewin::inline v1::detail {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redis_endpoint.h"
+#include "redis/endpoint.h"
 
 struct redisContext;
 struct redisReply;

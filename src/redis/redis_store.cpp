@@ -1,4 +1,4 @@
-#include "redis_store.h"
+#include "redis/redis_store.h"
 
 #include <hiredis/hiredis.h>
 
@@ -7,7 +7,7 @@
 #include <charconv>
 #include <cstdio>
 
-#include "window.h"
+#include "core/window.h"
 
 namespace ratewin::inline v1::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "record_pool.h"
+#include "core/record_pool.h"
 
 #include <algorithm>
 #include <cassert>

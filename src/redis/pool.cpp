@@ -1,4 +1,4 @@
-#include "redis_pool.h"
+#include "redis/pool.h"
 
 namespace ratewin::inline v1::detail {
 

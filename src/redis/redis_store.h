@@ -17,14 +17,14 @@
 #include <utility>
 #include <vector>
 
-#include "latency_histogram.h"
-#include "loop_thread.h"
+#include "redis/latency_histogram.h"
+#include "redis/loop_thread.h"
 #include "ratewin/clock.h"
 #include "ratewin/engine.h"
-#include "redis_async.h"
-#include "redis_endpoint.h"
-#include "redis_pool.h"
-#include "store.h"
+#include "redis/async.h"
+#include "redis/endpoint.h"
+#include "redis/pool.h"
+#include "engine/store.h"
 
 namespace ratewin::inline v1::detail {
 

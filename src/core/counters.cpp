@@ -1,4 +1,4 @@
-#include "counters.h"
+#include "core/counters.h"
 
 #include <bitset>
 #include <mutex>

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "int128.h"
+#include "core/int128.h"
 #include "ratewin/decision.h"
-#include "seqlock_field.h"
+#include "core/seqlock_field.h"
 
 namespace ratewin::inline v1::detail {
 

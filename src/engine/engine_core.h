@@ -7,10 +7,10 @@
 #include <span>
 #include <utility>
 
-#include "counters.h"
+#include "core/counters.h"
 #include "ratewin/engine.h"
-#include "registry.h"
-#include "store.h"
+#include "core/registry.h"
+#include "engine/store.h"
 
 namespace ratewin::inline v1::detail {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "redis_connection.h"
-#include "redis_endpoint.h"
+#include "redis/connection.h"
+#include "redis/endpoint.h"
 
 struct redisAsyncContext;
 struct redisReply;

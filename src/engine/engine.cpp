@@ -11,9 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine_core.h"
-#include "redis_endpoint.h"
-#include "redis_store.h"
+#include "engine/engine_core.h"
 
 namespace ratewin {
 inline namespace v1 {
@@ -96,12 +94,8 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
       registry_((validate(options_), options_.max_limiters)) {
   if (!options_.logger) options_.logger = log_to_stderr;
-  if (store != nullptr) {
-    store_ = std::move(store);
-  } else if (!options_.redis.empty()) {
-    // Made last: its thread calls back into the registry.
-    store_ = std::make_unique<RedisStore>(options_, clock_, *this);
-  }
+  // Made last: its thread calls back into the registry.
+  store_ = store != nullptr ? std::move(store) : make_store(options_, clock_, *this);
 }
 
 EngineCore::~EngineCore() {

@@ -3,12 +3,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "ratewin/engine.h"
-#include "record.h"
+#include "core/record.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -60,5 +61,13 @@ class Store {
   // Ends background work; no SyncTarget call happens after it returns. Idempotent.
   virtual void shutdown() = 0;
 };
+
+// The store an engine's options ask for (Options::redis), or nullptr for local mode.
+// Throws std::invalid_argument for options it cannot serve. `target` is the engine, which
+// the store's background work calls back. Declared here, defined by the store target the
+// program links: redis/store_factory.cpp in ratewin_cxx, engine/local_store_factory.cpp
+// in ratewin_local (no store: local mode only).
+std::unique_ptr<Store> make_store(const Options& options, std::shared_ptr<const Clock> clock,
+                                  SyncTarget& target);
 
 }  // namespace ratewin::inline v1::detail

@@ -1,4 +1,4 @@
-#include "registry.h"
+#include "core/registry.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "ratewin/limit.h"
-#include "seqlock_field.h"
-#include "window.h"
+#include "core/seqlock_field.h"
+#include "core/window.h"
 
 namespace ratewin::inline v1::detail {
 

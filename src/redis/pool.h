@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "redis_connection.h"
+#include "redis/connection.h"
 
 namespace ratewin::inline v1::detail {
 

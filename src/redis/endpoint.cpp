@@ -1,4 +1,4 @@
-#include "redis_endpoint.h"
+#include "redis/endpoint.h"
 
 #include <charconv>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "sigpipe.h"
+#include "redis/sigpipe.h"
 
 #include <doctest/doctest.h>
 #include <sys/socket.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <future>
 
-#include "loop_thread.h"
+#include "redis/loop_thread.h"
 
 namespace ratewin::test {
 namespace {

@@ -1,4 +1,4 @@
-#include "redis_connection.h"
+#include "redis/connection.h"
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-#include "sigpipe.h"
+#include "redis/sigpipe.h"
 
 namespace ratewin::inline v1::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "int128.h"
+#include "core/int128.h"
 
 namespace ratewin::test {
 

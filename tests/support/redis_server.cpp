@@ -1,0 +1,190 @@
+#include "redis_server.h"
+
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace ratewin::test {
+namespace {
+
+int next_id() {
+  static int id = 0;
+  return ++id;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string text(const redisReply* r) {
+  if (r->type == REDIS_REPLY_ARRAY) {
+    std::string out;
+    for (size_t i = 0; i < r->elements; ++i) {
+      out += text(r->element[i]);
+      out += '\n';
+    }
+    return out;
+  }
+  if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
+  if (r->type == REDIS_REPLY_NIL) return "(nil)";
+  return std::string(r->str, r->len);
+}
+
+}  // namespace
+
+RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_(std::move(extra_args)) {
+  dir_ = std::filesystem::temp_directory_path() /
+         ("ratewin-redis-" + std::to_string(::getpid()) + "-" + std::to_string(next_id()));
+  std::filesystem::create_directories(dir_);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    port_ = free_port();
+    if (start()) return;
+  }
+  throw std::runtime_error("could not start redis-server");
+}
+
+RedisServer::~RedisServer() {
+  stop();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+bool RedisServer::start() {
+  if (pid_ > 0) return true;
+  std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
+                                   "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                   "--dir", dir_.string(), "--unixsocket", socket_path(),
+                                   "--unixsocketperm", "700", "--daemonize", "no",
+                                   "--loglevel", "warning", "--logfile", (dir_ / "log").string()};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::execvp("redis-server", argv.data());
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // exited: port taken, or no binary
+      pid_ = -1;
+      return false;
+    }
+    if (answers()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop();
+  return false;
+}
+
+void RedisServer::stop(bool crash) {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGCONT);
+  ::kill(pid_, crash ? SIGKILL : SIGTERM);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void RedisServer::pause() { ::kill(pid_, SIGSTOP); }
+void RedisServer::resume() { ::kill(pid_, SIGCONT); }
+
+std::string RedisServer::command(const std::vector<std::string>& args,
+                                 const std::string& password) const {
+  redisContext* c = redisConnect("127.0.0.1", port_);
+  if (c == nullptr || c->err != 0) {
+    if (c != nullptr) redisFree(c);
+    return "(cannot connect)";
+  }
+  if (!password.empty()) freeReplyObject(redisCommand(c, "AUTH %s", password.c_str()));
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  std::string out = r == nullptr ? "(no reply)" : text(r);
+  if (r != nullptr) freeReplyObject(r);
+  redisFree(c);
+  return out;
+}
+
+long long RedisServer::info_number(const std::string& section, const std::string& field) const {
+  // Appended, not "\n" + ...: GCC 12 at -O3 warns (-Wrestrict) on operator+(const char*,
+  // std::string&&), a false positive (GCC bug 105329).
+  std::string info(1, '\n');
+  info += command({"INFO", section});
+  std::string tag(1, '\n');
+  tag += field;
+  tag += ':';
+  const auto at = info.find(tag);
+  return at == std::string::npos ? -1 : std::atoll(info.c_str() + at + tag.size());
+}
+
+std::map<std::string, RedisServer::CommandStat> RedisServer::commandstats(
+    const std::string& password) const {
+  // Lines of "cmdstat_<name>:calls=N,usec=N,usec_per_call=F,..."
+  std::map<std::string, CommandStat> out;
+  std::istringstream in(command({"INFO", "commandstats"}, password));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("cmdstat_", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    CommandStat& stat = out[line.substr(8, colon - 8)];
+    std::istringstream fields(line.substr(colon + 1));
+    for (std::string field; std::getline(fields, field, ',');) {
+      const auto eq = field.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string name = field.substr(0, eq);
+      if (name == "calls") stat.calls = std::atoll(field.c_str() + eq + 1);
+      if (name == "usec") stat.usec = std::atoll(field.c_str() + eq + 1);
+    }
+  }
+  return out;
+}
+
+long long RedisServer::commandstat(const std::string& name, const std::string& field,
+                                   const std::string& password) const {
+  const auto stats = commandstats(password);
+  const auto it = stats.find(name);
+  if (it == stats.end()) return 0;
+  return field == "calls" ? it->second.calls : field == "usec" ? it->second.usec : 0;
+}
+
+bool RedisServer::answers() const {
+  timeval tv{0, 200'000};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+  bool ok = false;
+  if (c != nullptr && c->err == 0) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
+    // A password-protected server answers NOAUTH: it is up all the same.
+    ok = r != nullptr;
+    if (r != nullptr) freeReplyObject(r);
+  }
+  if (c != nullptr) redisFree(c);
+  return ok;
+}
+
+}  // namespace ratewin::test
