@@ -9,7 +9,7 @@
 
 #include "bench.h"
 #include "ratewin/engine.h"
-#include "core/record.h"
+#include "ratewin_internal/introspection.h"
 
 namespace ratewin::bench {
 namespace {
@@ -190,7 +190,7 @@ int run_local(const cxxopts::ParseResult& args) {
       "  memory: %.1f bytes per limiter with %llu limiters of %u subintervals (RSS delta;"
       " record %zu B; target <= 64 + 4 x %u = %.0f B): %s\n",
       memory, static_cast<unsigned long long>(limiters), subintervals,
-      detail::Record::bytes_for(subintervals), subintervals, budget,
+      internal::limiter_record_bytes(subintervals, false), subintervals, budget,
       verdict(memory <= budget).c_str());
   std::printf("  machine: %u hardware threads\n", std::thread::hardware_concurrency());
   return 0;

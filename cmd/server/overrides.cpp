@@ -1,19 +1,16 @@
 #include "overrides.h"
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 #include <charconv>
 #include <vector>
 
-#include "redis/connection.h"
-#include "redis/endpoint.h"
 #include "rules.h"
 #include "text.h"
 
 namespace ratewin::server {
 
-using detail::RedisConnection;
+using internal::RedisClient;
+using internal::RedisReply;
 using namespace std::chrono_literals;
 
 std::int64_t unix_ms() noexcept {
@@ -67,12 +64,13 @@ std::string Override::to_json(std::string_view key) const {
 }
 
 Overrides::Overrides(std::string redis, std::string key_prefix, Log log)
-    : hash_key_(key_prefix + ":server:overrides"),
+    : redis_(std::move(redis)),
+      hash_key_(key_prefix + ":server:overrides"),
       channel_(key_prefix + ":server:overrides"),
       log_(std::move(log)),
       current_(std::make_shared<const OverrideMap>()) {
-  if (redis.empty()) return;
-  endpoint_ = std::make_unique<detail::RedisEndpoint>(detail::RedisEndpoint::parse(redis));
+  if (redis_.empty()) return;
+  (void)RedisClient::describe(redis_);  // throws std::invalid_argument for a bad address
   in_sync_ = false;
   thread_ = std::thread([this] { run(); });
 }
@@ -95,12 +93,11 @@ void Overrides::publish_local(const std::function<void(OverrideMap&)>& change) {
   current_.publish(std::move(next));
 }
 
-std::string Overrides::command(const std::function<std::string(RedisConnection&)>& body) {
+std::string Overrides::command(const std::function<std::string(RedisClient&)>& body) {
   std::lock_guard lock(command_mutex_);
   std::string error;
-  if (command_connection_ == nullptr || command_connection_->broken() ||
-      !command_connection_->alive()) {
-    command_connection_ = RedisConnection::open(*endpoint_, 1000ms, 1000ms, error);
+  if (command_connection_ == nullptr || !command_connection_->usable()) {
+    command_connection_ = RedisClient::open(redis_, 1000ms, 1000ms, error);
     if (command_connection_ == nullptr) return "Redis: " + error;
   }
   return body(*command_connection_);
@@ -109,27 +106,24 @@ std::string Overrides::command(const std::function<std::string(RedisConnection&)
 namespace {
 
 // Runs commands in one round trip; an error reply or a failure is the result.
-std::string run_all(RedisConnection& c, std::span<const RedisConnection::Argv> commands) {
+std::string run_all(RedisClient& c, std::span<const RedisClient::Argv> commands) {
   std::string error;
-  std::string refused;
-  if (!c.round_trip(commands,
-                    [&](std::size_t, const redisReply& r) {
-                      if (r.type == REDIS_REPLY_ERROR) refused = detail::reply_text(r);
-                    },
-                    std::chrono::steady_clock::now() + 1s, error)) {
-    return "Redis: " + error;
+  std::vector<RedisReply> replies;
+  if (!c.run(commands, replies, 1s, error)) return "Redis: " + error;
+  for (const RedisReply& r : replies) {
+    if (r.is_error()) return "Redis: " + r.text;
   }
-  return refused.empty() ? std::string() : "Redis: " + refused;
+  return {};
 }
 
 }  // namespace
 
 std::string Overrides::set(const std::string& key, const Override& value) {
-  if (endpoint_ != nullptr) {
+  if (shared()) {
     const std::string encoded = value.encode();
-    const RedisConnection::Argv commands[] = {{"HSET", hash_key_, key, encoded},
-                                              {"PUBLISH", channel_, key}};
-    std::string error = command([&](RedisConnection& c) { return run_all(c, commands); });
+    const RedisClient::Argv commands[] = {{"HSET", hash_key_, key, encoded},
+                                          {"PUBLISH", channel_, key}};
+    std::string error = command([&](RedisClient& c) { return run_all(c, commands); });
     if (!error.empty()) return error;
   }
   publish_local([&](OverrideMap& map) { map[key] = value; });
@@ -137,42 +131,38 @@ std::string Overrides::set(const std::string& key, const Override& value) {
 }
 
 std::string Overrides::remove(const std::string& key) {
-  if (endpoint_ != nullptr) {
-    const RedisConnection::Argv commands[] = {{"HDEL", hash_key_, key},
-                                              {"PUBLISH", channel_, key}};
-    std::string error = command([&](RedisConnection& c) { return run_all(c, commands); });
+  if (shared()) {
+    const RedisClient::Argv commands[] = {{"HDEL", hash_key_, key}, {"PUBLISH", channel_, key}};
+    std::string error = command([&](RedisClient& c) { return run_all(c, commands); });
     if (!error.empty()) return error;
   }
   publish_local([&](OverrideMap& map) { map.erase(key); });
   return {};
 }
 
-bool Overrides::reload(RedisConnection& connection) {
+bool Overrides::reload(RedisClient& connection) {
   auto next = std::make_shared<OverrideMap>();
   std::vector<std::pair<std::string, std::string>> expired;  // key, value as read
   std::string error;
   const std::int64_t now = unix_ms();
-  const bool ok = connection.round_trip(
-      {"HGETALL", hash_key_},
-      [&](std::size_t, const redisReply& r) {
-        if (r.type != REDIS_REPLY_ARRAY) {
-          error = detail::reply_text(r);
-          return;
-        }
-        for (std::size_t i = 0; i + 1 < r.elements; i += 2) {
-          std::string key(r.element[i]->str, r.element[i]->len);
-          std::string value(r.element[i + 1]->str, r.element[i + 1]->len);
-          // A value this version cannot read (a newer one wrote it) is left alone.
-          const std::optional<Override> o = Override::decode(value);
-          if (!o) continue;
-          if (o->active(now)) {
-            (*next)[std::move(key)] = *o;
-          } else if (o->expires_ms + kCleanupGrace.count() <= now) {
-            expired.emplace_back(std::move(key), std::move(value));
-          }
-        }
-      },
-      std::chrono::steady_clock::now() + 1s, error);
+  const RedisClient::Argv read[] = {{"HGETALL", hash_key_}};
+  std::vector<RedisReply> replies;
+  const bool ok = connection.run(read, replies, 1s, error);
+  if (ok && (replies.size() != 1 || replies[0].type != RedisReply::Type::kArray)) {
+    error = replies.empty() ? "no reply" : replies[0].text;
+  } else if (ok) {
+    const std::vector<RedisReply>& fields = replies[0].elements;
+    for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
+      // A value this version cannot read (a newer one wrote it) is left alone.
+      const std::optional<Override> o = Override::decode(fields[i + 1].text);
+      if (!o) continue;
+      if (o->active(now)) {
+        (*next)[fields[i].text] = *o;
+      } else if (o->expires_ms + kCleanupGrace.count() <= now) {
+        expired.emplace_back(fields[i].text, fields[i + 1].text);
+      }
+    }
+  }
   if (!ok || !error.empty()) {
     log_(LogLevel::warning, "overrides: reading Redis: " + error);
     return false;
@@ -188,7 +178,7 @@ bool Overrides::reload(RedisConnection& connection) {
     static constexpr std::string_view kDeleteIfSame =
         "if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then "
         "return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0";
-    std::vector<RedisConnection::Argv> commands;
+    std::vector<RedisClient::Argv> commands;
     commands.reserve(expired.size());
     for (const auto& [k, v] : expired)
       commands.push_back({"EVAL", kDeleteIfSame, "1", hash_key_, k, v});
@@ -206,10 +196,10 @@ void Overrides::run() {
   };
   while (!stopping(0ms)) {
     std::string error;
-    std::unique_ptr<RedisConnection> subscriber = RedisConnection::open(*endpoint_, 1s, 1s, error);
-    std::unique_ptr<RedisConnection> reader =
-        subscriber ? RedisConnection::open(*endpoint_, 1s, 1s, error) : nullptr;
-    const RedisConnection::Argv subscribe[] = {{"SUBSCRIBE", channel_}};
+    std::unique_ptr<RedisClient> subscriber = RedisClient::open(redis_, 1s, 1s, error);
+    std::unique_ptr<RedisClient> reader =
+        subscriber ? RedisClient::open(redis_, 1s, 1s, error) : nullptr;
+    const RedisClient::Argv subscribe[] = {{"SUBSCRIBE", channel_}};
     if (reader == nullptr || !run_all(*subscriber, subscribe).empty() || !reload(*reader)) {
       in_sync_ = false;
       if (!warned) log_(LogLevel::warning, "overrides: cannot follow Redis: " + error);
@@ -225,14 +215,12 @@ void Overrides::run() {
     auto last = std::chrono::steady_clock::now();
     for (;;) {
       if (stopping(0ms)) return;
-      bool announced = false;
-      const auto got = subscriber->receive(
-          [&](std::size_t, const redisReply& r) {
-            announced = r.type == REDIS_REPLY_ARRAY && r.elements == 3 &&
-                        std::string_view(r.element[0]->str, r.element[0]->len) == "message";
-          },
-          200ms, error);
-      if (got == RedisConnection::Received::kFailed) break;
+      RedisReply message;
+      const auto got = subscriber->receive(message, 200ms, error);
+      if (got == RedisClient::Received::kFailed) break;
+      const bool announced = got == RedisClient::Received::kMessage &&
+                             message.type == RedisReply::Type::kArray &&
+                             message.elements.size() == 3 && message.elements[0].text == "message";
       if (announced || std::chrono::steady_clock::now() - last >= kRefresh) {
         if (!reload(*reader)) break;
         last = std::chrono::steady_clock::now();

@@ -19,19 +19,15 @@
 
 #include "published.h"
 #include "ratewin/engine.h"
-
-namespace ratewin::inline v1::detail {
-class RedisConnection;
-struct RedisEndpoint;
-}  // namespace ratewin::inline v1::detail
+#include "ratewin_internal/redis_client.h"
 
 namespace ratewin::server {
 
 struct Override {
   enum class Kind { limit, multiplier };
   Kind kind = Kind::multiplier;
-  double value = 1;              // the limit (a whole number) or the multiplier
-  std::int64_t expires_ms = 0;   // Unix time in ms
+  double value = 1;             // the limit (a whole number) or the multiplier
+  std::int64_t expires_ms = 0;  // Unix time in ms
 
   bool active(std::int64_t now_ms) const noexcept { return expires_ms > now_ms; }
   // The limit's max for this key under the override (at least 1).
@@ -61,7 +57,7 @@ class Overrides {
   std::string remove(const std::string& key);
 
   const Published<OverrideMap>& current() const noexcept { return current_; }
-  bool shared() const noexcept { return endpoint_ != nullptr; }
+  bool shared() const noexcept { return !redis_.empty(); }
   // Whether the last exchange with Redis succeeded (always true without Redis).
   bool in_sync() const noexcept { return in_sync_.load(std::memory_order_relaxed); }
   std::uint64_t reloads() const noexcept { return reloads_.load(std::memory_order_relaxed); }
@@ -73,18 +69,18 @@ class Overrides {
  private:
   void run();  // the subscriber thread
   // Reads the hash and publishes it. False when Redis could not be read.
-  bool reload(detail::RedisConnection& connection);
-  std::string command(const std::function<std::string(detail::RedisConnection&)>& body);
+  bool reload(internal::RedisClient& connection);
+  std::string command(const std::function<std::string(internal::RedisClient&)>& body);
   void publish_local(const std::function<void(OverrideMap&)>& change);
 
-  std::unique_ptr<detail::RedisEndpoint> endpoint_;
+  std::string redis_;  // the address; empty: local only
   std::string hash_key_;
   std::string channel_;
   Log log_;
   Published<OverrideMap> current_;
   std::mutex local_mutex_;  // serialises local changes
   std::mutex command_mutex_;
-  std::unique_ptr<detail::RedisConnection> command_connection_;
+  std::unique_ptr<internal::RedisClient> command_connection_;
   std::atomic<bool> in_sync_{true};
   std::atomic<std::uint64_t> reloads_{0};
   std::mutex stop_mutex_;

@@ -90,9 +90,10 @@ struct Stats {
   std::chrono::nanoseconds write_max{0};
   std::uint64_t warm_starts = 0;  // limiters loaded from the store before deciding
   std::uint64_t warm_start_failures = 0;
-  std::uint64_t sync_rounds = 0;     // boundary reads completed
-  std::uint64_t sync_failures = 0;   // boundary reads that failed (retried later)
-  std::uint64_t sync_last_keys = 0;  // limiters read by the last boundary read
+  std::uint64_t sync_rounds = 0;            // boundary reads completed
+  std::uint64_t sync_failures = 0;          // boundary reads that failed (retried later)
+  std::uint64_t sync_last_keys = 0;         // windows read by the last boundary read
+  std::uint64_t sync_last_change_sets = 0;  // change sets read by it
   std::chrono::nanoseconds sync_last_duration{0};
   std::chrono::nanoseconds sync_max_duration{0};
   std::uint64_t active_limiters = 0;         // limiters kept in step by boundary reads

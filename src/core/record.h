@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ratewin/limit.h"
 #include "core/seqlock_field.h"
 #include "core/window.h"
+#include "ratewin/limit.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -63,10 +63,24 @@ struct Record {
   std::uint32_t lru_older;  // neighbours in the shard's LRU list (kNoRecord at the ends);
   std::uint32_t lru_newer;  // while the record is free, lru_older links the pool's free list
 
-  static std::size_t bytes_for(std::uint32_t subintervals) noexcept {
-    return (sizeof(Record) + sizeof(Bucket) * subintervals + 7) & ~std::size_t{7};
+  // The bytes of a record with `subintervals` buckets, and a store mark (below) when
+  // `marked`.
+  static std::size_t bytes_for(std::uint32_t subintervals, bool marked = false) noexcept {
+    return (sizeof(Record) + sizeof(Bucket) * (subintervals + (marked ? 1U : 0U)) + 7) &
+           ~std::size_t{7};
   }
   Bucket* buckets() noexcept { return reinterpret_cast<Bucket*>(this + 1); }
+  // With a shared store, the word after the buckets says in which epoch this engine last
+  // wrote the limiter to the store (mark_of(epoch); 0: never), so that the store's
+  // once-per-subinterval bookkeeping is done once. Only in records of a registry made
+  // with marks; read and written under the shard's lock only.
+  std::uint32_t& store_mark() noexcept {
+    return *reinterpret_cast<std::uint32_t*>(buckets() + subintervals);
+  }
+  static std::uint32_t mark_of(std::int64_t epoch) noexcept {
+    const std::int64_t r = epoch % 0xffffffffLL;
+    return static_cast<std::uint32_t>(r < 0 ? r + 0xffffffffLL : r) + 1;
+  }
   LimiterKey key() const noexcept { return {resource, resolution_ms, subintervals}; }
   bool matches(const LimiterKey& k) const noexcept {
     return resource == k.resource && resolution_ms == k.resolution_ms &&

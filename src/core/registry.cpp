@@ -162,7 +162,8 @@ Shard::WriteSection::~WriteSection() {
   if (open_) shard_.version.store(version_ + 2, std::memory_order_release);
 }
 
-void Shard::set_capacity(std::size_t records) noexcept {
+void Shard::configure(std::size_t records, bool marked) noexcept {
+  marked_ = marked;
   capacity_ = records;
   max_slots_ = std::max<std::size_t>(8, records * 4 / 3 + 2);
 }
@@ -187,7 +188,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   while (table_.size() >= capacity_ && evict_one(now_ns)) {
   }
 
-  const std::size_t bytes = Record::bytes_for(key.subintervals);
+  const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
   const RecordId id = pool_.allocate(bytes);
   Record* r = record(id);
   r->resource = key.resource;
@@ -195,6 +196,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->subintervals = static_cast<std::uint16_t>(key.subintervals);
   r->pins = 0;
   r->view().reset(cold ? 0 : now_ns);
+  if (marked_) r->store_mark() = 0;
   try {
     table_.insert(id, hash, max_slots_);
   } catch (...) {
@@ -275,11 +277,14 @@ bool Shard::evict_one(std::int64_t now_ns) {
   unlink({victim, r});
   const LimiterKey key = r->key();
   table_.erase(table_.find(key, key.hash()));
-  pool_.deallocate(victim, Record::bytes_for(key.subintervals));
+  // A geometry no key has: a reference to this record kept across an unlocked stretch
+  // (an admission's write to the store) no longer matches its key.
+  r->subintervals = 0;
+  pool_.deallocate(victim, Record::bytes_for(key.subintervals, marked_));
   return true;
 }
 
-Registry::Registry(std::size_t max_limiters) : max_limiters_(max_limiters) {
+Registry::Registry(std::size_t max_limiters, bool marked) : max_limiters_(max_limiters) {
   if (max_limiters == 0) throw std::invalid_argument("ratewin: max_limiters must be at least 1");
   // Up to 64 shards, each meant to hold at least 64 records, so small registries are
   // not split into many tiny ones.
@@ -289,7 +294,7 @@ Registry::Registry(std::size_t max_limiters) : max_limiters_(max_limiters) {
   shards_ = std::make_unique<Shard[]>(shards);
   const std::size_t base = max_limiters / shards;
   const std::size_t extra = max_limiters % shards;
-  for (std::size_t i = 0; i < shards; ++i) shards_[i].set_capacity(base + (i < extra ? 1 : 0));
+  for (std::size_t i = 0; i < shards; ++i) shards_[i].configure(base + (i < extra ? 1 : 0), marked);
 }
 
 }  // namespace ratewin::inline v1::detail

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "ratewin/decision.h"
 #include "core/record.h"
 #include "core/record_pool.h"
+#include "ratewin/decision.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -94,7 +94,9 @@ class alignas(64) Shard {
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
 
-  void set_capacity(std::size_t records) noexcept;
+  // `records`: the most it holds before evicting; `marked`: its records carry a store
+  // mark (Record::store_mark).
+  void configure(std::size_t records, bool marked) noexcept;
 
   // Marks the changes made while it lives visible to lock-free readers. Requires mutex.
   // A section opens at construction, or at the first open() when constructed deferred:
@@ -172,6 +174,7 @@ class alignas(64) Shard {
   RecordId oldest_ = kNoRecord;
   RecordId newest_ = kNoRecord;
   std::size_t capacity_ = 0;   // most records held before evicting
+  bool marked_ = false;        // records carry a store mark
   std::size_t max_slots_ = 0;  // table growth stops here
 
   // Read by every lookup, locked or not; written when they grow.
@@ -183,7 +186,8 @@ class alignas(64) Shard {
 // total never exceeds it (records pinned by handles aside).
 class Registry {
  public:
-  explicit Registry(std::size_t max_limiters);
+  // `marked`: every record carries a store mark (an engine with a shared store).
+  explicit Registry(std::size_t max_limiters, bool marked = false);
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 

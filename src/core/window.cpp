@@ -53,24 +53,25 @@ std::uint32_t SlidingWindow::in_order(std::uint32_t k) const noexcept {
   return buckets_[(state_.head + k) % n_];
 }
 
-void SlidingWindow::merge(std::int64_t epoch, std::uint64_t count) noexcept {
+bool SlidingWindow::merge(std::int64_t epoch, std::uint64_t count) noexcept {
   if (epoch > state_.epoch) advance(epoch * resolution_);
   const std::int64_t age = state_.epoch - epoch;
-  if (age > static_cast<std::int64_t>(n_)) return;
+  if (age > static_cast<std::int64_t>(n_)) return false;
   const auto shared = static_cast<std::uint32_t>(std::min<std::uint64_t>(count, 0xffffffffU));
   if (age == static_cast<std::int64_t>(n_)) {
-    if (shared > state_.trailing) state_.trailing = shared;
-    return;
+    if (shared <= state_.trailing) return false;
+    state_.trailing = shared;
+    return true;
   }
   const std::uint32_t slot = (state_.head + n_ - static_cast<std::uint32_t>(age)) % n_;
   Bucket& bucket = buckets_[slot];
-  if (shared > bucket) {
-    if (state_.sum == 0 || static_cast<std::uint32_t>(age) < age_of(state_.newest, state_.head)) {
-      state_.newest = static_cast<std::uint16_t>(slot);
-    }
-    state_.sum += shared - bucket;
-    bucket = shared;
+  if (shared <= bucket) return false;
+  if (state_.sum == 0 || static_cast<std::uint32_t>(age) < age_of(state_.newest, state_.head)) {
+    state_.newest = static_cast<std::uint16_t>(slot);
   }
+  state_.sum += shared - bucket;
+  bucket = shared;
+  return true;
 }
 
 void SlidingWindow::remove(std::int64_t epoch, std::uint64_t cost) noexcept {

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "core/int128.h"
-#include "ratewin/decision.h"
 #include "core/seqlock_field.h"
+#include "ratewin/decision.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -105,8 +105,9 @@ class SlidingWindow {
   // Raises the count held for `epoch` to at least `count`: a shared count already
   // includes this node's own requests, so it replaces rather than adds. An epoch older
   // than the trailing one is ignored; an epoch after the newest moves the window
-  // forward to it first (never back). Counts saturate at Limit::kMaxCount.
-  void merge(std::int64_t epoch, std::uint64_t count) noexcept;
+  // forward to it first (never back). Counts saturate at Limit::kMaxCount. Returns whether
+  // a count was raised.
+  bool merge(std::int64_t epoch, std::uint64_t count) noexcept;
 
   // True when, at t, the window would hold nothing (E(t) == 0). Does not modify.
   bool empty_at(std::int64_t t) const noexcept;

@@ -8,16 +8,22 @@
 #include <utility>
 
 #include "core/counters.h"
-#include "ratewin/engine.h"
 #include "core/registry.h"
 #include "engine/store.h"
+#include "ratewin/engine.h"
 
 namespace ratewin::inline v1::detail {
 
+class Admission;
+
+// The engine: the registry of limiters, the clock, the decision counters and the shared
+// store (if any). Decisions run on the calling threads; a rejection is decided from a
+// lock-free read of the limiter, and anything that may count goes through an Admission
+// (engine/admission.h). The store's background thread calls back through SyncTarget.
 class EngineCore final : public SyncTarget {
  public:
-  // With options.redis set, the engine makes its own RedisStore. `store`, if given,
-  // is used instead (tests inject one); both null: local mode.
+  // `store`, if given, is the shared store (tests inject one); otherwise the engine makes
+  // the one its options ask for with make_store() (none: local mode).
   EngineCore(Options options, std::unique_ptr<Store> store);
   ~EngineCore() override;
 
@@ -40,6 +46,14 @@ class EngineCore final : public SyncTarget {
   void merge(const LimiterKey& key, std::span<const EpochCount> counts) override;
 
  private:
+  friend class Admission;
+  // Where an admission was counted, so that it can be given back.
+  struct Counted {
+    std::int64_t epoch = 0;
+    bool local = false;  // in the limiter's window, at `epoch`
+    bool store = false;  // in the shared store, at `epoch`
+  };
+
   // The engine's time: its clock, moved onto the store's clock when there is one.
   std::int64_t now_ns() const noexcept {
     const std::int64_t local = system_clock_ ? SystemClock::read() : clock_->now().count();
@@ -49,28 +63,16 @@ class EngineCore final : public SyncTarget {
   // store mode.
   RecordRef insert(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t now,
                    Shard::WriteSection& section);
-  // What an admission counted, so that it can be given back.
-  struct Counted {
-    std::int64_t epoch = 0;
-    bool local = false;  // in the limiter's window, at `epoch`
-    bool store = false;  // in the shared store, at `epoch`
-  };
-  // The decision path shared by both try_acquire overloads. `known` is the record when
-  // the caller holds it pinned; otherwise it is looked up. `counted`, if given, is told
-  // where an admission was counted.
+  // The decision path of both try_acquire overloads and of try_acquire_all. `known` is
+  // the record when the caller holds it pinned; otherwise it is looked up. `counted`, if
+  // given, is told where an admission was counted. Rejections on local counts return
+  // from here; anything else is an Admission.
   Decision decide(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
                   std::int64_t now, const Limit& limit, std::uint64_t cost,
                   Counted* counted = nullptr);
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
   void give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
                  const Counted& counted);
-  // decide() under the shard's lock, when the lock-free read could not settle it.
-  // `version`, `ref` and `d` are what that read established (version odd: nothing).
-  // `degraded`: the store is known to be unreachable.
-  Decision decide_locked(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
-                         RecordRef ref, std::uint64_t version, Decision d, std::int64_t now,
-                         const Limit& limit, std::uint64_t cost, bool degraded,
-                         Counted* counted);
   // Reads the limiter and decides without the lock or any shared write. Returns the
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a
@@ -80,15 +82,6 @@ class EngineCore final : public SyncTarget {
   std::uint64_t read_without_lock(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                                   RecordRef& ref, std::int64_t now, const Limit& limit,
                                   std::uint64_t cost, Decision& out) noexcept;
-  // After an allowed decision, called with no lock held: adds the cost to the shared
-  // count of `epoch` if the shared counts still fit it, merges the reply (the whole
-  // window) into the limiter (if it is still held) and refreshes the decision from the
-  // merged counts (all of it for cost 0, a question that only reads). `cold`: the
-  // limiter was new or idle, so this is its warm start. If the store fails, the decision
-  // is degraded and follows the limit's failure policy.
-  void publish(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t epoch,
-               std::int64_t now, const Limit& limit, std::uint64_t cost, bool cold,
-               Decision& decision, Counted* counted);
 
   const std::uint64_t id_;  // unique per engine in the process, never reused
   Options options_;

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "ratewin/engine.h"
 #include "core/record.h"
+#include "ratewin/engine.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -24,8 +24,21 @@ class SyncTarget {
   virtual void merge(const LimiterKey& key, std::span<const EpochCount> counts) = 0;
 };
 
+// One write to the shared store, as the engine asks for it.
+struct StoreWrite {
+  LimiterKey key;
+  std::int64_t epoch = 0;  // the subinterval the cost counts in, on the store's clock
+  std::uint64_t cost = 0;  // 0: a question, which only reads
+  // This engine's first write to the limiter in `epoch`: the store does its
+  // once-per-subinterval bookkeeping with it.
+  bool first = false;
+};
+
 // A store shared by every node enforcing the same limits (Redis in distributed mode).
 // Local mode has no store: the engine then decides from its own counts alone.
+//
+// The store only counts; the engine decides, with its own arithmetic, from the shared
+// counts the store returns (so the admission rule exists once, in core/window.h).
 //
 // The synchronous calls are made concurrently from application threads, never with an
 // engine lock held, and return within the store's deadline.
@@ -33,20 +46,14 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // The fixed-point scale of the trailing weight passed to add().
-  static constexpr std::uint32_t kWeightOne = 1U << 20;
-
-  // An allowed request's write, one round trip: if the estimate over the shared counts
-  // still fits `cost` under `max` (the trailing subinterval, epoch - N, weighing
-  // trailing_weight / kWeightOne: the share of it still inside the window), adds `cost`
-  // to the shared count of `epoch`. Either way fills `counts` (N + 1 entries) with the
-  // shared counts of epochs epoch, epoch - 1, ..., epoch - N after the decision, so the
-  // caller can take in the whole shared window. cost 0 only reads (and says whether the
-  // window is within max). Returns whether it added (fits, for cost 0), or std::nullopt
-  // when the store could not be reached in time or refused.
-  virtual std::optional<bool> add(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
-                                  std::uint64_t max, std::uint32_t trailing_weight,
-                                  std::span<std::uint64_t> counts) = 0;
+  // An allowed request's write, one round trip: adds `cost` to the shared count of
+  // `epoch` (unconditionally: the engine decides from the reply whether the request
+  // still fits, and gives the cost back with remove() if not), and fills `counts`
+  // (N + 1 entries, at most) with the shared counts of epochs epoch, epoch - 1, ...,
+  // epoch - N after it, so the caller can take in the whole shared window. cost 0 only
+  // reads. False when the store could not be reached in time or refused (a write that
+  // timed out may still land later: the shared counts then err high).
+  virtual bool add(const StoreWrite& write, std::span<std::uint64_t> counts) = 0;
   // Takes back `cost` that add() counted at `epoch` (never below 0), best effort: a
   // failure is logged and counted, not reported.
   virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;

@@ -35,6 +35,7 @@ class RedisPool {
     }
     explicit operator bool() const noexcept { return connection_ != nullptr; }
     RedisConnection* operator->() const noexcept { return connection_.get(); }
+    RedisConnection& operator*() const noexcept { return *connection_; }
     // The connection was opened for this lease (which took up to the connect timeout).
     bool fresh() const noexcept { return fresh_; }
 

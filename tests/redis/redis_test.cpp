@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <barrier>
+#include <cstring>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -17,8 +17,9 @@
 
 #include "engine/engine_core.h"
 #include "ratewin/engine.h"
-#include "redis_server.h"
+#include "redis/layout.h"
 #include "redis/redis_store.h"
+#include "redis_server.h"
 
 namespace ratewin::test {
 namespace {
@@ -110,11 +111,11 @@ TEST_CASE("an allowed request is written; an engine meeting the resource later w
   CHECK(a.stats().store_available);
 
   Engine b(options);  // a new node, mid-window
-  const long long writes = redis.calls("evalsha");
+  const long long writes = redis.calls("getex");
   const Decision d = b.try_acquire("warm", limit);
   CHECK(d.allowed);
   CHECK(d.remaining == 3);  // its write brought back a's six: one round trip in all
-  CHECK(redis.calls("evalsha") == writes + 1);
+  CHECK(redis.calls("getex") == writes + 1);
   CHECK(b.stats().warm_starts == 1);
   // The reply of b's write told it the shared count; a learns at the next boundary.
   for (int i = 0; i < 3; ++i) CHECK(b.try_acquire("warm", limit).allowed);
@@ -123,14 +124,18 @@ TEST_CASE("an allowed request is written; an engine meeting the resource later w
   // A node meeting a resource that others have used up: its first request is refused by
   // the shared counts (one round trip), and the rest are refused locally.
   Engine c(options);
-  const long long before = redis.calls("evalsha");
+  const long long before = redis.calls("getex");
   const Decision first = c.try_acquire("warm", limit);
   CHECK_FALSE(first.allowed);
   CHECK_FALSE(first.degraded);
   CHECK(first.remaining == 0);
   CHECK(first.retry_after > 0ns);
   for (int i = 0; i < 10; ++i) CHECK_FALSE(c.try_acquire("warm", limit).allowed);
-  CHECK(redis.calls("evalsha") == before + 1);
+  CHECK(redis.calls("getex") == before + 1);
+  // That refused write was given back: the shared count is still a's six and b's four.
+  Engine d2(options);
+  CHECK(d2.try_acquire("warm", limit, 0).remaining == 0);
+  CHECK(redis.calls("bitfield") >= writes + 2);
 }
 
 TEST_CASE("boundary reads bring other nodes' counts to a node that only reads") {
@@ -175,25 +180,26 @@ TEST_CASE("rejections never touch the network") {
 
 // K engines (separate connections, as separate nodes) on one resource.
 //
-// Bound, steady overload: a request is admitted only if the write script finds that it
-// fits the estimate over the shared counts, which Redis evaluates one write at a time
-// over every node's admissions, at the node's time (aligned to Redis' clock) and with the
-// trailing weight rounded up. So at every admission the shared estimate is within max,
-// as for a single node, and the single-node bound of window_test applies: the exact
-// count in the interval ending at an admission is at most max + T (1 - w) <= max + T,
-// T the count of the trailing subinterval. Checked as: max admitted in any interval
-// <= max + the most admitted in one subinterval. (Clock offsets between the nodes, a
-// millisecond or less here, shift a weight by under 1%; not visible at these counts.)
-// Cold burst (every engine offered max at once, from empty): the same check, so exactly
+// Bound, steady overload: a node adds an admitted request's cost to the shared count and
+// reads the whole shared window back in the same round trip; it keeps the admission only
+// if the estimate over that window, with the request in it, is within max (else it gives
+// the cost back). Redis applies the additions one at a time, so the k-th admission kept
+// saw at least k counts: at every admission kept the shared estimate is within max, as
+// for a single node, and the single-node bound of window_test applies: the exact count in
+// the interval ending at an admission is at most max + T (1 - w) <= max + T, T the count
+// of the trailing subinterval. Checked as: max admitted in any interval <= max + the most
+// admitted in one subinterval. (Clock offsets between the nodes, a millisecond or less
+// here, shift a weight by under 1%; not visible at these counts.)
+// Cold burst (every engine offered max at once, from empty): the same argument, so exactly
 // max is admitted, whatever K.
 TEST_CASE("several engines share one limit: steady overload and a cold burst") {
   RedisServer redis;
-  constexpr int kEngines = 4;
   const Options options = redis_options(redis.url());
   std::vector<std::unique_ptr<Engine>> engines;
-  for (int i = 0; i < kEngines; ++i) engines.push_back(std::make_unique<Engine>(options));
+  for (int i = 0; i < 8; ++i) engines.push_back(std::make_unique<Engine>(options));
 
   SUBCASE("steady overload") {
+    constexpr int kEngines = 4;
     const Limit limit(40, 1s, 100ms);
     const std::int64_t interval = 1'000'000'000;
     std::vector<std::vector<std::int64_t>> admitted(kEngines);
@@ -229,6 +235,7 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
   }
 
   SUBCASE("cold burst") {
+    constexpr int kEngines = 8;
     const Limit limit(50, 10s, 1s);
     std::atomic<int> admitted{0};
     std::barrier start(kEngines);
@@ -245,7 +252,45 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
     for (auto& t : threads) t.join();
     MESSAGE("cold burst, " << kEngines << " engines offered 50 each: admitted " << admitted.load());
     CHECK(admitted.load() == 50);
+    // The refused writes were given back: the shared count is exactly what was admitted.
+    Engine late(options);
+    CHECK(late.try_acquire("burst", limit, 0).remaining == 0);
+    CHECK(late.try_acquire("burst", Limit(51, 10s, 1s), 0).remaining == 1);
   }
+}
+
+TEST_CASE("boundary reads fetch the change sets, then only the windows other nodes wrote") {
+  RedisServer redis;
+  const Options options = redis_options(redis.url());
+  const Limit limit(100, 2s, 200ms);
+  Engine a(options);
+  Engine b(options);
+  past_next_boundary(200ms);
+  for (std::uint64_t r = 0; r < 10; ++r) REQUIRE(a.try_acquire(r, limit).allowed);
+  // a wrote alone: at the boundary it reads that epoch's change sets, and no window.
+  past_next_boundary(200ms);
+  Stats s = a.stats();
+  CHECK(s.sync_rounds >= 1);
+  CHECK(s.sync_last_change_sets >= 1);
+  CHECK(s.sync_last_change_sets <= 10);  // only the shards where a is active
+  CHECK(s.sync_last_keys == 0);
+  CHECK(s.active_limiters == 10);
+  // b writes one of them: a reads exactly that window, and has b's counts.
+  for (int i = 0; i < 5; ++i) REQUIRE(b.try_acquire(3, limit).allowed);
+  past_next_boundary(200ms);
+  s = a.stats();
+  CHECK(s.sync_last_keys == 1);
+  CHECK(a.try_acquire(3, limit, 0).remaining == 100 - 1 - 5);
+  CHECK(a.try_acquire(4, limit, 0).remaining == 100 - 1);
+  CHECK(s.writes_ok == 10);
+
+  // After an outage, a reads every active limiter's whole window again.
+  redis.stop(/*crash=*/true);
+  REQUIRE(eventually([&] { return !a.stats().store_available; }));
+  REQUIRE(redis.start());
+  const std::uint64_t rounds = a.stats().sync_rounds;
+  REQUIRE(eventually([&] { return a.stats().store_available && a.stats().sync_rounds > rounds; }));
+  CHECK(eventually([&] { return a.stats().sync_last_keys == 10; }, 1000ms));
 }
 
 // A clock 3 s ahead of the machine's.
@@ -273,16 +318,20 @@ TEST_CASE("a node with a skewed clock agrees on epochs once it measured the offs
   const Limit limit(5, 4s, 400ms);
   const std::int64_t r = 400'000'000;
   std::this_thread::sleep_for(std::chrono::nanoseconds(r - SystemClock::read() % r) + 20ms);
+  const std::int64_t epoch = SystemClock::read() / r;
   for (int i = 0; i < 3; ++i) CHECK(a.try_acquire("skew", limit).allowed);
   for (int i = 0; i < 2; ++i) CHECK(b.try_acquire("skew", limit).allowed);
   const Decision da = a.try_acquire("skew", limit, 0);
   const Decision db = b.try_acquire("skew", limit, 0);
   CHECK(db.remaining == 0);  // b saw a's 3 (warm start) and its own 2
-  // a and b share the key prefix: one key, and in it one field (one epoch) written.
-  const std::string keys = redis.command({"KEYS", plain.key_prefix + "*"});
-  REQUIRE(keys.find("}:400x10") != std::string::npos);
-  const std::string fields = redis.command({"HKEYS", keys.substr(0, keys.find('\n'))});
-  CHECK(std::count(fields.begin(), fields.end(), '\n') == 1);
+  // a and b share the key prefix: one window key, in which one epoch counts all five.
+  const std::string key = detail::StoreLayout(plain.key_prefix, 1)
+                              .window_key(detail::LimiterKey::of(hash("skew"), limit));
+  const std::string value = redis.command({"GET", key});
+  std::vector<std::uint64_t> counts(11);
+  detail::StoreLayout::decode(value, epoch, 10, counts);
+  CHECK(std::accumulate(counts.begin(), counts.end(), std::uint64_t{0}) == 5);
+  CHECK(std::count(counts.begin(), counts.end(), 5) == 1);
   // Their decisions agree: the same reset time, within the measurement's error.
   CHECK(std::chrono::abs(da.reset_after - db.reset_after) < 20ms);
 }
@@ -473,7 +522,7 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
   }
 
   SUBCASE("Redis that answers errors") {
-    RedisServer redis({"--rename-command", "EVALSHA", "", "--rename-command", "EVAL", ""});
+    RedisServer redis({"--rename-command", "BITFIELD", ""});
     Engine engine(redis_options(redis.url()));
     const auto took = timed([&] {
       const Decision d = engine.try_acquire("a", limit);
@@ -541,9 +590,9 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     const Stats s = engine.stats();
     CHECK_FALSE(s.store_available);
     CHECK(s.circuit_opens == 1);
-    const long long writes = redis.calls("evalsha") + redis.calls("eval");
+    const long long writes = redis.calls("bitfield");
     CHECK(engine.try_acquire("b", limit).degraded);
-    CHECK(redis.calls("evalsha") + redis.calls("eval") == writes);
+    CHECK(redis.calls("bitfield") == writes);
     // Promoted: the engine notices and shares again.
     redis.command({"REPLICAOF", "NO", "ONE"});
     CHECK(eventually([&] { return engine.stats().store_available; }));
@@ -567,42 +616,6 @@ TEST_CASE("Redis closing idle connections (its timeout setting) is not an outage
   CHECK(s.store_available);
 }
 
-TEST_CASE("the write script keeps counts of epochs ahead of a late writer") {
-  // Epoch 11's count must survive a write for epoch 10 that reaches Redis after it (a
-  // thread scheduled late across a boundary, or a node slightly behind).
-  RedisServer redis;
-  const auto write = [&](const char* field, const char* cost) {
-    // ARGV: field, cost, ttl ms, m, n, max, trailing weight (2^20 = 1).
-    return redis.command({"EVAL", detail::kWriteScript, "1", "late", field, cost, "10000", "64",
-                          "10", "100", "1048576"});
-  };
-  write("11", "5");
-  write("10", "1");
-  CHECK(redis.command({"HGET", "late", "11"}) == "5");
-  CHECK(redis.command({"HGET", "late", "10"}) == "1");
-  // Stale fields (older than the window) are still removed by a write.
-  write("30", "1");
-  CHECK(redis.command({"HGET", "late", "10"}) == "(nil)");
-  CHECK(redis.command({"HGET", "late", "30"}) == "1");
-  // A question (cost 0) writes nothing.
-  write("31", "0");
-  CHECK(redis.command({"HEXISTS", "late", "31"}) == "0");
-
-  // With many subintervals, thousands of stale fields go in one write (in chunks: Lua's
-  // unpack would fail on them all at once, after the count was already added).
-  std::vector<std::string> hset = {"HSET", "wide"};
-  for (int i = 0; i < 9000; ++i) {
-    hset.push_back(std::to_string(30000 + i));  // ages 40000 .. 48999: stale for n = 20000
-    hset.push_back("1");
-  }
-  redis.command(hset);
-  // n = 20000: m = 131072; the write at field 70000 sees the 9000 fields as stale.
-  const std::string reply = redis.command({"EVAL", detail::kWriteScript, "1", "wide", "70000",
-                                           "1", "100000", "131072", "20000", "100", "1048576"});
-  CHECK(reply.find("ERR") == std::string::npos);
-  CHECK(redis.command({"HLEN", "wide"}) == "1");
-}
-
 TEST_CASE("ACL users, Unix sockets and databases") {
   RedisServer redis(
       {"--user", "alice", "on", ">secret", "~*", "+@all", "--user", "default", "off"});
@@ -619,7 +632,7 @@ TEST_CASE("ACL users, Unix sockets and databases") {
   CHECK(wrong_user.stats().last_error.find("authentication failed") != std::string::npos);
 }
 
-TEST_CASE("key layout: one hash per resource and geometry, small fields, expiring") {
+TEST_CASE("key layout: one string per resource and geometry, a small ring, expiring") {
   RedisServer redis;
   Options options = redis_options(redis.url());
   options.key_prefix = "layout";
@@ -628,22 +641,20 @@ TEST_CASE("key layout: one hash per resource and geometry, small fields, expirin
   (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
   (void)engine.try_acquire(resource, Limit(100, 1s, 250ms));  // another geometry: another key
   const std::string keys = redis.command({"KEYS", "layout*"});
-  CHECK(keys.find("layout:{000000001234abcd}:100x10") != std::string::npos);
-  CHECK(keys.find("layout:{000000001234abcd}:250x4") != std::string::npos);
-  const long long ttl =
-      std::atoll(redis.command({"PTTL", "layout:{000000001234abcd}:100x10"}).c_str());
+  const std::string key = "layout:{000000001234abcd}:100x10:w";
+  CHECK(keys.find(key) != std::string::npos);
+  CHECK(keys.find("layout:{000000001234abcd}:250x4:w") != std::string::npos);
+  CHECK(keys.find("layout:cs:{100x10:") != std::string::npos);  // a change set
+  const long long ttl = std::atoll(redis.command({"PTTL", key}).c_str());
   CHECK(ttl > 1000);  // (N + 3) x resolution = 1.3 s
   CHECK(ttl <= 1300);
-  // Writes in many epochs: the hash keeps only the window's fields.
+  // Writes in many epochs: the ring never grows past N + 3 slots of 6 bytes.
   for (int i = 0; i < 30; ++i) {
     (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
     std::this_thread::sleep_for(60ms);
   }
-  const std::string fields = redis.command({"HKEYS", "layout:{000000001234abcd}:100x10"});
-  const auto n = std::count(fields.begin(), fields.end(), '\n');
-  CHECK(n <= 12);
-  CHECK(n >= 8);
-  CHECK(redis.command({"OBJECT", "ENCODING", "layout:{000000001234abcd}:100x10"}) == "listpack");
+  CHECK(std::atoll(redis.command({"STRLEN", key}).c_str()) <= 13 * 6);
+  CHECK(redis.command({"TYPE", key}) == "string");
 }
 
 TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes cleanly") {
@@ -673,7 +684,8 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
   SUBCASE("an engine, with threads deciding through handles") {
     auto engine = std::make_unique<Engine>(redis_options(redis.url()));
     std::vector<LimiterHandle> handles;
-    for (int i = 0; i < 3; ++i) handles.push_back(engine->limiter(std::string("h").append(std::to_string(i)), limit));
+    for (int i = 0; i < 3; ++i)
+      handles.push_back(engine->limiter(std::string("h").append(std::to_string(i)), limit));
     redis.pause();
     std::vector<std::thread> threads;
     for (auto& h : handles) {

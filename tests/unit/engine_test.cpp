@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/window.h"
 #include "engine/engine_core.h"
 #include "reference_window.h"
-#include "core/window.h"
 
 namespace ratewin::test {
 namespace {
@@ -41,30 +41,27 @@ struct SharedCounts {
       counts;
   std::atomic<bool> down{false};
   std::atomic<int> calls{0};
+  std::atomic<int> first_writes{0};  // writes marked as an engine's first in their epoch
 };
 
 class FakeStore final : public detail::Store {
  public:
   explicit FakeStore(std::shared_ptr<SharedCounts> shared) : shared_(std::move(shared)) {}
-  // The same conditional write as the Redis script, over a map.
-  std::optional<bool> add(const detail::LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
-                          std::uint64_t max, std::uint32_t trailing_weight,
-                          std::span<std::uint64_t> counts) override {
+  // What the Redis store does, over a map: adds the cost, whatever the counts, and
+  // returns the window after it (the engine decides from it).
+  bool add(const detail::StoreWrite& write, std::span<std::uint64_t> counts) override {
     ++shared_->calls;
-    if (shared_->down) return std::nullopt;
+    if (write.first) ++shared_->first_writes;
+    if (shared_->down) return false;
     std::lock_guard lock(shared_->mutex);
+    const detail::LimiterKey& key = write.key;
     auto count = [&](std::int64_t e) -> std::uint64_t& {
       return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, e}];
     };
-    std::uint64_t sum = cost;
-    for (std::int64_t k = 0; k < std::int64_t{key.subintervals}; ++k) sum += count(epoch - k);
-    const std::uint64_t trailing = count(epoch - std::int64_t{key.subintervals});
-    const bool fits = detail::u128{sum} * kWeightOne + detail::u128{trailing} * trailing_weight <=
-                      detail::u128{max} * kWeightOne;
-    if (fits) count(epoch) += cost;  // cost 0 only reads
+    count(write.epoch) += write.cost;  // cost 0 only reads
     for (std::size_t k = 0; k < counts.size(); ++k)
-      counts[k] = count(epoch - static_cast<std::int64_t>(k));
-    return fits;
+      counts[k] = count(write.epoch - static_cast<std::int64_t>(k));
+    return true;
   }
   void remove(const detail::LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
     if (shared_->down) return;
@@ -141,8 +138,8 @@ TEST_CASE("options out of range are refused with the option's name") {
         std::string::npos);
   CHECK(message_of([](Options& o) { o.sync_settle = -1ms; }).find("sync_settle") !=
         std::string::npos);
-  CHECK(message_of([](Options& o) { o.clock_sync_interval = -1ms; })
-            .find("clock_sync_interval") != std::string::npos);
+  CHECK(message_of([](Options& o) { o.clock_sync_interval = -1ms; }).find("clock_sync_interval") !=
+        std::string::npos);
   CHECK(message_of([](Options& o) { o.key_prefix = "app{1}"; }).find("key_prefix") !=
         std::string::npos);
   // The limits themselves are accepted.

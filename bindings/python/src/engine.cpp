@@ -12,7 +12,7 @@
 #include <unordered_set>
 
 #include "bindings.h"
-#include "redis/endpoint.h"
+#include "ratewin_internal/redis_client.h"
 
 namespace ratewin::python {
 namespace {
@@ -235,7 +235,7 @@ class PyEngine : public Owner<PyEngine, Engine> {
  public:
   explicit PyEngine(Options options) {
     redis_ = options.redis;
-    if (!redis_.empty()) redis_ = detail::RedisEndpoint::parse(redis_).describe();
+    if (!redis_.empty()) redis_ = internal::RedisClient::describe(redis_);
     // Connecting to Redis may take up to the connect timeout.
     own(without_gil([&] { return deleted_safely(new Engine(std::move(options))); }));
   }

@@ -1,0 +1,139 @@
+#include "engine/admission.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "engine/scratch.h"
+
+namespace ratewin::inline v1::detail {
+
+Decision Admission::run(RecordRef known, RecordRef read_ref, std::uint64_t version,
+                        const Decision& read) {
+  d_ = read;
+  decide_locked(known, read_ref, version);
+  d_.degraded = degraded_;
+  if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false};
+  // An admission is written to the store (while it is unreachable, add() fails at once
+  // and counts a skipped write). A question (cost 0) about a cold limiter reads it.
+  if (engine_.store_ != nullptr && fits_ && d_.allowed && (cost_ != 0 || cold_)) share();
+  engine_.counters_.add(d_.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
+  if (d_.degraded) engine_.counters_.add(DecisionCounters::kDegraded);
+  return d_;
+}
+
+void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version) {
+  Store* const store = engine_.store_.get();
+  std::lock_guard lock(shard_.mutex);
+  Shard::WriteSection section(shard_, Shard::WriteSection::Deferred{});
+  // If no writer came in between, the lock-free read still holds: count its decision.
+  const bool unchanged =
+      (version & 1) == 0 && shard_.version.load(std::memory_order_relaxed) == version;
+  ref_ = unchanged ? read_ref : known ? known : engine_.insert(shard_, key_, hash_, now_, section);
+  SlidingWindow window = ref_.record->view();
+  if (!unchanged) {
+    const std::int64_t now_epoch = SlidingWindow::epoch_of(now_, key_.resolution_ns());
+    // A limiter whose shared counts this engine may have missed (new, idle, or the
+    // store was away: its window has not reached the previous epoch, which boundary
+    // reads would have merged) is cold: its local counts may be below the shared
+    // ones. Its first write brings back the whole window: a warm start in the same
+    // round trip, and the admission stands only if the shared counts allow it.
+    cold_ = store != nullptr && now_epoch - window.epoch() > 1;
+    if (!window.current_at(now_)) {
+      section.open();
+      window.advance(now_);
+      if (store != nullptr) shard_.activity.push_back({key_, now_epoch});
+    }
+    window.evaluate(now_, limit_.max(), cost_, d_);  // cannot fail: at now's epoch
+  }
+  fits_ = d_.allowed;  // what the counts say
+  // The store could not inform this decision: the limit's failure policy rules
+  // (EngineCore::decide has answered for `closed` already, without the lock).
+  if (degraded_ && limit_.failure_policy() == FailurePolicy::open && !d_.allowed) {
+    d_.allowed = true;  // not counted: it did not fit
+    d_.retry_after = std::chrono::nanoseconds(0);
+  }
+  if (fits_ && d_.allowed && cost_ != 0) {
+    section.open();
+    window.add(cost_);
+  }
+  epoch_ = window.epoch();
+  if (store != nullptr && cost_ != 0) {
+    first_ = ref_.record->store_mark() != Record::mark_of(epoch_);
+  }
+}
+
+void Admission::share() {
+  Store& store = *engine_.store_;
+  const std::int64_t r = key_.resolution_ns();
+  Scratch<std::uint64_t, 33> scratch(std::size_t{key_.subintervals} + 1);
+  const std::span<std::uint64_t> counts = scratch.span();
+  const bool written = store.add({key_, epoch_, cost_, first_}, counts);
+  if (cold_) {
+    (written ? engine_.warm_starts_ : engine_.warm_start_failures_)
+        .fetch_add(1, std::memory_order_relaxed);
+  }
+  if (!written) {
+    d_.degraded = true;
+    if (limit_.failure_policy() == FailurePolicy::closed && cost_ != 0) {
+      // Counted nowhere but here: take it back, and refuse.
+      std::lock_guard lock(shard_.mutex);
+      Shard::WriteSection section(shard_);
+      if (const RecordRef record = live()) record.record->view().remove(epoch_, cost_);
+      counted_.local = false;
+      d_.allowed = false;
+      d_.retry_after = std::max(store.retry_hint(), std::chrono::nanoseconds(1));
+    }
+    return;
+  }
+  bool refused = false;
+  {
+    std::lock_guard lock(shard_.mutex);
+    Shard::WriteSection section(shard_);
+    // The limiter may have been evicted while the lock was released: then the decision
+    // is made from the returned counts alone (they are the whole window).
+    const RecordRef record = live();
+    WindowState spare_state;
+    std::vector<Bucket> spare_buckets(record ? 0 : key_.subintervals);
+    SlidingWindow window =
+        record ? record.record->view()
+               : SlidingWindow(spare_state, spare_buckets.data(), key_.subintervals, r);
+    if (!record) window.reset(epoch_ * r);
+    if (record && first_) record.record->store_mark() = Record::mark_of(epoch_);
+    bool raised = !record;
+    for (std::size_t k = 0; k < counts.size(); ++k)
+      raised |= window.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
+    if (cost_ == 0) {
+      // A question about a cold limiter: answered from the merged counts.
+      const bool degraded = d_.degraded;
+      window.evaluate(now_, limit_.max(), 0, d_);
+      d_.degraded = degraded;
+      return;
+    }
+    if (raised) {
+      // Other nodes' counts changed the window: does this request, counted in it, still
+      // fit? (It counts in both the local and the shared count, so once in the merge.)
+      Decision fresh;
+      window.evaluate(now_, limit_.max(), 0, fresh);
+      if (fresh.allowed) {
+        d_.remaining = fresh.remaining;
+        d_.reset_after = fresh.reset_after;
+      } else {
+        refused = true;
+        window.remove(epoch_, cost_);
+        window.evaluate(now_, limit_.max(), cost_, fresh);
+        d_.allowed = false;
+        d_.remaining = fresh.allowed ? 0 : fresh.remaining;
+        d_.reset_after = fresh.reset_after;
+        // (fresh.allowed cannot happen: without this request the estimate is exactly
+        // its cost lower; but never answer "retry now" to a refusal.)
+        d_.retry_after = fresh.allowed ? std::chrono::milliseconds(1) : fresh.retry_after;
+      }
+    }
+    counted_ = {epoch_, record && !refused, !refused};
+  }
+  // The shared count took this request although it does not fit: give it back.
+  if (refused) store.remove(key_, epoch_, cost_);
+}
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,76 @@
+// One request that may count, from the local decision through the shared write to the
+// merge.
+#pragma once
+
+#include <cstdint>
+
+#include "core/registry.h"
+#include "engine/engine_core.h"
+
+namespace ratewin::inline v1::detail {
+
+// An admission: what EngineCore::decide hands over once the lock-free read could not
+// settle the request as a rejection. It lives for one call, on the caller's stack:
+//
+//  1. decide_locked(): under the shard's lock, finds or makes the limiter, moves its
+//     window to now, decides, and counts the cost locally. The lock-free read's decision
+//     is reused when no writer came in between.
+//  2. share(): with no lock held, one round trip to the shared store (the cost added,
+//     the whole shared window read back). Skipped in local mode and for what counted
+//     nothing.
+//  3. Under the lock again, merges the shared window into the limiter (still the same
+//     record: a record evicted meanwhile no longer matches its key) and confirms the
+//     admission from the merged counts, re-evaluating only if the merge raised anything.
+//     If the shared counts leave no room after all, the local count is taken back, and
+//     then (no lock) the shared one.
+//
+// So an admitted request takes the lock twice in store mode (once locally), looks the
+// limiter up once, and is evaluated once, plus once more when other nodes' counts
+// changed the window.
+class Admission {
+ public:
+  using Counted = EngineCore::Counted;
+
+  Admission(EngineCore& engine, Shard& shard, const LimiterKey& key, std::uint64_t hash,
+            std::int64_t now, const Limit& limit, std::uint64_t cost, bool degraded) noexcept
+      : engine_(engine),
+        shard_(shard),
+        key_(key),
+        hash_(hash),
+        now_(now),
+        limit_(limit),
+        cost_(cost),
+        degraded_(degraded) {}
+
+  // `known`: the record the caller holds pinned, if any. `read_ref`, `version` and
+  // `read`: what the lock-free read established (version odd: nothing).
+  Decision run(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
+  const Counted& counted() const noexcept { return counted_; }
+
+ private:
+  void decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version);
+  void share();
+  // The limiter's record if it still holds this key (under the lock).
+  RecordRef live() const noexcept {
+    return ref_ && ref_.record->matches(key_) ? ref_ : RecordRef{};
+  }
+
+  EngineCore& engine_;
+  Shard& shard_;
+  const LimiterKey& key_;
+  const std::uint64_t hash_;
+  const std::int64_t now_;
+  const Limit& limit_;
+  const std::uint64_t cost_;
+  const bool degraded_;  // the store was known to be unreachable when the call began
+
+  Decision d_;
+  RecordRef ref_;
+  std::int64_t epoch_ = 0;  // the epoch the cost was counted in
+  bool fits_ = false;       // what the local counts said
+  bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
+  bool first_ = false;      // this engine's first write to the limiter in epoch_
+  Counted counted_;
+};
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,315 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/admission.h"
+#include "engine/scratch.h"
+
+namespace ratewin::inline v1::detail {
+namespace {
+
+std::atomic<std::uint64_t> next_engine_id{1};
+
+// This thread's last lock-free read. While the shard's version is the one seen then,
+// nothing in the shard has changed: the record found is still the key's, and if that
+// read rejected a request of cost 1, the same request keeps being rejected, with the
+// same absolute retry and reset times, until its retry time. The cached answer is used
+// only until the end of the record's epoch, so that a call in a later epoch still moves
+// the window forward (exactly as SlidingWindow::try_acquire does).
+struct LastRead {
+  std::uint64_t engine = 0;
+  std::uint64_t version = 0;
+  LimiterKey key;
+  RecordRef ref;
+  std::uint64_t max = 0;
+  std::int64_t rejects_until = std::numeric_limits<std::int64_t>::min();  // min(retry, epoch end)
+  std::int64_t retry_at = 0;
+  std::int64_t reset_at = 0;
+};
+thread_local LastRead last_read;
+
+// Throws std::invalid_argument naming the first option out of range: a zero deadline
+// would mean "no deadline" to hiredis, and a brace in the prefix would change which part
+// of a key Redis Cluster hashes.
+void validate(const Options& o) {
+  constexpr std::chrono::milliseconds kMaxDeadline = std::chrono::hours(24);
+  const auto fail = [](const std::string& what) {
+    throw std::invalid_argument("ratewin::Options: " + what);
+  };
+  if (o.max_limiters == 0) fail("max_limiters must be at least 1");
+  if (o.connect_timeout <= std::chrono::milliseconds::zero() || o.connect_timeout > kMaxDeadline)
+    fail("connect_timeout must be between 1 ms and 24 h");
+  if (o.command_timeout <= std::chrono::milliseconds::zero() || o.command_timeout > kMaxDeadline)
+    fail("command_timeout must be between 1 ms and 24 h");
+  if (o.max_connections == 0) fail("max_connections must be at least 1");
+  if (o.sync_settle < std::chrono::milliseconds::zero() || o.sync_settle > kMaxDeadline)
+    fail("sync_settle must be between 0 and 24 h");
+  if (o.clock_sync_interval < std::chrono::milliseconds::zero() ||
+      o.clock_sync_interval > kMaxDeadline)
+    fail("clock_sync_interval must be between 0 (only on connecting) and 24 h");
+  if (o.key_prefix.find_first_of("{}") != std::string::npos)
+    fail("key_prefix must not contain '{' or '}'");
+}
+
+}  // namespace
+
+// Warnings and errors to stderr: what an engine without a logger reports.
+void log_to_stderr(LogLevel level, std::string_view message) {
+  if (level < LogLevel::warning) return;
+  std::fprintf(stderr, "ratewin: %s: %.*s\n", level == LogLevel::error ? "error" : "warning",
+               static_cast<int>(message.size()), message.data());
+}
+
+EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
+    : id_(next_engine_id.fetch_add(1, std::memory_order_relaxed)),
+      options_(std::move(options)),
+      clock_(options_.clock ? options_.clock : system_clock()),
+      system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
+      // With a shared store, records carry the mark of the epoch last written.
+      registry_((validate(options_), options_.max_limiters),
+                store != nullptr || !options_.redis.empty()) {
+  if (!options_.logger) options_.logger = log_to_stderr;
+  // Made last: its thread calls back into the registry.
+  store_ = store != nullptr ? std::move(store) : make_store(options_, clock_, *this);
+}
+
+EngineCore::~EngineCore() {
+  if (store_ != nullptr) store_->shutdown();
+}
+
+[[gnu::always_inline]] inline std::uint64_t EngineCore::read_without_lock(
+    Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef& ref, std::int64_t now,
+    const Limit& limit, std::uint64_t cost, Decision& out) noexcept {
+  const std::uint64_t before = shard.read_begin();
+  if ((before & 1) != 0) return 1;
+  LastRead& last = last_read;
+  const bool unchanged = last.engine == id_ && last.version == before && last.key == key;
+  if (unchanged && cost == 1 && now < last.rejects_until && last.max == limit.max()) {
+    out.allowed = false;
+    out.degraded = false;
+    out.limit = last.max;
+    out.remaining = 0;
+    out.reset_after = std::chrono::nanoseconds(last.reset_at - now);
+    out.retry_after = std::chrono::nanoseconds(last.retry_at - now);
+    return before;
+  }
+  if (!ref) {
+    ref = unchanged ? last.ref : shard.find_racy(key, hash);
+    if (!ref) return 1;
+  }
+  const SlidingWindow window = ref.record->view(key);
+  if (!window.evaluate(now, limit.max(), cost, out)) return 1;
+  const std::int64_t epoch = window.epoch();
+  if (!shard.read_valid(before)) return 1;
+  // Validated: the values are consistent, the arithmetic below cannot overflow.
+  const std::int64_t epoch_end = (epoch + 1) * key.resolution_ns();
+  const std::int64_t retry_at = out.retry_after == Decision::kNever
+                                    ? std::numeric_limits<std::int64_t>::max()
+                                    : now + out.retry_after.count();
+  last = {id_,
+          before,
+          key,
+          ref,
+          limit.max(),
+          (!out.allowed && cost == 1) ? std::min(retry_at, epoch_end)
+                                      : std::numeric_limits<std::int64_t>::min(),
+          retry_at,
+          now + out.reset_after.count()};
+  return before;
+}
+
+[[gnu::always_inline]] inline Decision EngineCore::decide(Shard& shard, const LimiterKey& key,
+                                                          std::uint64_t hash, RecordRef known,
+                                                          std::int64_t now, const Limit& limit,
+                                                          std::uint64_t cost, Counted* counted) {
+  const bool degraded = store_ != nullptr && !store_->available();
+  RecordRef ref = known;
+  Decision d;
+  std::uint64_t version = 1;  // nothing read yet
+  if (degraded && limit.failure_policy() != FailurePolicy::local) {
+    if (limit.failure_policy() == FailurePolicy::closed) {
+      // Nothing can be vouched for without the store: reject, without counting.
+      d.limit = limit.max();
+      d.degraded = true;
+      d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
+      counters_.add(DecisionCounters::kRejected);
+      counters_.add(DecisionCounters::kDegraded);
+      return d;
+    }
+    // FailurePolicy::open: allowed whatever the counts say, decided under the lock.
+  } else {
+    version = read_without_lock(shard, key, hash, ref, now, limit, cost, d);
+    if ((version & 1) == 0 && !d.allowed) {
+      // A rejection changes nothing: it is decided from local state, without the lock.
+      d.degraded = degraded;
+      counters_.add(DecisionCounters::kRejected);
+      if (degraded) counters_.add(DecisionCounters::kDegraded);
+      return d;
+    }
+  }
+  Admission admission(*this, shard, key, hash, now, limit, cost, degraded);
+  d = admission.run(known, ref, version, d);
+  if (counted != nullptr) *counted = admission.counted();
+  return d;
+}
+
+RecordRef EngineCore::insert(Shard& shard, const LimiterKey& key, std::uint64_t hash,
+                             std::int64_t now, Shard::WriteSection& section) {
+  // With a store, a limiter new to this engine starts at epoch 0, "never read", so that
+  // it is cold (its use is still recorded at `now` for the LRU order).
+  return shard.find_or_insert(key, hash, now, section, store_ != nullptr);
+}
+
+Decision EngineCore::try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
+  const std::int64_t now = now_ns();
+  const LimiterKey key = LimiterKey::of(resource, limit);
+  const std::uint64_t hash = key.hash();
+  return decide(registry_.shard_for(hash), key, hash, {}, now, limit, cost);
+}
+
+Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit,
+                                 std::uint64_t cost) {
+  const std::int64_t now = now_ns();
+  const LimiterKey key = LimiterKey::of(ref.record->resource, limit);
+  return decide(shard, key, key.hash(), ref, now, limit, cost);
+}
+
+std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
+                                        std::span<Decision> out) {
+  if (out.size() < items.size()) throw std::invalid_argument("try_acquire_all: out is too short");
+  std::fill_n(out.begin(), items.size(), Decision{});
+  const std::int64_t now = now_ns();
+  const bool degraded = store_ != nullptr && !store_->available();
+  // A limit that refuses on this engine's own counts refuses the request before anything
+  // is counted: the common rejection, decided without a lock or a round trip. Every limit
+  // is read, so that the refusal reported is the one that lasts longest (a client told
+  // to retry after the per-second limit would find the per-hour one still closed).
+  struct Item {
+    LimiterKey key;
+    std::uint64_t hash = 0;
+    Counted counted;
+  };
+  Scratch<Item, 8> scratch(items.size());
+  const std::span<Item> state = scratch.span();
+  std::size_t refused = items.size();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Acquisition& item = items[i];
+    state[i].key = LimiterKey::of(item.resource, item.limit);
+    state[i].hash = state[i].key.hash();
+    if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
+    RecordRef ref;
+    Decision d;
+    const std::uint64_t version =
+        read_without_lock(registry_.shard_for(state[i].hash), state[i].key, state[i].hash, ref, now,
+                          item.limit, item.cost, d);
+    if ((version & 1) == 0 && !d.allowed) {
+      d.degraded = degraded;
+      out[i] = d;
+      if (refused == items.size() || d.retry_after > out[refused].retry_after) refused = i;
+    }
+  }
+  if (refused != items.size()) {
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (i != refused) out[i] = Decision{};
+    counters_.add(DecisionCounters::kRejected);
+    if (degraded) counters_.add(DecisionCounters::kDegraded);
+    return refused;
+  }
+  // Then each limit in turn; if one refuses after all (another thread, or the shared
+  // counts), what the ones before it counted is given back.
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Item& it = state[i];
+    out[i] = decide(registry_.shard_for(it.hash), it.key, it.hash, {}, now, items[i].limit,
+                    items[i].cost, &it.counted);
+    if (out[i].allowed) continue;
+    for (std::size_t j = i; j-- > 0;) {
+      give_back(state[j].key, state[j].hash, items[j].cost, state[j].counted);
+      out[j].remaining = std::min(out[j].remaining + items[j].cost, out[j].limit);
+    }
+    return i;
+  }
+  return items.size();
+}
+
+void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
+                           const Counted& counted) {
+  // The store first: a merge racing with this (another thread's write returning the
+  // shared counts) then cannot bring the local count back from a stale shared one.
+  if (counted.store) store_->remove(key, counted.epoch, cost);
+  if (counted.local) {
+    Shard& shard = registry_.shard_for(hash);
+    std::lock_guard lock(shard.mutex);
+    if (const RecordRef found = shard.find(key, hash)) {
+      Shard::WriteSection section(shard);
+      found.record->view().remove(counted.epoch, cost);
+    }
+  }
+}
+
+void EngineCore::take_activity(std::vector<Activity>& out) {
+  for (std::size_t i = 0; i < registry_.shard_count(); ++i) {
+    Shard& shard = registry_.shard(i);
+    std::lock_guard lock(shard.mutex);
+    out.insert(out.end(), shard.activity.begin(), shard.activity.end());
+    shard.activity.clear();
+  }
+}
+
+void EngineCore::merge(const LimiterKey& key, std::span<const EpochCount> counts) {
+  const std::uint64_t hash = key.hash();
+  Shard& shard = registry_.shard_for(hash);
+  std::lock_guard lock(shard.mutex);
+  const RecordRef found = shard.find(key, hash);
+  if (!found) return;
+  Shard::WriteSection section(shard);
+  SlidingWindow window = found.record->view();
+  for (const EpochCount& c : counts) window.merge(c.epoch, c.count);
+}
+
+std::pair<Shard*, RecordRef> EngineCore::pin(std::uint64_t resource, const Limit& limit) {
+  const LimiterKey key = LimiterKey::of(resource, limit);
+  const std::uint64_t hash = key.hash();
+  Shard& shard = registry_.shard_for(hash);
+  std::lock_guard lock(shard.mutex);
+  Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
+  const RecordRef ref = insert(shard, key, hash, now_ns(), section);
+  shard.pin(ref);
+  return {&shard, ref};
+}
+
+void EngineCore::unpin(Shard& shard, RecordRef ref) noexcept {
+  std::lock_guard lock(shard.mutex);
+  shard.unpin(ref);
+}
+
+Stats EngineCore::stats() const {
+  Stats s;
+  s.max_limiters = registry_.max_limiters();
+  s.allowed = counters_.total(DecisionCounters::kAllowed);
+  s.rejected = counters_.total(DecisionCounters::kRejected);
+  s.degraded = counters_.total(DecisionCounters::kDegraded);
+  for (std::size_t i = 0; i < registry_.shard_count(); ++i) {
+    Shard& shard = registry_.shard(i);
+    std::lock_guard lock(shard.mutex);
+    s.limiters += shard.size();
+    s.pinned += shard.pinned;
+    s.evictions += shard.evictions;
+    s.evictions_active += shard.evictions_active;
+  }
+  if (store_ != nullptr) {
+    store_->add_stats(s);
+    s.warm_starts = warm_starts_.load(std::memory_order_relaxed);
+    s.warm_start_failures = warm_start_failures_.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+}  // namespace ratewin::inline v1::detail

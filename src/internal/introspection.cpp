@@ -1,0 +1,27 @@
+#include "ratewin_internal/introspection.h"
+
+#include "core/record.h"
+#include "redis/layout.h"
+
+namespace ratewin::inline v1::internal {
+
+std::vector<std::vector<std::string>> store_write_commands(std::string_view prefix,
+                                                           std::uint64_t resource,
+                                                           const Limit& limit, std::int64_t epoch,
+                                                           std::uint64_t cost, bool first) {
+  // Node 1: the change-set entry is the same size whatever the node.
+  const detail::StoreLayout layout{std::string(prefix), 1};
+  return layout.write_commands(
+      {detail::LimiterKey::of(resource, limit), epoch, cost, first && cost != 0, first});
+}
+
+std::string store_window_key(std::string_view prefix, std::uint64_t resource, const Limit& limit) {
+  return detail::StoreLayout{std::string(prefix), 1}.window_key(
+      detail::LimiterKey::of(resource, limit));
+}
+
+std::size_t limiter_record_bytes(std::uint32_t subintervals, bool with_store) {
+  return detail::Record::bytes_for(subintervals, with_store);
+}
+
+}  // namespace ratewin::inline v1::internal

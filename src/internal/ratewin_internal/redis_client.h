@@ -1,0 +1,68 @@
+// ratewin's own tools' way to talk to Redis (the server's overrides and their pub/sub,
+// the Python module's address check): a blocking client over the library's connections.
+// Part of the internal target ratewin::internal: not installed, no stability promise.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ratewin::inline v1 {
+namespace detail {
+class RedisConnection;
+}  // namespace detail
+
+namespace internal {
+
+// A reply, copied out of the connection's buffers.
+struct RedisReply {
+  enum class Type { kString, kStatus, kError, kInteger, kNil, kArray };
+  Type type = Type::kNil;
+  std::string text;  // string, status or error
+  long long integer = 0;
+  std::vector<RedisReply> elements;
+
+  bool is_error() const noexcept { return type == Type::kError; }
+};
+
+// One blocking connection to the server an address names ("redis://..." or "unix://...",
+// as Options::redis), logged in. Not thread-safe: one thread at a time.
+class RedisClient {
+ public:
+  using Argv = std::vector<std::string_view>;
+
+  // nullptr with `error` set when it cannot connect or log in; throws
+  // std::invalid_argument for an address it cannot parse.
+  static std::unique_ptr<RedisClient> open(std::string_view url,
+                                           std::chrono::milliseconds connect_timeout,
+                                           std::chrono::milliseconds command_timeout,
+                                           std::string& error);
+  ~RedisClient();
+  RedisClient(const RedisClient&) = delete;
+  RedisClient& operator=(const RedisClient&) = delete;
+
+  // The commands in one round trip, their replies in order (error replies included),
+  // within `timeout`. False (with `error`) on a network failure or timeout; the client
+  // is then broken().
+  bool run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
+           std::chrono::milliseconds timeout, std::string& error);
+  // For a subscribed connection: waits up to `wait` for one message.
+  enum class Received { kMessage, kIdle, kFailed };
+  Received receive(RedisReply& message, std::chrono::milliseconds wait, std::string& error);
+  // False once a failure broke it, or when the server closed its end.
+  bool usable() const noexcept;
+
+  // The address without its password, for messages; throws std::invalid_argument for an
+  // address it cannot parse.
+  static std::string describe(std::string_view url);
+
+ private:
+  explicit RedisClient(std::unique_ptr<detail::RedisConnection> connection);
+  std::unique_ptr<detail::RedisConnection> connection_;
+};
+
+}  // namespace internal
+}  // namespace ratewin::inline v1

@@ -1,0 +1,93 @@
+// Boundary reads: the counts other nodes made, brought into this engine's limiters.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/store.h"
+#include "redis/clock_sync.h"
+#include "redis/layout.h"
+#include "redis/reporter.h"
+
+struct redisReply;
+
+namespace ratewin::inline v1::detail {
+
+class AsyncRedis;
+
+// Shortly after each subinterval boundary (the settle delay lets writes still in flight
+// land), reads what other nodes counted in the subinterval that just closed, for the
+// limiters this engine is active on (used within their window), and merges it. It reads
+// what changed, not everything: first the change sets of that epoch (only the shards
+// where it has active limiters), then only the windows that another node wrote. A node
+// that wrote alone reads no window at all. Everything is pipelined on the background
+// connection, each phase in one batch.
+//
+// A read that fails is retried with the next boundary (its epochs stay unread). A read
+// that comes too late for its change sets (they expire after epoch + 3), and the first
+// read after an outage (resync_all), read every active limiter's whole window instead.
+//
+// Threads: the loop thread only, after construction; the statistics are atomics that
+// add_stats() reads from any thread.
+class BoundarySync {
+ public:
+  BoundarySync(const Options& options, const StoreLayout& layout, const ClockSync& clock,
+               SyncTarget& target, Reporter& reporter);
+  ~BoundarySync();
+  BoundarySync(const BoundarySync&) = delete;
+  BoundarySync& operator=(const BoundarySync&) = delete;
+
+  // The connection to read on (nullptr: none now). Its raw handler must be on_reply.
+  void attach(AsyncRedis* connection) noexcept { connection_ = connection; }
+  static void on_reply(const redisReply* reply, void* context);
+
+  // Takes in the limiters the engine used lately and starts the reads that are due
+  // (none while Redis is not `available`).
+  void tick(bool available);
+  // Nanoseconds from `now` (Redis' time) to the next boundary read, at most `cap`.
+  std::int64_t next_due(std::int64_t now, std::int64_t cap) const;
+  // After an outage: read every active limiter's whole window at the next chance.
+  void resync_all();
+  // Reads every active limiter's whole window now (for tests and the benchmarks, where
+  // time is driven by hand); done(ok) once merged.
+  void read_all(std::function<void(bool)> done);
+  void add_stats(Stats& stats) const;
+
+ private:
+  struct Geometry;
+  struct Batch;
+
+  void absorb_activity(std::int64_t now);
+  // Reads `epochs` of a geometry: what their change sets name, or (`whole`) every active
+  // limiter's window.
+  void read(Geometry& g, std::vector<std::int64_t> epochs, bool whole,
+            std::function<void(bool)> done);
+  std::int64_t settle_ns(const Geometry& g) const noexcept;
+
+  const Options& options_;
+  const StoreLayout& layout_;
+  const ClockSync& clock_;
+  SyncTarget& target_;
+  Reporter& reporter_;
+  AsyncRedis* connection_ = nullptr;
+
+  std::map<std::pair<std::uint32_t, std::uint32_t>, Geometry> geometries_;
+  std::vector<Activity> activity_;  // scratch
+
+  std::atomic<std::uint64_t> rounds_{0};
+  std::atomic<std::uint64_t> failures_{0};
+  std::atomic<std::uint64_t> last_keys_{0};
+  std::atomic<std::uint64_t> last_change_sets_{0};
+  std::atomic<std::int64_t> last_ns_{0};
+  std::atomic<std::int64_t> max_ns_{0};
+  std::atomic<std::uint64_t> active_{0};
+};
+
+}  // namespace ratewin::inline v1::detail

@@ -1,0 +1,51 @@
+// The circuit breaker in front of the Redis store.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "redis/reporter.h"
+
+namespace ratewin::inline v1::detail {
+
+// Whether writes go to Redis. Closed (available) while Redis answers; a network failure,
+// a timeout or a server that says it cannot serve opens it, and while it is open writes
+// fail at once instead of each waiting for a deadline. It closes when a probe on the
+// background connection finds a master that answers (RedisStore::probe).
+//
+// Threads: any thread reads it and may open it (a write that failed); only the loop
+// thread closes it.
+class CircuitBreaker {
+ public:
+  // `opened` runs each time it opens (from the thread that opened it): the store starts
+  // probing then.
+  CircuitBreaker(Reporter& reporter, std::function<void()> opened)
+      : reporter_(reporter), opened_(std::move(opened)) {}
+
+  bool available() const noexcept { return available_.load(std::memory_order_acquire); }
+  // The state found on starting: closed if Redis answered, else open (counted and logged
+  // as an outage that started now).
+  void start(bool reachable, const std::string& why);
+  // Opens it (logged once per outage). True if it was closed.
+  bool open(const std::string& why);
+  // Closes it. True if it was open (and then logs how long the outage lasted).
+  bool close();
+  // When Redis might be back: what a request refused because of it should wait.
+  std::chrono::nanoseconds retry_hint() const noexcept {
+    return available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
+  }
+  std::uint64_t opens() const noexcept { return opens_.load(std::memory_order_relaxed); }
+
+ private:
+  Reporter& reporter_;
+  const std::function<void()> opened_;
+  std::atomic<bool> available_{false};
+  std::atomic<std::uint64_t> opens_{0};
+  std::atomic<std::int64_t> down_since_ns_{0};  // steady clock
+};
+
+}  // namespace ratewin::inline v1::detail

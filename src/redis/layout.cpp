@@ -1,0 +1,173 @@
+#include "redis/layout.h"
+
+#include <algorithm>
+
+namespace ratewin::inline v1::detail {
+namespace {
+
+void append_hex16(std::string& out, std::uint64_t value) {
+  constexpr char kDigits[] = "0123456789abcdef";
+  char digits[16];
+  for (int i = 15; i >= 0; --i, value >>= 4) digits[i] = kDigits[value & 15];
+  out.append(digits, 16);
+}
+
+std::string geometry(std::uint32_t resolution_ms, std::uint32_t subintervals) {
+  std::string out = std::to_string(resolution_ms);
+  out += 'x';
+  out += std::to_string(subintervals);
+  return out;
+}
+
+std::int64_t floor_mod(std::int64_t value, std::int64_t m) noexcept {
+  const std::int64_t r = value % m;
+  return r < 0 ? r + m : r;
+}
+
+std::uint64_t big_endian(std::string_view bytes, std::size_t at, std::size_t width) noexcept {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < width; ++i) v = (v << 8) | static_cast<unsigned char>(bytes[at + i]);
+  return v;
+}
+
+// BITFIELD offsets of slot s: the whole slot (u48, as #s), its tag (u16, as #3s) and its
+// count (u32, a bit offset: 48s + 16 is not a multiple of 32).
+std::string whole_slot(std::uint32_t s) { return "#" + std::to_string(s); }
+std::string tag_field(std::uint32_t s) { return "#" + std::to_string(3 * std::uint64_t{s}); }
+std::string count_field(std::uint32_t s) { return std::to_string(48 * std::uint64_t{s} + 16); }
+
+}  // namespace
+
+StoreLayout::StoreLayout(std::string prefix, std::uint32_t node)
+    : prefix_(std::move(prefix)), node_(node) {}
+
+std::string StoreLayout::window_key(const LimiterKey& key) const {
+  std::string out = prefix_;
+  out += ":{";
+  append_hex16(out, key.resource);
+  out += "}:";
+  out += geometry(key.resolution_ms, key.subintervals);
+  out += ":w";
+  return out;
+}
+
+std::string StoreLayout::change_set_key(std::uint32_t resolution_ms, std::uint32_t subintervals,
+                                        unsigned shard, std::int64_t epoch) const {
+  constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = prefix_;
+  out += ":cs:{";
+  out += geometry(resolution_ms, subintervals);
+  out += ':';
+  out += kDigits[(shard >> 4) & 15];
+  out += kDigits[shard & 15];
+  out += "}:";
+  out += std::to_string(epoch);
+  return out;
+}
+
+std::uint32_t StoreLayout::slot_of(std::int64_t epoch, std::uint32_t subintervals) noexcept {
+  return static_cast<std::uint32_t>(floor_mod(epoch, ring_slots(subintervals)));
+}
+
+std::uint16_t StoreLayout::tag_of(std::int64_t epoch) noexcept {
+  return static_cast<std::uint16_t>(floor_mod(epoch, 65535) + 1);
+}
+
+std::int64_t StoreLayout::epoch_of_tag(std::uint16_t tag, std::int64_t near) noexcept {
+  // Tags repeat every 65535 epochs: take the one within half of that of `near`.
+  const std::int64_t ahead = floor_mod(std::int64_t{tag} - 1 - floor_mod(near, 65535), 65535);
+  return ahead <= 32767 ? near + ahead : near - (65535 - ahead);
+}
+
+std::int64_t StoreLayout::ttl_ms(const LimiterKey& key) noexcept {
+  return (std::int64_t{key.subintervals} + 3) * std::int64_t{key.resolution_ms};
+}
+
+unsigned StoreLayout::change_set_shard(std::uint64_t resource) noexcept {
+  // Resources may be small integers: mix before taking the top bits.
+  std::uint64_t x = resource * 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 29;
+  return static_cast<unsigned>((x * 0xbf58476d1ce4e5b9ULL) >> 58);
+}
+
+std::int64_t StoreLayout::change_set_expiry_ms(std::uint32_t resolution_ms,
+                                               std::int64_t epoch) noexcept {
+  return (epoch + 3) * std::int64_t{resolution_ms};
+}
+
+std::pair<std::uint16_t, std::uint32_t> StoreLayout::slot_value(
+    std::string_view value, std::int64_t epoch, std::uint32_t subintervals) noexcept {
+  const std::size_t at = std::size_t{slot_of(epoch, subintervals)} * kSlotBytes;
+  if (at + kSlotBytes > value.size()) return {0, 0};
+  return {static_cast<std::uint16_t>(big_endian(value, at, 2)),
+          static_cast<std::uint32_t>(big_endian(value, at + 2, 4))};
+}
+
+void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32_t subintervals,
+                         std::span<std::uint64_t> counts) noexcept {
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    const std::int64_t e = epoch - static_cast<std::int64_t>(k);
+    const auto [tag, count] = slot_value(value, e, subintervals);
+    counts[k] = tag == tag_of(e) ? count : 0;
+  }
+}
+
+std::vector<Command> StoreLayout::write_commands(const Write& w) const {
+  const std::string key = window_key(w.key);
+  if (w.cost == 0) return {{"GET", key}};
+  const std::uint32_t n = w.key.subintervals;
+  const std::uint32_t s = slot_of(w.epoch, n);
+  Command bitfield = {"BITFIELD", key};
+  if (w.first) {
+    const std::uint64_t cleared = std::uint64_t{tag_of(w.epoch + 2)} << 32;
+    bitfield.insert(bitfield.end(),
+                    {"SET", "u48", whole_slot(slot_of(w.epoch + 2, n)), std::to_string(cleared),
+                     "SET", "u16", tag_field(s), std::to_string(tag_of(w.epoch))});
+  }
+  bitfield.insert(bitfield.end(),
+                  {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(w.cost)});
+  std::vector<Command> out = {std::move(bitfield),
+                              {"GETEX", key, "PX", std::to_string(ttl_ms(w.key))}};
+  if (w.first) {
+    const unsigned shard = change_set_shard(w.key.resource);
+    std::string cs = change_set_key(w.key.resolution_ms, n, shard, w.epoch);
+    std::string entry(kChangeEntryBytes, '\0');
+    for (std::size_t i = 0; i < 8; ++i)
+      entry[i] = static_cast<char>((w.key.resource >> (8 * i)) & 0xff);
+    for (std::size_t i = 0; i < 4; ++i) entry[8 + i] = static_cast<char>((node_ >> (8 * i)) & 0xff);
+    out.push_back({"APPEND", cs, std::move(entry)});
+    if (w.expire_change_set) {
+      out.push_back({"PEXPIREAT", std::move(cs),
+                     std::to_string(change_set_expiry_ms(w.key.resolution_ms, w.epoch))});
+    }
+  }
+  return out;
+}
+
+Command StoreLayout::give_back_command(const LimiterKey& key, std::int64_t epoch,
+                                       std::uint64_t cost) const {
+  const std::uint32_t s = slot_of(epoch, key.subintervals);
+  return {"BITFIELD",
+          window_key(key),
+          "GET",
+          "u16",
+          tag_field(s),
+          "OVERFLOW",
+          "FAIL",
+          "INCRBY",
+          "u32",
+          count_field(s),
+          std::to_string(-static_cast<std::int64_t>(cost))};
+}
+
+Command StoreLayout::adjust_command(const LimiterKey& key, std::int64_t epoch, std::int64_t delta,
+                                    std::uint16_t tag) const {
+  const std::uint32_t s = slot_of(epoch, key.subintervals);
+  Command out = {"BITFIELD", window_key(key)};
+  if (tag != 0) out.insert(out.end(), {"SET", "u16", tag_field(s), std::to_string(tag)});
+  out.insert(out.end(),
+             {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(delta)});
+  return out;
+}
+
+}  // namespace ratewin::inline v1::detail

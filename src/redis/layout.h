@@ -1,0 +1,146 @@
+// What the Redis store keeps in Redis and how: key names, the encoding of a limiter's
+// shared window, the change sets, and the commands that write and read them. Pure: no
+// I/O, so that it is tested without a server and the benchmark's baseline sends the very
+// commands the store sends.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/record.h"
+
+namespace ratewin::inline v1::detail {
+
+// One Redis command, each argument a string (binary-safe).
+using Command = std::vector<std::string>;
+
+// The shared window of one limiter (a resource under one window geometry) is one string,
+//
+//     <prefix>:{<resource as 16 hex digits>}:<resolution ms>x<N>:w
+//
+// a ring of M = N + 3 slots of 6 bytes: slot s, at byte 6s, is a 16-bit tag followed by a
+// 32-bit count, both big-endian as BITFIELD reads them. Epoch e lives in slot e mod M,
+// and the slot counts for e only while its tag is tag(e) = e mod 65535 + 1 (0: a slot
+// never written). The hash tag {...} keeps every key of a resource in one Redis Cluster
+// slot; the geometry keeps limits of other intervals or resolutions apart.
+//
+// Writes are native commands (BITFIELD, GETEX), not scripts, so nothing in Redis
+// decides: a node adds its cost, reads the window back in the same round trip, and
+// decides from it with the engine's own arithmetic. Keeping the ring right without a
+// compare-and-set:
+// - A node's first write to a window in epoch e (Write::first) tags the slot of e with
+//   tag(e) (BITFIELD SET returns the old tag, atomically with the increment) and clears
+//   the slot of e + 2, which holds epoch e - N - 1: out of every window by then, even a
+//   trailing weight of a node one epoch behind. So the next epochs' slots are already
+//   clear when traffic is steady.
+// - After a gap (no first write in e - 2), the slot of e may still hold epoch e - M's
+//   count when e's first writer tags it. That writer alone sees the old tag, so it
+//   alone knows the stale count (its increment's result minus its cost) and takes it
+//   back with a second command; until then the count errs high, never low.
+// - A command that reaches Redis late (a stalled server, a slow network) can only add to
+//   the epoch it was meant for. A late clearing of e + 2 that finds e + 2 already
+//   counting (its old tag is tag(e + 2)) is undone by its sender, who has the old
+//   value from the reply.
+// - Every write refreshes the expiry, (N + 3) x resolution, in the GETEX that reads the
+//   window back: a key outlives the last window that can read it, and a key that a late
+//   write creates again is not left without one.
+//
+// Change sets: the first write of a node to a window in epoch e also appends 12 bytes
+// (the resource, little-endian, and the node's id) to
+//
+//     <prefix>:cs:{<resolution ms>x<N>:<shard, 2 hex digits>}:<e>
+//
+// one of kChangeSetShards strings per geometry and epoch, by a hash of the resource, so
+// that no key or Cluster slot takes every write. It expires at the start of epoch e + 3
+// (absolute, so every node sets the same time), after the boundary read that needs it
+// and one retry. At a boundary, a node reads the change sets of the epoch that closed
+// (only the shards where it has active limiters) and then only the windows that other
+// nodes wrote.
+class StoreLayout {
+ public:
+  static constexpr std::uint32_t kSlotBytes = 6;
+  static constexpr unsigned kChangeSetShards = 64;
+  static constexpr std::size_t kChangeEntryBytes = 12;
+
+  // `node`: this engine's id in the change sets (random: see RedisStore).
+  StoreLayout(std::string prefix, std::uint32_t node);
+
+  const std::string& prefix() const noexcept { return prefix_; }
+  std::uint32_t node() const noexcept { return node_; }
+
+  std::string window_key(const LimiterKey& key) const;
+  std::string change_set_key(std::uint32_t resolution_ms, std::uint32_t subintervals,
+                             unsigned shard, std::int64_t epoch) const;
+
+  // The ring's geometry.
+  static std::uint32_t ring_slots(std::uint32_t subintervals) noexcept { return subintervals + 3; }
+  static std::uint32_t slot_of(std::int64_t epoch, std::uint32_t subintervals) noexcept;
+  static std::uint16_t tag_of(std::int64_t epoch) noexcept;
+  // The epoch nearest `near` whose tag is `tag` (`tag` must not be 0).
+  static std::int64_t epoch_of_tag(std::uint16_t tag, std::int64_t near) noexcept;
+  // Expiry of a window key, refreshed by every write: (N + 3) x resolution.
+  static std::int64_t ttl_ms(const LimiterKey& key) noexcept;
+  // Which change set a resource's writes go to.
+  static unsigned change_set_shard(std::uint64_t resource) noexcept;
+  // When the change sets of `epoch` expire (Unix time, ms).
+  static std::int64_t change_set_expiry_ms(std::uint32_t resolution_ms,
+                                           std::int64_t epoch) noexcept;
+
+  // The shared counts of epochs epoch, epoch - 1, ..., epoch - N (counts.size() of them,
+  // at most N + 1) in a window string (empty: no key); a slot tagged for another epoch
+  // counts 0.
+  static void decode(std::string_view value, std::int64_t epoch, std::uint32_t subintervals,
+                     std::span<std::uint64_t> counts) noexcept;
+  // The tag and count of the slot of `epoch` in a window string (0, 0 if not there).
+  static std::pair<std::uint16_t, std::uint32_t> slot_value(std::string_view value,
+                                                            std::int64_t epoch,
+                                                            std::uint32_t subintervals) noexcept;
+
+  // The commands of one write, sent as one pipeline (see WritePath):
+  //   BITFIELD <window> [SET u48 <slot e+2> tag(e+2)<<32  SET u16 <tag of e> tag(e)]
+  //                     OVERFLOW SAT INCRBY u32 <count of e> <cost>
+  //   GETEX <window> PX <ttl>
+  //   [APPEND <change set> <entry>]  [PEXPIREAT <change set> <expiry>]
+  // The bracketed parts on a first write (the change set's expiry once per node, change
+  // set and epoch: `expire_change_set`). cost 0 reads only: GET <window>.
+  struct Write {
+    const LimiterKey& key;
+    std::int64_t epoch;
+    std::uint64_t cost;
+    bool first;
+    bool expire_change_set;
+  };
+  std::vector<Command> write_commands(const Write& write) const;
+  // Takes back `cost` from the count of `epoch` (never below 0), reading the slot's tag
+  // in the same command: BITFIELD <window> GET u16 <tag> OVERFLOW FAIL INCRBY u32 <count> -cost
+  Command give_back_command(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) const;
+  // BITFIELD <window> OVERFLOW SAT INCRBY u32 <count of epoch> <delta> (delta may be < 0),
+  // optionally setting the slot's tag first (`tag` != 0).
+  Command adjust_command(const LimiterKey& key, std::int64_t epoch, std::int64_t delta,
+                         std::uint16_t tag = 0) const;
+
+  // A change set's entries that another node wrote: calls found(resource) for each.
+  template <class Found>
+  void others_in_change_set(std::string_view value, Found&& found) const {
+    for (std::size_t at = 0; at + kChangeEntryBytes <= value.size(); at += kChangeEntryBytes) {
+      std::uint64_t resource = 0;
+      std::uint32_t writer = 0;
+      for (int i = 7; i >= 0; --i)
+        resource =
+            (resource << 8) | static_cast<unsigned char>(value[at + static_cast<std::size_t>(i)]);
+      for (int i = 3; i >= 0; --i)
+        writer =
+            (writer << 8) | static_cast<unsigned char>(value[at + 8 + static_cast<std::size_t>(i)]);
+      if (writer != node_) found(resource);
+    }
+  }
+
+ private:
+  std::string prefix_;
+  std::uint32_t node_;
+};
+
+}  // namespace ratewin::inline v1::detail
