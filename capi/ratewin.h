@@ -282,16 +282,16 @@ typedef struct ratewin_stats {
   int64_t write_p90_ns;
   int64_t write_p99_ns;
   int64_t write_max_ns;
-  uint64_t warm_starts;      /* limiters loaded from the store before deciding */
+  uint64_t warm_starts; /* limiters loaded from the store before deciding */
   uint64_t warm_start_failures;
-  uint64_t sync_rounds;      /* boundary reads completed */
-  uint64_t sync_failures;    /* boundary reads that failed */
-  uint64_t sync_last_keys;   /* limiters read by the last boundary read */
+  uint64_t sync_rounds;    /* boundary reads completed */
+  uint64_t sync_failures;  /* boundary reads that failed */
+  uint64_t sync_last_keys; /* windows read by the last boundary read */
   int64_t sync_last_duration_ns;
   int64_t sync_max_duration_ns;
-  uint64_t active_limiters;  /* limiters kept in step by boundary reads */
-  int64_t clock_offset_ns;   /* the store's clock minus the engine's */
-  int64_t clock_rtt_ns;      /* round trip of the measurement used */
+  uint64_t active_limiters; /* limiters kept in step by boundary reads */
+  int64_t clock_offset_ns;  /* the store's clock minus the engine's */
+  int64_t clock_rtt_ns;     /* round trip of the measurement used */
 } ratewin_stats;
 
 /* Sets stats->size and zeroes the rest. NULL is ignored. */

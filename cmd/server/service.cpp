@@ -645,8 +645,11 @@ std::string Service::metrics_text() const {
     sample("result=\"failed\"", u(st.sync_failures));
     single("ratewin_store_sync_last_seconds", "gauge", "Duration of the last boundary read.",
            s(st.sync_last_duration));
-    single("ratewin_store_sync_last_keys", "gauge", "Limiters read by the last boundary read.",
+    single("ratewin_store_sync_last_keys", "gauge",
+           "Windows read by the last boundary read (limiters other nodes wrote).",
            u(st.sync_last_keys));
+    single("ratewin_store_sync_last_change_sets", "gauge",
+           "Change sets read by the last boundary read.", u(st.sync_last_change_sets));
     single("ratewin_store_active_limiters", "gauge", "Limiters kept in step by boundary reads.",
            u(st.active_limiters));
     single("ratewin_store_clock_offset_seconds", "gauge", "The store's clock minus this engine's.",

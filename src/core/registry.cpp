@@ -72,6 +72,13 @@ std::size_t RecordTable::find(const LimiterKey& key, std::uint64_t hash) const n
   }
 }
 
+void RecordTable::prefetch(std::uint64_t hash) const noexcept {
+  Slots* s = slots_.load(std::memory_order_acquire);
+  if (s == nullptr) return;
+  const std::size_t n = s->count;
+  if (n != 0) __builtin_prefetch(&s->at(home(hash, n)));
+}
+
 RecordRef RecordTable::find_racy(const LimiterKey& key, std::uint64_t hash) const noexcept {
   Slots* s = slots_.load(std::memory_order_acquire);
   if (s == nullptr) return {};

@@ -263,15 +263,33 @@ void EngineCore::take_activity(std::vector<Activity>& out) {
   }
 }
 
-void EngineCore::merge(const LimiterKey& key, std::span<const EpochCount> counts) {
-  const std::uint64_t hash = key.hash();
-  Shard& shard = registry_.shard_for(hash);
-  std::lock_guard lock(shard.mutex);
-  const RecordRef found = shard.find(key, hash);
-  if (!found) return;
-  Shard::WriteSection section(shard);
-  SlidingWindow window = found.record->view();
-  for (const EpochCount& c : counts) window.merge(c.epoch, c.count);
+void EngineCore::merge(std::span<const SharedCounts> windows) {
+  // A boundary read merges thousands of limiters spread over the whole registry: most
+  // lookups miss the cache twice (the table slot, then the record). Hinting each one's
+  // slot, then its record, a few lookups ahead lets those misses overlap.
+  constexpr std::size_t kAhead = 8;
+  Scratch<std::uint64_t, 128> scratch(windows.size());
+  const std::span<std::uint64_t> hashes = scratch.span();
+  for (std::size_t i = 0; i < windows.size(); ++i) hashes[i] = windows[i].key.hash();
+  for (std::size_t i = 0; i < std::min(windows.size(), 2 * kAhead); ++i)
+    registry_.shard_for(hashes[i]).prefetch(windows[i].key, hashes[i], i >= kAhead);
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    if (i + 2 * kAhead < windows.size()) {
+      const std::size_t j = i + 2 * kAhead;
+      registry_.shard_for(hashes[j]).prefetch(windows[j].key, hashes[j], false);
+    }
+    if (i + kAhead < windows.size()) {
+      const std::size_t j = i + kAhead;
+      registry_.shard_for(hashes[j]).prefetch(windows[j].key, hashes[j], true);
+    }
+    Shard& shard = registry_.shard_for(hashes[i]);
+    std::lock_guard lock(shard.mutex);
+    const RecordRef found = shard.find(windows[i].key, hashes[i]);
+    if (!found) continue;
+    Shard::WriteSection section(shard);
+    SlidingWindow window = found.record->view();
+    for (const EpochCount& c : windows[i].counts) window.merge(c.epoch, c.count);
+  }
 }
 
 std::pair<Shard*, RecordRef> EngineCore::pin(std::uint64_t resource, const Limit& limit) {

@@ -43,7 +43,7 @@ class EngineCore final : public SyncTarget {
 
   // SyncTarget, called from the store's thread.
   void take_activity(std::vector<Activity>& out) override;
-  void merge(const LimiterKey& key, std::span<const EpochCount> counts) override;
+  void merge(std::span<const SharedCounts> windows) override;
 
  private:
   friend class Admission;

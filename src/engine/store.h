@@ -13,6 +13,12 @@
 
 namespace ratewin::inline v1::detail {
 
+// A limiter's shared counts, read back from the store.
+struct SharedCounts {
+  LimiterKey key;
+  std::span<const EpochCount> counts;
+};
+
 // What a store needs from the engine for its background synchronisation. Called from
 // the store's own thread.
 class SyncTarget {
@@ -20,8 +26,9 @@ class SyncTarget {
   virtual ~SyncTarget() = default;
   // Appends the limiters used in a new epoch since the last call.
   virtual void take_activity(std::vector<Activity>& out) = 0;
-  // Raises the limiter's counts to the shared ones (if the engine still holds it).
-  virtual void merge(const LimiterKey& key, std::span<const EpochCount> counts) = 0;
+  // Raises each limiter's counts to the shared ones (if the engine still holds it). A
+  // boundary read hands over its windows in batches, whose lookups then overlap.
+  virtual void merge(std::span<const SharedCounts> windows) = 0;
 };
 
 // One write to the shared store, as the engine asks for it.

@@ -31,7 +31,7 @@ class AsyncRedis;
 // connection, each phase in one batch.
 //
 // A read that fails is retried with the next boundary (its epochs stay unread). A read
-// that comes too late for its change sets (they expire after epoch + 3), and the first
+// that comes too late for its change sets (they expire with epoch + 2), and the first
 // read after an outage (resync_all), read every active limiter's whole window instead.
 //
 // Threads: the loop thread only, after construction; the statistics are atomics that

@@ -92,7 +92,7 @@ unsigned StoreLayout::change_set_shard(std::uint64_t resource) noexcept {
 
 std::int64_t StoreLayout::change_set_expiry_ms(std::uint32_t resolution_ms,
                                                std::int64_t epoch) noexcept {
-  return (epoch + 3) * std::int64_t{resolution_ms};
+  return (epoch + 2) * std::int64_t{resolution_ms};
 }
 
 std::pair<std::uint16_t, std::uint32_t> StoreLayout::slot_value(
@@ -105,10 +105,18 @@ std::pair<std::uint16_t, std::uint32_t> StoreLayout::slot_value(
 
 void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32_t subintervals,
                          std::span<std::uint64_t> counts) noexcept {
+  // Walk back from the newest epoch, slot and tag stepping down together (no division per
+  // epoch: a boundary read decodes a window per key).
+  const std::uint32_t m = ring_slots(subintervals);
+  std::uint32_t slot = slot_of(epoch, subintervals);
+  std::uint16_t tag = tag_of(epoch);
   for (std::size_t k = 0; k < counts.size(); ++k) {
-    const std::int64_t e = epoch - static_cast<std::int64_t>(k);
-    const auto [tag, count] = slot_value(value, e, subintervals);
-    counts[k] = tag == tag_of(e) ? count : 0;
+    const std::size_t at = std::size_t{slot} * kSlotBytes;
+    counts[k] = at + kSlotBytes <= value.size() && big_endian(value, at, 2) == tag
+                    ? big_endian(value, at + 2, 4)
+                    : 0;
+    slot = slot == 0 ? m - 1 : slot - 1;
+    tag = tag == 1 ? 65535 : static_cast<std::uint16_t>(tag - 1);
   }
 }
 
@@ -123,6 +131,10 @@ std::vector<Command> StoreLayout::write_commands(const Write& w) const {
     bitfield.insert(bitfield.end(),
                     {"SET", "u48", whole_slot(slot_of(w.epoch + 2, n)), std::to_string(cleared),
                      "SET", "u16", tag_field(s), std::to_string(tag_of(w.epoch))});
+    // Adding 0 to the ring's last byte changes nothing, but makes a new key the ring's
+    // whole size at once: a string that BITFIELD grows later is given twice the room.
+    bitfield.insert(bitfield.end(),
+                    {"INCRBY", "u8", "#" + std::to_string(ring_slots(n) * kSlotBytes - 1), "0"});
   }
   bitfield.insert(bitfield.end(),
                   {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(w.cost)});

@@ -54,11 +54,12 @@ using Command = std::vector<std::string>;
 //     <prefix>:cs:{<resolution ms>x<N>:<shard, 2 hex digits>}:<e>
 //
 // one of kChangeSetShards strings per geometry and epoch, by a hash of the resource, so
-// that no key or Cluster slot takes every write. It expires at the start of epoch e + 3
+// that no key or Cluster slot takes every write. It expires at the start of epoch e + 2
 // (absolute, so every node sets the same time), after the boundary read that needs it
-// and one retry. At a boundary, a node reads the change sets of the epoch that closed
-// (only the shards where it has active limiters) and then only the windows that other
-// nodes wrote.
+// (at the start of e + 1, plus the settle delay); a read that comes later, a retry after
+// a failure, reads every active window instead. At a boundary, a node reads the change sets of the
+// epoch that closed (only the shards where it has active limiters) and then only the windows that
+// other nodes wrote.
 class StoreLayout {
  public:
   static constexpr std::uint32_t kSlotBytes = 6;

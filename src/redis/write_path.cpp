@@ -129,7 +129,7 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
     circuit_.open("write: " + error);
     return false;
   }
-  const std::size_t expected = write.first && counted ? 3 : counted ? 1 : 0;
+  const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
   if (!call.refused.empty() || !call.window_read || call.bitfield.size != expected) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
     reporter_.note_error("write refused by Redis: " +
@@ -144,10 +144,11 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
   std::string repair_error;
   bool repaired = true;
   if (write.first) {
-    // [old value of the slot of e + 2, old tag of e's slot, e's count after this write]
+    // [old value of the slot of e + 2, old tag of e's slot, the ring's last byte (its size
+    // set), e's count after this write]
     const auto cleared = static_cast<std::uint64_t>(call.bitfield.values[0]);
     const auto old_tag = static_cast<std::uint16_t>(call.bitfield.values[1]);
-    const auto count = static_cast<std::uint64_t>(call.bitfield.values[2]);
+    const auto count = static_cast<std::uint64_t>(call.bitfield.values[3]);
     if (old_tag != 0 && old_tag != tag) {
       if (StoreLayout::epoch_of_tag(old_tag, e) > e) {
         // The slot already counts a later epoch: this write is far behind the shared

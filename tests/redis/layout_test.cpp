@@ -72,7 +72,7 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
   const LimiterKey key{0x1234abcd, 250, 4};
   CHECK(layout.window_key(key) == "app:{000000001234abcd}:250x4:w");
   CHECK(layout.change_set_key(250, 4, 10, 777) == "app:cs:{250x4:0a}:777");
-  CHECK(StoreLayout::change_set_expiry_ms(250, 777) == 780 * 250);
+  CHECK(StoreLayout::change_set_expiry_ms(250, 777) == 779 * 250);
 
   // Small resources spread over the shards.
   std::set<unsigned> shards;
@@ -81,13 +81,20 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
 
   const auto first = layout.write_commands({key, 777, 3, true, true});
   REQUIRE(first.size() == 4);
-  CHECK(first[0] == detail::Command{"BITFIELD", layout.window_key(key), "SET", "u48", "#2",
-                                    std::to_string(std::uint64_t{StoreLayout::tag_of(779)} << 32),
-                                    "SET", "u16", "#0", std::to_string(StoreLayout::tag_of(777)),
-                                    "OVERFLOW", "SAT", "INCRBY", "u32", "16", "3"});
+  CHECK(first[0] ==
+        detail::Command{"BITFIELD", layout.window_key(key),
+                        "SET",      "u48",
+                        "#2",       std::to_string(std::uint64_t{StoreLayout::tag_of(779)} << 32),
+                        "SET",      "u16",
+                        "#0",       std::to_string(StoreLayout::tag_of(777)),
+                        "INCRBY",   "u8",
+                        "#41",      "0",  // the ring's size, 7 x 6 bytes
+                        "OVERFLOW", "SAT",
+                        "INCRBY",   "u32",
+                        "16",       "3"});
   CHECK(first[1] == detail::Command{"GETEX", layout.window_key(key), "PX", "1750"});
   CHECK(first[2][0] == "APPEND");
-  CHECK(first[3] == detail::Command{"PEXPIREAT", first[2][1], "195000"});
+  CHECK(first[3] == detail::Command{"PEXPIREAT", first[2][1], "194750"});
   // The entry names the resource and this node, and a reader finds it unless it wrote it.
   std::vector<std::uint64_t> found;
   layout.others_in_change_set(first[2][2], [&](std::uint64_t r) { found.push_back(r); });

@@ -665,7 +665,7 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
       void take_activity(std::vector<detail::Activity>& out) override {
         out.push_back({{7, 100, 10}, SystemClock::read() / 100'000'000});
       }
-      void merge(const detail::LimiterKey&, std::span<const detail::EpochCount>) override {}
+      void merge(std::span<const detail::SharedCounts>) override {}
     } target;
     Options options = redis_options(redis.url());
     options.key_prefix = "shut";

@@ -42,6 +42,7 @@ struct SharedCounts {
   std::atomic<bool> down{false};
   std::atomic<int> calls{0};
   std::atomic<int> first_writes{0};  // writes marked as an engine's first in their epoch
+  std::function<void()> during_add;  // runs inside each write, before it is counted
 };
 
 class FakeStore final : public detail::Store {
@@ -51,6 +52,7 @@ class FakeStore final : public detail::Store {
   // returns the window after it (the engine decides from it).
   bool add(const detail::StoreWrite& write, std::span<std::uint64_t> counts) override {
     ++shared_->calls;
+    if (shared_->during_add) shared_->during_add();
     if (write.first) ++shared_->first_writes;
     if (shared_->down) return false;
     std::lock_guard lock(shared_->mutex);
@@ -443,6 +445,13 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK(shared->calls == before + 1);
   CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
   CHECK(shared->calls == before + 1);  // now decided locally
+  // The refused write was given back: the shared count holds the ten admitted.
+  {
+    std::lock_guard lock(shared->mutex);
+    std::uint64_t total = 0;
+    for (const auto& [k, c] : shared->counts) total += c;
+    CHECK(total == 10);
+  }
 
   // A store that cannot be reached leaves local decisions, marked degraded.
   shared->down = true;
@@ -451,6 +460,58 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK(d.allowed);
   CHECK(d.degraded);
   CHECK(a.stats().degraded == 1);
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "the store's bookkeeping goes with an engine's first write in a subinterval") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit limit(1000, 1s, 100ms);
+  for (int i = 0; i < 5; ++i) REQUIRE(a.try_acquire(1, limit, 1).allowed);
+  CHECK(shared->first_writes == 1);
+  (void)a.try_acquire(1, limit, 0);  // a question writes nothing
+  for (int i = 0; i < 5; ++i) REQUIRE(b.try_acquire(1, limit, 1).allowed);
+  CHECK(shared->first_writes == 2);  // b's first, for b
+  for (int i = 0; i < 3; ++i) REQUIRE(a.try_acquire(2, limit, 1).allowed);
+  CHECK(shared->first_writes == 3);  // another limiter
+  clock->advance(100ms);             // the next subinterval
+  for (int i = 0; i < 3; ++i) REQUIRE(a.try_acquire(1, limit, 1).allowed);
+  CHECK(shared->first_writes == 4);
+  CHECK(shared->calls.load() == 16);  // every admission, and no question on a warm limiter
+  // A failed write is no bookkeeping done: the next write in the epoch is a first again.
+  clock->advance(100ms);
+  shared->down = true;
+  CHECK(a.try_acquire(1, limit, 1).degraded);
+  shared->down = false;
+  REQUIRE(a.try_acquire(1, limit, 1).allowed);
+  CHECK(shared->first_writes == 6);
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "a limiter evicted while its write is in flight: decided from the reply") {
+  auto shared = std::make_shared<SharedCounts>();
+  // One limiter at most: the write of the first makes room for a second, evicting it.
+  detail::EngineCore engine(options(1), std::make_unique<FakeStore>(shared));
+  const Limit limit(3, 1s, 100ms);
+  for (int i = 0; i < 2; ++i) REQUIRE(engine.try_acquire(1, limit, 1).allowed);
+  bool evicted = false;
+  shared->during_add = [&] {
+    if (evicted) return;
+    evicted = true;
+    REQUIRE(engine.try_acquire(2, limit, 1).allowed);
+  };
+  const Decision d = engine.try_acquire(1, limit, 1);
+  CHECK(evicted);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);  // from the shared window the write returned: 3 of 3
+  CHECK(engine.stats().evictions >= 1);
+  shared->during_add = nullptr;
+  // And the shared count holds it.
+  std::lock_guard lock(shared->mutex);
+  std::uint64_t total = 0;
+  for (const auto& [k, c] : shared->counts) total += std::get<0>(k) == 1 ? c : 0;
+  CHECK(total == 3);
 }
 
 TEST_CASE_FIXTURE(Fixture, "a cold limiter warms up from its first write or question") {

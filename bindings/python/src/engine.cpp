@@ -283,6 +283,7 @@ class PyEngine : public Owner<PyEngine, Engine> {
     d["sync_rounds"] = s.sync_rounds;
     d["sync_failures"] = s.sync_failures;
     d["sync_last_keys"] = s.sync_last_keys;
+    d["sync_last_change_sets"] = s.sync_last_change_sets;
     d["sync_last_duration"] = to_seconds(s.sync_last_duration);
     d["sync_max_duration"] = to_seconds(s.sync_max_duration);
     d["active_limiters"] = s.active_limiters;
