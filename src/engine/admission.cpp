@@ -99,7 +99,11 @@ void Admission::share() {
         record ? record.record->view()
                : SlidingWindow(spare_state, spare_buckets.data(), key_.subintervals, r);
     if (!record) window.reset(epoch_ * r);
-    if (record && first_) record.record->store_mark() = Record::mark_of(epoch_);
+    // The first write of epoch_ is done (unless the window has moved on meanwhile: a mark
+    // never goes back).
+    if (record && first_ && window.epoch() == epoch_) {
+      record.record->store_mark() = Record::mark_of(epoch_);
+    }
     bool raised = !record;
     for (std::size_t k = 0; k < counts.size(); ++k)
       raised |= window.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);

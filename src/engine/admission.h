@@ -18,8 +18,10 @@ namespace ratewin::inline v1::detail {
 //  2. share(): with no lock held, one round trip to the shared store (the cost added,
 //     the whole shared window read back). Skipped in local mode and for what counted
 //     nothing.
-//  3. Under the lock again, merges the shared window into the limiter (still the same
-//     record: a record evicted meanwhile no longer matches its key) and confirms the
+//  3. Under the lock again, merges the shared window into the limiter (the same record,
+//     unless it was evicted meanwhile: an evicted record no longer matches its key; one
+//     made again for the same key in the same memory is taken for it, which is rare and
+//     only misplaces this request's own count) and confirms the
 //     admission from the merged counts, re-evaluating only if the merge raised anything.
 //     If the shared counts leave no room after all, the local count is taken back, and
 //     then (no lock) the shared one.

@@ -62,7 +62,8 @@ class Store {
   // timed out may still land later: the shared counts then err high).
   virtual bool add(const StoreWrite& write, std::span<std::uint64_t> counts) = 0;
   // Takes back `cost` that add() counted at `epoch` (never below 0), best effort: a
-  // failure is logged and counted, not reported.
+  // failure (the store unreachable included) is noted in Stats::last_error, not reported;
+  // the shared count then errs high until its subinterval leaves the window.
   virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
   // False while the store is known to be unreachable (its circuit is open): callers
   // then skip it at once instead of each waiting for a deadline.

@@ -12,7 +12,7 @@ std::vector<std::vector<std::string>> store_write_commands(std::string_view pref
   // Node 1: the change-set entry is the same size whatever the node.
   const detail::StoreLayout layout{std::string(prefix), 1};
   return layout.write_commands(
-      {detail::LimiterKey::of(resource, limit), epoch, cost, first && cost != 0, first});
+      {detail::LimiterKey::of(resource, limit), epoch, cost, first && cost != 0});
 }
 
 std::string store_window_key(std::string_view prefix, std::uint64_t resource, const Limit& limit) {

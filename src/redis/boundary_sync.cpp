@@ -38,7 +38,7 @@ struct BoundarySync::Geometry {
   std::int64_t next_boundary = 0;                          // epoch whose start is the next boundary
   std::set<std::int64_t> unread;                           // closed epochs not read yet
   std::unordered_map<std::uint64_t, std::int64_t> active;  // resource -> last epoch used here
-  bool reading = false;
+  int reading = 0;      // reads in flight (read_all may start one beside a tick's)
   bool resync = false;  // read whole windows at the next chance (after an outage)
   std::int64_t resolution_ns() const noexcept { return std::int64_t{resolution_ms} * 1'000'000; }
 };
@@ -134,17 +134,22 @@ void BoundarySync::tick(bool available) {
     const std::int64_t n = g.subintervals;
     const std::int64_t e = SlidingWindow::epoch_of(now, r);
     if (now >= g.next_boundary * r + settle_ns(g)) {
+      // Only epochs that closed at least the settle delay ago (a tick late by more than a
+      // subinterval must not read one that just closed).
+      const std::int64_t settled = SlidingWindow::epoch_of(now - settle_ns(g), r);
       // The epochs that closed since the last boundary handled (several if this tick is
       // late), no older than the window.
-      for (std::int64_t x = std::max(g.next_boundary - 1, e - n); x < e; ++x) g.unread.insert(x);
-      g.next_boundary = e + 1;
+      for (std::int64_t x = std::max(g.next_boundary - 1, e - n); x < settled; ++x)
+        g.unread.insert(x);
+      g.next_boundary = settled + 1;
       // Limiters not used here for a whole window stop being read: if one is used
       // again, its window is loaded afresh (a warm start).
       std::erase_if(g.active, [&](const auto& use) { return use.second < e - n - 1; });
     }
     std::erase_if(g.unread, [&](std::int64_t x) { return x < e - n; });
     active += g.active.size();
-    if (g.reading || g.active.empty() || !available || (g.unread.empty() && !g.resync)) continue;
+    if (g.reading > 0 || g.active.empty() || !available || (g.unread.empty() && !g.resync))
+      continue;
     std::vector<std::int64_t> epochs(g.unread.begin(), g.unread.end());
     // Change sets expire with epoch + 2: a read that would come after that reads every
     // window instead.
@@ -203,7 +208,7 @@ void BoundarySync::read(Geometry& g, std::vector<std::int64_t> epochs, bool whol
   batch->epochs = std::move(epochs);
   batch->started_ns = steady_ns();
   batch->done = std::move(done);
-  g.reading = true;
+  ++g.reading;
   ++batch->in_flight;  // held while queueing, so that no reply finishes the batch early
   if (whole) {
     batch->resources.reserve(g.active.size());
@@ -317,7 +322,10 @@ void BoundarySync::Batch::take_window(std::size_t index, std::string_view value)
   counts.resize(std::size_t{n} + 1);
   StoreLayout::decode(value, epoch_now, n, counts);
   const std::size_t from = merged.size();
-  for (std::size_t k = 0; k < counts.size(); ++k) {
+  // Closed epochs only (k = 0 is the one under way): merging an epoch the record has not
+  // reached would move its window on, and this engine would then miss its own first use
+  // in that epoch (activity, LRU order).
+  for (std::size_t k = 1; k < counts.size(); ++k) {
     if (counts[k] != 0) merged.push_back({epoch_now - static_cast<std::int64_t>(k), counts[k]});
   }
   if (merged.size() > from) ranges.emplace_back(index, from);
@@ -353,7 +361,7 @@ void BoundarySync::Batch::finish() {
     sync->reporter_.note_error("boundary read: " + std::to_string(key_errors) +
                                " keys could not be read (written by something else?)");
   }
-  geometry->reading = false;
+  --geometry->reading;
   done(ok);
   delete this;
 }

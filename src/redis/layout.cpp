@@ -32,7 +32,6 @@ std::uint64_t big_endian(std::string_view bytes, std::size_t at, std::size_t wid
 
 // BITFIELD offsets of slot s: the whole slot (u48, as #s), its tag (u16, as #3s) and its
 // count (u32, a bit offset: 48s + 16 is not a multiple of 32).
-std::string whole_slot(std::uint32_t s) { return "#" + std::to_string(s); }
 std::string tag_field(std::uint32_t s) { return "#" + std::to_string(3 * std::uint64_t{s}); }
 std::string count_field(std::uint32_t s) { return std::to_string(48 * std::uint64_t{s} + 16); }
 
@@ -69,14 +68,17 @@ std::uint32_t StoreLayout::slot_of(std::int64_t epoch, std::uint32_t subinterval
   return static_cast<std::uint32_t>(floor_mod(epoch, ring_slots(subintervals)));
 }
 
-std::uint16_t StoreLayout::tag_of(std::int64_t epoch) noexcept {
-  return static_cast<std::uint16_t>(floor_mod(epoch, 65535) + 1);
+std::uint16_t StoreLayout::tag_of(std::int64_t epoch, std::uint32_t subintervals) noexcept {
+  const std::int64_t m = ring_slots(subintervals);
+  const std::int64_t lap = (epoch - floor_mod(epoch, m)) / m;
+  return static_cast<std::uint16_t>(floor_mod(lap, 65535) + 1);
 }
 
-std::int64_t StoreLayout::epoch_of_tag(std::uint16_t tag, std::int64_t near) noexcept {
-  // Tags repeat every 65535 epochs: take the one within half of that of `near`.
-  const std::int64_t ahead = floor_mod(std::int64_t{tag} - 1 - floor_mod(near, 65535), 65535);
-  return ahead <= 32767 ? near + ahead : near - (65535 - ahead);
+bool StoreLayout::earlier(std::uint16_t tag, std::uint16_t than) noexcept {
+  if (tag == 0) return than != 0;
+  if (than == 0) return false;
+  const std::int64_t behind = floor_mod(std::int64_t{than} - std::int64_t{tag}, 65535);
+  return behind != 0 && behind <= 32767;
 }
 
 std::int64_t StoreLayout::ttl_ms(const LimiterKey& key) noexcept {
@@ -106,38 +108,51 @@ std::pair<std::uint16_t, std::uint32_t> StoreLayout::slot_value(
 void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32_t subintervals,
                          std::span<std::uint64_t> counts) noexcept {
   // Walk back from the newest epoch, slot and tag stepping down together (no division per
-  // epoch: a boundary read decodes a window per key).
+  // epoch: a boundary read decodes a window per key). Going back past slot 0 goes back a
+  // lap.
   const std::uint32_t m = ring_slots(subintervals);
   std::uint32_t slot = slot_of(epoch, subintervals);
-  std::uint16_t tag = tag_of(epoch);
+  std::uint16_t tag = tag_of(epoch, subintervals);
   for (std::size_t k = 0; k < counts.size(); ++k) {
     const std::size_t at = std::size_t{slot} * kSlotBytes;
     counts[k] = at + kSlotBytes <= value.size() && big_endian(value, at, 2) == tag
                     ? big_endian(value, at + 2, 4)
                     : 0;
-    slot = slot == 0 ? m - 1 : slot - 1;
-    tag = tag == 1 ? 65535 : static_cast<std::uint16_t>(tag - 1);
+    if (slot == 0) {
+      slot = m - 1;
+      tag = tag == 1 ? 65535 : static_cast<std::uint16_t>(tag - 1);
+    } else {
+      --slot;
+    }
   }
 }
+
+namespace {
+
+// The two saturating additions that leave max(slot, tag x 2^32) in the slot of `epoch`.
+void append_claim(Command& bitfield, std::uint32_t slot, std::uint16_t tag) {
+  const std::int64_t claimed = std::int64_t{tag} << 32;
+  bitfield.insert(bitfield.end(),
+                  {"INCRBY", "u48", "#" + std::to_string(slot), std::to_string(-claimed), "INCRBY",
+                   "u48", "#" + std::to_string(slot), std::to_string(claimed)});
+}
+
+}  // namespace
 
 std::vector<Command> StoreLayout::write_commands(const Write& w) const {
   const std::string key = window_key(w.key);
   if (w.cost == 0) return {{"GET", key}};
   const std::uint32_t n = w.key.subintervals;
   const std::uint32_t s = slot_of(w.epoch, n);
-  Command bitfield = {"BITFIELD", key};
+  Command bitfield = {"BITFIELD", key, "OVERFLOW", "SAT"};
   if (w.first) {
-    const std::uint64_t cleared = std::uint64_t{tag_of(w.epoch + 2)} << 32;
-    bitfield.insert(bitfield.end(),
-                    {"SET", "u48", whole_slot(slot_of(w.epoch + 2, n)), std::to_string(cleared),
-                     "SET", "u16", tag_field(s), std::to_string(tag_of(w.epoch))});
+    append_claim(bitfield, s, tag_of(w.epoch, n));
     // Adding 0 to the ring's last byte changes nothing, but makes a new key the ring's
     // whole size at once: a string that BITFIELD grows later is given twice the room.
     bitfield.insert(bitfield.end(),
                     {"INCRBY", "u8", "#" + std::to_string(ring_slots(n) * kSlotBytes - 1), "0"});
   }
-  bitfield.insert(bitfield.end(),
-                  {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(w.cost)});
+  bitfield.insert(bitfield.end(), {"INCRBY", "u32", count_field(s), std::to_string(w.cost)});
   std::vector<Command> out = {std::move(bitfield),
                               {"GETEX", key, "PX", std::to_string(ttl_ms(w.key))}};
   if (w.first) {
@@ -148,38 +163,38 @@ std::vector<Command> StoreLayout::write_commands(const Write& w) const {
       entry[i] = static_cast<char>((w.key.resource >> (8 * i)) & 0xff);
     for (std::size_t i = 0; i < 4; ++i) entry[8 + i] = static_cast<char>((node_ >> (8 * i)) & 0xff);
     out.push_back({"APPEND", cs, std::move(entry)});
-    if (w.expire_change_set) {
-      out.push_back({"PEXPIREAT", std::move(cs),
-                     std::to_string(change_set_expiry_ms(w.key.resolution_ms, w.epoch))});
-    }
+    // Every time, though the time is the same: a change set that expired and that a late
+    // APPEND makes again must not be left without an expiry.
+    out.push_back({"PEXPIREAT", std::move(cs),
+                   std::to_string(change_set_expiry_ms(w.key.resolution_ms, w.epoch))});
   }
   return out;
 }
 
-Command StoreLayout::give_back_command(const LimiterKey& key, std::int64_t epoch,
-                                       std::uint64_t cost) const {
-  const std::uint32_t s = slot_of(epoch, key.subintervals);
-  return {"BITFIELD",
-          window_key(key),
-          "GET",
-          "u16",
-          tag_field(s),
-          "OVERFLOW",
-          "FAIL",
-          "INCRBY",
-          "u32",
-          count_field(s),
-          std::to_string(-static_cast<std::int64_t>(cost))};
+Command StoreLayout::claim_command(const LimiterKey& key, std::int64_t epoch) const {
+  Command out = {"BITFIELD", window_key(key), "OVERFLOW", "SAT"};
+  append_claim(out, slot_of(epoch, key.subintervals), tag_of(epoch, key.subintervals));
+  return out;
 }
 
-Command StoreLayout::adjust_command(const LimiterKey& key, std::int64_t epoch, std::int64_t delta,
-                                    std::uint16_t tag) const {
+std::vector<Command> StoreLayout::give_back_commands(const LimiterKey& key, std::int64_t epoch,
+                                                     std::uint64_t cost) const {
   const std::uint32_t s = slot_of(epoch, key.subintervals);
-  Command out = {"BITFIELD", window_key(key)};
-  if (tag != 0) out.insert(out.end(), {"SET", "u16", tag_field(s), std::to_string(tag)});
-  out.insert(out.end(),
-             {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(delta)});
-  return out;
+  const std::string k = window_key(key);
+  return {{"BITFIELD", k, "GET", "u16", tag_field(s), "OVERFLOW", "FAIL", "INCRBY", "u32",
+           count_field(s), std::to_string(-static_cast<std::int64_t>(cost))},
+          {"PEXPIRE", k, std::to_string(ttl_ms(key))}};
+}
+
+std::vector<Command> StoreLayout::adjust_commands(const LimiterKey& key, std::int64_t epoch,
+                                                  std::int64_t delta, std::uint16_t tag) const {
+  const std::uint32_t s = slot_of(epoch, key.subintervals);
+  const std::string k = window_key(key);
+  Command bitfield = {"BITFIELD", k};
+  if (tag != 0) bitfield.insert(bitfield.end(), {"SET", "u16", tag_field(s), std::to_string(tag)});
+  bitfield.insert(bitfield.end(),
+                  {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(delta)});
+  return {std::move(bitfield), {"PEXPIRE", k, std::to_string(ttl_ms(key))}};
 }
 
 }  // namespace ratewin::inline v1::detail

@@ -22,31 +22,36 @@ using Command = std::vector<std::string>;
 //     <prefix>:{<resource as 16 hex digits>}:<resolution ms>x<N>:w
 //
 // a ring of M = N + 3 slots of 6 bytes: slot s, at byte 6s, is a 16-bit tag followed by a
-// 32-bit count, both big-endian as BITFIELD reads them. Epoch e lives in slot e mod M,
-// and the slot counts for e only while its tag is tag(e) = e mod 65535 + 1 (0: a slot
-// never written). The hash tag {...} keeps every key of a resource in one Redis Cluster
-// slot; the geometry keeps limits of other intervals or resolutions apart.
+// 32-bit count, both big-endian as BITFIELD reads them. Epoch e lives in slot e mod M, in
+// lap floor(e / M), and the slot counts for e only while its tag is the tag of that lap,
+// tag(e) = floor(e / M) mod 65535 + 1 (0: a slot never written). Read as one unsigned
+// 48-bit number, a slot is tag x 2^32 + count, so a later lap's slot is a larger number
+// (but once every 65535 laps, when the tag wraps). The hash tag {...} keeps every key of
+// a resource in one Redis Cluster slot; the geometry keeps limits of other intervals or
+// resolutions apart.
 //
 // Writes are native commands (BITFIELD, GETEX), not scripts, so nothing in Redis
 // decides: a node adds its cost, reads the window back in the same round trip, and
-// decides from it with the engine's own arithmetic. Keeping the ring right without a
+// decides from it with the engine's own arithmetic. The ring stays right without a
 // compare-and-set:
-// - A node's first write to a window in epoch e (Write::first) tags the slot of e with
-//   tag(e) (BITFIELD SET returns the old tag, atomically with the increment) and clears
-//   the slot of e + 2, which holds epoch e - N - 1: out of every window by then, even a
-//   trailing weight of a node one epoch behind. So the next epochs' slots are already
-//   clear when traffic is steady.
-// - After a gap (no first write in e - 2), the slot of e may still hold epoch e - M's
-//   count when e's first writer tags it. That writer alone sees the old tag, so it
-//   alone knows the stale count (its increment's result minus its cost) and takes it
-//   back with a second command; until then the count errs high, never low.
-// - A command that reaches Redis late (a stalled server, a slow network) can only add to
-//   the epoch it was meant for. A late clearing of e + 2 that finds e + 2 already
-//   counting (its old tag is tag(e + 2)) is undone by its sender, who has the old
-//   value from the reply.
+// - A node's first write to a window in epoch e (Write::first) claims e's slot before
+//   adding to it: two saturating additions, -tag(e) x 2^32 then +tag(e) x 2^32, leave
+//   max(slot, tag(e) x 2^32). A slot still holding an older lap (or never written)
+//   becomes tag(e) with count 0; a slot already claimed for e, or for a later lap, is
+//   left alone. So a stale count is never read as e's, and a claim that reaches Redis
+//   late (a stalled server, a slow network, its sender long gone) can destroy nothing.
+//   The slot claimed for e held epoch e - M = e - N - 3: out of every window, even one a
+//   node one epoch behind still reads.
+// - Every other write only adds to e's count: a late one adds to the epoch it was meant
+//   for, or, a whole lap late, to that slot's later epoch (the count errs high).
+// - Once every 65535 laps the tag wraps to a smaller number, and a claim finds the old
+//   lap's larger tag in place: its sender sees that in the reply and tags the slot in a
+//   second command, keeping the old count, which then errs high for one epoch.
 // - Every write refreshes the expiry, (N + 3) x resolution, in the GETEX that reads the
-//   window back: a key outlives the last window that can read it, and a key that a late
-//   write creates again is not left without one.
+//   window back, and a give-back sends a PEXPIRE: a key outlives the last window that can
+//   read it, and a key that a late command makes again is not left without one. A new key
+//   is made at the ring's full size at once (BITFIELD gives a string it grows twice the
+//   room).
 //
 // Change sets: the first write of a node to a window in epoch e also appends 12 bytes
 // (the resource, little-endian, and the node's id) to
@@ -54,12 +59,12 @@ using Command = std::vector<std::string>;
 //     <prefix>:cs:{<resolution ms>x<N>:<shard, 2 hex digits>}:<e>
 //
 // one of kChangeSetShards strings per geometry and epoch, by a hash of the resource, so
-// that no key or Cluster slot takes every write. It expires at the start of epoch e + 2
-// (absolute, so every node sets the same time), after the boundary read that needs it
-// (at the start of e + 1, plus the settle delay); a read that comes later, a retry after
-// a failure, reads every active window instead. At a boundary, a node reads the change sets of the
-// epoch that closed (only the shards where it has active limiters) and then only the windows that
-// other nodes wrote.
+// that no key or Cluster slot takes every write, and sets its expiry with it: the start of
+// epoch e + 2 (absolute, so every node sets the same time), after the boundary read that
+// needs it (at the start of e + 1, plus the settle delay). A read that comes later (a
+// retry after a failure) reads every active window instead. At a boundary, a node reads
+// the change sets of the epoch that closed (only the shards where it has active
+// limiters) and then only the windows that other nodes wrote.
 class StoreLayout {
  public:
   static constexpr std::uint32_t kSlotBytes = 6;
@@ -79,9 +84,10 @@ class StoreLayout {
   // The ring's geometry.
   static std::uint32_t ring_slots(std::uint32_t subintervals) noexcept { return subintervals + 3; }
   static std::uint32_t slot_of(std::int64_t epoch, std::uint32_t subintervals) noexcept;
-  static std::uint16_t tag_of(std::int64_t epoch) noexcept;
-  // The epoch nearest `near` whose tag is `tag` (`tag` must not be 0).
-  static std::int64_t epoch_of_tag(std::uint16_t tag, std::int64_t near) noexcept;
+  static std::uint16_t tag_of(std::int64_t epoch, std::uint32_t subintervals) noexcept;
+  // Whether a slot tagged `tag` holds an earlier lap than `than` (tags are compared around
+  // their wrap: within half of it). 0 is earlier than every tag.
+  static bool earlier(std::uint16_t tag, std::uint16_t than) noexcept;
   // Expiry of a window key, refreshed by every write: (N + 3) x resolution.
   static std::int64_t ttl_ms(const LimiterKey& key) noexcept;
   // Which change set a resource's writes go to.
@@ -101,27 +107,32 @@ class StoreLayout {
                                                             std::uint32_t subintervals) noexcept;
 
   // The commands of one write, sent as one pipeline (see WritePath):
-  //   BITFIELD <window> [SET u48 <slot e+2> tag(e+2)<<32  SET u16 <tag of e> tag(e)]
-  //                     OVERFLOW SAT INCRBY u32 <count of e> <cost>
+  //   BITFIELD <window> OVERFLOW SAT [INCRBY u48 <slot of e> -tag(e)<<32
+  //                                   INCRBY u48 <slot of e> +tag(e)<<32
+  //                                   INCRBY u8 <the ring's last byte> 0]
+  //                     INCRBY u32 <count of e> <cost>
   //   GETEX <window> PX <ttl>
-  //   [APPEND <change set> <entry>]  [PEXPIREAT <change set> <expiry>]
-  // The bracketed parts on a first write (the change set's expiry once per node, change
-  // set and epoch: `expire_change_set`). cost 0 reads only: GET <window>.
+  //   [APPEND <change set> <entry>  PEXPIREAT <change set> <expiry>]
+  // The bracketed parts on a first write. cost 0 reads only: GET <window>.
   struct Write {
     const LimiterKey& key;
     std::int64_t epoch;
     std::uint64_t cost;
     bool first;
-    bool expire_change_set;
   };
   std::vector<Command> write_commands(const Write& write) const;
+  // Claims the slot of `epoch` (as a first write does), adding nothing.
+  Command claim_command(const LimiterKey& key, std::int64_t epoch) const;
   // Takes back `cost` from the count of `epoch` (never below 0), reading the slot's tag
-  // in the same command: BITFIELD <window> GET u16 <tag> OVERFLOW FAIL INCRBY u32 <count> -cost
-  Command give_back_command(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) const;
+  // in the same command, and refreshes the key's expiry:
+  //   BITFIELD <window> GET u16 <tag> OVERFLOW FAIL INCRBY u32 <count> -cost
+  //   PEXPIRE <window> <ttl>
+  std::vector<Command> give_back_commands(const LimiterKey& key, std::int64_t epoch,
+                                          std::uint64_t cost) const;
   // BITFIELD <window> OVERFLOW SAT INCRBY u32 <count of epoch> <delta> (delta may be < 0),
-  // optionally setting the slot's tag first (`tag` != 0).
-  Command adjust_command(const LimiterKey& key, std::int64_t epoch, std::int64_t delta,
-                         std::uint16_t tag = 0) const;
+  // optionally setting the slot's tag first (`tag` != 0), then PEXPIRE <window> <ttl>.
+  std::vector<Command> adjust_commands(const LimiterKey& key, std::int64_t epoch,
+                                       std::int64_t delta, std::uint16_t tag = 0) const;
 
   // A change set's entries that another node wrote: calls found(resource) for each.
   template <class Found>

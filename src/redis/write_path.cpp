@@ -96,11 +96,8 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
   RedisPool::Lease connection = lease(deadline, counted);
   if (!connection) return false;
 
-  std::atomic<std::uint64_t>& expiry = change_set_expiry(write);
-  const bool expire_change_set =
-      write.first && counted && expiry.load(std::memory_order_relaxed) != change_set_id(write);
-  const std::vector<Command> commands = layout_.write_commands(
-      {write.key, write.epoch, write.cost, write.first && counted, expire_change_set});
+  const std::vector<Command> commands =
+      layout_.write_commands({write.key, write.epoch, write.cost, write.first && counted});
   const std::size_t window_reply = counted ? 1 : 0;
   Call call;
   std::string error;
@@ -140,122 +137,66 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
   if (!counted) return true;
 
   const std::int64_t e = write.epoch;
-  const std::uint16_t tag = StoreLayout::tag_of(e);
-  std::string repair_error;
-  bool repaired = true;
-  if (write.first) {
-    // [old value of the slot of e + 2, old tag of e's slot, the ring's last byte (its size
-    // set), e's count after this write]
-    const auto cleared = static_cast<std::uint64_t>(call.bitfield.values[0]);
-    const auto old_tag = static_cast<std::uint16_t>(call.bitfield.values[1]);
-    const auto count = static_cast<std::uint64_t>(call.bitfield.values[3]);
-    if (old_tag != 0 && old_tag != tag) {
-      if (StoreLayout::epoch_of_tag(old_tag, e) > e) {
-        // The slot already counts a later epoch: this write is far behind the shared
-        // clock (M epochs or more). Put the slot back and count nothing here.
-        repaired = run(
-            *connection,
-            {layout_.adjust_command(write.key, e, -static_cast<std::int64_t>(write.cost), old_tag)},
-            [](std::size_t, const redisReply&) {}, deadline, repair_error);
-        writes_failed_.fetch_add(1, std::memory_order_relaxed);
-        reporter_.note_error("write: epoch " + std::to_string(e) +
-                             " is behind the shared window by a whole ring");
-        return false;
-      }
-      // This write tagged a slot that still held an old epoch's count (no first write
-      // cleared it in e - 2): it alone knows that count, and takes it back.
-      const std::uint64_t stale = count > write.cost ? count - write.cost : 0;
-      if (stale > 0) {
-        repairs_.fetch_add(1, std::memory_order_relaxed);
-        counts[0] -= std::min(counts[0], stale);
-        repaired = take_back(*connection, write.key, e, stale, deadline, repair_error);
-      }
-    }
-    const auto cleared_tag = static_cast<std::uint16_t>(cleared >> 32);
-    const auto cleared_count = static_cast<std::uint32_t>(cleared & 0xffffffffU);
-    if (repaired && cleared_tag != 0 && cleared_count != 0 &&
-        StoreLayout::epoch_of_tag(cleared_tag, e + 2) >= e + 2) {
-      // This write reached Redis so late that the slot it cleared was already counting
-      // (epoch e + 2 or later): put the count back.
-      repairs_.fetch_add(1, std::memory_order_relaxed);
-      repaired = run(
-          *connection,
-          {layout_.adjust_command(write.key, StoreLayout::epoch_of_tag(cleared_tag, e + 2),
-                                  cleared_count,
-                                  cleared_tag == StoreLayout::tag_of(e + 2) ? 0 : cleared_tag)},
-          [](std::size_t, const redisReply&) {}, deadline, repair_error);
-    }
-    if (repaired) expiry.store(change_set_id(write), std::memory_order_relaxed);
-  } else if (StoreLayout::slot_value(call.window, e, write.key.subintervals).first != tag) {
-    // The slot was not tagged for e although this node's first write in e tagged it: the
-    // key was deleted or expired since and made again by this write. Tag it, keeping
-    // what was counted since.
+  const std::uint32_t n = write.key.subintervals;
+  const std::uint16_t tag = StoreLayout::tag_of(e, n);
+  // The tag e's slot has now (a first write's BITFIELD answers [the slot after the first
+  // half of the claim, after the claim, the ring's last byte, e's count]; a later write's,
+  // [e's count], and its GETEX the window).
+  const auto found = write.first ? static_cast<std::uint16_t>(call.bitfield.values[1] >> 32)
+                                 : StoreLayout::slot_value(call.window, e, n).first;
+  if (found != tag && StoreLayout::earlier(found, tag)) {
+    // Not e's slot, and not a later lap's: the tag wrapped (a claim cannot lift 65535 to
+    // 1), or the key was deleted or expired since this node's first write in e and made
+    // again by this one. Tag it, keeping what it counts (for one epoch, perhaps an old
+    // lap's count too: it errs high).
     repairs_.fetch_add(1, std::memory_order_relaxed);
-    counts[0] = StoreLayout::slot_value(call.window, e, write.key.subintervals).second;
-    repaired = run(
-        *connection, {layout_.adjust_command(write.key, e, 0, tag)},
-        [](std::size_t, const redisReply&) {}, deadline, repair_error);
+    counts[0] = StoreLayout::slot_value(call.window, e, n).second;
+    std::string repair_error;
+    if (!run(
+            *connection, layout_.adjust_commands(write.key, e, 0, tag),
+            [](std::size_t, const redisReply&) {}, deadline, repair_error)) {
+      reporter_.note_error("write: tagging the shared window's slot: " + repair_error);
+    }
   }
-  if (!repaired) reporter_.note_error("write: correcting the shared window: " + repair_error);
+  // (A later lap's tag: this write reached Redis a whole ring late, and counted in that
+  // lap's epoch. The count errs high; e's decoded count is 0.)
   writes_ok_.fetch_add(1, std::memory_order_relaxed);
   latency_.record(nanoseconds(steady_ns() - started));
-  return true;
-}
-
-bool WritePath::take_back(RedisConnection& connection, const LimiterKey& key, std::int64_t epoch,
-                          std::uint64_t amount, Deadline deadline, std::string& error) {
-  BitfieldReply reply;
-  std::string refused;
-  if (!run(
-          connection, {layout_.give_back_command(key, epoch, amount)},
-          [&](std::size_t, const redisReply& r) {
-            if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
-            if (!reply.read(r) && refused.empty()) refused = "unexpected reply";
-          },
-          deadline, error)) {
-    return false;
-  }
-  if (!refused.empty()) {
-    error = refused;
-    return false;
-  }
-  // [the slot's tag, its count after the decrement or nil if it held less than `amount`]
-  if (reply.size == 2 && reply.present[1] &&
-      static_cast<std::uint16_t>(reply.values[0]) != StoreLayout::tag_of(epoch)) {
-    // The slot had moved on to another epoch: what was taken was not this epoch's.
-    return run(
-        connection, {layout_.adjust_command(key, epoch, static_cast<std::int64_t>(amount))},
-        [](std::size_t, const redisReply&) {}, deadline, error);
-  }
   return true;
 }
 
 void WritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) {
   Deadline deadline = std::chrono::steady_clock::now() + options_.command_timeout;
   RedisPool::Lease connection = lease(deadline, false);
-  if (!connection) return;
-  std::string error;
+  if (!connection) {
+    reporter_.note_error("giving back a count: Redis unavailable");
+    return;
+  }
   // Not fatal if it fails: the count stays (the shared estimate errs on the safe side)
   // and leaves the window with its subinterval.
-  if (!take_back(*connection, key, epoch, cost, deadline, error)) {
-    reporter_.note_error("giving back a count: " + error);
+  std::string error;
+  BitfieldReply reply;
+  std::string refused;
+  bool ok = run(
+      *connection, layout_.give_back_commands(key, epoch, cost),
+      [&](std::size_t i, const redisReply& r) {
+        if (r.type == REDIS_REPLY_ERROR && refused.empty()) refused = reply_text(r);
+        if (i == 0 && !reply.read(r) && refused.empty()) refused = "unexpected reply";
+      },
+      deadline, error);
+  if (ok && refused.empty() && reply.size == 2 && reply.present[1] &&
+      static_cast<std::uint16_t>(reply.values[0]) != StoreLayout::tag_of(epoch, key.subintervals)) {
+    // [the slot's tag, its count after the decrement, or nil if it held less than `cost`]
+    // The slot had moved on to another epoch (the give-back came a whole ring late): what
+    // was taken was not this epoch's. Put it back (that other epoch reads low meanwhile).
+    repairs_.fetch_add(1, std::memory_order_relaxed);
+    ok = run(
+        *connection, layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost)),
+        [](std::size_t, const redisReply&) {}, deadline, error);
   }
-}
-
-std::uint64_t WritePath::change_set_id(const StoreWrite& write) noexcept {
-  const unsigned shard = StoreLayout::change_set_shard(write.key.resource);
-  std::uint64_t x = (static_cast<std::uint64_t>(write.epoch) * 0x9e3779b97f4a7c15ULL) ^
-                    (std::uint64_t{write.key.resolution_ms} << 32) ^
-                    (std::uint64_t{write.key.subintervals} << 8) ^ shard;
-  x ^= x >> 31;
-  return x | 1;  // never 0, the table's empty value
-}
-
-std::atomic<std::uint64_t>& WritePath::change_set_expiry(const StoreWrite& write) noexcept {
-  const unsigned shard = StoreLayout::change_set_shard(write.key.resource);
-  const std::uint64_t geometry =
-      (std::uint64_t{write.key.resolution_ms} << 16) ^ write.key.subintervals;
-  return change_set_expiry_[(geometry * 0x9e3779b97f4a7c15ULL + shard) % change_set_expiry_.size()];
+  if (!ok || !refused.empty()) {
+    reporter_.note_error("giving back a count: " + (refused.empty() ? error : refused));
+  }
 }
 
 void WritePath::add_stats(Stats& s) const {

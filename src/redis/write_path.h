@@ -2,7 +2,6 @@
 // that decided it.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -23,10 +22,11 @@ namespace ratewin::inline v1::detail {
 // One round trip per admitted request, of native commands (see StoreLayout): the cost
 // added to the shared count of its epoch and the whole shared window read back, from
 // which the engine decides (the write itself is unconditional). A first write of this
-// node to the window in an epoch also does the ring's bookkeeping and records the write
-// in the epoch's change set. The rare corrections (a stale count found in a slot, a late
-// clearing undone, a count given back to a slot that moved on) take one more round trip
-// on the same connection, within the same deadline.
+// node to the window in an epoch also claims the epoch's slot of the ring and records the
+// write in the epoch's change set. The rare corrections (a slot whose tag wrapped or whose
+// key was made again, a count given back to a slot that moved on) take one more round
+// trip on the same connection, within the same deadline; a correction that cannot be
+// made leaves a count that errs high.
 //
 // Each call runs on a pooled blocking connection of its own; the whole call, waiting for
 // a connection included, is bounded by the command timeout (plus the connect timeout
@@ -52,16 +52,6 @@ class WritePath {
   struct Call;
   // A connection for one call, or an empty lease after counting and reporting why.
   RedisPool::Lease lease(RedisConnection::Deadline& deadline, bool count);
-  // Takes `amount` back from the count of `epoch`, provided the slot still belongs to
-  // that epoch (else it is put back): a give-back, or a stale count found by a first
-  // write. False if it could not be sent.
-  bool take_back(RedisConnection& connection, const LimiterKey& key, std::int64_t epoch,
-                 std::uint64_t amount, RedisConnection::Deadline deadline, std::string& error);
-  // Whether this call should set the change set's expiry: once per node, change set and
-  // epoch (a table of the last ones set; a collision only repeats a PEXPIREAT).
-  std::atomic<std::uint64_t>& change_set_expiry(const StoreWrite& write) noexcept;
-  static std::uint64_t change_set_id(const StoreWrite& write) noexcept;
-
   const Options& options_;
   const StoreLayout& layout_;
   RedisPool& pool_;
@@ -73,7 +63,6 @@ class WritePath {
   std::atomic<std::uint64_t> writes_skipped_{0};
   std::atomic<std::uint64_t> repairs_{0};
   LatencyHistogram latency_;
-  std::array<std::atomic<std::uint64_t>, 1024> change_set_expiry_{};
 };
 
 }  // namespace ratewin::inline v1::detail
