@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value("1,2,4,8"))
     ("scale", "accuracy: time scale (1 = 100 per 10 s at 1 s, for 40 s and 60 s)",
      cxxopts::value<double>()->default_value("1"))
+    ("steady-seconds", "accuracy: how long scenario (c) runs, before --scale",
+     cxxopts::value<double>()->default_value("60"))
     ("csv", "accuracy: also write the figures as CSV to this file",
      cxxopts::value<std::string>()->default_value(""))
     ("h,help", "print this help");

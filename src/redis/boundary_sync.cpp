@@ -7,15 +7,10 @@
 
 #include "core/window.h"
 #include "redis/async.h"
+#include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // A command in RESP, as hiredis sends it.
 std::string resp(std::initializer_list<std::string_view> args) {

@@ -1,16 +1,8 @@
 #include "redis/circuit.h"
 
+#include "redis/steady_ns.h"
+
 namespace ratewin::inline v1::detail {
-namespace {
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 void CircuitBreaker::start(bool reachable, const std::string& why) {
   if (reachable) {
     available_.store(true, std::memory_order_release);

@@ -5,14 +5,10 @@
 #include <future>
 #include <random>
 
+#include "redis/steady_ns.h"
+
 namespace ratewin::inline v1::detail {
 namespace {
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // This engine's id in the change sets: random, so that engines need not agree on ids
 // (two of a deployment's engines share one with odds of about K^2 / 2^33).

@@ -5,17 +5,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "redis/steady_ns.h"
+
 namespace ratewin::inline v1::detail {
 namespace {
 
 using std::chrono::nanoseconds;
 using Deadline = RedisConnection::Deadline;
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Sends `commands` as one pipeline; `on_reply(index, reply)` for each reply.
 bool run(RedisConnection& connection, const std::vector<Command>& commands,

@@ -20,6 +20,7 @@
 #include "redis/layout.h"
 #include "redis/redis_store.h"
 #include "redis_server.h"
+#include "sliding.h"
 
 namespace ratewin::test {
 namespace {
@@ -85,18 +86,6 @@ void past_next_boundary(std::chrono::milliseconds resolution) {
   const std::int64_t r = std::chrono::nanoseconds(resolution).count();
   const std::int64_t now = SystemClock::read();
   std::this_thread::sleep_for(std::chrono::nanoseconds(r - now % r) + 60ms);
-}
-
-// Max admitted in any sliding window of `interval` over sorted admission times.
-std::size_t max_in_window(std::vector<std::int64_t> times, std::int64_t interval) {
-  std::sort(times.begin(), times.end());
-  std::size_t best = 0;
-  std::size_t lo = 0;
-  for (std::size_t hi = 0; hi < times.size(); ++hi) {
-    while (times[hi] - times[lo] >= interval) ++lo;
-    best = std::max(best, hi - lo + 1);
-  }
-  return best;
 }
 
 }  // namespace

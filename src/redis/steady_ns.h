@@ -1,0 +1,15 @@
+// The monotonic clock in nanoseconds, for the Redis store's timings and backoffs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace ratewin::inline v1::detail {
+
+inline std::int64_t steady_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace ratewin::inline v1::detail
