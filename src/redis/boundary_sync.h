@@ -26,9 +26,10 @@ class AsyncRedis;
 // land), reads what other nodes counted in the subinterval that just closed, for the
 // limiters this engine is active on (used within their window), and merges it. It reads
 // what changed, not everything: first the change sets of that epoch (only the shards
-// where it has active limiters), then only the windows that another node wrote. A node
-// that wrote alone reads no window at all. Everything is pipelined on the background
-// connection, each phase in one batch.
+// where it has active limiters), then only the windows that another node wrote, asked
+// for (MGET) as each change set arrives, and merged a reply at a time (closed epochs
+// only). A node that wrote alone reads no window at all. Everything is pipelined on the
+// background connection.
 //
 // A read that fails is retried with the next boundary (its epochs stay unread). A read
 // that comes too late for its change sets (they expire with epoch + 2), and the first
