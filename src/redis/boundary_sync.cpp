@@ -14,7 +14,8 @@ namespace {
 
 // A command in RESP, as hiredis sends it.
 std::string resp(std::initializer_list<std::string_view> args) {
-  std::string out = "*" + std::to_string(args.size()) + "\r\n";
+  std::string out = marked('*', args.size());
+  out += "\r\n";
   for (const std::string_view a : args) {
     out += '$';
     out += std::to_string(a.size());
@@ -250,12 +251,16 @@ void BoundarySync::Batch::ask_windows(std::size_t from) {
   // patch them in.
   const std::string key =
       sync->layout_.window_key({0, geometry->resolution_ms, geometry->subintervals});
-  const std::string argument = "$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
+  std::string argument = marked('$', key.size());
+  argument += "\r\n";
+  argument += key;
+  argument += "\r\n";
   const std::size_t hex_at = argument.size() - 2 - key.size() + sync->layout_.prefix().size() + 2;
   constexpr char kDigits[] = "0123456789abcdef";
   for (std::size_t first = from; first < resources.size(); first += kKeysPerRead) {
     const std::size_t count = std::min(kKeysPerRead, resources.size() - first);
-    command = "*" + std::to_string(count + 1) + "\r\n$4\r\nMGET\r\n";
+    command = marked('*', count + 1);
+    command += "\r\n$4\r\nMGET\r\n";
     for (std::size_t i = first; i < first + count; ++i) {
       const std::size_t at = command.size() + hex_at;
       command += argument;

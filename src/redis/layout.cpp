@@ -32,7 +32,7 @@ std::uint64_t big_endian(std::string_view bytes, std::size_t at, std::size_t wid
 
 // BITFIELD offsets of slot s: the whole slot (u48, as #s), its tag (u16, as #3s) and its
 // count (u32, a bit offset: 48s + 16 is not a multiple of 32).
-std::string tag_field(std::uint32_t s) { return "#" + std::to_string(3 * std::uint64_t{s}); }
+std::string tag_field(std::uint32_t s) { return marked('#', 3 * std::uint64_t{s}); }
 std::string count_field(std::uint32_t s) { return std::to_string(48 * std::uint64_t{s} + 16); }
 
 }  // namespace
@@ -132,9 +132,8 @@ namespace {
 // The two saturating additions that leave max(slot, tag x 2^32) in the slot of `epoch`.
 void append_claim(Command& bitfield, std::uint32_t slot, std::uint16_t tag) {
   const std::int64_t claimed = std::int64_t{tag} << 32;
-  bitfield.insert(bitfield.end(),
-                  {"INCRBY", "u48", "#" + std::to_string(slot), std::to_string(-claimed), "INCRBY",
-                   "u48", "#" + std::to_string(slot), std::to_string(claimed)});
+  bitfield.insert(bitfield.end(), {"INCRBY", "u48", marked('#', slot), std::to_string(-claimed),
+                                   "INCRBY", "u48", marked('#', slot), std::to_string(claimed)});
 }
 
 }  // namespace
@@ -150,7 +149,7 @@ std::vector<Command> StoreLayout::write_commands(const Write& w) const {
     // Adding 0 to the ring's last byte changes nothing, but makes a new key the ring's
     // whole size at once: a string that BITFIELD grows later is given twice the room.
     bitfield.insert(bitfield.end(),
-                    {"INCRBY", "u8", "#" + std::to_string(ring_slots(n) * kSlotBytes - 1), "0"});
+                    {"INCRBY", "u8", marked('#', ring_slots(n) * kSlotBytes - 1), "0"});
   }
   bitfield.insert(bitfield.end(), {"INCRBY", "u32", count_field(s), std::to_string(w.cost)});
   std::vector<Command> out = {std::move(bitfield),

@@ -17,6 +17,15 @@ namespace ratewin::inline v1::detail {
 // One Redis command, each argument a string (binary-safe).
 using Command = std::vector<std::string>;
 
+// `mark` followed by `n` in decimal ("#12", "*3", "$40"): built by appending, as
+// "#" + std::to_string(n) makes GCC 12 at -O3 warn (-Wrestrict, a false positive,
+// GCC bug 105329).
+inline std::string marked(char mark, std::uint64_t n) {
+  std::string out(1, mark);
+  out += std::to_string(n);
+  return out;
+}
+
 // The shared window of one limiter (a resource under one window geometry) is one string,
 //
 //     <prefix>:{<resource as 16 hex digits>}:<resolution ms>x<N>:w
