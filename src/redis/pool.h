@@ -29,8 +29,19 @@ class RedisPool {
     Lease(RedisPool* pool, std::unique_ptr<RedisConnection> connection) noexcept
         : pool_(pool), connection_(std::move(connection)) {}
     Lease(Lease&&) noexcept = default;
-    Lease& operator=(Lease&&) noexcept = default;
-    ~Lease() {
+    // Gives back the connection it held first.
+    Lease& operator=(Lease&& other) {
+      if (this != &other) {
+        reset();
+        pool_ = other.pool_;
+        connection_ = std::move(other.connection_);
+        fresh_ = other.fresh_;
+      }
+      return *this;
+    }
+    ~Lease() { reset(); }
+    // Gives the connection back now.
+    void reset() {
       if (connection_ != nullptr) pool_->give_back(std::move(connection_));
     }
     explicit operator bool() const noexcept { return connection_ != nullptr; }

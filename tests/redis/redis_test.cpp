@@ -18,6 +18,7 @@
 #include "engine/engine_core.h"
 #include "ratewin/engine.h"
 #include "redis/layout.h"
+#include "redis/pool.h"
 #include "redis/redis_store.h"
 #include "redis_server.h"
 #include "sliding.h"
@@ -694,6 +695,23 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
     CHECK(closed < 500ms);
     redis.resume();
   }
+}
+
+
+TEST_CASE("a pool lease that is assigned over gives its connection back") {
+  RedisServer redis;
+  detail::RedisPool pool(detail::RedisEndpoint::parse(redis.url()), 1s, 1s, 1);
+  const auto soon = [] { return std::chrono::steady_clock::now() + 200ms; };
+  detail::RedisPool::Failure failure{};
+  std::string error;
+  detail::RedisPool::Lease lease = pool.acquire(soon(), failure, error);
+  REQUIRE(lease);
+  lease = detail::RedisPool::Lease();  // the only connection goes back to the pool
+  detail::RedisPool::Lease again = pool.acquire(soon(), failure, error);
+  CHECK(again);
+  CHECK(failure == detail::RedisPool::Failure::kNone);
+  again.reset();
+  CHECK(pool.acquire(soon(), failure, error));
 }
 
 }  // namespace ratewin::test
