@@ -130,7 +130,7 @@ EngineCore::~EngineCore() {
                                                           std::uint64_t hash, RecordRef known,
                                                           std::int64_t now, const Limit& limit,
                                                           std::uint64_t cost, Counted* counted) {
-  const bool degraded = store_ != nullptr && !store_->available();
+  const bool degraded = store_ != nullptr && !store_->available(key.resource);
   RecordRef ref = known;
   Decision d;
   std::uint64_t version = 1;  // nothing read yet
@@ -187,7 +187,6 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   if (out.size() < items.size()) throw std::invalid_argument("try_acquire_all: out is too short");
   std::fill_n(out.begin(), items.size(), Decision{});
   const std::int64_t now = now_ns();
-  const bool degraded = store_ != nullptr && !store_->available();
   // A limit that refuses on this engine's own counts refuses the request before anything
   // is counted: the common rejection, decided without a lock or a round trip. Every limit
   // is read, so that the refusal reported is the one that lasts longest (a client told
@@ -204,6 +203,7 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
     const Acquisition& item = items[i];
     state[i].key = LimiterKey::of(item.resource, item.limit);
     state[i].hash = state[i].key.hash();
+    const bool degraded = store_ != nullptr && !store_->available(item.resource);
     if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
     RecordRef ref;
     Decision d;
@@ -220,7 +220,7 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
     for (std::size_t i = 0; i < items.size(); ++i)
       if (i != refused) out[i] = Decision{};
     counters_.add(DecisionCounters::kRejected);
-    if (degraded) counters_.add(DecisionCounters::kDegraded);
+    if (out[refused].degraded) counters_.add(DecisionCounters::kDegraded);
     return refused;
   }
   // Then each limit in turn; if one refuses after all (another thread, or the shared

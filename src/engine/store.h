@@ -65,9 +65,10 @@ class Store {
   // failure (the store unreachable included) is noted in Stats::last_error, not reported;
   // the shared count then errs high until its subinterval leaves the window.
   virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
-  // False while the store is known to be unreachable (its circuit is open): callers
-  // then skip it at once instead of each waiting for a deadline.
-  virtual bool available() const noexcept = 0;
+  // False while the part of the store that holds `resource`'s counts is known to be
+  // unreachable (its circuit is open: one Redis, or the Cluster primary of its slot):
+  // callers then skip it at once instead of each waiting for a deadline.
+  virtual bool available(std::uint64_t resource) const noexcept = 0;
   // Nanoseconds to add to the engine's clock to read the store's clock.
   virtual std::int64_t clock_offset() const noexcept = 0;
   // When the store might be back: what a request rejected because of it should wait.

@@ -47,7 +47,13 @@ std::unique_ptr<RedisClient> RedisClient::open(std::string_view url,
                                                std::chrono::milliseconds connect_timeout,
                                                std::chrono::milliseconds command_timeout,
                                                std::string& error) {
-  const detail::RedisEndpoint endpoint = detail::RedisEndpoint::parse(url);
+  const detail::RedisAddress address = detail::RedisAddress::parse(url);
+  if (address.kind != detail::RedisAddress::Kind::kSingle) {
+    error = "a client of one server needs a redis:// or unix:// address, not " +
+            address.describe();
+    return nullptr;
+  }
+  const detail::RedisEndpoint& endpoint = address.login;
   auto connection =
       detail::RedisConnection::open(endpoint, connect_timeout, command_timeout, error);
   if (connection == nullptr) return nullptr;
@@ -78,7 +84,7 @@ RedisClient::Received RedisClient::receive(RedisReply& message, std::chrono::mil
 bool RedisClient::usable() const noexcept { return !connection_->broken() && connection_->alive(); }
 
 std::string RedisClient::describe(std::string_view url) {
-  return detail::RedisEndpoint::parse(url).describe();
+  return detail::RedisAddress::parse(url).describe();
 }
 
 }  // namespace ratewin::inline v1::internal

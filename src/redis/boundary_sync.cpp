@@ -7,12 +7,22 @@
 
 #include "core/window.h"
 #include "redis/async.h"
+#include "redis/slot.h"
 #include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
 
 // A command in RESP, as hiredis sends it.
+// A reply saying that the key's slot is served elsewhere, or is moving.
+bool redirected(const redisReply& r) {
+  const std::string_view text(r.str, r.len);
+  for (const std::string_view prefix : {"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"}) {
+    if (text.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
 std::string resp(std::initializer_list<std::string_view> args) {
   std::string out = marked('*', args.size());
   out += "\r\n";
@@ -46,8 +56,9 @@ struct BoundarySync::Geometry {
 // the windows it names (other nodes' writes, of limiters active here) are asked for at
 // once, so Redis works on windows while later change sets are still being parsed here.
 // Windows are read with MGET, kKeysPerRead a command: Redis spends about a third of what
-// single GETs cost, and replies come in few large arrays. (On Redis Cluster an MGET's
-// keys must share a hash slot: there the batches would be split per slot.)
+// single GETs cost, and replies come in few large arrays. On a Redis Cluster an MGET's
+// keys must share a hash slot: there the windows are sorted by slot and each MGET asks
+// for one slot's. Each command goes to the node that serves its slot.
 struct BoundarySync::Batch {
   static constexpr std::size_t kKeysPerRead = 128;
   // A command in flight: a change set (`windows` false) or the windows of
@@ -70,6 +81,8 @@ struct BoundarySync::Batch {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;  // per window: its span of them
   std::vector<SharedCounts> windows;                        // merging scratch: a reply's windows
   std::string command;                                      // formatting scratch
+  std::vector<std::pair<std::uint16_t, std::uint64_t>> by_slot;  // sorting scratch
+  std::vector<AsyncRedis*> used;  // the connections written to
   std::size_t in_flight = 0;
   std::size_t change_sets = 0;
   std::size_t key_errors = 0;
@@ -81,8 +94,10 @@ struct BoundarySync::Batch {
   void ask_change_sets();
   // Asks for the windows of resources[from ..] (MGETs of kKeysPerRead keys).
   void ask_windows(std::size_t from);
-  // Sends a formatted command; false (and the batch failed) if not connected.
-  bool send(std::string_view formatted, Slot slot);
+  // Sends a formatted command to the node of `key_slot`. False if the batch has failed
+  // (that node is not connected: its epochs are read again later). A node that is down
+  // is skipped (true; it is read whole when it is back).
+  bool send(std::string_view formatted, Slot slot, std::uint16_t key_slot);
   void take(const Slot& slot, const redisReply* r);
   void take_change_set(std::string_view value);
   // Decodes the window of resources[index] into `merged` and `ranges`.
@@ -178,7 +193,7 @@ void BoundarySync::read_all(std::function<void(bool)> done) {
   // Take in recent activity as a tick does, without moving its boundaries.
   absorb_activity(clock_.now());
   auto pending = std::make_shared<std::size_t>(geometries_.size() + 1);
-  auto all_ok = std::make_shared<bool>(connection_ != nullptr && connection_->ready());
+  auto all_ok = std::make_shared<bool>(router_ != nullptr && router_->all_ready());
   auto one_done = [done = std::move(done), pending, all_ok](bool ok) {
     *all_ok = *all_ok && ok;
     if (--*pending == 0) done(*all_ok);
@@ -193,7 +208,7 @@ void BoundarySync::read(Geometry& g, std::vector<std::int64_t> epochs, bool whol
     done(true);
     return;
   }
-  if (connection_ == nullptr || !connection_->ready()) {
+  if (router_ == nullptr) {
     done(false);
     return;
   }
@@ -213,18 +228,31 @@ void BoundarySync::read(Geometry& g, std::vector<std::int64_t> epochs, bool whol
   } else {
     batch->ask_change_sets();
   }
-  connection_->flush();  // not inside hiredis' callback here: let Redis start now
+  // Not inside hiredis' callback here: let Redis start now.
+  for (AsyncRedis* c : batch->used) c->flush();
   --batch->in_flight;
   batch->settle();
 }
 
-bool BoundarySync::Batch::send(std::string_view formatted, Slot slot) {
+bool BoundarySync::Batch::send(std::string_view formatted, Slot slot, std::uint16_t key_slot) {
   if (!ok) return false;
+  AsyncRedis* connection = nullptr;
+  switch (sync->router_->route(key_slot, connection)) {
+    case ReadRouter::Route::kSkip:
+      return true;
+    case ReadRouter::Route::kFail:
+      ok = false;  // not connected: the epochs are read again next time
+      return false;
+    case ReadRouter::Route::kSend:
+      break;
+  }
   slots.push_back(slot);
-  if (!sync->connection_->command_formatted(formatted, &slots.back())) {
-    ok = false;  // not connected any more: the epochs are read again next time
+  if (!connection->command_formatted(formatted, &slots.back())) {
+    slots.pop_back();
+    ok = false;
     return false;
   }
+  if (std::find(used.begin(), used.end(), connection) == used.end()) used.push_back(connection);
   ++in_flight;
   return true;
 }
@@ -239,7 +267,7 @@ void BoundarySync::Batch::ask_change_sets() {
       ++change_sets;
       if (!send(resp({"GET", sync->layout_.change_set_key(geometry->resolution_ms,
                                                           geometry->subintervals, shard, x)}),
-                {this, 0, 1, false})) {
+                {this, 0, 1, false}, StoreLayout::change_set_slot(shard))) {
         return;
       }
     }
@@ -257,8 +285,25 @@ void BoundarySync::Batch::ask_windows(std::size_t from) {
   argument += "\r\n";
   const std::size_t hex_at = argument.size() - 2 - key.size() + sync->layout_.prefix().size() + 2;
   constexpr char kDigits[] = "0123456789abcdef";
-  for (std::size_t first = from; first < resources.size(); first += kKeysPerRead) {
-    const std::size_t count = std::min(kKeysPerRead, resources.size() - first);
+  const bool cross_slot = sync->router_->cross_slot();
+  if (!cross_slot) {
+    // One slot a command: sorted by slot.
+    by_slot.clear();
+    for (std::size_t i = from; i < resources.size(); ++i)
+      by_slot.emplace_back(resource_slot(resources[i]), resources[i]);
+    std::sort(by_slot.begin(), by_slot.end());
+    for (std::size_t i = from; i < resources.size(); ++i) resources[i] = by_slot[i - from].second;
+  }
+  for (std::size_t first = from; first < resources.size();) {
+    std::size_t count = std::min(kKeysPerRead, resources.size() - first);
+    const std::uint16_t slot = cross_slot ? 0 : by_slot[first - from].first;
+    if (!cross_slot) {
+      count = 1;
+      while (count < kKeysPerRead && first + count < resources.size() &&
+             by_slot[first + count - from].first == slot) {
+        ++count;
+      }
+    }
     command = marked('*', count + 1);
     command += "\r\n$4\r\nMGET\r\n";
     for (std::size_t i = first; i < first + count; ++i) {
@@ -268,7 +313,8 @@ void BoundarySync::Batch::ask_windows(std::size_t from) {
       for (int d = 15; d >= 0; --d, v >>= 4)
         command[at + static_cast<std::size_t>(d)] = kDigits[v & 15];
     }
-    if (!send(command, {this, first, count, true})) return;
+    if (!send(command, {this, first, count, true}, slot)) return;
+    first += count;
   }
 }
 
@@ -280,6 +326,10 @@ void BoundarySync::on_reply(const redisReply* r, void* context) {
 void BoundarySync::Batch::take(const Slot& slot, const redisReply* r) {
   if (r == nullptr) {
     ok = false;  // the connection failed: the epochs are read again next time
+  } else if (r->type == REDIS_REPLY_ERROR && redirected(*r)) {
+    // The slot is moving, or moved: the epochs are read again once the map is.
+    ok = false;
+    sync->router_->moved();
   } else if (!slot.windows) {
     if (r->type == REDIS_REPLY_STRING) {
       take_change_set(std::string_view(r->str, r->len));

@@ -22,14 +22,32 @@ namespace ratewin::inline v1::detail {
 
 class AsyncRedis;
 
+// Where a boundary read sends each command: the RedisStore, which knows which node serves
+// a slot. Loop thread.
+class ReadRouter {
+ public:
+  virtual ~ReadRouter() = default;
+  enum class Route { kSend, kSkip, kFail };
+  // The connection to the node serving `slot`, if it is ready (kSend). kSkip: that node
+  // is known to be down (its circuit is open), so its keys are left out: its limiters are
+  // read whole when it is back. kFail: not connected now; the read is tried again later.
+  virtual Route route(std::uint16_t slot, AsyncRedis*& connection) = 0;
+  // Whether every node that serves slots is connected.
+  virtual bool all_ready() const = 0;
+  // Whether one command may name keys of different slots (not on a Cluster).
+  virtual bool cross_slot() const = 0;
+  // A reply said that a slot moved (MOVED, ASK, TRYAGAIN, CLUSTERDOWN).
+  virtual void moved() = 0;
+};
+
 // Shortly after each subinterval boundary (the settle delay lets writes still in flight
 // land), reads what other nodes counted in the subinterval that just closed, for the
 // limiters this engine is active on (used within their window), and merges it. It reads
 // what changed, not everything: first the change sets of that epoch (only the shards
 // where it has active limiters), then only the windows that another node wrote, asked
 // for (MGET) as each change set arrives, and merged a reply at a time (closed epochs
-// only). A node that wrote alone reads no window at all. Everything is pipelined on the
-// background connection.
+// only). A node that wrote alone reads no window at all. Everything is pipelined, on the
+// background connection of each node (a Cluster's primaries all at once).
 //
 // A read that fails is retried with the next boundary (its epochs stay unread). A read
 // that comes too late for its change sets (they expire with epoch + 2), and the first
@@ -45,8 +63,8 @@ class BoundarySync {
   BoundarySync(const BoundarySync&) = delete;
   BoundarySync& operator=(const BoundarySync&) = delete;
 
-  // The connection to read on (nullptr: none now). Its raw handler must be on_reply.
-  void attach(AsyncRedis* connection) noexcept { connection_ = connection; }
+  // Where to read (nullptr: nowhere now). Every connection's raw handler must be on_reply.
+  void attach(ReadRouter* router) noexcept { router_ = router; }
   static void on_reply(const redisReply* reply, void* context);
 
   // Takes in the limiters the engine used lately and starts the reads that are due
@@ -77,7 +95,7 @@ class BoundarySync {
   const ClockSync& clock_;
   SyncTarget& target_;
   Reporter& reporter_;
-  AsyncRedis* connection_ = nullptr;
+  ReadRouter* router_ = nullptr;
 
   std::map<std::pair<std::uint32_t, std::uint32_t>, Geometry> geometries_;
   std::vector<Activity> activity_;  // scratch

@@ -22,18 +22,26 @@ namespace ratewin::inline v1::detail {
 class CircuitBreaker {
  public:
   // `opened` runs each time it opens (from the thread that opened it): the store starts
-  // probing then.
-  CircuitBreaker(Reporter& reporter, std::function<void()> opened)
-      : reporter_(reporter), opened_(std::move(opened)) {}
+  // probing then. `where` names the server in messages; `open_count` counts the open
+  // circuits of a store's nodes.
+  CircuitBreaker(Reporter& reporter, std::string where, std::atomic<int>& open_count,
+                 std::function<void()> opened)
+      : reporter_(reporter),
+        where_(std::move(where)),
+        open_count_(open_count),
+        opened_(std::move(opened)) {}
 
   bool available() const noexcept { return available_.load(std::memory_order_acquire); }
-  // The state found on starting: closed if Redis answered, else open (counted and logged
-  // as an outage that started now).
+  // The state found on starting: it stays closed if Redis answered, else opens (counted
+  // and logged as an outage that started now, without calling `opened`).
   void start(bool reachable, const std::string& why);
   // Opens it (logged once per outage). True if it was closed.
   bool open(const std::string& why);
   // Closes it. True if it was open (and then logs how long the outage lasted).
   bool close();
+  // Closes it without a word: its server is no longer used (a primary replaced in a
+  // failover), so it must not count as an outage.
+  void retire();
   // When Redis might be back: what a request refused because of it should wait.
   std::chrono::nanoseconds retry_hint() const noexcept {
     return available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
@@ -42,8 +50,10 @@ class CircuitBreaker {
 
  private:
   Reporter& reporter_;
+  const std::string where_;
+  std::atomic<int>& open_count_;
   const std::function<void()> opened_;
-  std::atomic<bool> available_{false};
+  std::atomic<bool> available_{true};
   std::atomic<std::uint64_t> opens_{0};
   std::atomic<std::int64_t> down_since_ns_{0};  // steady clock
 };

@@ -37,7 +37,7 @@ std::string reply_text(const redisReply& reply) {
 bool server_unavailable(const redisReply& reply) {
   if (reply.type != REDIS_REPLY_ERROR) return false;
   const std::string_view text(reply.str, reply.len);
-  for (const std::string_view prefix : {"READONLY", "LOADING", "MASTERDOWN", "BUSY "}) {
+  for (const std::string_view prefix : {"READONLY", "LOADING", "MASTERDOWN", "BUSY ", "CLUSTERDOWN"}) {
     if (text.starts_with(prefix)) return true;
   }
   return false;
@@ -161,8 +161,7 @@ bool RedisConnection::bound_by(Deadline deadline, std::string& error) {
   return true;
 }
 
-bool RedisConnection::round_trip(std::span<const Argv> commands, const ReplyFn& on_reply,
-                                 Deadline deadline, std::string& error) {
+bool RedisConnection::send(std::span<const Argv> commands, Deadline deadline, std::string& error) {
   if (broken_) {
     error = "connection already broken";
     return false;
@@ -184,15 +183,31 @@ bool RedisConnection::round_trip(std::span<const Argv> commands, const ReplyFn& 
       return false;
     }
   }
-  const SigpipeBlock no_sigpipe;  // the first redisGetReply writes the commands
-  for (std::size_t i = 0; i < commands.size(); ++i) {
+  const SigpipeBlock no_sigpipe;
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context_, &done) != REDIS_OK) {
+      broken_ = true;
+      error = failure_text();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RedisConnection::receive(std::size_t count, const ReplyFn& on_reply, Deadline deadline,
+                              std::string& error) {
+  if (broken_) {
+    error = "connection already broken";
+    return false;
+  }
+  if (!bound_by(deadline, error)) return false;
+  const SigpipeBlock no_sigpipe;  // redisGetReply writes what is still buffered
+  for (std::size_t i = 0; i < count; ++i) {
     void* raw = nullptr;
     if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
       broken_ = true;
-      // A socket timeout reads as EAGAIN: say so plainly.
-      error = (context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
-                  ? "timed out"
-                  : std::string(context_->errstr[0] != '\0' ? context_->errstr : "connection lost");
+      error = failure_text();
       return false;
     }
     auto* reply = static_cast<redisReply*>(raw);
@@ -200,6 +215,19 @@ bool RedisConnection::round_trip(std::span<const Argv> commands, const ReplyFn& 
     freeReplyObject(reply);
   }
   return true;
+}
+
+std::string RedisConnection::failure_text() const {
+  // A socket timeout reads as EAGAIN: say so plainly.
+  if (context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    return "timed out";
+  }
+  return context_->errstr[0] != '\0' ? context_->errstr : "connection lost";
+}
+
+bool RedisConnection::round_trip(std::span<const Argv> commands, const ReplyFn& on_reply,
+                                 Deadline deadline, std::string& error) {
+  return send(commands, deadline, error) && receive(commands.size(), on_reply, deadline, error);
 }
 
 }  // namespace ratewin::inline v1::detail

@@ -53,6 +53,12 @@ class RedisConnection {
                       error);
   }
 
+  // The two halves of a round trip, so that one caller can have commands in flight on
+  // several connections at once (to several Cluster nodes): send() writes the commands
+  // out, receive() reads `count` replies. Bounded like round_trip.
+  bool send(std::span<const Argv> commands, Deadline deadline, std::string& error);
+  bool receive(std::size_t count, const ReplyFn& on_reply, Deadline deadline, std::string& error);
+
   // For a subscribed connection, where Redis speaks first: waits up to `wait` for one
   // message and passes it to on_reply (index 0). kIdle: nothing came, the connection is
   // still good. A message that has started arriving is read to its end within
@@ -73,6 +79,8 @@ class RedisConnection {
   // Sets the socket timeouts to what is left until `deadline`, at most command_timeout.
   // False (with `error`) when nothing is left.
   bool bound_by(Deadline deadline, std::string& error);
+  // What the last failed read or write says.
+  std::string failure_text() const;
 
   redisContext* context_;
   const std::chrono::milliseconds command_timeout_;

@@ -32,4 +32,29 @@ struct RedisEndpoint {
   std::vector<std::vector<std::string>> login_commands() const;
 };
 
+// What Options::redis names: one server, a Redis Cluster (its seed nodes), or a primary
+// that Redis Sentinel knows by name (the sentinels).
+struct RedisAddress {
+  enum class Kind { kSingle, kCluster, kSentinel };
+  Kind kind = Kind::kSingle;
+  // kSingle: the server; kCluster: the seed nodes; kSentinel: the sentinels, with the
+  // sentinels' own credentials (?sentinel_user=, ?sentinel_password=).
+  std::vector<RedisEndpoint> servers;
+  // The data nodes' credentials (and database, outside a cluster); for kSingle, the
+  // server itself.
+  RedisEndpoint login;
+  std::string master_name;  // kSentinel
+
+  // Also accepts, besides RedisEndpoint's forms:
+  //   redis-cluster://[user[:password]@]host[:port][,host[:port]...]
+  //   redis-sentinel://[user[:password]@]host[:port][,host[:port]...]/master-name
+  //       [?sentinel_password=...&sentinel_user=...&db=N]
+  // (ports default to 6379 and 26379). Throws std::invalid_argument naming what is wrong.
+  static RedisAddress parse(std::string_view url);
+  // A data node at host:port, with `login`'s credentials.
+  RedisEndpoint node(std::string host, int port) const;
+  // The URL without passwords, for logs and errors.
+  std::string describe() const;
+};
+
 }  // namespace ratewin::inline v1::detail

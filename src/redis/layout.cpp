@@ -1,6 +1,9 @@
 #include "redis/layout.h"
 
 #include <algorithm>
+#include <array>
+
+#include "redis/slot.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
@@ -50,18 +53,45 @@ std::string StoreLayout::window_key(const LimiterKey& key) const {
   return out;
 }
 
+namespace {
+
+// For each change-set shard g, a hash tag whose Cluster slot is among the slots of the
+// resources it names (256 g .. 256 g + 255): on a cluster whose primaries serve ranges of
+// slots, a resource's change set lives on the node of its window. The smallest decimal
+// number that hashes there: the same in every process.
+const std::array<std::string, StoreLayout::kChangeSetShards>& shard_tags() {
+  static const auto tags = [] {
+    std::array<std::string, StoreLayout::kChangeSetShards> out;
+    std::size_t found = 0;
+    for (unsigned i = 0; found < out.size(); ++i) {
+      std::string tag = std::to_string(i);
+      const unsigned shard = key_slot(tag) >> 8;
+      if (out[shard].empty()) {
+        out[shard] = std::move(tag);
+        ++found;
+      }
+    }
+    return out;
+  }();
+  return tags;
+}
+
+}  // namespace
+
 std::string StoreLayout::change_set_key(std::uint32_t resolution_ms, std::uint32_t subintervals,
                                         unsigned shard, std::int64_t epoch) const {
-  constexpr char kDigits[] = "0123456789abcdef";
   std::string out = prefix_;
   out += ":cs:{";
+  out += shard_tags()[shard];
+  out += "}:";
   out += geometry(resolution_ms, subintervals);
   out += ':';
-  out += kDigits[(shard >> 4) & 15];
-  out += kDigits[shard & 15];
-  out += "}:";
   out += std::to_string(epoch);
   return out;
+}
+
+std::uint16_t StoreLayout::change_set_slot(unsigned shard) {
+  return key_slot(shard_tags()[shard]);
 }
 
 std::uint32_t StoreLayout::slot_of(std::int64_t epoch, std::uint32_t subintervals) noexcept {
@@ -86,10 +116,7 @@ std::int64_t StoreLayout::ttl_ms(const LimiterKey& key) noexcept {
 }
 
 unsigned StoreLayout::change_set_shard(std::uint64_t resource) noexcept {
-  // Resources may be small integers: mix before taking the top bits.
-  std::uint64_t x = resource * 0x9e3779b97f4a7c15ULL;
-  x ^= x >> 29;
-  return static_cast<unsigned>((x * 0xbf58476d1ce4e5b9ULL) >> 58);
+  return resource_slot(resource) >> 8;
 }
 
 std::int64_t StoreLayout::change_set_expiry_ms(std::uint32_t resolution_ms,

@@ -65,10 +65,14 @@ inline std::string marked(char mark, std::uint64_t n) {
 // Change sets: the first write of a node to a window in epoch e also appends 12 bytes
 // (the resource, little-endian, and the node's id) to
 //
-//     <prefix>:cs:{<resolution ms>x<N>:<shard, 2 hex digits>}:<e>
+//     <prefix>:cs:{<shard tag>}:<resolution ms>x<N>:<e>
 //
-// one of kChangeSetShards strings per geometry and epoch, by a hash of the resource, so
-// that no key or Cluster slot takes every write, and sets its expiry with it: the start of
+// one of kChangeSetShards strings per geometry and epoch, picked by the Cluster slot of
+// the resource's window (slot / 256), so that no key or slot takes every write. A shard's
+// tag hashes to a slot among those of the windows it names: on a cluster whose primaries
+// serve ranges of slots (as `redis-cli --cluster` makes them), the change set lives on
+// the window's node, and a first write still goes to one node. It sets its expiry with
+// it: the start of
 // epoch e + 2 (absolute, so every node sets the same time), after the boundary read that
 // needs it (at the start of e + 1, plus the settle delay). A read that comes later (a
 // retry after a failure) reads every active window instead. At a boundary, a node reads
@@ -99,8 +103,10 @@ class StoreLayout {
   static bool earlier(std::uint16_t tag, std::uint16_t than) noexcept;
   // Expiry of a window key, refreshed by every write: (N + 3) x resolution.
   static std::int64_t ttl_ms(const LimiterKey& key) noexcept;
-  // Which change set a resource's writes go to.
+  // Which change set a resource's writes go to: its window's Cluster slot / 256.
   static unsigned change_set_shard(std::uint64_t resource) noexcept;
+  // The Cluster slot of a shard's change sets.
+  static std::uint16_t change_set_slot(unsigned shard);
   // When the change sets of `epoch` expire (Unix time, ms).
   static std::int64_t change_set_expiry_ms(std::uint32_t resolution_ms,
                                            std::int64_t epoch) noexcept;

@@ -4,6 +4,7 @@
 
 #include <future>
 #include <random>
+#include <stdexcept>
 
 #include "redis/steady_ns.h"
 
@@ -19,34 +20,37 @@ std::uint32_t random_node_id() {
   return id;
 }
 
+RedisAddress parse_address(const std::string& url) {
+  RedisAddress address = RedisAddress::parse(url);
+  if (address.kind == RedisAddress::Kind::kSentinel) {
+    throw std::invalid_argument("ratewin: redis-sentinel:// addresses are not supported yet");
+  }
+  return address;
+}
+
 }  // namespace
 
 RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> clock,
                        SyncTarget& target)
     : options_(options),
-      endpoint_(RedisEndpoint::parse(options.redis)),
-      reporter_(options.logger, endpoint_.describe()),
+      reporter_(options.logger, RedisAddress::parse(options.redis).describe()),
       layout_(options.key_prefix, random_node_id()),
       clock_sync_(std::move(clock), reporter_),
-      circuit_(reporter_, [this] { loop_.post([this] { probe(); }); }),
-      pool_(endpoint_, options.connect_timeout, options.command_timeout, options.max_connections),
-      writes_(options_, layout_, pool_, circuit_, reporter_),
+      topology_(parse_address(options.redis), options_, reporter_,
+                [this](RedisNode& node) { loop_.post([this, &node] { probe(node); }); }),
+      writes_(options_, layout_, topology_, reporter_),
       boundary_(options_, layout_, clock_sync_, target, reporter_) {
   const bool reachable = connect_now();
-  circuit_.start(reachable, reporter_.last_error());
+  // Node 0 serves every slot until a slot map says otherwise.
+  if (!reachable) topology_.node(0).circuit().start(false, reporter_.last_error());
   loop_.post([this] {
     uv_timer_init(loop_.loop(), &tick_timer_);
     tick_timer_.data = this;
     uv_timer_init(loop_.loop(), &clock_timer_);
     clock_timer_.data = this;
-    async_ = std::make_unique<AsyncRedis>(
-        loop_.loop(), endpoint_, options_.connect_timeout, options_.command_timeout,
-        AsyncRedis::Events{
-            [this] { on_ready(); },
-            [this](const std::string& error, bool dropped) { on_lost(error, dropped); }});
-    async_->set_raw_handler(&BoundarySync::on_reply);
-    boundary_.attach(async_.get());
-    async_->start();
+    boundary_.attach(this);
+    for (std::size_t i = 0; i < topology_.size(); ++i)
+      if (topology_.serves(i)) connection_for(topology_.node(i));
     if (options_.sync_clock && options_.clock_sync_interval.count() > 0) {
       const auto every = static_cast<std::uint64_t>(options_.clock_sync_interval.count());
       uv_timer_start(&clock_timer_, &RedisStore::on_clock_timer, every, every);
@@ -61,49 +65,86 @@ void RedisStore::shutdown() {
   if (shut_down_.exchange(true)) return;
   loop_close_result_ = loop_.stop([this] {
     boundary_.attach(nullptr);
-    if (async_) async_->close();
+    for (NodeState& n : nodes_)
+      if (n.connection) n.connection->close();
     uv_close(reinterpret_cast<uv_handle_t*>(&tick_timer_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&clock_timer_), nullptr);
   });
-  async_.reset();
+  nodes_.clear();
   if (loop_close_result_ != 0) {
     reporter_.log(LogLevel::error, std::string("the store's loop did not close cleanly: ") +
                                        uv_strerror(loop_close_result_));
   }
 }
 
-bool RedisStore::connect_now() {
-  std::string error;
-  RedisPool::Failure failure{};
-  RedisPool::Lease lease =
-      pool_.acquire(std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
-  if (!lease) {
-    reporter_.note_error(error);
-    return false;
-  }
-  // One round trip proves the connection (PING), then the clock.
+bool RedisStore::read_slot_map(RedisNode& node, RedisConnection& connection,
+                               std::string& error) {
+  bool applied = false;
   std::string refused;
-  if (!lease->round_trip(
-          {"PING"},
+  if (!connection.round_trip(
+          {"CLUSTER", "SLOTS"},
           [&](std::size_t, const redisReply& r) {
-            if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
+            if (r.type == REDIS_REPLY_ERROR) {
+              refused = reply_text(r);
+            } else {
+              applied = topology_.apply_cluster_slots(r, node.endpoint().host, refused);
+            }
           },
           error)) {
-    reporter_.note_error("connecting: " + error);
     return false;
   }
-  if (!refused.empty()) reporter_.note_error("PING refused: " + refused);
-  if (options_.sync_clock && !clock_sync_.measure(*lease, 3, error)) {
-    reporter_.note_error("reading the Redis clock: " + error);
-    return false;
+  if (!applied) error = "reading the slot map from " + node.name() + ": " + refused;
+  return applied;
+}
+
+bool RedisStore::connect_now() {
+  // Outside a cluster, node 0; in one, each seed in turn until one gives the slot map.
+  std::string error;
+  const std::size_t seeds = topology_.cluster() ? topology_.size() : 1;
+  for (std::size_t i = 0; i < seeds; ++i) {
+    RedisNode& node = topology_.node(i);
+    RedisPool::Failure failure{};
+    RedisPool::Lease lease = node.pool().acquire(
+        std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
+    if (!lease) {
+      reporter_.note_error(error);
+      continue;
+    }
+    if (topology_.cluster()) {
+      if (!read_slot_map(node, *lease, error)) {
+        reporter_.note_error(error);
+        continue;
+      }
+    } else {
+      // One round trip proves the connection (PING).
+      std::string refused;
+      if (!lease->round_trip(
+              {"PING"},
+              [&](std::size_t, const redisReply& r) {
+                if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
+              },
+              error)) {
+        reporter_.note_error("connecting: " + error);
+        continue;
+      }
+      if (!refused.empty()) reporter_.note_error("PING refused: " + refused);
+    }
+    if (options_.sync_clock && !clock_sync_.measure(*lease, 3, error)) {
+      reporter_.note_error("reading the Redis clock: " + error);
+      continue;
+    }
+    map_refreshes_.fetch_add(topology_.cluster() ? 1 : 0, std::memory_order_relaxed);
+    return true;
   }
-  return true;
+  return false;
 }
 
 void RedisStore::add_stats(Stats& s) const {
   s.store = true;
-  s.store_available = available();
-  s.circuit_opens = circuit_.opens();
+  s.store_available = topology_.all_available();
+  s.circuit_opens = 0;
+  for (std::size_t i = 0; i < topology_.size(); ++i)
+    s.circuit_opens += topology_.node(i).circuit().opens();
   s.connections = connections_.load(std::memory_order_relaxed);
   writes_.add_stats(s);
   boundary_.add_stats(s);
@@ -122,47 +163,101 @@ bool RedisStore::sync_now() {
       std::future_status::ready) {
     return false;
   }
-  return future.get() && available();
+  return future.get() && topology_.all_available();
 }
 
 // ---- loop thread ----
 
-void RedisStore::on_ready() {
-  connections_.fetch_add(1, std::memory_order_relaxed);
-  if (options_.sync_clock) clock_sync_.probe(*async_, 5);
-  if (!available()) probe();
+AsyncRedis& RedisStore::connection_for(RedisNode& node) {
+  if (nodes_.size() <= node.index()) nodes_.resize(std::size_t{node.index()} + 1);
+  NodeState& state = nodes_[node.index()];
+  if (state.connection == nullptr) {
+    state.connection = std::make_unique<AsyncRedis>(
+        loop_.loop(), node.endpoint(), options_.connect_timeout, options_.command_timeout,
+        AsyncRedis::Events{[this, &node] { on_ready(node); },
+                           [this, &node](const std::string& error, bool dropped) {
+                             on_lost(node, error, dropped);
+                           }});
+    state.connection->set_raw_handler(&BoundarySync::on_reply);
+    state.connection->start();
+  }
+  return *state.connection;
 }
 
-void RedisStore::on_lost(const std::string& error, bool dropped) {
+ReadRouter::Route RedisStore::route(std::uint16_t slot, AsyncRedis*& connection) {
+  RedisNode& node = topology_.node_for_slot(slot);
+  if (!node.circuit().available()) return Route::kSkip;
+  AsyncRedis& c = connection_for(node);
+  if (!c.ready()) return Route::kFail;
+  connection = &c;
+  return Route::kSend;
+}
+
+bool RedisStore::all_ready() const {
+  for (std::size_t i = 0; i < topology_.size(); ++i) {
+    if (!topology_.serves(i)) continue;
+    if (i >= nodes_.size() || nodes_[i].connection == nullptr || !nodes_[i].connection->ready())
+      return false;
+  }
+  return true;
+}
+
+AsyncRedis* RedisStore::some_ready_connection() {
+  if (clock_node_ < nodes_.size() && nodes_[clock_node_].connection != nullptr &&
+      nodes_[clock_node_].connection->ready() && topology_.node(clock_node_).circuit().available())
+    return nodes_[clock_node_].connection.get();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].connection != nullptr && nodes_[i].connection->ready() &&
+        topology_.node(i).circuit().available()) {
+      clock_node_ = i;
+      return nodes_[i].connection.get();
+    }
+  }
+  return nullptr;
+}
+
+void RedisStore::on_ready(RedisNode& node) {
+  connections_.fetch_add(1, std::memory_order_relaxed);
+  if (options_.sync_clock && node.index() == clock_node_) clock_sync_.probe(connection_for(node), 5);
+  if (!node.circuit().available()) probe(node);
+}
+
+void RedisStore::on_lost(RedisNode& node, const std::string& error, bool dropped) {
   reporter_.note_error(error);
+  if (topology_.cluster()) topology_.want_refresh();
   if (dropped) {
     // Redis closed a working connection (its idle timeout, a restart): the background
     // connection is being made again at once. Only if that fails is Redis unreachable.
     reporter_.log(LogLevel::debug, error + "; reconnecting");
-  } else if (available()) {
-    circuit_.open(error);
+  } else if (node.circuit().available() && topology_.serves(node.index())) {
+    node.circuit().open(error);
   } else {
     reporter_.log(LogLevel::debug, error);
   }
 }
 
-void RedisStore::recover() {
-  pool_.drop_idle();  // connections opened before the outage may be dead
-  circuit_.close();
+void RedisStore::recover(RedisNode& node) {
+  node.pool().drop_idle();  // connections opened before the outage may be dead
+  node.circuit().close();
   boundary_.resync_all();
   uv_timer_start(&tick_timer_, &RedisStore::on_tick, 0, 0);
 }
 
-void RedisStore::probe() {
-  // The background connection reconnects on its own while Redis is away (and probes when
-  // it is back); while it is up, a ROLE that says "master" closes the circuit. A server
-  // that is a replica (after a failover, this address may point to the old master) or
-  // cannot serve keeps it open; one that denies ROLE is taken at its word that it works.
-  if (probing_ || async_ == nullptr || !async_->ready()) return;
-  probing_ = true;
-  last_probe_ns_ = steady_ns();
-  async_->command({"ROLE"}, [this](const redisReply* reply, const std::string& error) {
-    probing_ = false;
+void RedisStore::probe(RedisNode& node) {
+  // The background connection reconnects on its own while the node is away (and probes
+  // when it is back); while it is up, a ROLE that says "master" closes the circuit. A
+  // server that is a replica (after a failover, this address may point to the old
+  // master) or cannot serve keeps it open; one that denies ROLE is taken at its word that
+  // it works.
+  if (shut_down_.load(std::memory_order_relaxed)) return;
+  if (nodes_.size() <= node.index()) nodes_.resize(std::size_t{node.index()} + 1);
+  NodeState& state = nodes_[node.index()];
+  AsyncRedis& connection = connection_for(node);
+  if (state.probing || !connection.ready()) return;
+  state.probing = true;
+  state.last_probe_ns = steady_ns();
+  connection.command({"ROLE"}, [this, &node](const redisReply* reply, const std::string& error) {
+    nodes_[node.index()].probing = false;
     if (reply == nullptr) {
       reporter_.note_error("probe: " + error);
       return;
@@ -175,27 +270,87 @@ void RedisStore::probe() {
       serves = false;
     }
     if (!serves) {
-      reporter_.note_error("Redis at " + endpoint_.describe() + " cannot take writes now (ROLE: " +
+      reporter_.note_error("Redis at " + node.endpoint().describe() +
+                           " cannot take writes now (ROLE: " +
                            (reply->type == REDIS_REPLY_ARRAY
                                 ? std::string(reply->element[0]->str, reply->element[0]->len)
                                 : reply_text(*reply)) +
                            ")");
+      if (topology_.cluster()) topology_.want_refresh();
       return;
     }
-    if (!available()) recover();
+    if (!node.circuit().available()) recover(node);
   });
+}
+
+void RedisStore::refresh_map() {
+  AsyncRedis* connection = nullptr;
+  std::size_t asked = 0;
+  // Any node that answers will do: one whose circuit is closed first.
+  for (int pass = 0; pass < 2 && connection == nullptr; ++pass) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].connection == nullptr || !nodes_[i].connection->ready()) continue;
+      if (pass == 0 && !topology_.node(i).circuit().available()) continue;
+      connection = nodes_[i].connection.get();
+      asked = i;
+      break;
+    }
+  }
+  last_refresh_ns_ = steady_ns();
+  if (connection == nullptr) {
+    // Nobody connected: make sure every known node is being connected to.
+    for (std::size_t i = 0; i < topology_.size(); ++i) connection_for(topology_.node(i));
+    return;
+  }
+  refreshing_ = true;
+  connection->command(
+      {"CLUSTER", "SLOTS"}, [this, asked](const redisReply* reply, const std::string& error) {
+        refreshing_ = false;
+        std::string why = error;
+        if (reply != nullptr && reply->type != REDIS_REPLY_ERROR &&
+            topology_.apply_cluster_slots(*reply, topology_.node(asked).endpoint().host, why)) {
+          map_refreshes_.fetch_add(1, std::memory_order_relaxed);
+          refresh_backoff_ns_ = 250'000'000;
+          // A node that serves no slots now (a failed primary, replaced) is no outage:
+          // its limiters' slots are served elsewhere, and are read whole there.
+          const bool was_down = !topology_.all_available();
+          topology_.retire_unused();
+          if (was_down && topology_.all_available()) boundary_.resync_all();
+          for (std::size_t i = 0; i < topology_.size(); ++i)
+            if (topology_.serves(i)) connection_for(topology_.node(i));
+          return;
+        }
+        if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) why = reply_text(*reply);
+        reporter_.note_error("reading the slot map: " + why);
+        refresh_backoff_ns_ = std::min<std::int64_t>(refresh_backoff_ns_ * 2, 2'000'000'000);
+      });
 }
 
 void RedisStore::on_clock_timer(uv_timer_t* timer) {
   auto* self = static_cast<RedisStore*>(timer->data);
-  if (self->async_ != nullptr) self->clock_sync_.probe(*self->async_, 1);
+  if (AsyncRedis* c = self->some_ready_connection()) self->clock_sync_.probe(*c, 1);
 }
 
 void RedisStore::on_tick(uv_timer_t* timer) { static_cast<RedisStore*>(timer->data)->tick(); }
 
 void RedisStore::tick() {
-  if (!available() && steady_ns() - last_probe_ns_ >= 200'000'000) probe();
-  boundary_.tick(available());
+  const std::int64_t now = steady_ns();
+  bool any_available = false;
+  for (std::size_t i = 0; i < topology_.size(); ++i) {
+    RedisNode& node = topology_.node(i);
+    if (!topology_.serves(i)) continue;
+    if (node.circuit().available()) {
+      any_available = true;
+    } else if (i >= nodes_.size() || now - nodes_[i].last_probe_ns >= 200'000'000) {
+      probe(node);
+    }
+  }
+  if (topology_.cluster() && !refreshing_) {
+    const std::int64_t since = now - last_refresh_ns_;
+    const bool wanted = topology_.take_refresh() || !topology_.all_available();
+    if ((wanted && since >= refresh_backoff_ns_) || since >= 10'000'000'000) refresh_map();
+  }
+  boundary_.tick(any_available);
   schedule_tick();
 }
 

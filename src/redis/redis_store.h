@@ -15,32 +15,35 @@
 #include "ratewin/engine.h"
 #include "redis/async.h"
 #include "redis/boundary_sync.h"
-#include "redis/circuit.h"
 #include "redis/clock_sync.h"
 #include "redis/endpoint.h"
 #include "redis/layout.h"
 #include "redis/loop_thread.h"
-#include "redis/pool.h"
 #include "redis/reporter.h"
+#include "redis/topology.h"
 #include "redis/write_path.h"
 
 namespace ratewin::inline v1::detail {
 
 // Store on Redis, made of parts with one job each:
 // - StoreLayout: the keys and commands (redis/layout.h);
+// - Topology: the nodes (one Redis, or a Cluster's primaries), which node serves which
+//   slot, and each node's pool of blocking connections (RedisPool) and circuit breaker;
 // - WritePath: an allowed request's write, from the application thread that decided it,
-//   on a pooled blocking connection (RedisPool);
-// - CircuitBreaker: whether writes go to Redis at all;
+//   to the node of its slot;
 // - BoundarySync: the reads at subinterval boundaries, on a libuv loop of its own
-//   (LoopThread) with an asynchronous connection (AsyncRedis);
-// - ClockSync: the offset to Redis' clock, measured on connecting and then on the loop.
+//   (LoopThread) with an asynchronous connection (AsyncRedis) to each node;
+// - ClockSync: the offset to Redis' clock, measured on connecting and then on the loop,
+//   on one node (another when that one fails).
 // This class wires them: it connects, runs the loop's timers (boundary ticks, clock
-// probes), probes while the circuit is open (ROLE every 200 ms: a master closes it) and,
-// on recovery, has every active limiter's window read again.
+// probes), probes each node whose circuit is open (ROLE every 200 ms: a master closes
+// it) and, on recovery, has every active limiter's window read again. On a Cluster it
+// reads the slot map (CLUSTER SLOTS) on starting, when a node says a slot moved or
+// cannot serve, while a node is down (every 250 ms to 2 s, backing off), and every 10 s.
 //
 // Threads: the Store calls from any thread; everything that touches the asynchronous
-// connection or the boundary reads' state runs on the loop thread.
-class RedisStore final : public Store {
+// connections or the boundary reads' state runs on the loop thread.
+class RedisStore final : public Store, private ReadRouter {
  public:
   // Connects to options.redis (trying once, for up to the connect timeout, before
   // returning) with the options' key prefix, deadlines, pool size, settle delay, clock
@@ -55,9 +58,14 @@ class RedisStore final : public Store {
   void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
     writes_.remove(key, epoch, cost);
   }
-  bool available() const noexcept override { return circuit_.available(); }
+  bool available(std::uint64_t resource) const noexcept override {
+    return topology_.all_available() ||
+           topology_.node_for_resource(resource).circuit().available();
+  }
   std::int64_t clock_offset() const noexcept override { return clock_sync_.offset(); }
-  std::chrono::nanoseconds retry_hint() const noexcept override { return circuit_.retry_hint(); }
+  std::chrono::nanoseconds retry_hint() const noexcept override {
+    return topology_.all_available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
+  }
   void add_stats(Stats& stats) const override;
   void shutdown() override;
 
@@ -69,43 +77,62 @@ class RedisStore final : public Store {
   const StoreLayout& layout() const noexcept { return layout_; }
 
  private:
-  // Synchronous start: connect, measure the clock. False if Redis is not reachable now
-  // (the background connection keeps trying).
+  // Synchronous start: connect, read the slot map (Cluster), measure the clock. False if
+  // Redis is not reachable now (the background connections keep trying).
   bool connect_now();
+  // On a Cluster: CLUSTER SLOTS on a blocking connection to `node`.
+  bool read_slot_map(RedisNode& node, RedisConnection& connection, std::string& error);
+
+  // ReadRouter (loop thread).
+  Route route(std::uint16_t slot, AsyncRedis*& connection) override;
+  bool all_ready() const override;
+  bool cross_slot() const override { return !topology_.cluster(); }
+  void moved() override { topology_.want_refresh(); }
 
   // Loop thread.
-  void on_ready();
-  void on_lost(const std::string& error, bool dropped);
-  void recover();
-  // A ROLE on the background connection; recover() if a master answers.
-  void probe();
+  AsyncRedis& connection_for(RedisNode& node);
+  void on_ready(RedisNode& node);
+  void on_lost(RedisNode& node, const std::string& error, bool dropped);
+  void recover(RedisNode& node);
+  // A ROLE on the node's background connection; recover() if a master answers.
+  void probe(RedisNode& node);
+  // CLUSTER SLOTS on a background connection.
+  void refresh_map();
+  // A connected node for the clock and the slot map: the current one while it is up.
+  AsyncRedis* some_ready_connection();
   void tick();
   void schedule_tick();
   static void on_tick(uv_timer_t* timer);
   static void on_clock_timer(uv_timer_t* timer);
 
   const Options options_;
-  const RedisEndpoint endpoint_;
   Reporter reporter_;
   const StoreLayout layout_;
   ClockSync clock_sync_;
-  CircuitBreaker circuit_;
-  RedisPool pool_;
+  Topology topology_;
   WritePath writes_;
   BoundarySync boundary_;
 
   std::atomic<std::uint64_t> connections_{0};
+  std::atomic<std::uint64_t> map_refreshes_{0};
 
   // Loop thread only (after construction).
-  bool probing_ = false;
-  std::int64_t last_probe_ns_ = 0;
+  struct NodeState {
+    std::unique_ptr<AsyncRedis> connection;
+    bool probing = false;
+    std::int64_t last_probe_ns = 0;
+  };
+  std::vector<NodeState> nodes_;  // by node index
+  std::size_t clock_node_ = 0;
+  bool refreshing_ = false;
+  std::int64_t last_refresh_ns_ = 0;
+  std::int64_t refresh_backoff_ns_ = 250'000'000;
   uv_timer_t tick_timer_{};
   uv_timer_t clock_timer_{};
 
   std::atomic<bool> shut_down_{false};
   int loop_close_result_ = 0;
-  std::unique_ptr<AsyncRedis> async_;  // created and used on the loop
-  LoopThread loop_;                    // last: its thread stops first
+  LoopThread loop_;  // last: its thread stops first
 };
 
 }  // namespace ratewin::inline v1::detail

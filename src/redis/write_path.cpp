@@ -13,15 +13,6 @@ namespace {
 using std::chrono::nanoseconds;
 using Deadline = RedisConnection::Deadline;
 
-// Sends `commands` as one pipeline; `on_reply(index, reply)` for each reply.
-bool run(RedisConnection& connection, const std::vector<Command>& commands,
-         const RedisConnection::ReplyFn& on_reply, Deadline deadline, std::string& error) {
-  std::vector<RedisConnection::Argv> argv;
-  argv.reserve(commands.size());
-  for (const Command& c : commands) argv.emplace_back(c.begin(), c.end());
-  return connection.round_trip(argv, on_reply, deadline, error);
-}
-
 // The integers of a BITFIELD reply (nil: an operation that OVERFLOW FAIL skipped).
 struct BitfieldReply {
   std::array<std::int64_t, 4> values{};
@@ -58,69 +49,186 @@ struct WritePath::Call {
   }
 };
 
-RedisPool::Lease WritePath::lease(Deadline& deadline, bool count) {
-  if (!circuit_.available()) {
-    if (count) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
-    return {};
+// One parallel round trip: the commands grouped by the node that serves their slot, each
+// group sent on a connection of its node before any reply is read. A redirected command
+// is sent again to the node named (after ASKING for an ASK), at most kRounds times in
+// all. on_reply(i, reply) runs once for each command that got its final reply.
+struct WritePath::Exchange {
+  static constexpr int kRounds = 4;
+  enum class End { kPending, kAnswered, kSkipped, kFailed };
+  struct Item {
+    RedisNode* node;
+    bool asking = false;
+    End end = End::kPending;
+  };
+  WritePath& path;
+  Deadline deadline;
+  std::vector<Item> items;
+  std::string error;  // the first failure
+
+  Exchange(WritePath& p, std::size_t count)
+      : path(p), deadline(std::chrono::steady_clock::now() + p.options_.command_timeout) {
+    items.reserve(count);
   }
-  std::string error;
-  RedisPool::Failure failure{};
-  RedisPool::Lease lease = pool_.acquire(deadline, failure, error);
-  if (!lease) {
-    if (count) writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    reporter_.note_error("write: " + error);
-    // Busy connections say nothing about Redis' health.
-    if (failure == RedisPool::Failure::kConnect) circuit_.open("write: " + error);
-    return {};
+
+  void fail(RedisNode& node, std::span<const std::size_t> which, End end, std::string why,
+            bool open) {
+    for (const std::size_t i : which) items[i].end = end;
+    if (open) node.circuit().open("write: " + why);
+    if (error.empty()) error = std::move(why);
   }
-  if (lease.fresh()) {
-    // Opening the connection took up to the connect timeout: the round trip still gets
-    // its own.
-    deadline = std::max(deadline, std::chrono::steady_clock::now() + options_.command_timeout);
+
+  void run(const std::vector<Command>& commands, const RedisConnection::ReplyFn& on_reply) {
+    struct Leg {
+      RedisNode* node;
+      std::vector<std::size_t> which;
+      std::vector<RedisConnection::Argv> argv;
+      RedisPool::Lease lease;
+    };
+    std::vector<Leg> legs;
+    for (int round = 0; round < kRounds; ++round) {
+      legs.clear();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (items[i].end != End::kPending) continue;
+        auto leg = std::find_if(legs.begin(), legs.end(),
+                                [&](const Leg& l) { return l.node == items[i].node; });
+        if (leg == legs.end()) leg = legs.insert(legs.end(), Leg{items[i].node, {}, {}, {}});
+        leg->which.push_back(i);
+        if (items[i].asking) leg->argv.push_back({"ASKING"});
+        leg->argv.emplace_back(commands[i].begin(), commands[i].end());
+      }
+      if (legs.empty()) return;
+      for (Leg& leg : legs) {
+        RedisNode& node = *leg.node;
+        if (!node.circuit().available()) {
+          fail(node, leg.which, End::kSkipped, node.name() + " unavailable", false);
+          continue;
+        }
+        std::string why;
+        RedisPool::Failure failure{};
+        leg.lease = node.pool().acquire(deadline, failure, why);
+        if (!leg.lease) {
+          // Busy connections say nothing about Redis' health.
+          fail(node, leg.which, End::kFailed, why, failure == RedisPool::Failure::kConnect);
+          continue;
+        }
+        if (!node.circuit().available()) {
+          // The circuit opened while this call waited for a connection: no round trip.
+          leg.lease.reset();
+          fail(node, leg.which, End::kSkipped, node.name() + " unavailable", false);
+          continue;
+        }
+        if (leg.lease.fresh()) {
+          // Opening the connection took up to the connect timeout: the round trip still
+          // gets its own.
+          deadline = std::max(deadline,
+                              std::chrono::steady_clock::now() + path.options_.command_timeout);
+        }
+        if (!leg.lease->send(leg.argv, deadline, why)) {
+          fail(node, leg.which, End::kFailed, why, true);
+          leg.lease.reset();
+        }
+      }
+      for (Leg& leg : legs) {
+        if (!leg.lease) continue;
+        RedisNode& node = *leg.node;
+        std::size_t next = 0;  // the item whose reply comes next
+        bool asked = false;    // its ASKING has been answered
+        std::string unavailable;
+        std::string why;
+        const bool received = leg.lease->receive(
+            leg.argv.size(),
+            [&](std::size_t, const redisReply& r) {
+              Item& item = items[leg.which[next]];
+              if (item.asking && !asked) {
+                asked = true;
+                return;
+              }
+              asked = false;
+              const std::size_t index = leg.which[next++];
+              if (const Topology::Redirect to = path.topology_.redirect(r, node); to.node) {
+                item.node = to.node;
+                item.asking = to.ask;
+                return;  // pending: sent again in the next round
+              }
+              item.asking = false;
+              if (server_unavailable(r)) {
+                if (unavailable.empty()) unavailable = reply_text(r);
+                item.end = End::kFailed;
+                return;
+              }
+              item.end = End::kAnswered;
+              on_reply(index, r);
+            },
+            deadline, why);
+        if (!received) {
+          for (const std::size_t i : leg.which)
+            if (items[i].end == End::kPending && items[i].node == &node) items[i].end = End::kFailed;
+          fail(node, {}, End::kFailed, node.name() + ": " + why, true);
+        } else if (!unavailable.empty()) {
+          // A server that cannot serve (a replica after a failover, loading, a cluster
+          // that is down) is as good as unreachable: drop the connection, open the
+          // circuit; reconnecting (and reading the slot map again) finds out more.
+          leg.lease->discard();
+          path.topology_.want_refresh();
+          fail(node, {}, End::kFailed, "Redis at " + node.name() + " cannot serve: " + unavailable,
+               true);
+        }
+        leg.lease.reset();
+      }
+    }
+    for (Item& item : items) {
+      if (item.end != End::kPending) continue;
+      item.end = End::kFailed;
+      if (error.empty()) error = "redirected too many times";
+    }
   }
-  if (!circuit_.available()) {  // the circuit opened while this call waited
-    if (count) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
-    return {};
-  }
-  return lease;
-}
+};
 
 bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
   const bool counted = write.cost != 0;  // a question (cost 0) only reads
   const std::int64_t started = steady_ns();
-  Deadline deadline = std::chrono::steady_clock::now() + options_.command_timeout;
-  RedisPool::Lease connection = lease(deadline, counted);
-  if (!connection) return false;
-
+  RedisNode& home = topology_.node_for_resource(write.key.resource);
+  if (!home.circuit().available()) {
+    if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   const std::vector<Command> commands =
       layout_.write_commands({write.key, write.epoch, write.cost, write.first && counted});
+  Exchange x(*this, commands.size());
+  x.items.assign(2, {&home});
+  if (commands.size() > 2) {
+    // The change set's commands, to the node of its slot.
+    RedisNode& sets = topology_.node_for_slot(
+        StoreLayout::change_set_slot(StoreLayout::change_set_shard(write.key.resource)));
+    x.items.resize(commands.size(), {&sets});
+  }
+  x.items.resize(commands.size());
   const std::size_t window_reply = counted ? 1 : 0;
   Call call;
-  std::string error;
-  const bool sent = run(
-      *connection, commands,
-      [&](std::size_t i, const redisReply& r) {
-        call.take(r);
-        if (counted && i == 0 && r.type != REDIS_REPLY_ERROR && !call.bitfield.read(r)) {
-          call.refused = "unexpected BITFIELD reply: " + reply_text(r);
-        }
-        if (i == window_reply && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
-          call.window_read = true;
-          if (r.type == REDIS_REPLY_STRING) call.window.assign(r.str, r.len);
-        }
-      },
-      deadline, error);
-  if (!sent || call.unavailable) {
-    // A server that cannot serve (a replica after a failover, loading, busy) is as good
-    // as unreachable: drop the connection, open the circuit; reconnecting finds out more.
-    if (call.unavailable) {
-      connection->discard();
-      error = "Redis cannot serve: " + call.refused;
+  x.run(commands, [&](std::size_t i, const redisReply& r) {
+    call.take(r);
+    if (counted && i == 0 && r.type != REDIS_REPLY_ERROR && !call.bitfield.read(r)) {
+      call.refused = "unexpected BITFIELD reply: " + reply_text(r);
     }
-    if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    reporter_.note_error("write: " + error);
-    circuit_.open("write: " + error);
+    if (i == window_reply && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
+      call.window_read = true;
+      if (r.type == REDIS_REPLY_STRING) call.window.assign(r.str, r.len);
+    }
+  });
+  for (std::size_t i = 0; i <= window_reply; ++i) {
+    if (x.items[i].end == Exchange::End::kAnswered) continue;
+    if (counted) {
+      (x.items[i].end == Exchange::End::kSkipped ? writes_skipped_ : writes_failed_)
+          .fetch_add(1, std::memory_order_relaxed);
+    }
+    reporter_.note_error("write: " + x.error);
     return false;
+  }
+  if (!x.error.empty()) {
+    // The window was written but its change set was not: other nodes' boundary reads
+    // miss this write (their own writes still read it).
+    reporter_.note_error("write: recording a change: " + x.error);
   }
   const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
   if (!call.refused.empty() || !call.window_read || call.bitfield.size != expected) {
@@ -147,11 +255,13 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
     // lap's count too: it errs high).
     repairs_.fetch_add(1, std::memory_order_relaxed);
     counts[0] = StoreLayout::slot_value(call.window, e, n).second;
-    std::string repair_error;
-    if (!run(
-            *connection, layout_.adjust_commands(write.key, e, 0, tag),
-            [](std::size_t, const redisReply&) {}, deadline, repair_error)) {
-      reporter_.note_error("write: tagging the shared window's slot: " + repair_error);
+    const std::vector<Command> repair = layout_.adjust_commands(write.key, e, 0, tag);
+    Exchange fix(*this, repair.size());
+    fix.deadline = x.deadline;
+    fix.items.assign(repair.size(), {x.items[0].node});
+    fix.run(repair, [](std::size_t, const redisReply&) {});
+    if (!fix.error.empty()) {
+      reporter_.note_error("write: tagging the shared window's slot: " + fix.error);
     }
   }
   // (A later lap's tag: this write reached Redis a whole ring late, and counted in that
@@ -162,36 +272,40 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
 }
 
 void WritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) {
-  Deadline deadline = std::chrono::steady_clock::now() + options_.command_timeout;
-  RedisPool::Lease connection = lease(deadline, false);
-  if (!connection) {
+  RedisNode& home = topology_.node_for_resource(key.resource);
+  if (!home.circuit().available()) {
     reporter_.note_error("giving back a count: Redis unavailable");
     return;
   }
   // Not fatal if it fails: the count stays (the shared estimate errs on the safe side)
   // and leaves the window with its subinterval.
-  std::string error;
+  const std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);
+  Exchange x(*this, commands.size());
+  x.items.assign(commands.size(), {&home});
   BitfieldReply reply;
   std::string refused;
-  bool ok = run(
-      *connection, layout_.give_back_commands(key, epoch, cost),
-      [&](std::size_t i, const redisReply& r) {
-        if (r.type == REDIS_REPLY_ERROR && refused.empty()) refused = reply_text(r);
-        if (i == 0 && !reply.read(r) && refused.empty()) refused = "unexpected reply";
-      },
-      deadline, error);
+  x.run(commands, [&](std::size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_ERROR && refused.empty()) refused = reply_text(r);
+    if (i == 0 && !reply.read(r) && refused.empty()) refused = "unexpected reply";
+  });
+  bool ok = x.items[0].end == Exchange::End::kAnswered;
   if (ok && refused.empty() && reply.size == 2 && reply.present[1] &&
       static_cast<std::uint16_t>(reply.values[0]) != StoreLayout::tag_of(epoch, key.subintervals)) {
     // [the slot's tag, its count after the decrement, or nil if it held less than `cost`]
     // The slot had moved on to another epoch (the give-back came a whole ring late): what
     // was taken was not this epoch's. Put it back (that other epoch reads low meanwhile).
     repairs_.fetch_add(1, std::memory_order_relaxed);
-    ok = run(
-        *connection, layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost)),
-        [](std::size_t, const redisReply&) {}, deadline, error);
+    const std::vector<Command> repair =
+        layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost));
+    Exchange fix(*this, repair.size());
+    fix.deadline = x.deadline;
+    fix.items.assign(repair.size(), {x.items[0].node});
+    fix.run(repair, [](std::size_t, const redisReply&) {});
+    ok = fix.items[0].end == Exchange::End::kAnswered;
+    if (!ok) x.error = fix.error;
   }
   if (!ok || !refused.empty()) {
-    reporter_.note_error("giving back a count: " + (refused.empty() ? error : refused));
+    reporter_.note_error("giving back a count: " + (refused.empty() ? x.error : refused));
   }
 }
 

@@ -12,8 +12,8 @@
 #include "redis/circuit.h"
 #include "redis/latency_histogram.h"
 #include "redis/layout.h"
-#include "redis/pool.h"
 #include "redis/reporter.h"
+#include "redis/topology.h"
 
 struct redisReply;
 
@@ -28,17 +28,21 @@ namespace ratewin::inline v1::detail {
 // trip on the same connection, within the same deadline; a correction that cannot be
 // made leaves a count that errs high.
 //
-// Each call runs on a pooled blocking connection of its own; the whole call, waiting for
-// a connection included, is bounded by the command timeout (plus the connect timeout
-// when it has to open a connection). A network failure or timeout, or a server that says
-// it cannot serve, opens the circuit; while it is open calls fail at once.
+// Each call runs on pooled blocking connections of its own, to the node that serves the
+// window's slot (and, if another node serves its change set's, to that one too, in
+// parallel: still one round trip). A MOVED reply moves the slot in the map and the
+// command is sent again to the node it names; an ASK sends it there once, after ASKING.
+// The whole call, waiting for connections included, is bounded by the command timeout
+// (plus the connect timeout when it has to open a connection). A network failure or
+// timeout, or a server that says it cannot serve, opens that node's circuit; while it is
+// open, calls for its slots fail at once.
 //
 // Threads: any number of application threads at once; it holds no lock across I/O.
 class WritePath {
  public:
-  WritePath(const Options& options, const StoreLayout& layout, RedisPool& pool,
-            CircuitBreaker& circuit, Reporter& reporter)
-      : options_(options), layout_(layout), pool_(pool), circuit_(circuit), reporter_(reporter) {}
+  WritePath(const Options& options, const StoreLayout& layout, Topology& topology,
+            Reporter& reporter)
+      : options_(options), layout_(layout), topology_(topology), reporter_(reporter) {}
 
   // Store::add.
   bool add(const StoreWrite& write, std::span<std::uint64_t> counts);
@@ -50,12 +54,10 @@ class WritePath {
 
  private:
   struct Call;
-  // A connection for one call, or an empty lease after counting and reporting why.
-  RedisPool::Lease lease(RedisConnection::Deadline& deadline, bool count);
+  struct Exchange;
   const Options& options_;
   const StoreLayout& layout_;
-  RedisPool& pool_;
-  CircuitBreaker& circuit_;
+  Topology& topology_;
   Reporter& reporter_;
 
   std::atomic<std::uint64_t> writes_ok_{0};

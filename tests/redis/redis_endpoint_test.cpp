@@ -65,7 +65,7 @@ TEST_CASE("Redis URLs") {
 }
 
 TEST_CASE("bad Redis URLs are clear errors") {
-  CHECK(error_of("http://h") == "ratewin: bad Redis URL 'http://h': it must start with redis:// or unix://");
+  CHECK(error_of("http://h") == "ratewin: bad Redis URL 'http://h': it must start with redis://, unix://, redis-cluster:// or redis-sentinel://");
   CHECK(error_of("redis://") == "ratewin: bad Redis URL 'redis://': no host");
   CHECK(error_of("redis://h:0") ==
         "ratewin: bad Redis URL 'redis://h:0': port '0' is not a number from 1 to 65535");

@@ -30,6 +30,7 @@ class RedisServer {
   bool start();
   // Terminates it and waits for it; SIGKILL if asked (an abrupt crash).
   void stop(bool crash = false);
+  bool running() const { return pid_ > 0; }
   void pause();   // SIGSTOP
   void resume();  // SIGCONT
 

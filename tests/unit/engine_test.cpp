@@ -72,7 +72,7 @@ class FakeStore final : public detail::Store {
     c -= std::min(c, cost);
   }
   // The fake is "reachable" even while failing writes: it tests the write path.
-  bool available() const noexcept override { return true; }
+  bool available(std::uint64_t) const noexcept override { return true; }
   std::int64_t clock_offset() const noexcept override { return 0; }
   std::chrono::nanoseconds retry_hint() const noexcept override { return 1s; }
   void add_stats(Stats&) const override {}

@@ -34,8 +34,9 @@ class RedisClient {
  public:
   using Argv = std::vector<std::string_view>;
 
-  // nullptr with `error` set when it cannot connect or log in; throws
-  // std::invalid_argument for an address it cannot parse.
+  // nullptr with `error` set when it cannot connect or log in, or for a Cluster or
+  // Sentinel address (one server only, for now); throws std::invalid_argument for an
+  // address it cannot parse.
   static std::unique_ptr<RedisClient> open(std::string_view url,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds command_timeout,
@@ -55,8 +56,8 @@ class RedisClient {
   // False once a failure broke it, or when the server closed its end.
   bool usable() const noexcept;
 
-  // The address without its password, for messages; throws std::invalid_argument for an
-  // address it cannot parse.
+  // The address (any form Options::redis takes) without its passwords, for messages;
+  // throws std::invalid_argument for an address it cannot parse.
   static std::string describe(std::string_view url);
 
  private:

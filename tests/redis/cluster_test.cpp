@@ -1,0 +1,239 @@
+// The Redis store on a local Redis Cluster (3 primaries, 3 replicas): slots, routing,
+// sharing across engines, resharding under traffic, and a primary killed.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "ratewin/engine.h"
+#include "redis/endpoint.h"
+#include "redis/slot.h"
+#include "redis_cluster.h"
+
+namespace ratewin::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// One cluster for the whole file (starting one takes a few seconds).
+RedisCluster& cluster() {
+  static RedisCluster c(3, 1);
+  return c;
+}
+
+int next_prefix = 0;
+
+Options cluster_options(const std::string& url) {
+  Options o;
+  o.redis = url;
+  o.key_prefix = "c" + std::to_string(++next_prefix);
+  o.connect_timeout = 300ms;
+  o.command_timeout = 200ms;
+  o.sync_settle = 5ms;
+  o.logger = [](LogLevel, std::string_view) {};
+  return o;
+}
+
+template <class F>
+bool eventually(F&& done, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+// A resource (its hashed name) whose slot the primary `server` serves, and one served
+// elsewhere.
+std::uint64_t resource_on(RedisServer& server, bool elsewhere, std::uint64_t from = 1) {
+  for (std::uint64_t r = from;; ++r) {
+    const bool on = cluster().primary_of(detail::resource_slot(r)) == &server;
+    if (on != elsewhere) return r;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("key slots match CLUSTER KEYSLOT, with and without hash tags") {
+  RedisServer& node = cluster().server(0);
+  std::mt19937_64 rng(7);
+  std::vector<std::string> keys = {"", "a", "foo", "{}", "{}x", "{a", "a}", "x{}{y}", "{user1000}.following",
+                                   "foo{bar}{zap}", "foo{{bar}}zap", "{ab}{cd}", "rl:{000000001234abcd}:100x10:w",
+                                   "123456789"};
+  for (int i = 0; i < 300; ++i) {
+    std::string k;
+    const int len = static_cast<int>(rng() % 24);
+    for (int j = 0; j < len; ++j) k += "ab{}c:\x01\xff"[rng() % 8];
+    keys.push_back(k);
+  }
+  for (const std::string& k : keys) {
+    INFO(k);
+    CHECK(std::to_string(detail::key_slot(k)) == node.command({"CLUSTER", "KEYSLOT", k}));
+  }
+  CHECK(detail::key_slot("123456789") == (0x31C3 % 16384));  // CRC16/XMODEM's check value
+  for (std::uint64_t r : {0ULL, 1ULL, 0x1234abcdULL, ~0ULL}) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+    CHECK(detail::resource_slot(r) == detail::key_slot(std::string("{") + hex + "}"));
+  }
+}
+
+TEST_CASE("cluster and sentinel addresses parse; the seeds are the nodes") {
+  const auto a = detail::RedisAddress::parse("redis-cluster://u:p%40ss@h1:7000,[::1]:7001,h3");
+  CHECK(a.kind == detail::RedisAddress::Kind::kCluster);
+  REQUIRE(a.servers.size() == 3);
+  CHECK(a.servers[1].host == "::1");
+  CHECK(a.servers[1].port == 7001);
+  CHECK(a.servers[2].port == 6379);
+  CHECK(a.servers[0].password == "p@ss");
+  CHECK(a.node("h9", 1).user == "u");
+  CHECK(a.describe() == "redis-cluster://u@h1:7000,[::1]:7001,h3:6379");
+  const auto s = detail::RedisAddress::parse(
+      "redis-sentinel://:pw@s1,s2:26380/mymaster?sentinel_password=sp&db=2");
+  CHECK(s.kind == detail::RedisAddress::Kind::kSentinel);
+  CHECK(s.master_name == "mymaster");
+  CHECK(s.servers.size() == 2);
+  CHECK(s.servers[0].port == 26379);
+  CHECK(s.servers[0].password == "sp");
+  CHECK(s.login.password == "pw");
+  CHECK(s.login.db == 2);
+  for (const char* bad : {"redis-cluster://", "redis-cluster://h:1/2", "redis-sentinel://h",
+                          "redis-sentinel://h/", "redis-sentinel://h/m?x=1",
+                          "redis-cluster://h:0"}) {
+    INFO(bad);
+    CHECK_THROWS_AS((void)detail::RedisAddress::parse(bad), std::invalid_argument);
+  }
+  try {
+    (void)detail::RedisAddress::parse("redis-sentinel://h/m?sentinel_password=secret&bad=1");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("secret") == std::string::npos);
+  }
+}
+
+TEST_CASE("three engines share limits exactly on a cluster, over every primary") {
+  RedisCluster& c = cluster();
+  REQUIRE(c.wait_healthy(30'000));
+  const Options options = cluster_options(c.url());
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int i = 0; i < 3; ++i) engines.push_back(std::make_unique<Engine>(options));
+  const Limit limit(20, 60s, 6s);
+  constexpr int kResources = 48;
+  std::vector<int> admitted(kResources, 0);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<int>> per_engine(3, std::vector<int>(kResources, 0));
+  for (int e = 0; e < 3; ++e) {
+    threads.emplace_back([&, e] {
+      for (int round = 0; round < 15; ++round)
+        for (int r = 0; r < kResources; ++r) {
+          const Decision d = engines[e]->try_acquire(1000 + r, limit);
+          CHECK_FALSE(d.degraded);
+          if (d.allowed) ++per_engine[e][r];
+        }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kResources; ++r) {
+    INFO("resource " << r);
+    CHECK(per_engine[0][r] + per_engine[1][r] + per_engine[2][r] == 20);
+  }
+  // The keys are spread over every primary.
+  for (RedisServer* p : c.primaries()) {
+    CHECK(std::atoll(p->command({"DBSIZE"}).c_str()) > 0);
+  }
+  CHECK(engines[0]->stats().store_available);
+  CHECK(engines[0]->stats().writes_failed == 0);
+}
+
+TEST_CASE("boundary reads on a cluster bring other engines' counts from every primary") {
+  RedisCluster& c = cluster();
+  REQUIRE(c.wait_healthy(30'000));
+  const Options options = cluster_options(c.url());
+  Engine reader(options);
+  Engine writer(options);
+  const Limit limit(1000, 10s, 1s);
+  constexpr int kResources = 60;
+  for (int r = 0; r < kResources; ++r) REQUIRE(reader.try_acquire(5000 + r, limit).allowed);
+  // Past the boundary: the reader's limiters are warm (read back with their writes).
+  const std::int64_t now = SystemClock::read();
+  std::this_thread::sleep_for(std::chrono::nanoseconds(1'000'000'000 - now % 1'000'000'000) + 20ms);
+  for (int r = 0; r < kResources; ++r)
+    for (int k = 0; k < 5; ++k) REQUIRE(writer.try_acquire(5000 + r, limit).allowed);
+  // The reader learns of the writer's 5 per resource at the next boundary read, without
+  // writing: remaining goes from 999 to at most 994 for each (a question reads locally).
+  REQUIRE(eventually(
+      [&] {
+        for (int r = 0; r < kResources; ++r)
+          if (reader.try_acquire(5000 + r, limit, 0).remaining > 994) return false;
+        return true;
+      },
+      4s));
+  CHECK(reader.stats().sync_rounds > 0);
+  CHECK(reader.stats().sync_failures == 0);
+}
+
+// Last in the file: it kills a primary (and brings it back as a replica).
+TEST_CASE("a primary killed: only its slots go degraded, and writes resume on its replica") {
+  RedisCluster& c = cluster();
+  REQUIRE(c.wait_healthy(30'000));
+  Options options = cluster_options(c.url());
+  Engine engine(options);
+  const std::vector<RedisServer*> primaries = c.primaries();
+  REQUIRE(primaries.size() == 3);
+  RedisServer& victim = *primaries[0];
+  const std::uint64_t dead = resource_on(victim, false);
+  const std::uint64_t live = resource_on(victim, true);
+  const Limit limit(Limit::kMaxCount, 1s, 100ms);
+  REQUIRE_FALSE(engine.try_acquire(dead, limit).degraded);
+  REQUIRE_FALSE(engine.try_acquire(live, limit).degraded);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> live_degraded{0};
+  std::atomic<int> live_calls{0};
+  std::atomic<std::int64_t> slowest{0};
+  std::thread load([&] {
+    while (!stop) {
+      const auto t0 = Clock::now();
+      const Decision d = engine.try_acquire(live, limit);
+      const std::int64_t took = (Clock::now() - t0).count();
+      if (took > slowest) slowest = took;
+      if (d.degraded) ++live_degraded;
+      ++live_calls;
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const auto killed = Clock::now();
+  victim.stop(/*crash=*/true);
+  // Its resources go degraded ...
+  REQUIRE(eventually([&] { return engine.try_acquire(dead, limit).degraded; }, 5s));
+  const auto noticed = Clock::now();
+  // ... until the replica is promoted and the engine has followed it.
+  REQUIRE(eventually([&] { return !engine.try_acquire(dead, limit).degraded; }, 20s));
+  const auto recovered = Clock::now();
+  std::this_thread::sleep_for(200ms);
+  stop = true;
+  load.join();
+  CHECK(live_calls > 100);
+  CHECK(live_degraded == 0);  // another primary's resources never noticed
+  // No call waited longer than a deadline (command 200 ms, connect 300 ms).
+  CHECK(std::chrono::nanoseconds(slowest.load()) < 600ms);
+  CHECK(engine.stats().store_available);
+  const Decision after = engine.try_acquire(dead, limit);
+  CHECK(after.allowed);
+  CHECK_FALSE(after.degraded);
+  MESSAGE("primary killed: degraded after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(noticed - killed).count()
+          << " ms, writing to the promoted replica after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(recovered - killed).count()
+          << " ms (cluster-node-timeout 1000 ms)");
+  // The old primary comes back as a replica of the new one.
+  REQUIRE(victim.start());
+  CHECK(c.wait_healthy(30'000));
+}
+
+}  // namespace ratewin::test
