@@ -169,11 +169,24 @@ std::string RedisCluster::id(RedisServer& server) const {
 }
 
 bool RedisCluster::reshard(RedisServer& from, RedisServer& to, int count) {
-  std::string output;
+  // redis-cli refuses to reshard until every node agrees on the configuration (after a
+  // previous reshard, gossip takes a moment).
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    last_output_.clear();
+    if (run_program({"redis-cli", "--cluster", "check", "127.0.0.1:" + std::to_string(from.port())},
+                    last_output_, 20'000) == 0 &&
+        last_output_.find("[ERR]") == std::string::npos) {
+      break;
+    }
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  last_output_.clear();
   return run_program({"redis-cli", "--cluster", "reshard", "127.0.0.1:" + std::to_string(from.port()),
                       "--cluster-from", id(from), "--cluster-to", id(to), "--cluster-slots",
                       std::to_string(count), "--cluster-yes", "--cluster-pipeline", "10"},
-                     output, 120'000) == 0;
+                     last_output_, 120'000) == 0;
 }
 
 }  // namespace ratewin::test

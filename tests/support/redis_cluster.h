@@ -33,12 +33,15 @@ class RedisCluster {
   // `redis-cli --cluster reshard`: moves `count` slots from the primary `from` to `to`.
   // True if redis-cli succeeded.
   bool reshard(RedisServer& from, RedisServer& to, int count);
+  // What the last redis-cli run printed.
+  const std::string& last_output() const { return last_output_; }
   // Node ID (CLUSTER MYID).
   std::string id(RedisServer& server) const;
 
  private:
   RedisServer* running_node();
   std::vector<std::unique_ptr<RedisServer>> servers_;
+  std::string last_output_;
 };
 
 // Runs a program (argv[0] from PATH) and waits for it; its exit status (-1 if it could not
