@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
-# every suite (unit, Redis, Redis Cluster, C ABI with its symbol, ABI and install checks,
-# Python, the README's examples, the server's unit and end-to-end suites, the demo), then
-# builds and runs the unit, Redis, Redis Cluster, C ABI and server suites (against a
-# sanitized server) under AddressSanitizer+UBSan and under ThreadSanitizer, runs the
-# libFuzzer targets for a bounded smoke time, and runs clang-tidy over the library. Exits
-# non-zero on the first failure. Tests that need Redis start their own redis-server on a
-# free loopback port or Unix socket (the cluster tests six of them, joined by redis-cli
-# --cluster create). Every build here treats warnings as errors.
+# every suite (unit, Redis, Redis Cluster and Sentinel, C ABI with its symbol, ABI and
+# install checks, Python, the README's examples, the server's unit and end-to-end suites,
+# the demo), then builds and runs the unit, Redis (single, Cluster, Sentinel), C ABI and
+# server suites (against a sanitized server) under AddressSanitizer+UBSan and under
+# ThreadSanitizer, runs the libFuzzer targets for a bounded smoke time, and runs
+# clang-tidy over the library. Exits non-zero on the first failure. Tests that need Redis
+# start their own redis-server on a free loopback port or Unix socket (the cluster tests
+# six of them, joined by redis-cli --cluster create; the Sentinel tests a primary, a
+# replica and three sentinels). Every build here treats warnings as errors.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
@@ -23,9 +24,9 @@ for sanitizer in address thread; do
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
     -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
   cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_cluster_tests \
-    ratewin_capi_test ratewin_server_tests ratewin-server
+    ratewin_sentinel_tests ratewin_capi_test ratewin_server_tests ratewin-server
   # The server's end-to-end suite runs against this sanitized server binary.
-  ctest --test-dir "$dir" -R "^(unit|redis|redis_cluster|capi|server_units|server_e2e)$" --output-on-failure
+  ctest --test-dir "$dir" -R "^(unit|redis|redis_cluster|redis_sentinel|capi|server_units|server_e2e)$" --output-on-failure
 done
 # libFuzzer smoke runs (clang): the request path and the rules parser, each for a bounded
 # time from its seed corpus (copied: a run adds what it finds to the corpus directory).

@@ -44,6 +44,7 @@ struct RedisAddress {
   // server itself.
   RedisEndpoint login;
   std::string master_name;  // kSentinel
+  bool kind_single() const noexcept { return kind == Kind::kSingle; }
 
   // Also accepts, besides RedisEndpoint's forms:
   //   redis-cluster://[user[:password]@]host[:port][,host[:port]...]

@@ -20,14 +20,6 @@ std::uint32_t random_node_id() {
   return id;
 }
 
-RedisAddress parse_address(const std::string& url) {
-  RedisAddress address = RedisAddress::parse(url);
-  if (address.kind == RedisAddress::Kind::kSentinel) {
-    throw std::invalid_argument("ratewin: redis-sentinel:// addresses are not supported yet");
-  }
-  return address;
-}
-
 }  // namespace
 
 RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> clock,
@@ -36,13 +28,17 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
       reporter_(options.logger, RedisAddress::parse(options.redis).describe()),
       layout_(options.key_prefix, random_node_id()),
       clock_sync_(std::move(clock), reporter_),
-      topology_(parse_address(options.redis), options_, reporter_,
+      topology_(RedisAddress::parse(options.redis), options_, reporter_,
                 [this](RedisNode& node) { loop_.post([this, &node] { probe(node); }); }),
       writes_(options_, layout_, topology_, reporter_),
       boundary_(options_, layout_, clock_sync_, target, reporter_) {
+  if (topology_.sentinel()) {
+    sentinel_ = std::make_unique<SentinelWatch>(
+        topology_.address(), options_.connect_timeout, options_.command_timeout, reporter_,
+        [this](const SentinelWatch::Primary& p) { loop_.post([this, p] { follow(p); }); });
+  }
   const bool reachable = connect_now();
-  // Node 0 serves every slot until a slot map says otherwise.
-  if (!reachable) topology_.node(0).circuit().start(false, reporter_.last_error());
+  if (!reachable) topology_.node_for_slot(0).circuit().start(false, reporter_.last_error());
   loop_.post([this] {
     uv_timer_init(loop_.loop(), &tick_timer_);
     tick_timer_.data = this;
@@ -50,19 +46,22 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
     clock_timer_.data = this;
     boundary_.attach(this);
     for (std::size_t i = 0; i < topology_.size(); ++i)
-      if (topology_.serves(i)) connection_for(topology_.node(i));
+      if (topology_.serves(i) && !topology_.placeholder(topology_.node(i)))
+        connection_for(topology_.node(i));
     if (options_.sync_clock && options_.clock_sync_interval.count() > 0) {
       const auto every = static_cast<std::uint64_t>(options_.clock_sync_interval.count());
       uv_timer_start(&clock_timer_, &RedisStore::on_clock_timer, every, every);
     }
     schedule_tick();
   });
+  if (sentinel_) sentinel_->start();
 }
 
 RedisStore::~RedisStore() { shutdown(); }
 
 void RedisStore::shutdown() {
   if (shut_down_.exchange(true)) return;
+  if (sentinel_) sentinel_->stop();
   loop_close_result_ = loop_.stop([this] {
     boundary_.attach(nullptr);
     for (NodeState& n : nodes_)
@@ -100,9 +99,19 @@ bool RedisStore::read_slot_map(RedisNode& node, RedisConnection& connection,
 bool RedisStore::connect_now() {
   // Outside a cluster, node 0; in one, each seed in turn until one gives the slot map.
   std::string error;
+  if (sentinel_) {
+    const SentinelWatch::Primary primary = sentinel_->resolve(error);
+    if (primary.host.empty()) {
+      reporter_.note_error("finding the primary: " + error);
+      return false;
+    }
+    RedisNode* node = topology_.node_at(primary.host, primary.port);
+    if (node == nullptr) return false;
+    topology_.assign(0, kClusterSlots - 1, *node);
+  }
   const std::size_t seeds = topology_.cluster() ? topology_.size() : 1;
   for (std::size_t i = 0; i < seeds; ++i) {
-    RedisNode& node = topology_.node(i);
+    RedisNode& node = topology_.cluster() ? topology_.node(i) : topology_.node_for_slot(0);
     RedisPool::Failure failure{};
     RedisPool::Lease lease = node.pool().acquire(
         std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
@@ -224,7 +233,7 @@ void RedisStore::on_ready(RedisNode& node) {
 
 void RedisStore::on_lost(RedisNode& node, const std::string& error, bool dropped) {
   reporter_.note_error(error);
-  if (topology_.cluster()) topology_.want_refresh();
+  if (!topology_.address().kind_single()) topology_.want_refresh();
   if (dropped) {
     // Redis closed a working connection (its idle timeout, a restart): the background
     // connection is being made again at once. Only if that fails is Redis unreachable.
@@ -249,7 +258,7 @@ void RedisStore::probe(RedisNode& node) {
   // server that is a replica (after a failover, this address may point to the old
   // master) or cannot serve keeps it open; one that denies ROLE is taken at its word that
   // it works.
-  if (shut_down_.load(std::memory_order_relaxed)) return;
+  if (shut_down_.load(std::memory_order_relaxed) || topology_.placeholder(node)) return;
   if (nodes_.size() <= node.index()) nodes_.resize(std::size_t{node.index()} + 1);
   NodeState& state = nodes_[node.index()];
   AsyncRedis& connection = connection_for(node);
@@ -276,7 +285,7 @@ void RedisStore::probe(RedisNode& node) {
                                 ? std::string(reply->element[0]->str, reply->element[0]->len)
                                 : reply_text(*reply)) +
                            ")");
-      if (topology_.cluster()) topology_.want_refresh();
+      if (!topology_.address().kind_single()) topology_.want_refresh();
       return;
     }
     if (!node.circuit().available()) recover(node);
@@ -326,6 +335,23 @@ void RedisStore::refresh_map() {
       });
 }
 
+void RedisStore::follow(const SentinelWatch::Primary& primary) {
+  RedisNode* node = topology_.node_at(primary.host, primary.port);
+  if (node == nullptr || &topology_.node_for_slot(0) == node) return;
+  reporter_.log(LogLevel::warning, "the primary of '" + topology_.address().master_name +
+                                       "' is now " + node->endpoint().describe());
+  topology_.assign(0, kClusterSlots - 1, *node);
+  // The old primary (or "none known") serves nothing now: no outage of its own.
+  const bool was_down = !topology_.all_available();
+  topology_.retire_unused();
+  connection_for(*node);
+  if (!node->circuit().available()) {
+    probe(*node);
+  } else if (was_down) {
+    boundary_.resync_all();
+  }
+}
+
 void RedisStore::on_clock_timer(uv_timer_t* timer) {
   auto* self = static_cast<RedisStore*>(timer->data);
   if (AsyncRedis* c = self->some_ready_connection()) self->clock_sync_.probe(*c, 1);
@@ -350,6 +376,7 @@ void RedisStore::tick() {
     const bool wanted = topology_.take_refresh() || !topology_.all_available();
     if ((wanted && since >= refresh_backoff_ns_) || since >= 10'000'000'000) refresh_map();
   }
+  if (sentinel_ && topology_.take_refresh()) sentinel_->ask();
   boundary_.tick(any_available);
   schedule_tick();
 }

@@ -20,6 +20,7 @@
 #include "redis/layout.h"
 #include "redis/loop_thread.h"
 #include "redis/reporter.h"
+#include "redis/sentinel.h"
 #include "redis/topology.h"
 #include "redis/write_path.h"
 
@@ -40,6 +41,8 @@ namespace ratewin::inline v1::detail {
 // it) and, on recovery, has every active limiter's window read again. On a Cluster it
 // reads the slot map (CLUSTER SLOTS) on starting, when a node says a slot moved or
 // cannot serve, while a node is down (every 250 ms to 2 s, backing off), and every 10 s.
+// Under Sentinel, a SentinelWatch finds the primary and follows its failovers; the store
+// asks it again when the primary is lost or says it cannot serve (READONLY).
 //
 // Threads: the Store calls from any thread; everything that touches the asynchronous
 // connections or the boundary reads' state runs on the loop thread.
@@ -98,6 +101,8 @@ class RedisStore final : public Store, private ReadRouter {
   void probe(RedisNode& node);
   // CLUSTER SLOTS on a background connection.
   void refresh_map();
+  // Under Sentinel: every slot to the primary found.
+  void follow(const SentinelWatch::Primary& primary);
   // A connected node for the clock and the slot map: the current one while it is up.
   AsyncRedis* some_ready_connection();
   void tick();
@@ -132,7 +137,8 @@ class RedisStore final : public Store, private ReadRouter {
 
   std::atomic<bool> shut_down_{false};
   int loop_close_result_ = 0;
-  LoopThread loop_;  // last: its thread stops first
+  LoopThread loop_;
+  std::unique_ptr<SentinelWatch> sentinel_;  // last: its thread stops first
 };
 
 }  // namespace ratewin::inline v1::detail

@@ -57,6 +57,17 @@ Topology::Topology(RedisAddress address, const Options& options, Reporter& repor
     size_.store(1, std::memory_order_release);
   } else if (address_.kind == RedisAddress::Kind::kCluster) {
     for (const RedisEndpoint& seed : address_.servers) node_at(seed.host, seed.port);
+  } else {
+    // Under Sentinel, node 0 stands for "no primary known": it serves every slot until
+    // one is found, and nothing ever connects to it.
+    RedisEndpoint nowhere = address_.login;
+    nowhere.host = "(no primary known)";
+    nowhere.port = 0;
+    std::lock_guard lock(mutex_);
+    owned_.push_back(
+        std::make_unique<RedisNode>(0, nowhere, options_, reporter_, open_circuits_, opened_));
+    nodes_[0].store(owned_.back().get(), std::memory_order_release);
+    size_.store(1, std::memory_order_release);
   }
 }
 

@@ -64,6 +64,12 @@ class Topology {
 
   const RedisAddress& address() const noexcept { return address_; }
   bool cluster() const noexcept { return address_.kind == RedisAddress::Kind::kCluster; }
+  bool sentinel() const noexcept { return address_.kind == RedisAddress::Kind::kSentinel; }
+  // Under Sentinel, node 0 is no server: it serves the slots while no primary is known
+  // (its circuit open).
+  bool placeholder(const RedisNode& node) const noexcept {
+    return sentinel() && node.index() == 0;
+  }
 
   RedisNode& node_for_slot(std::uint16_t slot) const noexcept {
     return *nodes_[slots_[slot].load(std::memory_order_acquire)].load(std::memory_order_acquire);

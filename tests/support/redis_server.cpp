@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -50,10 +51,12 @@ std::string text(const redisReply* r) {
 
 }  // namespace
 
-RedisServer::RedisServer(std::vector<std::string> extra_args) : extra_(std::move(extra_args)) {
+RedisServer::RedisServer(std::vector<std::string> extra_args, const std::string& config)
+    : extra_(std::move(extra_args)), config_(!config.empty()) {
   dir_ = std::filesystem::temp_directory_path() /
          ("ratewin-redis-" + std::to_string(::getpid()) + "-" + std::to_string(next_id()));
   std::filesystem::create_directories(dir_);
+  if (config_) std::ofstream(dir_ / "redis.conf") << config << '\n';
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = free_port();
     if (start()) return;
@@ -74,6 +77,7 @@ bool RedisServer::start() {
                                    "--dir", dir_.string(), "--unixsocket", socket_path(),
                                    "--unixsocketperm", "700", "--daemonize", "no",
                                    "--loglevel", "warning", "--logfile", (dir_ / "log").string()};
+  if (config_) args.insert(args.begin() + 1, (dir_ / "redis.conf").string());
   args.insert(args.end(), extra_.begin(), extra_.end());
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);

@@ -17,7 +17,9 @@ namespace ratewin::test {
 // only the process it started. Throws std::runtime_error if it cannot start one.
 class RedisServer {
  public:
-  explicit RedisServer(std::vector<std::string> extra_args = {});
+  // `config`, if given, is written to a file that redis-server reads first (Sentinel
+  // needs one, and rewrites it).
+  explicit RedisServer(std::vector<std::string> extra_args = {}, const std::string& config = "");
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -59,6 +61,7 @@ class RedisServer {
   bool answers() const;
 
   std::vector<std::string> extra_;
+  bool config_ = false;
   std::filesystem::path dir_;
   int port_ = 0;
   pid_t pid_ = -1;
