@@ -11,6 +11,7 @@ int run_local(const cxxopts::ParseResult& args);
 int run_accuracy(const cxxopts::ParseResult& args);
 int run_redis(const cxxopts::ParseResult& args);
 int run_capi(const cxxopts::ParseResult& args);
+int run_cluster(const cxxopts::ParseResult& args);
 }  // namespace ratewin::bench
 
 int main(int argc, char** argv) {
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
   options.add_options()
     ("mode", "what to measure: local (decision path, memory per limiter), redis (the Redis-backed "
              "paths against raw hiredis), accuracy (K engines sharing one Redis against an exact "
-             "sliding window), capi (the C ABI against the C++ calls it wraps)",
+             "sliding window), capi (the C ABI against the C++ calls it wraps), cluster (the store on a "
+             "local 3-primary Redis Cluster next to one Redis, and the capacity model)",
      cxxopts::value<std::string>()->default_value("local"))
     ("runs", "local, capi: rounds; figures are medians", cxxopts::value<int>()->default_value("7"))
     ("run-ms", "local, capi: approximate duration of one run of one case, ms",
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     if (mode == "accuracy") return ratewin::bench::run_accuracy(args);
     if (mode == "redis") return ratewin::bench::run_redis(args);
     if (mode == "capi") return ratewin::bench::run_capi(args);
+    if (mode == "cluster") return ratewin::bench::run_cluster(args);
     std::fprintf(stderr, "ratewin-bench: unknown mode '%s' (try --help)\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bench.h"
+#include "redis_bench.h"
 #include "ratewin/engine.h"
 #include "ratewin_internal/introspection.h"
 #include "redis_server.h"
@@ -20,34 +21,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Steady = std::chrono::steady_clock;
-
-struct Latencies {
-  std::vector<double> ns;  // every call of every thread
-  double wall_ns = 0;
-  double p(double q) {
-    std::sort(ns.begin(), ns.end());
-    return ns.empty() ? 0 : ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))];
-  }
-  double throughput() const { return static_cast<double>(ns.size()) / (wall_ns / 1e9); }
-};
-
-// Runs `call(thread)` on `threads` threads for `duration`, timing every call.
-template <class Call>
-Latencies measure_calls(int threads, std::chrono::milliseconds duration, Call call) {
-  std::vector<std::vector<double>> per(static_cast<std::size_t>(threads));
-  Latencies out;
-  out.wall_ns = run_threads(threads, 0, [&](int t, std::uint64_t) {
-    auto& mine = per[static_cast<std::size_t>(t)];
-    const auto end = Steady::now() + duration;
-    while (Steady::now() < end) {
-      const auto t0 = Steady::now();
-      call(t);
-      mine.push_back(std::chrono::duration<double, std::nano>(Steady::now() - t0).count());
-    }
-  });
-  for (auto& p : per) out.ns.insert(out.ns.end(), p.begin(), p.end());
-  return out;
-}
 
 redisContext* connect(const test::RedisServer& redis) {
   redisContext* c = redisConnect("127.0.0.1", redis.port());
@@ -71,51 +44,6 @@ void pipeline(redisContext* c, const std::vector<std::vector<std::string>>& comm
     if (redisGetReply(c, &reply) != REDIS_OK) throw std::runtime_error("bench: Redis failed");
     freeReplyObject(reply);
   }
-}
-
-// Redis' own time (INFO commandstats) spent on some commands between two snapshots.
-struct RedisCpu {
-  const test::RedisServer& redis;
-  std::map<std::string, test::RedisServer::CommandStat> before = redis.commandstats();
-  // Microseconds and calls since the snapshot, per command, for the commands named.
-  std::map<std::string, test::RedisServer::CommandStat> since(
-      const std::set<std::string>& names) const {
-    std::map<std::string, test::RedisServer::CommandStat> out;
-    for (const auto& [name, now] : redis.commandstats()) {
-      if (!names.contains(name)) continue;
-      const auto it = before.find(name);
-      const test::RedisServer::CommandStat was =
-          it == before.end() ? test::RedisServer::CommandStat{} : it->second;
-      if (now.calls > was.calls) out[name] = {now.calls - was.calls, now.usec - was.usec};
-    }
-    return out;
-  }
-  static long long usec(const std::map<std::string, test::RedisServer::CommandStat>& stats) {
-    long long total = 0;
-    for (const auto& [name, s] : stats) total += s.usec;
-    return total;
-  }
-  static std::string breakdown(const std::map<std::string, test::RedisServer::CommandStat>& stats,
-                               double per) {
-    std::string out;
-    for (const auto& [name, s] : stats) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%s%s %.2f/%.2f", out.empty() ? "" : ", ", name.c_str(),
-                    double(s.calls) / per, double(s.usec) / per);
-      out += buf;
-    }
-    return out + " (calls/us per unit)";
-  }
-};
-
-// The commands an admitted request causes (boundary reads are GETs, counted apart).
-const std::set<std::string> kWriteCommands = {"bitfield", "getex", "append", "pexpireat"};
-
-// Sleeps until `offset` into the next subinterval of `resolution`.
-void until_next_epoch(std::chrono::milliseconds resolution, std::chrono::milliseconds offset) {
-  const std::int64_t r = std::chrono::nanoseconds(resolution).count();
-  const std::int64_t now = SystemClock::read();
-  std::this_thread::sleep_for(std::chrono::nanoseconds(r - now % r) + offset);
 }
 
 Options bench_options(const test::RedisServer& redis, const std::string& prefix) {
@@ -239,45 +167,6 @@ void native_baselines(const test::RedisServer& redis) {
   redis.command({"FLUSHALL"});
 }
 
-struct BoundaryFigures {
-  std::vector<double> ms;
-  std::vector<double> windows;
-  std::vector<double> change_sets;
-  std::vector<double> redis_ms;  // Redis' own time executing each read's commands
-  double redis_us_per_key = 0;
-};
-
-// Watches `boundaries` boundary reads of `reader`, while `drive(epoch)` runs once per
-// subinterval, `offset` after its start.
-BoundaryFigures watch_boundaries(const test::RedisServer& redis, Engine& reader, const Limit& limit,
-                                 int boundaries, std::chrono::milliseconds offset,
-                                 const std::function<void()>& drive) {
-  BoundaryFigures out;
-  long long read_usec = 0;
-  double keys = 0;
-  for (int i = 0; i < boundaries; ++i) {
-    until_next_epoch(limit.resolution(), offset);
-    drive();
-    const std::uint64_t seen = reader.stats().sync_rounds;
-    const RedisCpu cpu{redis};
-    const auto deadline = Steady::now() + limit.resolution() * 2;
-    while (reader.stats().sync_rounds == seen && Steady::now() < deadline)
-      std::this_thread::sleep_for(2ms);
-    const Stats s = reader.stats();
-    if (s.sync_rounds == seen) continue;
-    out.ms.push_back(double(s.sync_last_duration.count()) / 1e6);
-    out.windows.push_back(double(s.sync_last_keys));
-    out.change_sets.push_back(double(s.sync_last_change_sets));
-    // The boundary read's commands: GET (change sets) and MGET (windows).
-    const long long usec = RedisCpu::usec(cpu.since({"get", "mget"}));
-    out.redis_ms.push_back(double(usec) / 1e3);
-    read_usec += usec;
-    keys += double(s.sync_last_keys) + double(s.sync_last_change_sets);
-  }
-  out.redis_us_per_key = keys > 0 ? double(read_usec) / keys : 0;
-  return out;
-}
-
 }  // namespace
 
 int run_redis(const cxxopts::ParseResult& args) {
@@ -383,7 +272,7 @@ int run_redis(const cxxopts::ParseResult& args) {
     Engine a(bench_options(redis, "sync-a"));
     Engine b(bench_options(redis, "sync-a"));
     constexpr std::uint64_t kActive = 20'000;
-    const BoundaryFigures f = watch_boundaries(redis, a, limit, 5, 300ms, [&] {
+    const BoundaryFigures f = watch_boundaries({&redis}, a, limit, 5, 300ms, [&] {
       run_threads(8, 0, [&](int t, std::uint64_t) {
         for (std::uint64_t r = static_cast<std::uint64_t>(t); r < kActive; r += 8)
           keep(a.try_acquire(r, limit));
@@ -411,7 +300,7 @@ int run_redis(const cxxopts::ParseResult& args) {
       for (std::uint64_t r = static_cast<std::uint64_t>(t); r < kActive; r += 8)
         keep(a.try_acquire(r, limit));
     });
-    const BoundaryFigures f = watch_boundaries(redis, a, limit, 3, 500ms, [&] {
+    const BoundaryFigures f = watch_boundaries({&redis}, a, limit, 3, 500ms, [&] {
       run_threads(8, 0, [&](int t, std::uint64_t) {
         for (std::uint64_t r = static_cast<std::uint64_t>(t); r < kActive; r += 8)
           keep(b.try_acquire(r, limit));

@@ -135,6 +135,16 @@ std::string RedisServer::command(const std::vector<std::string>& args,
   return out;
 }
 
+double RedisServer::info_real(const std::string& section, const std::string& field) const {
+  std::string info(1, '\n');
+  info += command({"INFO", section});
+  std::string tag(1, '\n');
+  tag += field;
+  tag += ':';
+  const auto at = info.find(tag);
+  return at == std::string::npos ? -1 : std::atof(info.c_str() + at + tag.size());
+}
+
 long long RedisServer::info_number(const std::string& section, const std::string& field) const {
   // Appended, not "\n" + ...: GCC 12 at -O3 warns (-Wrestrict) on operator+(const char*,
   // std::string&&), a false positive (GCC bug 105329).

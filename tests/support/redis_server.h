@@ -42,6 +42,12 @@ class RedisServer {
   // A number from INFO `section` ("memory", "stats", ...): the value of `field`, -1 if
   // the section has no such field.
   long long info_number(const std::string& section, const std::string& field) const;
+  // The same, read as a real number (INFO cpu's used_cpu_user, ...); -1 if absent.
+  double info_real(const std::string& section, const std::string& field) const;
+  // CPU time the server process has used so far (INFO cpu: user + system), microseconds.
+  double cpu_us() const {
+    return (info_real("cpu", "used_cpu_user") + info_real("cpu", "used_cpu_sys")) * 1e6;
+  }
   // INFO commandstats' `field` ("calls", "usec") for command `name` (lowercase, as INFO
   // names it: "bitfield", "get", ...), 0 if the command was never called.
   long long commandstat(const std::string& name, const std::string& field,
