@@ -10,13 +10,30 @@ namespace ratewin::inline v1::detail {
 
 Decision Admission::run(RecordRef known, RecordRef read_ref, std::uint64_t version,
                         const Decision& read) {
+  if (!begin(known, read_ref, version, read)) return conclude();
+  Scratch<std::uint64_t, 33> scratch(std::size_t{key_.subintervals} + 1);
+  const std::span<std::uint64_t> counts = scratch.span();
+  const bool written = engine_.store_->add(write(), counts);
+  return finish(written, counts);
+}
+
+bool Admission::begin(RecordRef known, RecordRef read_ref, std::uint64_t version,
+                      const Decision& read) {
   d_ = read;
   decide_locked(known, read_ref, version);
   d_.degraded = degraded_;
   if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false};
   // An admission is written to the store (while it is unreachable, add() fails at once
   // and counts a skipped write). A question (cost 0) about a cold limiter reads it.
-  if (engine_.store_ != nullptr && fits_ && d_.allowed && (cost_ != 0 || cold_)) share();
+  return engine_.store_ != nullptr && fits_ && d_.allowed && (cost_ != 0 || cold_);
+}
+
+Decision Admission::finish(bool written, std::span<std::uint64_t> counts) {
+  share(written, counts);
+  return conclude();
+}
+
+Decision Admission::conclude() {
   engine_.counters_.add(d_.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
   if (d_.degraded) engine_.counters_.add(DecisionCounters::kDegraded);
   return d_;
@@ -63,12 +80,9 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   }
 }
 
-void Admission::share() {
+void Admission::share(bool written, std::span<std::uint64_t> counts) {
   Store& store = *engine_.store_;
   const std::int64_t r = key_.resolution_ns();
-  Scratch<std::uint64_t, 33> scratch(std::size_t{key_.subintervals} + 1);
-  const std::span<std::uint64_t> counts = scratch.span();
-  const bool written = store.add({key_, epoch_, cost_, first_}, counts);
   if (cold_) {
     (written ? engine_.warm_starts_ : engine_.warm_start_failures_)
         .fetch_add(1, std::memory_order_relaxed);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/registry.h"
 #include "engine/engine_core.h"
@@ -49,9 +50,19 @@ class Admission {
   Decision run(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
   const Counted& counted() const noexcept { return counted_; }
 
+  // run() in parts, so that a caller can make several admissions' shared writes in one
+  // round trip (try_acquire_all): begin() is step 1, and says whether a shared write is
+  // due; if so, write() is that write, and finish() takes its result (the window read
+  // back) through step 3; if not, conclude() ends it.
+  bool begin(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
+  StoreWrite write() const noexcept { return {key_, epoch_, cost_, first_}; }
+  Decision finish(bool written, std::span<std::uint64_t> counts);
+  Decision conclude();
+
  private:
   void decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version);
-  void share();
+  // Steps 2 and 3 after the write: `written` and the counts it read back.
+  void share(bool written, std::span<std::uint64_t> counts);
   // The limiter's record if it still holds this key (under the lock).
   RecordRef live() const noexcept {
     return ref_ && ref_.record->matches(key_) ? ref_ : RecordRef{};

@@ -1,10 +1,12 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -129,7 +131,8 @@ EngineCore::~EngineCore() {
 [[gnu::always_inline]] inline Decision EngineCore::decide(Shard& shard, const LimiterKey& key,
                                                           std::uint64_t hash, RecordRef known,
                                                           std::int64_t now, const Limit& limit,
-                                                          std::uint64_t cost, Counted* counted) {
+                                                          std::uint64_t cost, Counted* counted,
+                                                          std::optional<Admission>* defer) {
   const bool degraded = store_ != nullptr && !store_->available(key.resource);
   RecordRef ref = known;
   Decision d;
@@ -154,6 +157,14 @@ EngineCore::~EngineCore() {
       if (degraded) counters_.add(DecisionCounters::kDegraded);
       return d;
     }
+  }
+  if (defer != nullptr) {
+    Admission& admission = defer->emplace(*this, shard, key, hash, now, limit, cost, degraded);
+    if (admission.begin(known, ref, version, d)) return d;  // the caller writes and finishes
+    d = admission.conclude();
+    if (counted != nullptr) *counted = admission.counted();
+    defer->reset();
+    return d;
   }
   Admission admission(*this, shard, key, hash, now, limit, cost, degraded);
   d = admission.run(known, ref, version, d);
@@ -223,20 +234,78 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
     if (out[refused].degraded) counters_.add(DecisionCounters::kDegraded);
     return refused;
   }
-  // Then each limit in turn; if one refuses after all (another thread, or the shared
-  // counts), what the ones before it counted is given back.
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    Item& it = state[i];
-    out[i] = decide(registry_.shard_for(it.hash), it.key, it.hash, {}, now, items[i].limit,
-                    items[i].cost, &it.counted);
-    if (out[i].allowed) continue;
-    for (std::size_t j = i; j-- > 0;) {
+  // Then each limit in turn, locally; the shared writes of those that count go out
+  // together, in one round trip (to several Redis nodes in parallel), and each is
+  // confirmed from its window. If one refuses after all (another thread, or the shared
+  // counts), what the others counted is given back.
+  Scratch<std::optional<Admission>, 8> pending_scratch(items.size());
+  const std::span<std::optional<Admission>> pending = pending_scratch.span();
+  auto give_back_all_but = [&](std::size_t refusing) {
+    for (std::size_t j = 0; j < items.size(); ++j) {
+      if (j == refusing || !out[j].allowed) continue;
       give_back(state[j].key, state[j].hash, items[j].cost, state[j].counted);
       out[j].remaining = std::min(out[j].remaining + items[j].cost, out[j].limit);
     }
+  };
+  std::size_t writes = 0;
+  std::size_t window_counts = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Item& it = state[i];
+    out[i] = decide(registry_.shard_for(it.hash), it.key, it.hash, {}, now, items[i].limit,
+                    items[i].cost, &it.counted, &pending[i]);
+    if (pending[i]) {
+      it.counted = pending[i]->counted();
+      out[i].allowed = true;  // so far: locally
+      ++writes;
+      window_counts += std::size_t{it.key.subintervals} + 1;
+      continue;
+    }
+    if (out[i].allowed) continue;
+    // Refused locally: nothing of this group has been written to the store yet.
+    for (std::size_t j = 0; j < i; ++j) {
+      if (pending[j]) {
+        (void)pending[j]->conclude();  // counted as decided; given back below
+        pending[j].reset();
+      }
+    }
+    give_back_all_but(i);
     return i;
   }
-  return items.size();
+  if (writes == 0) return items.size();
+  Scratch<StoreWrite, 8> write_scratch(writes);
+  Scratch<std::span<std::uint64_t>, 8> counts_scratch(writes);
+  Scratch<std::uint64_t, 64> window_scratch(window_counts);
+  // (Not Scratch<bool>: std::vector<bool> has no span.)
+  std::array<bool, 8> written_small{};
+  std::unique_ptr<bool[]> written_large(writes > 8 ? new bool[writes]() : nullptr);
+  const std::span<bool> written(writes > 8 ? written_large.get() : written_small.data(), writes);
+  const std::span<StoreWrite> batch = write_scratch.span();
+  const std::span<std::span<std::uint64_t>> counts = counts_scratch.span();
+  std::size_t k = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!pending[i]) continue;
+    batch[k] = pending[i]->write();
+    const std::size_t n = std::size_t{state[i].key.subintervals} + 1;
+    counts[k] = window_scratch.span().subspan(at, n);
+    at += n;
+    ++k;
+  }
+  store_->add_all(batch, counts, written);
+  std::size_t refused_after = items.size();
+  k = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!pending[i]) continue;
+    out[i] = pending[i]->finish(written[k], counts[k]);
+    state[i].counted = pending[i]->counted();
+    pending[i].reset();
+    ++k;
+    if (!out[i].allowed && refused_after == items.size()) refused_after = i;
+  }
+  if (refused_after == items.size()) return items.size();
+  give_back_all_but(refused_after);
+  // (Another limit refused by the shared counts too gave its own cost back already.)
+  return refused_after;
 }
 
 void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,

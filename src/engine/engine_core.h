@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -67,9 +68,11 @@ class EngineCore final : public SyncTarget {
   // the record when the caller holds it pinned; otherwise it is looked up. `counted`, if
   // given, is told where an admission was counted. Rejections on local counts return
   // from here; anything else is an Admission.
+  // With `defer`, an admission whose shared write is due is left there, begun (see
+  // Admission::begin), for the caller to write and finish.
   Decision decide(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
                   std::int64_t now, const Limit& limit, std::uint64_t cost,
-                  Counted* counted = nullptr);
+                  Counted* counted = nullptr, std::optional<Admission>* defer = nullptr);
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
   void give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
                  const Counted& counted);

@@ -61,6 +61,12 @@ class Store {
   // reads. False when the store could not be reached in time or refused (a write that
   // timed out may still land later: the shared counts then err high).
   virtual bool add(const StoreWrite& write, std::span<std::uint64_t> counts) = 0;
+  // Several writes at once (try_acquire_all), as add() each: written[i] and counts[i] are
+  // what add(writes[i], counts[i]) would give. A store may send them in one round trip.
+  virtual void add_all(std::span<const StoreWrite> writes,
+                       std::span<const std::span<std::uint64_t>> counts, std::span<bool> written) {
+    for (std::size_t i = 0; i < writes.size(); ++i) written[i] = add(writes[i], counts[i]);
+  }
   // Takes back `cost` that add() counted at `epoch` (never below 0), best effort: a
   // failure (the store unreachable included) is noted in Stats::last_error, not reported;
   // the shared count then errs high until its subinterval leaves the window.

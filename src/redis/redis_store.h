@@ -58,6 +58,10 @@ class RedisStore final : public Store, private ReadRouter {
   bool add(const StoreWrite& write, std::span<std::uint64_t> counts) override {
     return writes_.add(write, counts);
   }
+  void add_all(std::span<const StoreWrite> writes, std::span<const std::span<std::uint64_t>> counts,
+               std::span<bool> written) override {
+    writes_.add_all(writes, counts, written);
+  }
   void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
     writes_.remove(key, epoch, cost);
   }

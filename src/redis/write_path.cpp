@@ -186,49 +186,95 @@ struct WritePath::Exchange {
 };
 
 bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
-  const bool counted = write.cost != 0;  // a question (cost 0) only reads
+  bool written = false;
+  add_all(std::span<const StoreWrite>(&write, 1),
+          std::span<const std::span<std::uint64_t>>(&counts, 1), std::span<bool>(&written, 1));
+  return written;
+}
+
+void WritePath::add_all(std::span<const StoreWrite> writes,
+                        std::span<const std::span<std::uint64_t>> counts,
+                        std::span<bool> written) {
   const std::int64_t started = steady_ns();
-  RedisNode& home = topology_.node_for_resource(write.key.resource);
-  if (!home.circuit().available()) {
-    if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
-    return false;
+  // Every write's commands in one exchange: each to the node of its slot, all nodes at
+  // once.
+  struct Part {
+    std::size_t first = 0;  // its commands in `all`
+    std::size_t size = 0;
+    Call call;
+  };
+  std::vector<Part> parts(writes.size());
+  std::vector<Command> all;
+  std::vector<std::size_t> owner;  // per command: its write
+  Exchange x(*this, writes.size() * 4);
+  for (std::size_t j = 0; j < writes.size(); ++j) {
+    const StoreWrite& w = writes[j];
+    const bool counted = w.cost != 0;
+    written[j] = false;
+    RedisNode& home = topology_.node_for_resource(w.key.resource);
+    if (!home.circuit().available()) {
+      if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    std::vector<Command> commands =
+        layout_.write_commands({w.key, w.epoch, w.cost, w.first && counted});
+    parts[j].first = all.size();
+    parts[j].size = commands.size();
+    // The window's commands to its node; the change set's (a first write's last two) to
+    // the node of its slot.
+    RedisNode* sets = commands.size() > 2
+                          ? &topology_.node_for_slot(StoreLayout::change_set_slot(
+                                StoreLayout::change_set_shard(w.key.resource)))
+                          : &home;
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      x.items.push_back({i < 2 ? &home : sets});
+      owner.push_back(j);
+      all.push_back(std::move(commands[i]));
+    }
   }
-  const std::vector<Command> commands =
-      layout_.write_commands({write.key, write.epoch, write.cost, write.first && counted});
-  Exchange x(*this, commands.size());
-  x.items.assign(2, {&home});
-  if (commands.size() > 2) {
-    // The change set's commands, to the node of its slot.
-    RedisNode& sets = topology_.node_for_slot(
-        StoreLayout::change_set_slot(StoreLayout::change_set_shard(write.key.resource)));
-    x.items.resize(commands.size(), {&sets});
-  }
-  x.items.resize(commands.size());
-  const std::size_t window_reply = counted ? 1 : 0;
-  Call call;
-  x.run(commands, [&](std::size_t i, const redisReply& r) {
+  if (all.empty()) return;
+  x.run(all, [&](std::size_t index, const redisReply& r) {
+    const std::size_t j = owner[index];
+    const std::size_t i = index - parts[j].first;
+    Call& call = parts[j].call;
+    const bool counted = writes[j].cost != 0;
     call.take(r);
     if (counted && i == 0 && r.type != REDIS_REPLY_ERROR && !call.bitfield.read(r)) {
       call.refused = "unexpected BITFIELD reply: " + reply_text(r);
     }
-    if (i == window_reply && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
+    if (i == (counted ? 1U : 0U) && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
       call.window_read = true;
       if (r.type == REDIS_REPLY_STRING) call.window.assign(r.str, r.len);
     }
   });
+  for (std::size_t j = 0; j < writes.size(); ++j) {
+    if (parts[j].size == 0) continue;  // skipped: its node is down
+    written[j] = conclude(writes[j], parts[j].call, x, parts[j].first, parts[j].size, counts[j],
+                          started);
+  }
+}
+
+bool WritePath::conclude(const StoreWrite& write, const Call& call, const Exchange& x,
+                         std::size_t first, std::size_t size, std::span<std::uint64_t> counts,
+                         std::int64_t started) {
+  const auto items = std::span(x.items).subspan(first, size);
+  const bool counted = write.cost != 0;
+  const std::size_t window_reply = counted ? 1 : 0;
   for (std::size_t i = 0; i <= window_reply; ++i) {
-    if (x.items[i].end == Exchange::End::kAnswered) continue;
+    if (items[i].end == Exchange::End::kAnswered) continue;
     if (counted) {
-      (x.items[i].end == Exchange::End::kSkipped ? writes_skipped_ : writes_failed_)
+      (items[i].end == Exchange::End::kSkipped ? writes_skipped_ : writes_failed_)
           .fetch_add(1, std::memory_order_relaxed);
     }
     reporter_.note_error("write: " + x.error);
     return false;
   }
-  if (!x.error.empty()) {
+  for (std::size_t i = window_reply + 1; i < items.size(); ++i) {
+    if (items[i].end == Exchange::End::kAnswered) continue;
     // The window was written but its change set was not: other nodes' boundary reads
     // miss this write (their own writes still read it).
     reporter_.note_error("write: recording a change: " + x.error);
+    break;
   }
   const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
   if (!call.refused.empty() || !call.window_read || call.bitfield.size != expected) {
@@ -258,7 +304,7 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
     const std::vector<Command> repair = layout_.adjust_commands(write.key, e, 0, tag);
     Exchange fix(*this, repair.size());
     fix.deadline = x.deadline;
-    fix.items.assign(repair.size(), {x.items[0].node});
+    fix.items.assign(repair.size(), {items[0].node});
     fix.run(repair, [](std::size_t, const redisReply&) {});
     if (!fix.error.empty()) {
       reporter_.note_error("write: tagging the shared window's slot: " + fix.error);

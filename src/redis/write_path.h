@@ -46,6 +46,9 @@ class WritePath {
 
   // Store::add.
   bool add(const StoreWrite& write, std::span<std::uint64_t> counts);
+  // Store::add_all: every write's commands in one parallel round trip.
+  void add_all(std::span<const StoreWrite> writes, std::span<const std::span<std::uint64_t>> counts,
+               std::span<bool> written);
   // Store::remove.
   void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost);
   void add_stats(Stats& stats) const;
@@ -55,6 +58,10 @@ class WritePath {
  private:
   struct Call;
   struct Exchange;
+  // What one write's replies (its commands are x's items first .. first + size) say:
+  // counts (and a repair) if it was written.
+  bool conclude(const StoreWrite& write, const Call& call, const Exchange& x, std::size_t first,
+                std::size_t size, std::span<std::uint64_t> counts, std::int64_t started);
   const Options& options_;
   const StoreLayout& layout_;
   Topology& topology_;

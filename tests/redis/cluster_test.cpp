@@ -177,6 +177,39 @@ TEST_CASE("boundary reads on a cluster bring other engines' counts from every pr
   CHECK(reader.stats().sync_failures == 0);
 }
 
+TEST_CASE("try_acquire_all over limits on every primary: all or nothing, shared exactly") {
+  RedisCluster& c = cluster();
+  REQUIRE(c.wait_healthy(30'000));
+  const Options options = cluster_options(c.url());
+  Engine a(options);
+  Engine b(options);
+  const std::vector<RedisServer*> primaries = c.primaries();
+  REQUIRE(primaries.size() == 3);
+  const Limit limit(10, 60s, 6s);
+  std::vector<Acquisition> group;
+  std::uint64_t from = 1;
+  for (RedisServer* p : primaries) {
+    from = resource_on(*p, false, from) + 1;
+    group.push_back({from - 1, limit});
+  }
+  group.push_back({group[0].resource, Limit(7, 30s, 3s)});  // the tightest, on primary 1
+  std::vector<Decision> out(group.size());
+  int admitted = 0;
+  for (int i = 0; i < 20; ++i) {
+    Engine& e = i % 2 == 0 ? a : b;
+    const std::size_t refused = e.try_acquire_all(group, out);
+    for (const Decision& d : out) CHECK_FALSE(d.degraded);
+    if (refused == group.size()) ++admitted;
+  }
+  CHECK(admitted == 7);
+  // Nothing refused stayed counted: a fresh engine sees 7 on each limit.
+  Engine fresh(options);
+  for (const Acquisition& item : group) {
+    const Decision d = fresh.try_acquire(item.resource, item.limit, 0);
+    CHECK(d.remaining == item.limit.max() - 7);
+  }
+}
+
 TEST_CASE("resharding under traffic: no call fails, and the shared counts stay right") {
   RedisCluster& c = cluster();
   REQUIRE(c.wait_healthy(30'000));

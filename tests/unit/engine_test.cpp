@@ -42,6 +42,8 @@ struct SharedCounts {
   std::atomic<bool> down{false};
   std::atomic<int> calls{0};
   std::atomic<int> first_writes{0};  // writes marked as an engine's first in their epoch
+  std::atomic<int> batches{0};       // add_all calls
+  std::atomic<int> batched{0};       // writes they carried
   std::function<void()> during_add;  // runs inside each write, before it is counted
 };
 
@@ -64,6 +66,12 @@ class FakeStore final : public detail::Store {
     for (std::size_t k = 0; k < counts.size(); ++k)
       counts[k] = count(write.epoch - static_cast<std::int64_t>(k));
     return true;
+  }
+  void add_all(std::span<const detail::StoreWrite> writes,
+               std::span<const std::span<std::uint64_t>> counts, std::span<bool> written) override {
+    ++shared_->batches;
+    shared_->batched += static_cast<int>(writes.size());
+    for (std::size_t i = 0; i < writes.size(); ++i) written[i] = add(writes[i], counts[i]);
   }
   void remove(const detail::LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
     if (shared_->down) return;
@@ -642,4 +650,37 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all gives back what it counted when the 
 }
 
 }  // namespace
+TEST_CASE_FIXTURE(Fixture, "try_acquire_all sends its limits' shared writes in one batch") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit per_second(3, 1s, 100ms);
+  const Limit per_minute(100, 60s, 1s);
+  const std::vector<Acquisition> group = {{1, per_second}, {1, per_minute}, {2, per_second}};
+  std::vector<Decision> out(group.size());
+  CHECK(a.try_acquire_all(group, out) == group.size());
+  CHECK(shared->batches == 1);  // one call to the store for the three writes
+  CHECK(shared->batched == 3);
+  CHECK(shared->calls == 3);
+  for (const Decision& d : out) CHECK(d.allowed);
+  // b has used resource 2's per-second limit up: a's next group is refused by the
+  // shared counts (after its writes), and what the others counted is given back.
+  for (int i = 0; i < 2; ++i) REQUIRE(b.try_acquire(2, per_second, 1).allowed);
+  CHECK(a.try_acquire_all(group, out) == 2);
+  CHECK(shared->batches == 2);
+  CHECK_FALSE(out[2].allowed);
+  CHECK(out[0].remaining == 2);  // given back: 1 of 3 used
+  CHECK(out[1].remaining == 99);
+  {
+    std::lock_guard lock(shared->mutex);
+    std::uint64_t total = 0;
+    for (const auto& [k, v] : shared->counts) total += v;
+    CHECK(total == 3 + 2);  // the first group, and b's two; the refused group left nothing
+  }
+  // A limit refused by the local counts sends nothing at all.
+  const int calls = shared->calls;
+  CHECK(a.try_acquire_all(group, out) == 2);
+  CHECK(shared->calls == calls);
+}
+
 }  // namespace ratewin::test
