@@ -97,10 +97,14 @@ std::string Overrides::command(const std::function<std::string(RedisClient&)>& b
   std::lock_guard lock(command_mutex_);
   std::string error;
   if (command_connection_ == nullptr || !command_connection_->usable()) {
-    command_connection_ = RedisClient::open(redis_, 1000ms, 1000ms, error);
+    command_connection_ = RedisClient::open(redis_, 1000ms, 1000ms, error, hash_key_);
     if (command_connection_ == nullptr) return "Redis: " + error;
   }
-  return body(*command_connection_);
+  std::string result = body(*command_connection_);
+  // A failure may mean that the hash's slot moved (MOVED), or that this server is a
+  // replica now (READONLY): the next command connects afresh, to where the hash lives.
+  if (!result.empty()) command_connection_.reset();
+  return result;
 }
 
 namespace {
@@ -196,9 +200,11 @@ void Overrides::run() {
   };
   while (!stopping(0ms)) {
     std::string error;
+    // The subscriber listens on any node (on a Cluster a PUBLISH reaches every node); the
+    // reader reads the hash where it lives.
     std::unique_ptr<RedisClient> subscriber = RedisClient::open(redis_, 1s, 1s, error);
     std::unique_ptr<RedisClient> reader =
-        subscriber ? RedisClient::open(redis_, 1s, 1s, error) : nullptr;
+        subscriber ? RedisClient::open(redis_, 1s, 1s, error, hash_key_) : nullptr;
     const RedisClient::Argv subscribe[] = {{"SUBSCRIBE", channel_}};
     if (reader == nullptr || !run_all(*subscriber, subscribe).empty() || !reload(*reader)) {
       in_sync_ = false;

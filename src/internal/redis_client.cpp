@@ -4,6 +4,10 @@
 
 #include "redis/connection.h"
 #include "redis/endpoint.h"
+#include "redis/reporter.h"
+#include "redis/sentinel.h"
+#include "redis/slot.h"
+#include "redis/topology.h"
 
 namespace ratewin::inline v1::internal {
 namespace {
@@ -36,6 +40,55 @@ RedisReply copy(const redisReply& r) {
   return out;
 }
 
+// The server to connect to for `route_key`: the address itself; on a Cluster, the primary
+// serving the key's slot (read from the first seed that gives the slot map; any node that
+// answers when there is no key); under Sentinel, the primary the sentinels name. False
+// (with `error`) if none can be found.
+bool server_for(const detail::RedisAddress& address, std::string_view route_key,
+                std::chrono::milliseconds connect_timeout,
+                std::chrono::milliseconds command_timeout, detail::RedisEndpoint& out,
+                std::string& error) {
+  using Kind = detail::RedisAddress::Kind;
+  detail::Reporter reporter(nullptr, address.describe());
+  if (address.kind == Kind::kSingle) {
+    out = address.login;
+    return true;
+  }
+  if (address.kind == Kind::kSentinel) {
+    detail::SentinelWatch sentinels(address, connect_timeout, command_timeout, reporter, nullptr);
+    const detail::SentinelWatch::Primary primary = sentinels.resolve(error);
+    if (primary.host.empty()) return false;
+    out = address.node(primary.host, primary.port);
+    return true;
+  }
+  if (route_key.empty()) {
+    out = address.servers.front();  // any node: the caller tries it
+    return true;
+  }
+  Options options;
+  options.connect_timeout = connect_timeout;
+  options.command_timeout = command_timeout;
+  detail::Topology topology(address, options, reporter, nullptr);
+  for (const detail::RedisEndpoint& seed : address.servers) {
+    auto connection =
+        detail::RedisConnection::open(seed, connect_timeout, command_timeout, error);
+    if (connection == nullptr) continue;
+    bool mapped = false;
+    if (!connection->round_trip(
+            {"CLUSTER", "SLOTS"},
+            [&](std::size_t, const redisReply& r) {
+              mapped = topology.apply_cluster_slots(r, seed.host, error);
+            },
+            error) ||
+        !mapped) {
+      continue;
+    }
+    out = topology.node_for_slot(detail::key_slot(route_key)).endpoint();
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 RedisClient::RedisClient(std::unique_ptr<detail::RedisConnection> connection)
@@ -46,18 +99,26 @@ RedisClient::~RedisClient() = default;
 std::unique_ptr<RedisClient> RedisClient::open(std::string_view url,
                                                std::chrono::milliseconds connect_timeout,
                                                std::chrono::milliseconds command_timeout,
-                                               std::string& error) {
+                                               std::string& error, std::string_view route_key) {
   const detail::RedisAddress address = detail::RedisAddress::parse(url);
-  if (address.kind != detail::RedisAddress::Kind::kSingle) {
-    error = "a client of one server needs a redis:// or unix:// address, not " +
-            address.describe();
-    return nullptr;
+  const bool any_node = address.kind == detail::RedisAddress::Kind::kCluster && route_key.empty();
+  // On a Cluster with no key, any node will do: the first seed that answers.
+  const std::size_t tries = any_node ? address.servers.size() : 1;
+  for (std::size_t i = 0; i < tries; ++i) {
+    detail::RedisEndpoint endpoint;
+    if (any_node) {
+      endpoint = address.servers[i];
+    } else if (!server_for(address, route_key, connect_timeout, command_timeout, endpoint,
+                           error)) {
+      return nullptr;
+    }
+    auto connection =
+        detail::RedisConnection::open(endpoint, connect_timeout, command_timeout, error);
+    if (connection != nullptr) {
+      return std::unique_ptr<RedisClient>(new RedisClient(std::move(connection)));
+    }
   }
-  const detail::RedisEndpoint& endpoint = address.login;
-  auto connection =
-      detail::RedisConnection::open(endpoint, connect_timeout, command_timeout, error);
-  if (connection == nullptr) return nullptr;
-  return std::unique_ptr<RedisClient>(new RedisClient(std::move(connection)));
+  return nullptr;
 }
 
 bool RedisClient::run(std::span<const Argv> commands, std::vector<RedisReply>& replies,

@@ -64,9 +64,10 @@ def write_rules(path: pathlib.Path, text: str, atomic: bool = False) -> pathlib.
 class RedisServer:
     """A private redis-server: no persistence, bound to 127.0.0.1 on a free port."""
 
-    def __init__(self, directory: pathlib.Path) -> None:
+    def __init__(self, directory: pathlib.Path, extra_args: list[str] | None = None) -> None:
         self.directory = directory
         self.port = 0
+        self.extra_args = extra_args or []
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -85,7 +86,7 @@ class RedisServer:
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--dir", str(self.directory),
                  "--daemonize", "no", "--loglevel", "warning",
-                 "--logfile", str(self.directory / "redis.log")],
+                 "--logfile", str(self.directory / "redis.log"), *self.extra_args],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 10
             while self.process.poll() is None and time.monotonic() < deadline:
@@ -365,3 +366,36 @@ class RawReader:
 def raw_get(path: str, headers: Iterable[tuple[str, str]] = (), host: str = "test") -> bytes:
     lines = [f"GET {path} HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers)]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class RedisCluster:
+    """A private Redis Cluster of `primaries` redis-servers (no replicas), joined with
+    redis-cli --cluster create; `url` is a redis-cluster:// address of every node."""
+
+    def __init__(self, directory: pathlib.Path, primaries: int = 3) -> None:
+        self.nodes = [RedisServer(directory / f"node{i}",
+                                  ["--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+                                   "--cluster-require-full-coverage", "no"])
+                      for i in range(primaries)]
+
+    @property
+    def url(self) -> str:
+        return "redis-cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self) -> None:
+        for n in self.nodes:
+            n.start()
+        create = subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
+        if create.returncode != 0:
+            raise RuntimeError("redis-cli --cluster create failed: " + create.stdout.decode())
+        ok = wait_until(lambda: all(b"cluster_state:ok" in n.command("CLUSTER", "INFO")
+                                    for n in self.nodes), 30)
+        if not ok:
+            raise RuntimeError("the cluster did not become healthy")
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.kill()

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from server_support import Client, free_port, wait_until, write_rules
+from server_support import Client, RedisCluster, free_port, wait_until, write_rules
 
 TOKEN = "shared-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -294,3 +294,41 @@ def test_all_or_nothing_across_instances(start_server, redis, tmp_path):
         # 3 of the key's 10 are used, wherever they were admitted: 7 more in all.
         more = [(ca if i % 2 == 0 else cb).get("/other", key) for i in range(10)]
     assert sum(r.status == 200 for r in more) == 7, [r.status for r in more]
+
+
+def test_overrides_reach_every_instance_on_a_cluster(start_server, tmp_path):
+    """On a Redis Cluster: the overrides' hash lives on its slot's primary, and a PUBLISH on
+    one node reaches subscribers on every node."""
+    cluster = RedisCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        rules = write_rules(tmp_path / "rules.yaml", """
+            tiers:
+              free:
+                limits:
+                  - {name: per-minute, max: 2, window: 1m}
+            default_tier: free
+            """)
+        a = start_server(rules=rules, redis=cluster, admin_token=TOKEN)
+        b = start_server(rules=rules, redis=cluster, admin_token=TOKEN)
+        store_up(a, b)
+        for s in (a, b):
+            assert wait_until(lambda: s.metric("ratewin_server_overrides_in_sync") == 1, 5), s.log()
+        assert a.call("POST", "/admin/overrides", headers=AUTH,
+                      body=json.dumps({"key": "carol", "limit": 5, "ttl_s": 120})).status == 200
+        assert wait_until(lambda: any(o["key"] == "carol" for o in
+                                      b.get("/admin/overrides", AUTH).json()["overrides"]),
+                          2.0, 0.01), b.log()
+        assert b.get("/", {"X-API-Key": "carol"}).headers["x-ratelimit-limit"] == "5"
+        assert b.call("DELETE", "/admin/overrides", headers=AUTH,
+                      body=json.dumps({"key": "carol"})).status == 200
+        assert wait_until(lambda: not any(o["key"] == "carol" for o in
+                                          a.get("/admin/overrides", AUTH).json()["overrides"]),
+                          2.0, 0.01), a.log()
+        # The limits themselves are shared through the cluster too.
+        with Client(a.port) as ca, Client(b.port) as cb:
+            got = [(ca if i % 2 == 0 else cb).get("/", {"X-API-Key": "dave"}).status
+                   for i in range(6)]
+        assert got.count(200) == 2, got
+    finally:
+        cluster.stop()

@@ -28,19 +28,22 @@ struct RedisReply {
   bool is_error() const noexcept { return type == Type::kError; }
 };
 
-// One blocking connection to the server an address names ("redis://..." or "unix://...",
-// as Options::redis), logged in. Not thread-safe: one thread at a time.
+// One blocking connection to a server of an address (any form Options::redis takes),
+// logged in. Not thread-safe: one thread at a time.
 class RedisClient {
  public:
   using Argv = std::vector<std::string_view>;
 
-  // nullptr with `error` set when it cannot connect or log in, or for a Cluster or
-  // Sentinel address (one server only, for now); throws std::invalid_argument for an
+  // A connection to the server that serves `route_key`: for a Cluster address, the
+  // primary of the key's slot (any node without a key: a PUBLISH reaches every node, and
+  // a subscriber may listen on any); for a Sentinel address, the current primary. A
+  // MOVED or READONLY reply later means the key moved: open another. nullptr with
+  // `error` set when it cannot connect or log in; throws std::invalid_argument for an
   // address it cannot parse.
   static std::unique_ptr<RedisClient> open(std::string_view url,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds command_timeout,
-                                           std::string& error);
+                                           std::string& error, std::string_view route_key = {});
   ~RedisClient();
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
