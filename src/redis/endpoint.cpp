@@ -128,6 +128,17 @@ std::vector<RedisEndpoint> parse_hosts(std::string_view url, std::string_view li
 
 }  // namespace
 
+std::string host_port(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  std::string out;
+  if (v6) out += '[';
+  out += host;
+  if (v6) out += ']';
+  out += ':';
+  out += std::to_string(port);
+  return out;
+}
+
 RedisEndpoint RedisEndpoint::parse(std::string_view url) {
   RedisEndpoint e;
   constexpr std::string_view kTcp = "redis://";
@@ -186,12 +197,7 @@ std::string RedisEndpoint::describe() const {
     }
     return out;
   }
-  const bool v6 = host.find(':') != std::string::npos;
-  if (v6) out += '[';
-  out += host;
-  if (v6) out += ']';
-  out += ':';
-  out += std::to_string(port);
+  out += host_port(host, port);
   if (db != 0) {
     out += '/';
     out += std::to_string(db);
@@ -282,13 +288,7 @@ std::string RedisAddress::describe() const {
   }
   for (std::size_t i = 0; i < servers.size(); ++i) {
     if (i > 0) out += ',';
-    const RedisEndpoint& s = servers[i];
-    const bool v6 = s.host.find(':') != std::string::npos;
-    if (v6) out += '[';
-    out += s.host;
-    if (v6) out += ']';
-    out += ':';
-    out += std::to_string(s.port);
+    out += host_port(servers[i].host, servers[i].port);
   }
   if (kind == Kind::kSentinel) {
     out += '/';

@@ -7,6 +7,10 @@
 
 namespace ratewin::inline v1::detail {
 
+// "host:port", with an IPv6 host in brackets, as addresses are written in URLs and in
+// Redis' own replies.
+std::string host_port(const std::string& host, int port);
+
 struct RedisEndpoint {
   std::string host;  // TCP host name or address (IPv6 without brackets)
   int port = 6379;

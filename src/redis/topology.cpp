@@ -7,17 +7,6 @@
 namespace ratewin::inline v1::detail {
 namespace {
 
-std::string node_name(const std::string& host, int port) {
-  std::string out;
-  const bool v6 = host.find(':') != std::string::npos;
-  if (v6) out += '[';
-  out += host;
-  if (v6) out += ']';
-  out += ':';
-  out += std::to_string(port);
-  return out;
-}
-
 bool is_int(const redisReply* r) { return r != nullptr && r->type == REDIS_REPLY_INTEGER; }
 bool is_string(const redisReply* r) {
   return r != nullptr && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
@@ -30,7 +19,7 @@ RedisNode::RedisNode(std::uint16_t index, RedisEndpoint endpoint, const Options&
                      std::function<void(RedisNode&)> opened)
     : index_(index),
       endpoint_(std::move(endpoint)),
-      name_(endpoint_.unix_path.empty() ? node_name(endpoint_.host, endpoint_.port)
+      name_(endpoint_.unix_path.empty() ? host_port(endpoint_.host, endpoint_.port)
                                         : endpoint_.unix_path),
       pool_(endpoint_, options.connect_timeout, options.command_timeout, options.max_connections),
       circuit_(reporter, endpoint_.describe(), open_circuits,

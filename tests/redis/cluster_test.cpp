@@ -12,6 +12,7 @@
 #include "ratewin/engine.h"
 #include "redis/endpoint.h"
 #include "redis/slot.h"
+#include "eventually.h"
 #include "redis_cluster.h"
 
 namespace ratewin::test {
@@ -37,16 +38,6 @@ Options cluster_options(const std::string& url) {
   o.sync_settle = 5ms;
   o.logger = [](LogLevel, std::string_view) {};
   return o;
-}
-
-template <class F>
-bool eventually(F&& done, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
 }
 
 // A resource (its hashed name) whose slot the primary `server` serves, and one served

@@ -20,6 +20,7 @@
 #include "redis/layout.h"
 #include "redis/pool.h"
 #include "redis/redis_store.h"
+#include "eventually.h"
 #include "redis_server.h"
 #include "sliding.h"
 
@@ -68,17 +69,6 @@ std::chrono::nanoseconds timed(F&& f) {
   const auto t0 = Clock::now();
   f();
   return Clock::now() - t0;
-}
-
-// Waits (really: these tests run on Redis' clock) until `done` or the timeout.
-template <class F>
-bool eventually(F&& done, std::chrono::milliseconds timeout = 5000ms) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
 }
 
 // Sleeps until shortly after the next boundary of `resolution` plus the settle delay

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ratewin/engine.h"
+#include "eventually.h"
 #include "redis_server.h"
 
 namespace ratewin::test {
@@ -18,16 +19,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kSentinelPassword = "s3ntinel";
-
-template <class F>
-bool eventually(F&& done, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
-}
 
 // A primary, its replica, and three sentinels watching them as "mymaster" (quorum 2,
 // down after 1 s).

@@ -135,17 +135,7 @@ std::string RedisServer::command(const std::vector<std::string>& args,
   return out;
 }
 
-double RedisServer::info_real(const std::string& section, const std::string& field) const {
-  std::string info(1, '\n');
-  info += command({"INFO", section});
-  std::string tag(1, '\n');
-  tag += field;
-  tag += ':';
-  const auto at = info.find(tag);
-  return at == std::string::npos ? -1 : std::atof(info.c_str() + at + tag.size());
-}
-
-long long RedisServer::info_number(const std::string& section, const std::string& field) const {
+std::string RedisServer::info_field(const std::string& section, const std::string& field) const {
   // Appended, not "\n" + ...: GCC 12 at -O3 warns (-Wrestrict) on operator+(const char*,
   // std::string&&), a false positive (GCC bug 105329).
   std::string info(1, '\n');
@@ -154,7 +144,19 @@ long long RedisServer::info_number(const std::string& section, const std::string
   tag += field;
   tag += ':';
   const auto at = info.find(tag);
-  return at == std::string::npos ? -1 : std::atoll(info.c_str() + at + tag.size());
+  if (at == std::string::npos) return {};
+  const auto end = info.find_first_of("\r\n", at + tag.size());
+  return info.substr(at + tag.size(), end == std::string::npos ? end : end - at - tag.size());
+}
+
+double RedisServer::info_real(const std::string& section, const std::string& field) const {
+  const std::string value = info_field(section, field);
+  return value.empty() ? -1 : std::atof(value.c_str());
+}
+
+long long RedisServer::info_number(const std::string& section, const std::string& field) const {
+  const std::string value = info_field(section, field);
+  return value.empty() ? -1 : std::atoll(value.c_str());
 }
 
 std::map<std::string, RedisServer::CommandStat> RedisServer::commandstats(

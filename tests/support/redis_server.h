@@ -65,6 +65,8 @@ class RedisServer {
 
  private:
   bool answers() const;
+  // The text of `field` in INFO `section` (empty if absent).
+  std::string info_field(const std::string& section, const std::string& field) const;
 
   std::vector<std::string> extra_;
   bool config_ = false;
