@@ -168,21 +168,23 @@ int run_cluster(const cxxopts::ParseResult& args) {
       "ratewin-bench cluster: one redis-server and a 3-primary Redis Cluster (redis-cli "
       "--cluster create), all on this machine's loopback\n\n");
 
-  // ---- the model's constants, from one Redis ----
-  Model model;
-  {
+  // ---- the model's write constants, on each target: cold and hot loads apart ----
+  std::vector<Model> models(targets.size());
+  for (std::size_t i = 0; i < targets.size(); ++i) {
     std::vector<double> first, later;
     for (int round = 0; round < 3; ++round) {
       const std::string r = std::to_string(round);
-      const WriteRun cold = write_load(targets[0], "m-cold" + r, 20'000, 0, 0);
+      const WriteRun cold = write_load(targets[i], "m-cold" + r, 20'000, 0, 0);
       first.push_back(cold.cpu / cold.firsts);
-      const WriteRun hot = write_load(targets[0], "m-hot" + r, 0, 200, 100);
+      const WriteRun hot = write_load(targets[i], "m-hot" + r, 0, 200, 100);
       later.push_back((hot.cpu - hot.firsts * first.back()) / hot.laters);
     }
-    model.first = median(first);
-    model.later = median(later);
-    calibrate_reads(single, model);
+    models[i].first = median(first);
+    models[i].later = median(later);
   }
+  Model& model = models[0];
+  calibrate_reads(single, model);
+  models[1].command = model.command;
 
   // ---- allowed path, 8 threads ----
   std::printf("allowed path, 8 threads, every call writes (3 rounds of 1 s, medians):\n");
@@ -210,16 +212,22 @@ int run_cluster(const cxxopts::ParseResult& args) {
 
   // ---- write load: spread and the model ----
   std::printf(
-      "\nwrite load (20,000 resources once, 200 resources 50 times, 2 threads): Redis CPU time "
-      "(INFO cpu, every primary), against the model (constants from one Redis: %.2f us a first "
-      "write, %.2f a later one)\n",
-      model.first, model.later);
+      "\nmixed write load (20,000 resources once, 200 resources 50 times, 2 threads): Redis CPU "
+      "time (INFO cpu, every primary), against the model with each target's constants (from "
+      "its cold and hot loads apart; one Redis: %.2f us a first write, %.2f a later one; the "
+      "cluster: %.2f and %.2f, %.2fx and %.2fx)\n",
+      model.first, model.later, models[1].first, models[1].later, models[1].first / model.first,
+      models[1].later / model.later);
   double spread_calls = 0;
-  for (const Target& t : targets) {
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const Target& t = targets[i];
     const WriteRun w = write_load(t, std::string("load-") + t.name, 20'000, 200, 50);
-    const double predicted = model.writes(w.firsts, w.laters);
-    std::printf("  %-22s measured %8.0f us, model %8.0f us: %+.0f%% (in commands: %.0f us)",
-                t.name, w.cpu, predicted, (w.cpu / predicted - 1) * 100, w.usec);
+    const double predicted = models[i].writes(w.firsts, w.laters);
+    const double from_single = model.writes(w.firsts, w.laters);
+    std::printf("  %-22s measured %8.0f us, model %8.0f us: %+.0f%% (one Redis' constants: "
+                "%+.0f%%; in commands: %.0f us)",
+                t.name, w.cpu, predicted, (w.cpu / predicted - 1) * 100,
+                (w.cpu / from_single - 1) * 100, w.usec);
     if (t.servers.size() > 1) {
       spread_calls = busiest_to_mean(w.calls_per_server);
       std::printf("; commands per primary:");
