@@ -199,9 +199,12 @@ typedef struct ratewin_options {
    * Default 1000000. */
   uint64_t max_limiters;
   /* The shared store: NULL or "" for local mode (the default), else
-   * "redis://[user[:password]@]host[:port][/db]" or
-   * "unix://[user[:password]@]/path/to/socket[?db=N]". The engine opens whether or not
-   * Redis is up, and connects when it can. */
+   * "redis://[user[:password]@]host[:port][/db]",
+   * "unix://[user[:password]@]/path/to/socket[?db=N]",
+   * "redis-cluster://[user[:password]@]host:port[,host:port...]" (a Redis Cluster's seed
+   * nodes) or "redis-sentinel://[user[:password]@]host:port[,...]/master-name
+   * [?sentinel_password=...]" (a primary behind Redis Sentinel). The engine opens whether
+   * or not Redis is up, and connects when it can. */
   const char* redis;
   /* Prefix of every Redis key, without '{' or '}'. NULL: "ratewin". */
   const char* key_prefix;

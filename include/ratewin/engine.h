@@ -38,9 +38,12 @@ struct Options {
   // Source of time; nullptr means system_clock().
   std::shared_ptr<const Clock> clock;
 
-  // The shared store: empty for local mode, else "redis://[user[:password]@]host[:port][/db]"
-  // or "unix://[user[:password]@]/path/to/socket[?db=N]". The engine starts whether or
-  // not Redis is up, and connects when it can.
+  // The shared store: empty for local mode, else "redis://[user[:password]@]host[:port][/db]",
+  // "unix://[user[:password]@]/path/to/socket[?db=N]", a Redis Cluster's seed nodes
+  // "redis-cluster://[user[:password]@]host:port[,host:port...]", or a primary behind
+  // Redis Sentinel "redis-sentinel://[user[:password]@]host:port[,...]/master-name
+  // [?sentinel_password=...&sentinel_user=...&db=N]". The engine starts whether or not
+  // Redis is up, and connects when it can.
   std::string redis;
   // Prefix of every Redis key, so several applications can share one Redis. No '{' or '}'
   // (the braces after it mark the part of a key Redis Cluster hashes).

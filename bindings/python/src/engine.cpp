@@ -413,9 +413,10 @@ void init_engine(py::module_& m) {
            "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
            "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
            "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None).\n\n"
-           "redis: None (local) or 'redis://[user[:password]@]host[:port][/db]' or "
-           "'unix://[user[:password]@]/path[?db=N]'; the engine starts whether or not Redis "
-           "is up. Durations are seconds (int, float or timedelta). clock: a ManualClock for "
+           "redis: None (local) or 'redis://[user[:password]@]host[:port][/db]', "
+           "'unix://[user[:password]@]/path[?db=N]', 'redis-cluster://host:port,host:port,...' "
+           "or 'redis-sentinel://host:port,.../master-name[?sentinel_password=...]'; the engine "
+           "starts whether or not Redis is up. Durations are seconds (int, float or timedelta). clock: a ManualClock for "
            "tests. logger: a callable(level, message), level one of 'debug', 'info', "
            "'warning', 'error', called from the engine's threads (default: warnings and "
            "errors to stderr). Raises ValueError for a bad option or URL.")
