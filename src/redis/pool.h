@@ -30,7 +30,7 @@ class RedisPool {
         : pool_(pool), connection_(std::move(connection)) {}
     Lease(Lease&&) noexcept = default;
     // Gives back the connection it held first.
-    Lease& operator=(Lease&& other) {
+    Lease& operator=(Lease&& other) noexcept {
       if (this != &other) {
         reset();
         pool_ = other.pool_;
@@ -41,7 +41,7 @@ class RedisPool {
     }
     ~Lease() { reset(); }
     // Gives the connection back now.
-    void reset() {
+    void reset() noexcept {
       if (connection_ != nullptr) pool_->give_back(std::move(connection_));
     }
     explicit operator bool() const noexcept { return connection_ != nullptr; }
