@@ -152,6 +152,16 @@ void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32
       --slot;
     }
   }
+  // The next epoch's count, if another node has begun it (its clock a little ahead, across
+  // a boundary): counted as this one's, so that a node behind never admits past it (it errs
+  // high, by what was written in the moment the two disagreed).
+  if (!counts.empty()) {
+    const std::size_t at = std::size_t{slot_of(epoch + 1, subintervals)} * kSlotBytes;
+    if (at + kSlotBytes <= value.size() &&
+        big_endian(value, at, 2) == tag_of(epoch + 1, subintervals)) {
+      counts[0] += big_endian(value, at + 2, 4);
+    }
+  }
 }
 
 namespace {

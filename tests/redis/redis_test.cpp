@@ -281,6 +281,31 @@ class SkewedClock final : public ratewin::Clock {
   }
 };
 
+TEST_CASE("a node a moment behind at a boundary counts what a node ahead began") {
+  // Clocks measured against Redis still differ by up to half a round trip: at a boundary,
+  // one node may have begun epoch e + 1 while another still decides in e. The one behind
+  // must count what the other wrote in e + 1 (it errs high), not admit past it.
+  RedisServer redis;
+  const std::int64_t r = 400'000'000;
+  const std::int64_t boundary = (SystemClock::read() / r + 1) * r;
+  auto behind = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary - 2'000'000));
+  auto ahead = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary + 2'000'000));
+  Options a_options = redis_options(redis.url());
+  a_options.sync_clock = false;
+  a_options.clock = behind;
+  Options b_options = a_options;
+  b_options.clock = ahead;
+  Engine a(a_options);
+  Engine b(b_options);
+  const Limit limit(5, 4s, 400ms);
+  int admitted = 0;
+  for (int i = 0; i < 5; ++i) admitted += b.try_acquire("edge", limit).allowed ? 1 : 0;
+  CHECK(admitted == 5);
+  for (int i = 0; i < 3; ++i) admitted += a.try_acquire("edge", limit).allowed ? 1 : 0;
+  CHECK(admitted == 5);
+  CHECK(a.stats().writes_failed == 0);
+}
+
 TEST_CASE("a node with a skewed clock agrees on epochs once it measured the offset") {
   RedisServer redis;
   Options plain = redis_options(redis.url());

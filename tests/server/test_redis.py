@@ -71,11 +71,18 @@ def test_global_limit_is_exact_under_concurrency(start_server, redis, tmp_path):
     results: list[int] = []
     lock = threading.Lock()
 
+    degraded: list[int] = []
+
     def client(n: int) -> None:
         with Client(servers[n % 2].port) as c:
-            got = [c.get("/hot", {"X-API-Key": f"c{n}-{i}"}).status for i in range(15)]
+            got = [c.get("/hot", {"X-API-Key": f"c{n}-{i}"}) for i in range(15)]
         with lock:
-            results.extend(got)
+            results.extend(r.status for r in got)
+            # A write that missed its deadline (a slow machine, a sanitizer) is decided on
+            # local counts, as the failure policy says, and says so: such a decision may
+            # admit past the shared count.
+            degraded.extend(r.status for r in got
+                            if r.headers.get("x-ratelimit-policy") == "degraded")
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
     for t in threads:
@@ -83,8 +90,13 @@ def test_global_limit_is_exact_under_concurrency(start_server, redis, tmp_path):
     for t in threads:
         t.join(20)
     assert len(results) == 90
-    assert results.count(200) == 25, results
-    assert results.count(429) == 65
+    assert all(s in (200, 429) for s in results), results
+    admitted = results.count(200)
+    if not degraded:
+        assert admitted == 25, results
+    else:
+        # Never more than the limit on shared counts; the degraded ones on local counts.
+        assert 25 <= admitted <= 25 + degraded.count(200), (results, degraded)
 
 
 def test_admin_override_propagates_to_other_instance_within_2s(start_server, redis, tmp_path):
