@@ -99,7 +99,9 @@ def test_global_limit_is_exact_under_concurrency(start_server, redis, tmp_path):
         assert 25 <= admitted <= 25 + degraded.count(200), (results, degraded)
 
 
-def test_admin_override_propagates_to_other_instance_within_2s(start_server, redis, tmp_path):
+def two_following_overrides(start_server, tmp_path, redis, in_sync_s: float):
+    """Two servers of one free tier (2 a minute) on `redis`, with the admin API, once both
+    follow the overrides in Redis (within `in_sync_s`)."""
     rules = write_rules(tmp_path / "rules.yaml", """
         tiers:
           free:
@@ -109,8 +111,14 @@ def test_admin_override_propagates_to_other_instance_within_2s(start_server, red
         """)
     a = start_server(rules=rules, redis=redis, admin_token=TOKEN)
     b = start_server(rules=rules, redis=redis, admin_token=TOKEN)
-    for s in (a, b):  # both follow the overrides in Redis
-        assert wait_until(lambda: s.metric("ratewin_server_overrides_in_sync") == 1, 3), s.log()
+    for s in (a, b):
+        assert wait_until(lambda: s.metric("ratewin_server_overrides_in_sync") == 1,
+                          in_sync_s), s.log()
+    return a, b
+
+
+def test_admin_override_propagates_to_other_instance_within_2s(start_server, redis, tmp_path):
+    a, b = two_following_overrides(start_server, tmp_path, redis, 3)
 
     def b_overrides() -> list:
         return b.get("/admin/overrides", AUTH).json()["overrides"]
@@ -314,18 +322,8 @@ def test_overrides_reach_every_instance_on_a_cluster(start_server, tmp_path):
     cluster = RedisCluster(tmp_path / "cluster")
     try:
         cluster.start()
-        rules = write_rules(tmp_path / "rules.yaml", """
-            tiers:
-              free:
-                limits:
-                  - {name: per-minute, max: 2, window: 1m}
-            default_tier: free
-            """)
-        a = start_server(rules=rules, redis=cluster, admin_token=TOKEN)
-        b = start_server(rules=rules, redis=cluster, admin_token=TOKEN)
+        a, b = two_following_overrides(start_server, tmp_path, cluster, 5)
         store_up(a, b)
-        for s in (a, b):
-            assert wait_until(lambda: s.metric("ratewin_server_overrides_in_sync") == 1, 5), s.log()
         assert a.call("POST", "/admin/overrides", headers=AUTH,
                       body=json.dumps({"key": "carol", "limit": 5, "ttl_s": 120})).status == 200
         assert wait_until(lambda: any(o["key"] == "carol" for o in
