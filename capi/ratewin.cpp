@@ -98,10 +98,12 @@ constexpr std::size_t kFirstSize<ratewin_stats> = offsetof(ratewin_stats, clock_
 // No struct has padding (the header promises it): a field added later must never land
 // where an older library saw padding it did not check. (A release that adds fields
 // compares sizeof with the end of its new last field.)
-static_assert(sizeof(ratewin_options) == kFirstSize<ratewin_options>);
+static_assert(sizeof(ratewin_options) ==
+              offsetof(ratewin_options, max_memory) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_limit_options) == kFirstSize<ratewin_limit_options>);
 static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
-static_assert(sizeof(ratewin_stats) == kFirstSize<ratewin_stats>);
+static_assert(sizeof(ratewin_stats) ==
+              offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
 
 template <class T>
 bool size_too_small(const T* s) noexcept {
@@ -225,6 +227,11 @@ ratewin::Options to_cxx(const ratewin_options& c) {
                                 " is more than this platform's SIZE_MAX");
   }
   o.max_limiters = static_cast<std::size_t>(c.max_limiters);
+  if (c.max_memory > SIZE_MAX) {
+    throw std::invalid_argument("max_memory " + std::to_string(c.max_memory) +
+                                " is more than this platform's SIZE_MAX");
+  }
+  o.max_memory = static_cast<std::size_t>(c.max_memory);
   if (c.redis != nullptr) o.redis = c.redis;
   if (c.key_prefix != nullptr) o.key_prefix = c.key_prefix;
   o.connect_timeout = milliseconds(c.connect_timeout_ms);
@@ -423,6 +430,7 @@ void ratewin_options_init(ratewin_options* options) {
   *options = ratewin_options{};
   options->size = sizeof *options;
   options->max_limiters = d.max_limiters;
+  options->max_memory = d.max_memory;
   options->connect_timeout_ms = static_cast<std::uint32_t>(d.connect_timeout.count());
   options->command_timeout_ms = static_cast<std::uint32_t>(d.command_timeout.count());
   options->max_connections = static_cast<std::uint32_t>(d.max_connections);
@@ -509,6 +517,10 @@ int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats) {
     c.active_limiters = s.active_limiters;
     c.clock_offset_ns = s.clock_offset.count();
     c.clock_rtt_ns = s.clock_rtt.count();
+    c.overflowed = s.overflowed;
+    c.memory = s.memory;
+    c.max_memory = s.max_memory;
+    c.sync_last_change_sets = s.sync_last_change_sets;
     write_sized(c, stats);
     return RATEWIN_OK;
   });
@@ -520,6 +532,15 @@ int ratewin_engine_last_error(const ratewin_engine* engine, char** out) {
     char* copy = copy_string(engine->rep.stats().last_error);
     if (copy == nullptr) return RATEWIN_ENOMEM;
     *out = copy;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_capacity(const ratewin_engine* engine, const ratewin_limit* limit,
+                            uint64_t* out) {
+  return guarded(nullptr, [&] {
+    if (engine == nullptr || limit == nullptr || out == nullptr) return RATEWIN_EINVAL;
+    *out = engine->rep.capacity(limit->rep);
     return RATEWIN_OK;
   });
 }

@@ -63,7 +63,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 0
+#define RATEWIN_VERSION_MINOR 1
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -194,9 +194,8 @@ typedef void (*ratewin_log_fn)(void* data, int level, const char* message, size_
 typedef struct ratewin_options {
   size_t size; /* sizeof(ratewin_options) */
   /* Most limiters held in memory (one per resource and window geometry); at least 1
-   * and at most SIZE_MAX.
-   * Beyond it, idle limiters are dropped first, then the least recently used.
-   * Default 1000000. */
+   * and at most SIZE_MAX. Default 1000000. See max_memory for what happens at the
+   * bounds. */
   uint64_t max_limiters;
   /* The shared store: NULL or "" for local mode (the default), else
    * "redis://[user[:password]@]host[:port][/db]",
@@ -229,6 +228,12 @@ typedef struct ratewin_options {
    * to stderr (the default). Called from the engine's threads. */
   ratewin_log_fn logger;
   void* logger_data;
+  /* Since 1.1. Most bytes the limiters take in memory (records and table; a limiter
+   * takes 48 bytes plus 4 per subinterval); at least 16384. Default 268435456 (256 MiB).
+   * A limiter whose window still holds counts is never dropped to make room; while both
+   * bounds are full of them, new resources share the overflow limiter of their window
+   * geometry (ratewin_stats.overflowed counts those decisions). */
+  uint64_t max_memory;
 } ratewin_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -272,8 +277,8 @@ typedef struct ratewin_stats {
   uint64_t limiters;         /* limiters held now */
   uint64_t max_limiters;     /* the configured bound */
   uint64_t pinned;           /* limiters held by open ratewin_limiter handles */
-  uint64_t evictions;        /* limiters dropped to stay within max_limiters */
-  uint64_t evictions_active; /* of those, ones whose window still held counts */
+  uint64_t evictions;        /* limiters with empty windows dropped to make room */
+  uint64_t evictions_active; /* of those, ones whose window still held counts: 0 */
   int32_t store;             /* 1: a store is configured */
   int32_t store_available;   /* 1: writes and reads go through */
   uint64_t circuit_opens;    /* times the store was found unreachable */
@@ -295,6 +300,11 @@ typedef struct ratewin_stats {
   uint64_t active_limiters; /* limiters kept in step by boundary reads */
   int64_t clock_offset_ns;  /* the store's clock minus the engine's */
   int64_t clock_rtt_ns;     /* round trip of the measurement used */
+  /* Since 1.1. */
+  uint64_t overflowed;             /* decisions on new resources made by an overflow limiter */
+  uint64_t memory;                 /* bytes held by limiters now */
+  uint64_t max_memory;             /* the configured bound */
+  uint64_t sync_last_change_sets;  /* change sets read by the last boundary read */
 } ratewin_stats;
 
 /* Sets stats->size and zeroes the rest. NULL is ignored. */
@@ -303,6 +313,11 @@ RATEWIN_EXPORT void ratewin_stats_init(ratewin_stats* stats);
 RATEWIN_EXPORT int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats);
 /* The latest store failure in *out, "" if none; the caller frees it with ratewin_free(). */
 RATEWIN_EXPORT int ratewin_engine_last_error(const ratewin_engine* engine, char** out);
+/* Since 1.1. How many limiters of `limit`'s window geometry the engine's bounds
+ * (max_limiters, max_memory) hold, were they all of it, in *out: 0 when not even one fits
+ * (its window is larger than a shard's share of max_memory). */
+RATEWIN_EXPORT int ratewin_engine_capacity(const ratewin_engine* engine, const ratewin_limit* limit,
+                                           uint64_t* out);
 
 /* ---- Limiters ------------------------------------------------------------------- */
 

@@ -29,12 +29,19 @@ enum class LogLevel { debug, info, warning, error };
 // Engine settings. The Engine constructor checks them and throws std::invalid_argument
 // naming the first one out of range.
 struct Options {
-  // Upper bound on limiters held in memory (one per resource and window geometry).
-  // When it is reached, a limiter whose window is empty is dropped first (among the 16
-  // least recently used), otherwise the least recently used one; each drop is counted
-  // in Stats. The bound is split evenly over up to 64 shards by resource hash. Limiters
-  // held by a LimiterHandle are never dropped. At least 1.
+  // Bounds on the limiters held in memory: how many (one per resource and window
+  // geometry), and their bytes (records and table; a limiter takes 48 bytes plus 4 per
+  // subinterval, plus about 11 of table). Both are split evenly over up to 64 shards by
+  // resource hash. A limiter whose window still holds counts is never dropped to make
+  // room (its client would get a fresh quota): only ones whose windows are empty are,
+  // least recently used first, each counted in Stats::evictions. While the bounds are
+  // full of limiters that still count, a new resource shares the overflow limiter of its
+  // window geometry: all such resources together get what one would (Stats::overflowed
+  // counts those decisions). Limiters held by a LimiterHandle are never dropped and are
+  // made even over the bounds.
+  // max_limiters is at least 1; max_memory at least 16 KiB (see Engine::capacity).
   std::size_t max_limiters = 1'000'000;
+  std::size_t max_memory = std::size_t{256} << 20;
   // Source of time; nullptr means system_clock().
   std::shared_ptr<const Clock> clock;
 
@@ -76,8 +83,11 @@ struct Stats {
   std::uint64_t limiters = 0;          // limiters held now
   std::uint64_t max_limiters = 0;      // the configured bound
   std::uint64_t pinned = 0;            // limiters held by LimiterHandles now
-  std::uint64_t evictions = 0;         // limiters dropped to stay within max_limiters
-  std::uint64_t evictions_active = 0;  // of those, ones whose window still held counts
+  std::uint64_t evictions = 0;         // limiters with empty windows dropped to make room
+  std::uint64_t evictions_active = 0;  // of those, ones whose window still held counts: 0
+  std::uint64_t overflowed = 0;        // decisions on new resources made by an overflow limiter
+  std::uint64_t memory = 0;            // bytes held by limiters now (records and table)
+  std::uint64_t max_memory = 0;        // the configured bound
 
   // The shared store (all zero in local mode).
   bool store = false;                     // a store is configured
@@ -151,6 +161,9 @@ class Engine {
 
   Stats stats() const;
   const Options& options() const noexcept;
+  // How many limiters of `limit`'s geometry the bounds hold, were they all of it
+  // (0: not even one, its window is larger than a shard's share of max_memory).
+  std::size_t capacity(const Limit& limit) const noexcept;
 
  private:
   std::shared_ptr<detail::EngineCore> core_;

@@ -40,6 +40,10 @@ struct LimiterKey {
   }
 };
 
+// The resource of the overflow limiters: new keys share the one of their geometry while
+// the registry is full of limiters that still count (EngineCore::decide).
+inline constexpr std::uint64_t kOverflowResource = 0x776f6c667265766fULL;  // "overflow"
+
 // A shared count read back for one epoch of a limiter.
 struct EpochCount {
   std::int64_t epoch;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <stdexcept>
 
@@ -122,16 +123,31 @@ void RecordTable::rehash(std::size_t slot_count) {
   }
 }
 
-void RecordTable::insert(RecordId id, std::uint64_t hash, std::size_t max_slots) {
+std::size_t RecordTable::growth(std::size_t max_slots) const noexcept {
   const std::size_t n = slot_count();
-  if ((size_ + 1) * 4 > n * 3) {
-    const std::size_t needed = (size_ + 1) * 4 / 3 + 1;
-    std::size_t grown = std::max<std::size_t>(8, n * 2);
-    // Growth stops at max_slots, unless the shard is over capacity (records pinned by
-    // handles): then it stays geometric, so inserting stays amortised O(1).
-    if (needed <= max_slots) grown = std::min(grown, max_slots);
-    rehash(std::max(grown, needed));
-  }
+  if ((size_ + 1) * 4 <= n * 3) return 0;
+  const std::size_t needed = (size_ + 1) * 4 / 3 + 1;
+  std::size_t grown = std::max<std::size_t>(8, n * 2);
+  // Growth stops at max_slots, unless the shard is over capacity (forced records): then
+  // it stays geometric, so inserting stays amortised O(1).
+  if (needed <= max_slots) grown = std::min(grown, max_slots);
+  return std::max(grown, needed);
+}
+
+std::size_t RecordTable::bytes_for(std::size_t slots) noexcept { return Slots::bytes_for(slots); }
+
+std::size_t RecordTable::bytes() const noexcept {
+  const std::size_t n = slot_count();
+  return n == 0 ? 0 : Slots::bytes_for(n);
+}
+
+std::size_t RecordTable::bytes_after_insert(std::size_t max_slots) const noexcept {
+  const std::size_t grown = growth(max_slots);
+  return grown == 0 ? bytes() : Slots::bytes_for(grown);
+}
+
+void RecordTable::insert(RecordId id, std::uint64_t hash, std::size_t max_slots) {
+  if (const std::size_t grown = growth(max_slots); grown != 0) rehash(grown);
   place(*slots_.load(std::memory_order_relaxed), (tag_of(hash) << 32) | (std::uint64_t{id} + 1),
         hash);
   ++size_;
@@ -169,10 +185,33 @@ Shard::WriteSection::~WriteSection() {
   if (open_) shard_.version.store(version_ + 2, std::memory_order_release);
 }
 
-void Shard::configure(std::size_t records, bool marked) noexcept {
+void Shard::configure(std::size_t records, std::size_t bytes, bool marked) noexcept {
   marked_ = marked;
-  capacity_ = records;
-  max_slots_ = std::max<std::size_t>(8, records * 4 / 3 + 2);
+  // Every record takes at least the smallest record's bytes plus its share of the table
+  // (8-byte slots at most 3/4 full): the count bound that the bytes imply.
+  const std::size_t least = Record::bytes_for(1, marked) + 11;
+  capacity_ = std::max<std::size_t>(1, std::min(records, bytes / least));
+  max_slots_ = std::max<std::size_t>(8, capacity_ * 4 / 3 + 2);
+  budget_ = bytes;
+}
+
+std::size_t Shard::capacity_for(std::uint32_t subintervals) const noexcept {
+  // n records and a table of slots for them (at most 3/4 full, in whole pages).
+  const std::size_t record = Record::bytes_for(subintervals, marked_);
+  // The table's slots for n records: it doubles from 8, at most 3/4 full, up to
+  // max_slots_ (n never exceeds capacity_, which max_slots_ holds).
+  const auto fits = [&](std::size_t n) {
+    std::size_t slots = 8;
+    while (n * 4 > slots * 3) slots = std::min(slots * 2, max_slots_);
+    return n * record + RecordTable::bytes_for(slots) <= budget_;
+  };
+  std::size_t low = 0;                                           // fits
+  std::size_t high = std::min(capacity_, budget_ / record) + 1;  // does not
+  while (high - low > 1) {
+    const std::size_t mid = low + (high - low) / 2;
+    (fits(mid) ? low : high) = mid;
+  }
+  return low;
 }
 
 RecordRef Shard::find(const LimiterKey& key, std::uint64_t hash) const noexcept {
@@ -183,19 +222,25 @@ RecordRef Shard::find(const LimiterKey& key, std::uint64_t hash) const noexcept 
 }
 
 RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
-                                WriteSection& section, bool cold) {
+                                WriteSection& section, bool cold, bool force) {
   if (RecordRef found = find(key, hash)) {
     // The LRU order is kept per subinterval: a record moves to the newest end the first
     // time it is used in a new one, so a hot record costs no list update per call.
     if (!found.record->view().current_at(now_ns)) touch(found);
     return found;
   }
-  section.open();
-  // Back within capacity (a shard over capacity because of pins shrinks as they go).
-  while (table_.size() >= capacity_ && evict_one(now_ns)) {
-  }
-
   const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
+  // Back within the bounds (a shard over them because of forced records shrinks as they
+  // go), by evicting limiters whose windows are empty: never one that still counts.
+  while (!has_room(bytes)) {
+    section.open();
+    if (!evict_one(now_ns)) break;
+  }
+  if (!has_room(bytes) && !force) {
+    ++full;
+    return {};
+  }
+  section.open();
   const RecordId id = pool_.allocate(bytes);
   Record* r = record(id);
   r->resource = key.resource;
@@ -205,17 +250,29 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->view().reset(cold ? 0 : now_ns);
   if (marked_) r->store_mark() = 0;
   try {
+    lru_of(*r);  // made now, so that linking it cannot throw
     table_.insert(id, hash, max_slots_);
   } catch (...) {
     pool_.deallocate(id, bytes);
     throw;
   }
+  record_bytes_ += bytes;
   link_newest({id, r});
   return {id, r};
 }
 
+Shard::Lru& Shard::lru_of(const Record& r) {
+  for (Lru& l : lrus_)
+    if (l.resolution_ms == r.resolution_ms && l.subintervals == r.subintervals) return l;
+  Lru& l = lrus_.emplace_back();
+  l.resolution_ms = r.resolution_ms;
+  l.subintervals = r.subintervals;
+  return l;
+}
+
+// (lru_of cannot throw below: a record's list exists from its insertion on.)
 void Shard::touch(RecordRef ref) noexcept {
-  if (ref.record->pins == 0 && ref.id != newest_) {
+  if (ref.record->pins == 0 && ref.id != lru_of(*ref.record).newest) {
     unlink(ref);
     link_newest(ref);
   }
@@ -223,29 +280,31 @@ void Shard::touch(RecordRef ref) noexcept {
 
 void Shard::unlink(RecordRef ref) noexcept {
   Record& r = *ref.record;
+  Lru& l = lru_of(r);
   if (r.lru_older != kNoRecord) {
     record(r.lru_older)->lru_newer = r.lru_newer;
   } else {
-    oldest_ = r.lru_newer;
+    l.oldest = r.lru_newer;
   }
   if (r.lru_newer != kNoRecord) {
     record(r.lru_newer)->lru_older = r.lru_older;
   } else {
-    newest_ = r.lru_older;
+    l.newest = r.lru_older;
   }
   r.lru_older = r.lru_newer = kNoRecord;
 }
 
 void Shard::link_newest(RecordRef ref) noexcept {
   Record& r = *ref.record;
-  r.lru_older = newest_;
+  Lru& l = lru_of(r);
+  r.lru_older = l.newest;
   r.lru_newer = kNoRecord;
-  if (newest_ != kNoRecord) {
-    record(newest_)->lru_newer = ref.id;
+  if (l.newest != kNoRecord) {
+    record(l.newest)->lru_newer = ref.id;
   } else {
-    oldest_ = ref.id;
+    l.oldest = ref.id;
   }
-  newest_ = ref.id;
+  l.newest = ref.id;
 }
 
 void Shard::pin(RecordRef ref) {
@@ -265,43 +324,60 @@ void Shard::unpin(RecordRef ref) noexcept {
 }
 
 bool Shard::evict_one(std::int64_t now_ns) {
-  RecordId victim = oldest_;
-  if (victim == kNoRecord) return false;  // every record is pinned
-  bool empty = false;
-  RecordId id = oldest_;
-  for (int i = 0; i < kEmptyScan && id != kNoRecord; ++i) {
-    Record* r = record(id);
-    if (r->view().empty_at(now_ns)) {
-      victim = id;
-      empty = true;
-      break;
+  for (Lru& l : lrus_) {
+    if (l.oldest == kNoRecord || (l.oldest == l.searched && now_ns < l.live_until)) continue;
+    std::int64_t live_until = std::numeric_limits<std::int64_t>::max();
+    RecordId id = l.oldest;
+    for (int i = 0; i < kEmptyScan && id != kNoRecord; ++i) {
+      Record* r = record(id);
+      const std::int64_t empty_from = r->view().empty_from();
+      if (empty_from <= now_ns) {
+        ++evictions;
+        unlink({id, r});
+        const LimiterKey key = r->key();
+        table_.erase(table_.find(key, key.hash()));
+        // A geometry no key has: a reference to this record kept across an unlocked
+        // stretch (an admission's write to the store) no longer matches its key.
+        r->subintervals = 0;
+        const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
+        pool_.deallocate(id, bytes);
+        record_bytes_ -= bytes;
+        return true;
+      }
+      live_until = std::min(live_until, empty_from);
+      id = r->lru_newer;
     }
-    id = r->lru_newer;
+    l.searched = l.oldest;
+    l.live_until = live_until;
   }
-  Record* r = record(victim);
-  ++evictions;
-  if (!empty) ++evictions_active;
-  unlink({victim, r});
-  const LimiterKey key = r->key();
-  table_.erase(table_.find(key, key.hash()));
-  // A geometry no key has: a reference to this record kept across an unlocked stretch
-  // (an admission's write to the store) no longer matches its key.
-  r->subintervals = 0;
-  pool_.deallocate(victim, Record::bytes_for(key.subintervals, marked_));
-  return true;
+  return false;
 }
 
-Registry::Registry(std::size_t max_limiters, bool marked) : max_limiters_(max_limiters) {
+Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, bool marked)
+    : max_limiters_(max_limiters), max_bytes_(max_bytes) {
   if (max_limiters == 0) throw std::invalid_argument("ratewin: max_limiters must be at least 1");
-  // Up to 64 shards, each meant to hold at least 64 records, so small registries are
-  // not split into many tiny ones.
+  if (max_bytes < Shard::kMinBytes)
+    throw std::invalid_argument("ratewin: max_memory must be at least 16 KiB");
+  // Up to 64 shards, each meant to hold at least 64 records and 1 MiB, so small
+  // registries are not split into many tiny ones (a limiter takes up to 256 KiB).
+  constexpr std::size_t kShardBytes = std::size_t{1} << 20;
   std::size_t shards = 1;
-  while (shards < 64 && shards * 2 * 64 <= max_limiters) shards *= 2;
+  while (shards < 64 && shards * 2 * 64 <= max_limiters && shards * 2 * kShardBytes <= max_bytes)
+    shards *= 2;
   shard_mask_ = shards - 1;
   shards_ = std::make_unique<Shard[]>(shards);
-  const std::size_t base = max_limiters / shards;
-  const std::size_t extra = max_limiters % shards;
-  for (std::size_t i = 0; i < shards; ++i) shards_[i].configure(base + (i < extra ? 1 : 0), marked);
+  for (std::size_t i = 0; i < shards; ++i) {
+    const auto share = [&](std::size_t total) {
+      return total / shards + (i < total % shards ? 1 : 0);
+    };
+    shards_[i].configure(share(max_limiters), share(max_bytes), marked);
+  }
+}
+
+std::size_t Registry::capacity_for(std::uint32_t subintervals) const noexcept {
+  std::size_t total = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) total += shards_[i].capacity_for(subintervals);
+  return total;
 }
 
 }  // namespace ratewin::inline v1::detail

@@ -43,6 +43,12 @@ class RecordTable {
 
   std::size_t slot_count() const noexcept;
   std::size_t size() const noexcept { return size_; }
+  // Bytes of the slot array now (a replaced one has given its pages back), and once one
+  // more record is inserted with `max_slots`.
+  std::size_t bytes() const noexcept;
+  std::size_t bytes_after_insert(std::size_t max_slots) const noexcept;
+  // Bytes of a slot array of `slots` slots.
+  static std::size_t bytes_for(std::size_t slots) noexcept;
 
   // Under the lock: the slot holding `key`, or npos.
   std::size_t find(const LimiterKey& key, std::uint64_t hash) const noexcept;
@@ -69,6 +75,8 @@ class RecordTable {
   }
   void place(Slots& slots, std::uint64_t encoded, std::uint64_t hash) noexcept;
   void rehash(std::size_t slot_count);
+  // The slot count insert() grows to, or 0 if it does not grow.
+  std::size_t growth(std::size_t max_slots) const noexcept;
 
   const RecordPool& pool_;
   std::atomic<Slots*> slots_{nullptr};
@@ -81,24 +89,31 @@ class RecordTable {
 // makes `version` odd while it lasts: a seqlock. A rejection can so be decided without
 // the lock and without writing shared memory (see EngineCore::reject_without_lock).
 //
-// Bounded: at capacity, adding a limiter first evicts one. Unpinned records form a list
-// from least to most recently used, where a record moves to the newest end the first
-// time it is used in a new subinterval; the eviction takes the first record whose
-// window is empty among the kEmptyScan least recently used, and failing that the least
-// recently used one. Pinned records (held by handles) are outside the list and never
-// evicted; if every record is pinned the shard goes over capacity rather than dropping
-// one.
+// Bounded by a count of records and by bytes (records, plus the table at its largest).
+// A limiter whose window still holds counts is never evicted: that would hand its
+// client a fresh quota. Unpinned records form one list per window geometry, from least
+// to most recently used, where a record moves to the newest end the first time it is
+// used in a new subinterval; in a list the oldest records are the first whose windows
+// empty. To make room, the first record whose window is empty among the kEmptyScan
+// oldest of some list is evicted. When there is none, the shard is full of live
+// limiters and find_or_insert() adds nothing (the engine then counts the new key
+// against its overflow limiter). Pinned records (held by handles) are outside the lists
+// and never evicted; a forced insertion (a pin, an overflow limiter) goes over the
+// bounds rather than failing.
 class alignas(64) Shard {
  public:
-  static constexpr int kEmptyScan = 16;
+  static constexpr int kEmptyScan = 4;
 
   Shard() : pool_(kRecordFreeLinkOffset), table_(pool_) {}
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
 
-  // `records`: the most it holds before evicting; `marked`: its records carry a store
-  // mark (Record::store_mark).
-  void configure(std::size_t records, bool marked) noexcept;
+  // `records`: the most it holds; `bytes`: the memory it may use (at least
+  // kMinBytes); `marked`: its records carry a store mark (Record::store_mark).
+  void configure(std::size_t records, std::size_t bytes, bool marked) noexcept;
+  static constexpr std::size_t kMinBytes = 16 * 1024;
+  // How many limiters of `subintervals` buckets fit, alone, in this shard's bounds.
+  std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
 
   // Marks the changes made while it lives visible to lock-free readers. Requires mutex.
   // A section opens at construction, or at the first open() when constructed deferred:
@@ -149,11 +164,12 @@ class alignas(64) Shard {
 
   // The members below require `mutex`, and a WriteSection for those that change state.
 
-  // The record of `key` or a new one (evicting first if the shard is full) with an empty
-  // window at `now_ns`, or at epoch 0 ("never read") when `cold`. The record is marked
-  // as used at `now_ns`. `section` is opened if a record is added.
+  // The record of `key` or a new one (evicting an empty one first if the shard is full)
+  // with an empty window at `now_ns`, or at epoch 0 ("never read") when `cold`. The
+  // record is marked as used at `now_ns`. `section` is opened if a record is added.
+  // An empty ref when the shard is full of live limiters, unless `force`.
   RecordRef find_or_insert(const LimiterKey& key, std::uint64_t hash, std::int64_t now_ns,
-                           WriteSection& section, bool cold = false);
+                           WriteSection& section, bool cold = false, bool force = false);
   // The record of `key`, or an empty ref. Does not count as a use.
   RecordRef find(const LimiterKey& key, std::uint64_t hash) const noexcept;
   // Takes a record out of eviction's reach, or puts it back. Throws std::length_error
@@ -162,6 +178,8 @@ class alignas(64) Shard {
   void unpin(RecordRef ref) noexcept;
 
   std::size_t size() const noexcept { return table_.size(); }
+  // Memory held: live records and the table's slots.
+  std::size_t bytes() const noexcept { return record_bytes_ + table_.bytes(); }
   Record* record(RecordId id) const noexcept {
     return reinterpret_cast<Record*>(pool_.address(id));
   }
@@ -175,33 +193,54 @@ class alignas(64) Shard {
 
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
-  std::uint64_t evictions_active = 0;
+  std::uint64_t evictions_active = 0;  // stays 0: live limiters are not evicted
+  std::uint64_t full = 0;              // insertions refused: full of live limiters
   std::uint64_t pinned = 0;
 
  private:
-  // Evicts one unpinned record; false if there is none.
+  // The LRU list of one window geometry.
+  struct Lru {
+    std::uint32_t resolution_ms = 0;
+    std::uint32_t subintervals = 0;
+    RecordId oldest = kNoRecord;
+    RecordId newest = kNoRecord;
+    // The oldest record when the list was last searched in vain, and the earliest time
+    // the records searched could be empty: until then, or until the oldest changes,
+    // searching again is pointless.
+    RecordId searched = kNoRecord;
+    std::int64_t live_until = 0;
+  };
+  bool has_room(std::size_t bytes) const noexcept {
+    return table_.size() < capacity_ &&
+           record_bytes_ + bytes + table_.bytes_after_insert(max_slots_) <= budget_;
+  }
+  // Evicts one unpinned record whose window is empty at now_ns; false if there is none.
   bool evict_one(std::int64_t now_ns);
+  Lru& lru_of(const Record& r);
   void touch(RecordRef ref) noexcept;
   void unlink(RecordRef ref) noexcept;
   void link_newest(RecordRef ref) noexcept;
 
-  RecordId oldest_ = kNoRecord;
-  RecordId newest_ = kNoRecord;
-  std::size_t capacity_ = 0;   // most records held before evicting
-  bool marked_ = false;        // records carry a store mark
-  std::size_t max_slots_ = 0;  // table growth stops here
+  std::vector<Lru> lrus_;         // one per geometry seen, in order of first use
+  std::size_t capacity_ = 0;      // most records held
+  std::size_t budget_ = 0;        // most bytes held
+  std::size_t record_bytes_ = 0;  // bytes of the records held
+  bool marked_ = false;           // records carry a store mark
+  std::size_t max_slots_ = 0;     // table growth stops here
 
   // Read by every lookup, locked or not; written when they grow.
   alignas(64) RecordPool pool_;
   RecordTable table_;
 };
 
-// The shards of one engine. The bound max_limiters is split over the shards, so the
-// total never exceeds it (records pinned by handles aside).
+// The shards of one engine. The bounds max_limiters and max_bytes are split over the
+// shards, so the totals never exceed them (forced records aside).
 class Registry {
  public:
   // `marked`: every record carries a store mark (an engine with a shared store).
-  explicit Registry(std::size_t max_limiters, bool marked = false);
+  // max_bytes is at least Shard::kMinBytes.
+  explicit Registry(std::size_t max_limiters, std::size_t max_bytes = std::size_t{1} << 40,
+                    bool marked = false);
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
@@ -209,9 +248,13 @@ class Registry {
   std::size_t shard_count() const noexcept { return shard_mask_ + 1; }
   Shard& shard(std::size_t i) noexcept { return shards_[i]; }
   std::size_t max_limiters() const noexcept { return max_limiters_; }
+  std::size_t max_bytes() const noexcept { return max_bytes_; }
+  // How many limiters with `subintervals` buckets fit, alone, in the bounds.
+  std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
 
  private:
   std::size_t max_limiters_;
+  std::size_t max_bytes_;
   std::size_t shard_mask_;
   std::unique_ptr<Shard[]> shards_;
 };

@@ -1,6 +1,7 @@
 #include "core/window.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace ratewin::inline v1::detail {
 
@@ -100,6 +101,16 @@ bool SlidingWindow::empty_at(std::int64_t t) const noexcept {
     if (in_order(k) != 0) return false;
   }
   return true;
+}
+
+std::int64_t SlidingWindow::empty_from() const noexcept {
+  if (state_.sum == 0) {
+    if (state_.trailing == 0) return std::numeric_limits<std::int64_t>::min();
+    return (state_.epoch + 1) * resolution_;  // the trailing count leaves next
+  }
+  // The newest count, of epoch e - age, is held until epoch e - age + N ends.
+  const std::int64_t newest = state_.epoch - age_of(state_.newest, state_.head);
+  return (newest + n_ + 1) * resolution_;
 }
 
 std::uint32_t SlidingWindow::count_for_epoch(std::int64_t epoch) const noexcept {

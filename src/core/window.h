@@ -111,6 +111,10 @@ class SlidingWindow {
 
   // True when, at t, the window would hold nothing (E(t) == 0). Does not modify.
   bool empty_at(std::int64_t t) const noexcept;
+  // The time from which the window holds nothing if nothing more is counted (the end
+  // of the subinterval in which its newest count leaves); INT64_MIN when it is empty
+  // already. Does not modify.
+  std::int64_t empty_from() const noexcept;
 
   // Start of the newest epoch the window has moved to: its last activity.
   std::int64_t last_active_ns() const noexcept { return state_.epoch * resolution_; }

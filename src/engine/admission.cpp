@@ -10,7 +10,7 @@ namespace ratewin::inline v1::detail {
 
 Decision Admission::run(RecordRef known, RecordRef read_ref, std::uint64_t version,
                         const Decision& read) {
-  if (!begin(known, read_ref, version, read)) return conclude();
+  if (!begin(known, read_ref, version, read)) return overflowed_ ? d_ : conclude();
   Scratch<std::uint64_t, 33> scratch(std::size_t{key_.subintervals} + 1);
   const std::span<std::uint64_t> counts = scratch.span();
   const bool written = engine_.store_->add(write(), counts);
@@ -21,6 +21,7 @@ bool Admission::begin(RecordRef known, RecordRef read_ref, std::uint64_t version
                       const Decision& read) {
   d_ = read;
   decide_locked(known, read_ref, version);
+  if (overflowed_) return false;
   d_.degraded = degraded_;
   if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false};
   // An admission is written to the store (while it is unreachable, add() fails at once
@@ -47,6 +48,10 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   const bool unchanged =
       (version & 1) == 0 && shard_.version.load(std::memory_order_relaxed) == version;
   ref_ = unchanged ? read_ref : known ? known : engine_.insert(shard_, key_, hash_, now_, section);
+  if (!ref_) {
+    overflowed_ = true;
+    return;
+  }
   SlidingWindow window = ref_.record->view();
   if (!unchanged) {
     const std::int64_t now_epoch = SlidingWindow::epoch_of(now_, key_.resolution_ns());

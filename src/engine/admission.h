@@ -49,6 +49,10 @@ class Admission {
   // `read`: what the lock-free read established (version odd: nothing).
   Decision run(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
   const Counted& counted() const noexcept { return counted_; }
+  // The limiter did not exist and there was no room to make it (the registry is full
+  // of live limiters): nothing was decided or counted; the caller asks the overflow
+  // limiter instead (EngineCore::decide).
+  bool overflowed() const noexcept { return overflowed_; }
 
   // run() in parts, so that a caller can make several admissions' shared writes in one
   // round trip (try_acquire_all): begin() is step 1, and says whether a shared write is
@@ -83,6 +87,7 @@ class Admission {
   bool fits_ = false;       // what the local counts said
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
   bool first_ = false;      // this engine's first write to the limiter in epoch_
+  bool overflowed_ = false;
   Counted counted_;
 };
 

@@ -47,6 +47,7 @@ void validate(const Options& o) {
     throw std::invalid_argument("ratewin::Options: " + what);
   };
   if (o.max_limiters == 0) fail("max_limiters must be at least 1");
+  if (o.max_memory < detail::Shard::kMinBytes) fail("max_memory must be at least 16 KiB");
   if (o.connect_timeout <= std::chrono::milliseconds::zero() || o.connect_timeout > kMaxDeadline)
     fail("connect_timeout must be between 1 ms and 24 h");
   if (o.command_timeout <= std::chrono::milliseconds::zero() || o.command_timeout > kMaxDeadline)
@@ -76,7 +77,7 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       clock_(options_.clock ? options_.clock : system_clock()),
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
       // With a shared store, records carry the mark of the epoch last written.
-      registry_((validate(options_), options_.max_limiters),
+      registry_((validate(options_), options_.max_limiters), options_.max_memory,
                 store != nullptr || !options_.redis.empty()) {
   if (!options_.logger) options_.logger = log_to_stderr;
   // Made last: its thread calls back into the registry.
@@ -128,8 +129,8 @@ EngineCore::~EngineCore() {
   return before;
 }
 
-[[gnu::always_inline]] inline Decision EngineCore::decide(Shard& shard, const LimiterKey& key,
-                                                          std::uint64_t hash, RecordRef known,
+[[gnu::always_inline]] inline Decision EngineCore::decide(Shard& shard, LimiterKey& key,
+                                                          std::uint64_t& hash, RecordRef known,
                                                           std::int64_t now, const Limit& limit,
                                                           std::uint64_t cost, Counted* counted,
                                                           std::optional<Admission>* defer) {
@@ -158,39 +159,60 @@ EngineCore::~EngineCore() {
       return d;
     }
   }
+  bool overflowed = false;
   if (defer != nullptr) {
     Admission& admission = defer->emplace(*this, shard, key, hash, now, limit, cost, degraded);
     if (admission.begin(known, ref, version, d)) return d;  // the caller writes and finishes
-    d = admission.conclude();
-    if (counted != nullptr) *counted = admission.counted();
+    overflowed = admission.overflowed();
+    if (!overflowed) {
+      d = admission.conclude();
+      if (counted != nullptr) *counted = admission.counted();
+    }
     defer->reset();
-    return d;
+  } else {
+    Admission admission(*this, shard, key, hash, now, limit, cost, degraded);
+    d = admission.run(known, ref, version, d);
+    overflowed = admission.overflowed();
+    if (!overflowed && counted != nullptr) *counted = admission.counted();
   }
-  Admission admission(*this, shard, key, hash, now, limit, cost, degraded);
-  d = admission.run(known, ref, version, d);
-  if (counted != nullptr) *counted = admission.counted();
-  return d;
+  if (!overflowed) return d;
+  return overflow(key, hash, now, limit, cost, counted, defer);
+}
+
+Decision EngineCore::overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,
+                              const Limit& limit, std::uint64_t cost, Counted* counted,
+                              std::optional<Admission>* defer) {
+  // No room for a new limiter: the registry is full of limiters that still count, none
+  // of which may go (that would hand its client a fresh quota). New keys share the
+  // overflow limiter of their geometry until room frees up: together they get what one
+  // key would.
+  overflowed_.fetch_add(1, std::memory_order_relaxed);
+  key.resource = kOverflowResource;
+  hash = key.hash();
+  return decide(registry_.shard_for(hash), key, hash, {}, now, limit, cost, counted, defer);
 }
 
 RecordRef EngineCore::insert(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                              std::int64_t now, Shard::WriteSection& section) {
   // With a store, a limiter new to this engine starts at epoch 0, "never read", so that
   // it is cold (its use is still recorded at `now` for the LRU order).
-  return shard.find_or_insert(key, hash, now, section, store_ != nullptr);
+  return shard.find_or_insert(key, hash, now, section, store_ != nullptr,
+                              key.resource == kOverflowResource);
 }
 
 Decision EngineCore::try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
   const std::int64_t now = now_ns();
-  const LimiterKey key = LimiterKey::of(resource, limit);
-  const std::uint64_t hash = key.hash();
+  LimiterKey key = LimiterKey::of(resource, limit);
+  std::uint64_t hash = key.hash();
   return decide(registry_.shard_for(hash), key, hash, {}, now, limit, cost);
 }
 
 Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit,
                                  std::uint64_t cost) {
   const std::int64_t now = now_ns();
-  const LimiterKey key = LimiterKey::of(ref.record->resource, limit);
-  return decide(shard, key, key.hash(), ref, now, limit, cost);
+  LimiterKey key = LimiterKey::of(ref.record->resource, limit);
+  std::uint64_t hash = key.hash();
+  return decide(shard, key, hash, ref, now, limit, cost);
 }
 
 std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
@@ -367,7 +389,8 @@ std::pair<Shard*, RecordRef> EngineCore::pin(std::uint64_t resource, const Limit
   Shard& shard = registry_.shard_for(hash);
   std::lock_guard lock(shard.mutex);
   Shard::WriteSection section(shard, Shard::WriteSection::Deferred{});
-  const RecordRef ref = insert(shard, key, hash, now_ns(), section);
+  // A handle's limiter is made even over the bounds (the application holds it).
+  const RecordRef ref = shard.find_or_insert(key, hash, now_ns(), section, store_ != nullptr, true);
   shard.pin(ref);
   return {&shard, ref};
 }
@@ -380,6 +403,8 @@ void EngineCore::unpin(Shard& shard, RecordRef ref) noexcept {
 Stats EngineCore::stats() const {
   Stats s;
   s.max_limiters = registry_.max_limiters();
+  s.max_memory = registry_.max_bytes();
+  s.overflowed = overflowed_.load(std::memory_order_relaxed);
   s.allowed = counters_.total(DecisionCounters::kAllowed);
   s.rejected = counters_.total(DecisionCounters::kRejected);
   s.degraded = counters_.total(DecisionCounters::kDegraded);
@@ -390,6 +415,7 @@ Stats EngineCore::stats() const {
     s.pinned += shard.pinned;
     s.evictions += shard.evictions;
     s.evictions_active += shard.evictions_active;
+    s.memory += shard.bytes();
   }
   if (store_ != nullptr) {
     store_->add_stats(s);

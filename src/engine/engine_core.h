@@ -40,6 +40,9 @@ class EngineCore final : public SyncTarget {
 
   Stats stats() const;
   const Options& options() const noexcept { return options_; }
+  std::size_t capacity(const Limit& limit) const noexcept {
+    return registry_.capacity_for(limit.subintervals());
+  }
   Store* store() const noexcept { return store_.get(); }
 
   // SyncTarget, called from the store's thread.
@@ -61,7 +64,7 @@ class EngineCore final : public SyncTarget {
     return store_ != nullptr ? local + store_->clock_offset() : local;
   }
   // The record of `key`, made if needed (see Shard::find_or_insert), cold when new in
-  // store mode.
+  // store mode; an empty ref if there is no room (never for an overflow limiter).
   RecordRef insert(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t now,
                    Shard::WriteSection& section);
   // The decision path of both try_acquire overloads and of try_acquire_all. `known` is
@@ -70,9 +73,17 @@ class EngineCore final : public SyncTarget {
   // from here; anything else is an Admission.
   // With `defer`, an admission whose shared write is due is left there, begun (see
   // Admission::begin), for the caller to write and finish.
-  Decision decide(Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef known,
+  // A new limiter that finds no room (the registry is full of live limiters) is counted
+  // against the overflow limiter of its geometry instead: `key` and `hash` are then
+  // changed to that limiter's (a deferred admission refers to them).
+  Decision decide(Shard& shard, LimiterKey& key, std::uint64_t& hash, RecordRef known,
                   std::int64_t now, const Limit& limit, std::uint64_t cost,
                   Counted* counted = nullptr, std::optional<Admission>* defer = nullptr);
+  // decide() for a new limiter that found no room: on its geometry's overflow limiter
+  // (made even over the bounds). Out of line: the only recursion of decide().
+  [[gnu::noinline]] Decision overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,
+                                      const Limit& limit, std::uint64_t cost, Counted* counted,
+                                      std::optional<Admission>* defer);
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
   void give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
                  const Counted& counted);
@@ -94,6 +105,7 @@ class EngineCore final : public SyncTarget {
   DecisionCounters counters_;
   std::atomic<std::uint64_t> warm_starts_{0};
   std::atomic<std::uint64_t> warm_start_failures_{0};
+  std::atomic<std::uint64_t> overflowed_{0};
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 

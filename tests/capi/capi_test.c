@@ -228,13 +228,13 @@ static void test_limits(void) {
 
 /* Every struct is free of padding: each ends where its last field ends. */
 _Static_assert(sizeof(ratewin_options) ==
-                   offsetof(ratewin_options, logger_data) + sizeof(void*),
+                   offsetof(ratewin_options, max_memory) + sizeof(uint64_t),
                "ratewin_options has trailing padding");
 _Static_assert(sizeof(ratewin_decision) ==
                    offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
                "ratewin_decision has trailing padding");
 _Static_assert(sizeof(ratewin_stats) ==
-                   offsetof(ratewin_stats, clock_rtt_ns) + sizeof(int64_t),
+                   offsetof(ratewin_stats, sync_last_change_sets) + sizeof(uint64_t),
                "ratewin_stats has trailing padding");
 
 /* ---- A local engine on a manual clock -------------------------------------------- */
@@ -262,7 +262,23 @@ static void test_options(void) {
   CHECK(o.max_connections == 64 && o.sync_settle_ms == 10 && o.sync_clock == 1);
   CHECK(o.clock_sync_interval_ms == 10000);
   CHECK(o.clock == NULL && o.logger == NULL);
+  CHECK(o.max_memory == 268435456);
   ratewin_options_init(NULL);
+
+  /* A caller built against 1.0 passes the options as they were then: max_memory keeps
+   * its default. */
+  {
+    ratewin_options old;
+    ratewin_options_init(&old);
+    old.size = offsetof(ratewin_options, max_memory);
+    old.max_memory = 1; /* beyond the size it gave: not read */
+    ratewin_engine* e = NULL;
+    CHECK(ratewin_engine_open(&old, &e, NULL) == 0 && e != NULL);
+    ratewin_stats st;
+    ratewin_stats_init(&st);
+    CHECK(ratewin_engine_stats(e, &st) == 0 && st.max_memory == 268435456);
+    ratewin_engine_close(e);
+  }
 
   /* Every default: a local engine. */
   ratewin_engine* engine = NULL;
@@ -277,8 +293,8 @@ static void test_options(void) {
   struct {
     const char* field;
     ratewin_options options;
-  } bad[7];
-  for (size_t i = 0; i < 7; ++i) ratewin_options_init(&bad[i].options);
+  } bad[8];
+  for (size_t i = 0; i < 8; ++i) ratewin_options_init(&bad[i].options);
   bad[0].field = "max_limiters";
   bad[0].options.max_limiters = 0;
   bad[1].field = "command_timeout";
@@ -293,7 +309,9 @@ static void test_options(void) {
   bad[5].options.redis = "http://localhost";
   bad[6].field = "size";
   bad[6].options.size = 8;
-  for (size_t i = 0; i < 7; ++i) {
+  bad[7].field = "max_memory";
+  bad[7].options.max_memory = 16383;
+  for (size_t i = 0; i < 8; ++i) {
     CHECK_ERROR(ratewin_engine_open(&bad[i].options, &out, &message), RATEWIN_EINVAL, message,
                 bad[i].field);
     CHECK(out == sentinel);
@@ -424,6 +442,18 @@ static void test_local_engine(void) {
   CHECK(ratewin_engine_stats(engine, NULL) == RATEWIN_EINVAL);
   s.size = 0;
   CHECK(ratewin_engine_stats(engine, &s) == RATEWIN_EINVAL);
+  CHECK(s.max_memory == 268435456 && s.memory > 0 && s.memory < s.max_memory);
+  CHECK(s.overflowed == 0);
+  /* A caller built against 1.0 passes the struct as it was then: only those fields. */
+  ratewin_stats old;
+  memset(&old, 0xAB, sizeof old);
+  old.size = offsetof(ratewin_stats, overflowed);
+  CHECK(ratewin_engine_stats(engine, &old) == 0 && old.allowed == 7 && old.max_memory == UINT64_C(0xABABABABABABABAB));
+  uint64_t fit = 0;
+  CHECK(ratewin_engine_capacity(engine, limit, &fit) == 0 && fit == 1000);
+  CHECK(ratewin_engine_capacity(NULL, limit, &fit) == RATEWIN_EINVAL);
+  CHECK(ratewin_engine_capacity(engine, NULL, &fit) == RATEWIN_EINVAL);
+  CHECK(ratewin_engine_capacity(engine, limit, NULL) == RATEWIN_EINVAL);
   char* last = NULL;
   CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] == '\0');
   ratewin_free(last);

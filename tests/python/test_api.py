@@ -201,9 +201,29 @@ def test_engine_stats(engine):
     s = engine.stats()
     assert (s["allowed"], s["rejected"], s["degraded"], s["limiters"]) == (1, 1, 0, 1)
     assert s["max_limiters"] == 1_000_000
+    assert s["max_memory"] == 256 << 20 and 0 < s["memory"] < s["max_memory"]
+    assert s["overflowed"] == 0
     assert s["store"] is False and s["store_available"] is False
     assert s["last_error"] == "" and s["write_p50"] == 0.0
     assert set(s) >= {"evictions", "pinned", "writes_ok", "sync_rounds", "clock_offset"}
+
+
+def test_memory_bound_and_overflow(clock):
+    # 64 KiB hold a few limiters of 3600 subintervals; while they all still count, new
+    # resources share one overflow limiter instead of evicting them.
+    engine = ratewin.Engine(max_memory=64 * 1024, clock=clock)
+    hourly = ratewin.Limit(2, per=3600, resolution=1)
+    fit = engine.capacity(hourly)
+    assert 1 <= fit < 8
+    assert engine.capacity(ratewin.Limit(2, per=1)) > 100
+    for i in range(fit):
+        assert engine.try_acquire(f"k{i}", hourly).allowed
+    assert [engine.try_acquire(f"new{i}", hourly).allowed for i in range(4)] == [True, True, False, False]
+    s = engine.stats()
+    # (The overflow limiter is made even over the bound: one per window geometry.)
+    assert s["overflowed"] == 4 and s["evictions"] == 0 and s["memory"] <= 64 * 1024 + 14448
+    assert not engine.try_acquire("k0", hourly, cost=2).allowed  # k0 kept its count
+    assert ratewin.Engine(max_memory=16384).capacity(ratewin.Limit(1, per=65.535, resolution=0.001)) == 0
 
 
 def test_engine_is_a_context_manager_and_closes_once():
@@ -222,6 +242,7 @@ def test_engine_is_a_context_manager_and_closes_once():
 
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"max_limiters": 0}, ValueError, "max_limiters"),
+    ({"max_memory": 16383}, ValueError, "max_memory"),
     ({"command_timeout": 0}, ValueError, "command_timeout"),
     ({"connect_timeout": -1}, ValueError, "connect_timeout"),
     ({"connect_timeout": datetime.timedelta(days=2)}, ValueError, "connect_timeout"),

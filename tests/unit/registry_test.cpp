@@ -104,30 +104,33 @@ TEST_CASE("registry splits max_limiters exactly over its shards") {
   CHECK_THROWS_AS(Registry(0), std::invalid_argument);
 }
 
-TEST_CASE("eviction drops empty windows first, then the least recently active") {
+TEST_CASE("eviction drops only empty windows; a shard full of live limiters adds none") {
   Registry registry(64);
   REQUIRE(registry.shard_count() == 1);
   Shard& shard = registry.shard(0);
   std::lock_guard lock(shard.mutex);
   const std::int64_t r = 100'000'000;  // 100 ms, N = 10: a window is 1 s
-  auto touch = [&](std::uint64_t id, std::int64_t t, std::uint64_t cost) {
+  // Uses the limiter of `id` at t (cost 0 asks without counting); false if there was no
+  // room for it.
+  auto touch = [&](std::uint64_t id, std::int64_t t, std::uint64_t cost, bool force = false) {
     const LimiterKey k{id, 100, 10};
     Shard::WriteSection section(shard);
-    Record* rec = shard.find_or_insert(k, k.hash(), t, section).record;
-    return rec->view().try_acquire(t, 1000, cost);
+    Record* rec = shard.find_or_insert(k, k.hash(), t, section, false, force).record;
+    if (rec == nullptr) return false;
+    (void)rec->view().try_acquire(t, 1000, cost);
+    return true;
   };
   auto held = [&](std::uint64_t id) {
     const LimiterKey k{id, 100, 10};
     return static_cast<bool>(shard.find(k, k.hash()));
   };
 
-  SUBCASE("idle limiters with empty windows go first") {
-    // 32 limiters used long ago (empty by now) and 32 used in the current window.
-    for (std::uint64_t id = 0; id < 32; ++id) touch(id, kT0, 1);
+  SUBCASE("limiters whose windows emptied go, least recently used first") {
+    for (std::uint64_t id = 0; id < 32; ++id) REQUIRE(touch(id, kT0, 1));
     const std::int64_t now = kT0 + 10 * kSec;
-    for (std::uint64_t id = 100; id < 132; ++id) touch(id, now - 5 * r, 1);
+    for (std::uint64_t id = 100; id < 132; ++id) REQUIRE(touch(id, now - 5 * r, 1));
     REQUIRE(shard.size() == 64);
-    for (std::uint64_t id = 1000; id < 1032; ++id) touch(id, now, 1);
+    for (std::uint64_t id = 1000; id < 1032; ++id) CHECK(touch(id, now, 1));
     CHECK(shard.size() == 64);
     CHECK(shard.evictions == 32);
     CHECK(shard.evictions_active == 0);
@@ -135,40 +138,53 @@ TEST_CASE("eviction drops empty windows first, then the least recently active") 
     for (std::uint64_t id = 0; id < 32; ++id) CHECK_FALSE(held(id));
   }
 
-  SUBCASE("then the least recently active") {
+  SUBCASE("a limiter that still counts is never evicted: a new one finds no room") {
     const std::int64_t now = kT0 + 10 * kSec;
-    for (std::uint64_t id = 0; id < 32; ++id) touch(id, now - 8 * r, 1);     // older
-    for (std::uint64_t id = 100; id < 132; ++id) touch(id, now - 1 * r, 1);  // recent
-    for (std::uint64_t id = 1000; id < 1008; ++id) touch(id, now, 1);
-    CHECK(shard.evictions == 8);
-    CHECK(shard.evictions_active == 8);
-    for (std::uint64_t id = 100; id < 132; ++id) CHECK(held(id));
+    for (std::uint64_t id = 0; id < 64; ++id) REQUIRE(touch(id, now - 9 * r, 1));
+    // 9 subintervals later every window still holds its count: nothing can go.
+    for (std::uint64_t id = 1000; id < 1100; ++id) CHECK_FALSE(touch(id, now, 1));
+    CHECK(shard.evictions == 0);
+    CHECK(shard.full == 100);
+    for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id));
+    // A count made in epoch e is held through epoch e + N: the first limiters' windows
+    // empty 11 subintervals after their use, and then make room, one per new limiter.
+    CHECK_FALSE(touch(2000, now + r, 1));
+    CHECK(touch(2000, now + 2 * r, 1));
+    CHECK(shard.evictions == 1);
+    CHECK(held(2000));
   }
 
-  SUBCASE("pinned limiters are never evicted") {
+  SUBCASE("a limiter asked about without counting holds nothing and may go") {
+    const std::int64_t now = kT0 + 10 * kSec;
+    REQUIRE(touch(63, now, 0));  // the least recently used
+    for (std::uint64_t id = 0; id < 63; ++id) REQUIRE(touch(id, now, 1));
+    CHECK(touch(500, now, 1));
+    CHECK_FALSE(held(63));
+    CHECK(shard.evictions == 1);
+  }
+
+  SUBCASE("pinned limiters are never evicted; forced ones go over the bounds") {
     for (std::uint64_t id = 0; id < 64; ++id) {
       const LimiterKey k{id, 100, 10};
       Shard::WriteSection section(shard);
       shard.pin(shard.find_or_insert(k, k.hash(), kT0, section));
     }
     CHECK(shard.pinned == 64);
-    touch(5000, kT0 + 100 * kSec, 1);
+    CHECK_FALSE(touch(5000, kT0 + 100 * kSec, 1));  // no room, and no victim
+    CHECK(touch(5000, kT0 + 100 * kSec, 1, true));  // forced
     CHECK(shard.evictions == 0);
-    CHECK(shard.size() == 65);  // over capacity rather than dropping a pinned limiter
+    CHECK(shard.size() == 65);
     for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id));
-    // Unpinned, a limiter is evictable again, and the shard returns to its capacity:
-    // the next insertion first evicts 3 (its window emptied long ago), then the least
-    // recently used unpinned one (5000, still counting), then adds 5001.
+    // Unpinned, a limiter whose window emptied long ago is evictable again: the next
+    // insertion evicts it, but the shard stays over its bound while 5000 still counts.
     const LimiterKey k3{3, 100, 10};
     shard.unpin(shard.find(k3, k3.hash()));
     CHECK(shard.pinned == 63);
-    touch(5001, kT0 + 100 * kSec, 1);
-    CHECK(shard.evictions == 2);
-    CHECK(shard.evictions_active == 1);
+    CHECK_FALSE(touch(5001, kT0 + 100 * kSec, 1));
+    CHECK(shard.evictions == 1);
     CHECK(shard.size() == 64);
     CHECK_FALSE(held(3));
-    CHECK_FALSE(held(5000));
-    CHECK(held(5001));
+    CHECK(held(5000));
   }
 
   SUBCASE("over capacity, the table keeps growing geometrically") {
@@ -176,7 +192,7 @@ TEST_CASE("eviction drops empty windows first, then the least recently active") 
     for (std::uint64_t id = 0; id < 64 * 20; ++id) {
       const LimiterKey k{id, 100, 10};
       Shard::WriteSection section(shard);
-      shard.pin(shard.find_or_insert(k, k.hash(), kT0, section));
+      shard.pin(shard.find_or_insert(k, k.hash(), kT0, section, false, true));
     }
     CHECK(shard.size() == 64 * 20);
     CHECK(shard.evictions == 0);
@@ -185,19 +201,68 @@ TEST_CASE("eviction drops empty windows first, then the least recently active") 
       const LimiterKey k{id, 100, 10};
       shard.unpin(shard.find(k, k.hash()));
     }
-    touch(99999, kT0, 1);
+    CHECK(touch(99999, kT0 + 100 * kSec, 1));
     CHECK(shard.size() == 64);  // back within capacity once the pins are gone
   }
 
   SUBCASE("using a limiter in a later subinterval makes it the most recently used") {
     const std::int64_t now = kT0 + 10 * kSec;
-    for (std::uint64_t id = 0; id < 64; ++id) touch(id, now - 9 * r, 1);
-    for (std::uint64_t id = 1; id < 64; id += 2) touch(id, now - 9 * r, 1);  // same epoch: no move
-    for (std::uint64_t id = 0; id < 64; id += 2) touch(id, now - 8 * r, 1);  // a later one
-    for (std::uint64_t id = 1000; id < 1032; ++id) touch(id, now, 1);
+    for (std::uint64_t id = 0; id < 64; ++id) touch(id, now - 19 * r, 0);
+    for (std::uint64_t id = 1; id < 64; id += 2) touch(id, now - 19 * r, 0);  // same epoch: no move
+    for (std::uint64_t id = 0; id < 64; id += 2) touch(id, now - 18 * r, 1);  // a later one
+    // Windows empty 11 subintervals after their last count: the even ones still count
+    // at `now - 8r`, the odd ones never counted. Eviction takes the odd ones.
+    for (std::uint64_t id = 1000; id < 1032; ++id) CHECK(touch(id, now - 8 * r, 1));
     CHECK(shard.evictions == 32);
     for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id) == (id % 2 == 0));
   }
+}
+
+TEST_CASE("a shard bounds the bytes of its limiters, geometry by geometry") {
+  // One shard of 256 KiB: records of 10 and of 1000 subintervals, in lists of their own.
+  Registry registry(1'000'000, 256 * 1024);
+  REQUIRE(registry.shard_count() == 1);
+  Shard& shard = registry.shard(0);
+  std::lock_guard lock(shard.mutex);
+  const std::size_t big = registry.capacity_for(1000);
+  const std::size_t small = registry.capacity_for(10);
+  // 4,048 bytes each: the bytes, less the table's, hold 60-odd.
+  CHECK(big <= 256 * 1024 / Record::bytes_for(1000));
+  CHECK(big >= 60);
+  CHECK(small > 2000);
+  std::uint64_t added = 0;
+  for (std::uint64_t id = 0; id < 1000; ++id) {
+    const LimiterKey k{id, 10, 1000};
+    Shard::WriteSection section(shard);
+    if (shard.find_or_insert(k, k.hash(), kT0, section)) {
+      shard.find(k, k.hash()).record->view().try_acquire(kT0, 5, 1);
+      ++added;
+    }
+  }
+  CHECK(added == big);
+  CHECK(shard.bytes() <= 256 * 1024);
+  // Small limiters fill what is left, then find no room either.
+  std::uint64_t small_added = 0;
+  for (std::uint64_t id = 0; id < 1000; ++id) {
+    const LimiterKey k{id, 100, 10};
+    Shard::WriteSection section(shard);
+    if (shard.find_or_insert(k, k.hash(), kT0, section)) {
+      shard.find(k, k.hash()).record->view().try_acquire(kT0, 5, 1);
+      ++small_added;
+    }
+  }
+  CHECK(small_added < 1000);
+  CHECK(shard.bytes() <= 256 * 1024);
+  // 10 s later the small ones' 1 s windows are empty: they all go, but their bytes are
+  // not enough for a big one. 11 s later the big ones' 10 s windows are empty too.
+  const LimiterKey k{77777, 10, 1000};
+  Shard::WriteSection section(shard);
+  CHECK_FALSE(shard.find_or_insert(k, k.hash(), kT0 + 10 * kSec, section));
+  CHECK(shard.evictions == small_added);
+  CHECK(shard.find_or_insert(k, k.hash(), kT0 + 11 * kSec, section));
+  CHECK(shard.evictions >= 1);
+  CHECK(shard.bytes() <= 256 * 1024);
+  CHECK_THROWS_AS(Registry(1, 1000), std::invalid_argument);
 }
 
 }  // namespace ratewin::test

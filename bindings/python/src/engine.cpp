@@ -267,6 +267,9 @@ class PyEngine : public Owner<PyEngine, Engine> {
     d["pinned"] = s.pinned;
     d["evictions"] = s.evictions;
     d["evictions_active"] = s.evictions_active;
+    d["overflowed"] = s.overflowed;
+    d["memory"] = s.memory;
+    d["max_memory"] = s.max_memory;
     d["store"] = s.store;
     d["store_available"] = s.store_available;
     d["circuit_opens"] = s.circuit_opens;
@@ -292,6 +295,8 @@ class PyEngine : public Owner<PyEngine, Engine> {
     d["last_error"] = s.last_error;
     return d;
   }
+
+  std::uint64_t capacity(const Limit& limit) const { return engine()->capacity(limit); }
 
   const std::string& redis() const noexcept { return redis_; }
 
@@ -365,12 +370,15 @@ void init_engine(py::module_& m) {
       .def(py::init([](py::handle redis, py::handle key_prefix, py::handle max_limiters,
                        py::handle connect_timeout, py::handle command_timeout,
                        py::handle max_connections, py::handle sync_settle, py::handle sync_clock,
-                       py::handle clock_sync_interval, py::handle clock, py::handle logger) {
+                       py::handle clock_sync_interval, py::handle clock, py::handle logger,
+                       py::handle max_memory) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
              o.key_prefix = to_utf8(key_prefix, "key_prefix");
              o.max_limiters =
                  static_cast<std::size_t>(to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
+             o.max_memory =
+                 static_cast<std::size_t>(to_u64(max_memory, "max_memory", 16384, UINT64_MAX));
              o.connect_timeout = to_milliseconds(connect_timeout, "connect_timeout");
              o.command_timeout = to_milliseconds(command_timeout, "command_timeout");
              o.max_connections = static_cast<std::size_t>(
@@ -409,14 +417,20 @@ void init_engine(py::module_& m) {
            py::arg("command_timeout") = 0.1, py::arg("max_connections") = 64,
            py::arg("sync_settle") = 0.01, py::arg("sync_clock") = true,
            py::arg("clock_sync_interval") = 10.0, py::arg("clock") = py::none(),
-           py::arg("logger") = py::none(),
+           py::arg("logger") = py::none(), py::arg("max_memory") = std::size_t{256} << 20,
            "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
            "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
-           "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None).\n\n"
+           "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None, "
+           "max_memory=268435456).\n\n"
+           "max_limiters and max_memory (bytes, at least 16384) bound the limiters held in "
+           "memory. A limiter whose window still holds counts is never dropped to make "
+           "room; while the bounds are full of them, new resources share one overflow "
+           "limiter per window geometry (stats()['overflowed'] counts those decisions).\n\n"
            "redis: None (local) or 'redis://[user[:password]@]host[:port][/db]', "
            "'unix://[user[:password]@]/path[?db=N]', 'redis-cluster://host:port,host:port,...' "
            "or 'redis-sentinel://host:port,.../master-name[?sentinel_password=...]'; the engine "
-           "starts whether or not Redis is up. Durations are seconds (int, float or timedelta). clock: a ManualClock for "
+           "starts whether or not Redis is up. Durations are seconds (int, float or timedelta). "
+           "clock: a ManualClock for "
            "tests. logger: a callable(level, message), level one of 'debug', 'info', "
            "'warning', 'error', called from the engine's threads (default: warnings and "
            "errors to stderr). Raises ValueError for a bad option or URL.")
@@ -434,6 +448,9 @@ void init_engine(py::module_& m) {
           py::arg("resource"), py::arg("limit"),
           "A Limiter: `resource` under `limit`, held (never evicted) while the Limiter is "
           "open, without the lookup on every call.")
+      .def("capacity", &PyEngine::capacity, py::arg("limit"),
+           "How many limiters of `limit`'s window geometry the bounds (max_limiters, "
+           "max_memory) hold, were they all of it: 0 when not even one fits.")
       .def("stats", &PyEngine::stats,
            "Counters since the engine started and its state now, as a dict (durations in "
            "seconds; the store fields are zero in local mode).")
