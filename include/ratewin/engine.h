@@ -116,6 +116,7 @@ struct Stats {
 };
 
 class LimiterHandle;
+class AsyncAcquirer;
 
 // One of the limits a request counts against (see Engine::try_acquire_all).
 struct Acquisition {
@@ -166,6 +167,7 @@ class Engine {
   std::size_t capacity(const Limit& limit) const noexcept;
 
  private:
+  friend class AsyncAcquirer;
   std::shared_ptr<detail::EngineCore> core_;
 };
 

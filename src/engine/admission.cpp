@@ -29,8 +29,8 @@ bool Admission::begin(RecordRef known, RecordRef read_ref, std::uint64_t version
   return engine_.store_ != nullptr && fits_ && d_.allowed && (cost_ != 0 || cold_);
 }
 
-Decision Admission::finish(bool written, std::span<std::uint64_t> counts) {
-  share(written, counts);
+Decision Admission::finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
+  share(written, counts, async);
   return conclude();
 }
 
@@ -85,7 +85,7 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   }
 }
 
-void Admission::share(bool written, std::span<std::uint64_t> counts) {
+void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
   Store& store = *engine_.store_;
   const std::int64_t r = key_.resolution_ns();
   if (cold_) {
@@ -156,7 +156,13 @@ void Admission::share(bool written, std::span<std::uint64_t> counts) {
     counted_ = {epoch_, record && !refused, !refused};
   }
   // The shared count took this request although it does not fit: give it back.
-  if (refused) store.remove(key_, epoch_, cost_);
+  if (refused) {
+    if (async != nullptr) {
+      async->remove(key_, epoch_, cost_);
+    } else {
+      store.remove(key_, epoch_, cost_);
+    }
+  }
 }
 
 }  // namespace ratewin::inline v1::detail

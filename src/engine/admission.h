@@ -60,13 +60,14 @@ class Admission {
   // back) through step 3; if not, conclude() ends it.
   bool begin(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
   StoreWrite write() const noexcept { return {key_, epoch_, cost_, first_}; }
-  Decision finish(bool written, std::span<std::uint64_t> counts);
+  // A give-back it makes goes through `async` when given, without waiting.
+  Decision finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async = nullptr);
   Decision conclude();
 
  private:
   void decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version);
   // Steps 2 and 3 after the write: `written` and the counts it read back.
-  void share(bool written, std::span<std::uint64_t> counts);
+  void share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async);
   // The limiter's record if it still holds this key (under the lock).
   RecordRef live() const noexcept {
     return ref_ && ref_.record->matches(key_) ? ref_ : RecordRef{};

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/acquire_all.h"
 #include "engine/admission.h"
 #include "engine/scratch.h"
 
@@ -215,34 +216,42 @@ Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit
   return decide(shard, key, hash, ref, now, limit, cost);
 }
 
-std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
-                                        std::span<Decision> out) {
+// ---- AcquireAll (engine/acquire_all.h): here, with the decision paths it inlines.
+
+AcquireAll::AcquireAll(EngineCore& engine, std::span<const Acquisition> items,
+                       std::span<Decision> out)
+    : engine_(engine),
+      items_(items),
+      out_(out),
+      state_scratch_(items.size()),
+      pending_scratch_(items.size()),
+      state_(state_scratch_.span()),
+      pending_(pending_scratch_.span()) {
   if (out.size() < items.size()) throw std::invalid_argument("try_acquire_all: out is too short");
+}
+
+std::optional<std::size_t> AcquireAll::begin() {
+  const std::span<const Acquisition> items = items_;
+  const std::span<Decision> out = out_;
   std::fill_n(out.begin(), items.size(), Decision{});
-  const std::int64_t now = now_ns();
+  Store* const store = engine_.store_.get();
+  const std::int64_t now = engine_.now_ns();
   // A limit that refuses on this engine's own counts refuses the request before anything
   // is counted: the common rejection, decided without a lock or a round trip. Every limit
   // is read, so that the refusal reported is the one that lasts longest (a client told
   // to retry after the per-second limit would find the per-hour one still closed).
-  struct Item {
-    LimiterKey key;
-    std::uint64_t hash = 0;
-    Counted counted;
-  };
-  Scratch<Item, 8> scratch(items.size());
-  const std::span<Item> state = scratch.span();
   std::size_t refused = items.size();
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Acquisition& item = items[i];
-    state[i].key = LimiterKey::of(item.resource, item.limit);
-    state[i].hash = state[i].key.hash();
-    const bool degraded = store_ != nullptr && !store_->available(item.resource);
+    state_[i].key = LimiterKey::of(item.resource, item.limit);
+    state_[i].hash = state_[i].key.hash();
+    const bool degraded = store != nullptr && !store->available(item.resource);
     if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
     RecordRef ref;
     Decision d;
     const std::uint64_t version =
-        read_without_lock(registry_.shard_for(state[i].hash), state[i].key, state[i].hash, ref, now,
-                          item.limit, item.cost, d);
+        engine_.read_without_lock(engine_.registry_.shard_for(state_[i].hash), state_[i].key,
+                                  state_[i].hash, ref, now, item.limit, item.cost, d);
     if ((version & 1) == 0 && !d.allowed) {
       d.degraded = degraded;
       out[i] = d;
@@ -252,89 +261,102 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   if (refused != items.size()) {
     for (std::size_t i = 0; i < items.size(); ++i)
       if (i != refused) out[i] = Decision{};
-    counters_.add(DecisionCounters::kRejected);
-    if (out[refused].degraded) counters_.add(DecisionCounters::kDegraded);
+    engine_.counters_.add(DecisionCounters::kRejected);
+    if (out[refused].degraded) engine_.counters_.add(DecisionCounters::kDegraded);
     return refused;
   }
   // Then each limit in turn, locally; the shared writes of those that count go out
   // together, in one round trip (to several Redis nodes in parallel), and each is
   // confirmed from its window. If one refuses after all (another thread, or the shared
   // counts), what the others counted is given back.
-  Scratch<std::optional<Admission>, 8> pending_scratch(items.size());
-  const std::span<std::optional<Admission>> pending = pending_scratch.span();
-  auto give_back_all_but = [&](std::size_t refusing) {
-    for (std::size_t j = 0; j < items.size(); ++j) {
-      if (j == refusing || !out[j].allowed) continue;
-      give_back(state[j].key, state[j].hash, items[j].cost, state[j].counted);
-      out[j].remaining = std::min(out[j].remaining + items[j].cost, out[j].limit);
-    }
-  };
-  std::size_t writes = 0;
-  std::size_t window_counts = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    Item& it = state[i];
-    out[i] = decide(registry_.shard_for(it.hash), it.key, it.hash, {}, now, items[i].limit,
-                    items[i].cost, &it.counted, &pending[i]);
-    if (pending[i]) {
-      it.counted = pending[i]->counted();
+    Item& it = state_[i];
+    out[i] = engine_.decide(engine_.registry_.shard_for(it.hash), it.key, it.hash, {}, now,
+                            items[i].limit, items[i].cost, &it.counted, &pending_[i]);
+    if (pending_[i]) {
+      it.counted = pending_[i]->counted();
       out[i].allowed = true;  // so far: locally
-      ++writes;
-      window_counts += std::size_t{it.key.subintervals} + 1;
+      ++writes_;
+      window_counts_ += std::size_t{it.key.subintervals} + 1;
       continue;
     }
     if (out[i].allowed) continue;
     // Refused locally: nothing of this group has been written to the store yet.
     for (std::size_t j = 0; j < i; ++j) {
-      if (pending[j]) {
-        (void)pending[j]->conclude();  // counted as decided; given back below
-        pending[j].reset();
+      if (pending_[j]) {
+        (void)pending_[j]->conclude();  // counted as decided; given back below
+        pending_[j].reset();
       }
     }
-    give_back_all_but(i);
+    give_back_all_but(i, nullptr);
     return i;
   }
-  if (writes == 0) return items.size();
-  Scratch<StoreWrite, 8> write_scratch(writes);
-  Scratch<std::span<std::uint64_t>, 8> counts_scratch(writes);
-  Scratch<std::uint64_t, 64> window_scratch(window_counts);
+  if (writes_ == 0) return items.size();
+  batch_ = batch_scratch_.emplace(writes_).span();
+  counts_ = counts_scratch_.emplace(writes_).span();
+  const std::span<std::uint64_t> windows = window_scratch_.emplace(window_counts_).span();
   // (Not Scratch<bool>: std::vector<bool> has no span.)
-  std::array<bool, 8> written_small{};
-  std::unique_ptr<bool[]> written_large(writes > 8 ? new bool[writes]() : nullptr);
-  const std::span<bool> written(writes > 8 ? written_large.get() : written_small.data(), writes);
-  const std::span<StoreWrite> batch = write_scratch.span();
-  const std::span<std::span<std::uint64_t>> counts = counts_scratch.span();
+  if (writes_ > written_small_.size()) written_large_ = std::make_unique<bool[]>(writes_);
+  written_ = std::span<bool>(
+      writes_ > written_small_.size() ? written_large_.get() : written_small_.data(), writes_);
   std::size_t k = 0;
   std::size_t at = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!pending[i]) continue;
-    batch[k] = pending[i]->write();
-    const std::size_t n = std::size_t{state[i].key.subintervals} + 1;
-    counts[k] = window_scratch.span().subspan(at, n);
+    if (!pending_[i]) continue;
+    batch_[k] = pending_[i]->write();
+    const std::size_t n = std::size_t{state_[i].key.subintervals} + 1;
+    counts_[k] = windows.subspan(at, n);
     at += n;
     ++k;
   }
-  store_->add_all(batch, counts, written);
-  std::size_t refused_after = items.size();
-  k = 0;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!pending[i]) continue;
-    out[i] = pending[i]->finish(written[k], counts[k]);
-    state[i].counted = pending[i]->counted();
-    pending[i].reset();
+  return std::nullopt;
+}
+
+std::size_t AcquireAll::finish(AsyncWriter* async) {
+  const std::span<Decision> out = out_;
+  std::size_t refused_after = items_.size();
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    if (!pending_[i]) continue;
+    out[i] = pending_[i]->finish(written_[k], counts_[k], async);
+    state_[i].counted = pending_[i]->counted();
+    pending_[i].reset();
     ++k;
-    if (!out[i].allowed && refused_after == items.size()) refused_after = i;
+    if (!out[i].allowed && refused_after == items_.size()) refused_after = i;
   }
-  if (refused_after == items.size()) return items.size();
-  give_back_all_but(refused_after);
+  if (refused_after == items_.size()) return items_.size();
+  give_back_all_but(refused_after, async);
   // (Another limit refused by the shared counts too gave its own cost back already.)
   return refused_after;
 }
 
+void AcquireAll::give_back_all_but(std::size_t refusing, AsyncWriter* async) {
+  for (std::size_t j = 0; j < items_.size(); ++j) {
+    if (j == refusing || !out_[j].allowed) continue;
+    engine_.give_back(state_[j].key, state_[j].hash, items_[j].cost, state_[j].counted, async);
+    out_[j].remaining = std::min(out_[j].remaining + items_[j].cost, out_[j].limit);
+  }
+}
+
+std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
+                                        std::span<Decision> out) {
+  AcquireAll call(*this, items, out);
+  if (const std::optional<std::size_t> decided = call.begin()) return *decided;
+  store_->add_all(call.writes(), call.counts(), call.written());
+  return call.finish();
+}
+
 void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
-                           const Counted& counted) {
+                           const Counted& counted, AsyncWriter* async) {
   // The store first: a merge racing with this (another thread's write returning the
   // shared counts) then cannot bring the local count back from a stale shared one.
-  if (counted.store) store_->remove(key, counted.epoch, cost);
+  if (counted.store) {
+    if (async != nullptr) {
+      async->remove(key, counted.epoch, cost);
+    } else {
+      store_->remove(key, counted.epoch, cost);
+    }
+  }
   if (counted.local) {
     Shard& shard = registry_.shard_for(hash);
     std::lock_guard lock(shard.mutex);

@@ -15,6 +15,7 @@
 
 namespace ratewin::inline v1::detail {
 
+class AcquireAll;
 class Admission;
 
 // The engine: the registry of limiters, the clock, the decision counters and the shared
@@ -50,6 +51,7 @@ class EngineCore final : public SyncTarget {
   void merge(std::span<const SharedCounts> windows) override;
 
  private:
+  friend class AcquireAll;
   friend class Admission;
   // Where an admission was counted, so that it can be given back.
   struct Counted {
@@ -85,8 +87,9 @@ class EngineCore final : public SyncTarget {
                                       const Limit& limit, std::uint64_t cost, Counted* counted,
                                       std::optional<Admission>* defer);
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
+  // With `async`, the store's part goes through it, without waiting.
   void give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
-                 const Counted& counted);
+                 const Counted& counted, AsyncWriter* async = nullptr);
   // Reads the limiter and decides without the lock or any shared write. Returns the
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a

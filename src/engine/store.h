@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -10,6 +11,8 @@
 
 #include "core/record.h"
 #include "ratewin/engine.h"
+
+struct uv_loop_s;  // libuv's uv_loop_t
 
 namespace ratewin::inline v1::detail {
 
@@ -39,6 +42,26 @@ struct StoreWrite {
   // This engine's first write to the limiter in `epoch`: the store does its
   // once-per-subinterval bookkeeping with it.
   bool first = false;
+};
+
+// A store's writes from one event loop (Store::async_writer): they go out without
+// blocking the loop, on connections of the loop's own, pipelined, and complete on the
+// loop's thread. Every call is made on that thread.
+class AsyncWriter {
+ public:
+  virtual ~AsyncWriter() = default;
+  // As Store::add_all, but returns at once; `done` runs on the loop thread once every
+  // write has its reply, or failed (within the store's deadline). The spans must stay
+  // valid until then. A writer may call `done` before returning (a write it could not
+  // send from the loop, made synchronously).
+  virtual void add_all(std::span<const StoreWrite> writes,
+                       std::span<const std::span<std::uint64_t>> counts, std::span<bool> written,
+                       std::function<void()> done) = 0;
+  // As Store::remove, without waiting for the reply.
+  virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
+  // Fails what is in flight (their `done` run now) and closes the connections; the loop
+  // then ends their handles, after which the writer may be destroyed. Idempotent.
+  virtual void close() = 0;
 };
 
 // A store shared by every node enforcing the same limits (Redis in distributed mode).
@@ -80,6 +103,10 @@ class Store {
   // When the store might be back: what a request rejected because of it should wait.
   virtual std::chrono::nanoseconds retry_hint() const noexcept = 0;
   virtual void add_stats(Stats& stats) const = 0;
+  // A writer for the libuv loop `loop`, whose thread alone then uses it. By default, one
+  // that writes synchronously on the calling thread (a store without connections of its
+  // own, as the tests' ones).
+  virtual std::unique_ptr<AsyncWriter> async_writer(uv_loop_s* loop);
   // Ends background work; no SyncTarget call happens after it returns. Idempotent.
   virtual void shutdown() = 0;
 };

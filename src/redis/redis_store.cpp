@@ -148,6 +148,10 @@ bool RedisStore::connect_now() {
   return false;
 }
 
+std::unique_ptr<AsyncWriter> RedisStore::async_writer(uv_loop_s* loop) {
+  return std::make_unique<AsyncWritePath>(loop, options_, writes_, layout_, topology_, reporter_);
+}
+
 void RedisStore::add_stats(Stats& s) const {
   s.store = true;
   s.store_available = topology_.all_available();

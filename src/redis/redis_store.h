@@ -14,6 +14,7 @@
 #include "ratewin/clock.h"
 #include "ratewin/engine.h"
 #include "redis/async.h"
+#include "redis/async_write_path.h"
 #include "redis/boundary_sync.h"
 #include "redis/clock_sync.h"
 #include "redis/endpoint.h"
@@ -74,6 +75,8 @@ class RedisStore final : public Store, private ReadRouter {
     return topology_.all_available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
   }
   void add_stats(Stats& stats) const override;
+  // An AsyncWritePath on `loop`.
+  std::unique_ptr<AsyncWriter> async_writer(uv_loop_s* loop) override;
   void shutdown() override;
 
   // Reads the whole window of every active limiter now, merges it, and waits. For tests

@@ -33,21 +33,26 @@ struct BitfieldReply {
 
 }  // namespace
 
-// What one call learned from Redis.
-struct WritePath::Call {
-  bool unavailable = false;  // Redis said it cannot serve (READONLY, LOADING, ...)
-  std::string refused;       // another error reply
-  BitfieldReply bitfield;
-  std::string window;  // the window string read back (empty: no key)
-  bool window_read = false;
-
-  void take(const redisReply& r) {
-    if (r.type == REDIS_REPLY_ERROR) {
-      if (server_unavailable(r)) unavailable = true;
-      if (refused.empty()) refused = reply_text(r);
+void WriteReplies::take(std::size_t i, bool counted, const redisReply& r) {
+  if (r.type == REDIS_REPLY_ERROR) {
+    if (server_unavailable(r)) unavailable = true;
+    if (refused.empty()) refused = reply_text(r);
+  }
+  if (counted && i == 0 && r.type != REDIS_REPLY_ERROR) {
+    BitfieldReply b;
+    if (b.read(r)) {
+      bitfield = b.values;
+      present = b.present;
+      bitfield_size = b.size;
+    } else {
+      refused = "unexpected BITFIELD reply: " + reply_text(r);
     }
   }
-};
+  if (i == (counted ? 1U : 0U) && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
+    window_read = true;
+    if (r.type == REDIS_REPLY_STRING) window.assign(r.str, r.len);
+  }
+}
 
 // One parallel round trip: the commands grouped by the node that serves their slot, each
 // group sent on a connection of its node before any reply is read. A redirected command
@@ -55,7 +60,7 @@ struct WritePath::Call {
 // all. on_reply(i, reply) runs once for each command that got its final reply.
 struct WritePath::Exchange {
   static constexpr int kRounds = 4;
-  enum class End { kPending, kAnswered, kSkipped, kFailed };
+  using End = CommandEnd;
   struct Item {
     RedisNode* node;
     bool asking = false;
@@ -121,8 +126,8 @@ struct WritePath::Exchange {
         if (leg.lease.fresh()) {
           // Opening the connection took up to the connect timeout: the round trip still
           // gets its own.
-          deadline = std::max(deadline,
-                              std::chrono::steady_clock::now() + path.options_.command_timeout);
+          deadline =
+              std::max(deadline, std::chrono::steady_clock::now() + path.options_.command_timeout);
         }
         if (!leg.lease->send(leg.argv, deadline, why)) {
           fail(node, leg.which, End::kFailed, why, true);
@@ -163,7 +168,8 @@ struct WritePath::Exchange {
             deadline, why);
         if (!received) {
           for (const std::size_t i : leg.which)
-            if (items[i].end == End::kPending && items[i].node == &node) items[i].end = End::kFailed;
+            if (items[i].end == End::kPending && items[i].node == &node)
+              items[i].end = End::kFailed;
           fail(node, {}, End::kFailed, node.name() + ": " + why, true);
         } else if (!unavailable.empty()) {
           // A server that cannot serve (a replica after a failover, loading, a cluster
@@ -192,92 +198,95 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
   return written;
 }
 
+bool WritePath::plan(const StoreWrite& w, WritePlan& out) {
+  const bool counted = w.cost != 0;
+  RedisNode& home = topology_.node_for_resource(w.key.resource);
+  if (!home.circuit().available()) {
+    if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  out.commands = layout_.write_commands({w.key, w.epoch, w.cost, w.first && counted});
+  out.home = &home;
+  out.sets = out.commands.size() > 2 ? &topology_.node_for_slot(StoreLayout::change_set_slot(
+                                           StoreLayout::change_set_shard(w.key.resource)))
+                                     : &home;
+  return true;
+}
+
 void WritePath::add_all(std::span<const StoreWrite> writes,
-                        std::span<const std::span<std::uint64_t>> counts,
-                        std::span<bool> written) {
+                        std::span<const std::span<std::uint64_t>> counts, std::span<bool> written) {
   const std::int64_t started = steady_ns();
   // Every write's commands in one exchange: each to the node of its slot, all nodes at
   // once.
   struct Part {
     std::size_t first = 0;  // its commands in `all`
     std::size_t size = 0;
-    Call call;
+    WriteReplies replies;
   };
   std::vector<Part> parts(writes.size());
   std::vector<Command> all;
   std::vector<std::size_t> owner;  // per command: its write
   Exchange x(*this, writes.size() * 4);
+  WritePlan plan_of;
   for (std::size_t j = 0; j < writes.size(); ++j) {
-    const StoreWrite& w = writes[j];
-    const bool counted = w.cost != 0;
     written[j] = false;
-    RedisNode& home = topology_.node_for_resource(w.key.resource);
-    if (!home.circuit().available()) {
-      if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    std::vector<Command> commands =
-        layout_.write_commands({w.key, w.epoch, w.cost, w.first && counted});
+    if (!plan(writes[j], plan_of)) continue;
     parts[j].first = all.size();
-    parts[j].size = commands.size();
-    // The window's commands to its node; the change set's (a first write's last two) to
-    // the node of its slot.
-    RedisNode* sets = commands.size() > 2
-                          ? &topology_.node_for_slot(StoreLayout::change_set_slot(
-                                StoreLayout::change_set_shard(w.key.resource)))
-                          : &home;
-    for (std::size_t i = 0; i < commands.size(); ++i) {
-      x.items.push_back({i < 2 ? &home : sets});
+    parts[j].size = plan_of.commands.size();
+    for (std::size_t i = 0; i < plan_of.commands.size(); ++i) {
+      x.items.push_back({&plan_of.node(i)});
       owner.push_back(j);
-      all.push_back(std::move(commands[i]));
+      all.push_back(std::move(plan_of.commands[i]));
     }
   }
   if (all.empty()) return;
   x.run(all, [&](std::size_t index, const redisReply& r) {
     const std::size_t j = owner[index];
-    const std::size_t i = index - parts[j].first;
-    Call& call = parts[j].call;
-    const bool counted = writes[j].cost != 0;
-    call.take(r);
-    if (counted && i == 0 && r.type != REDIS_REPLY_ERROR && !call.bitfield.read(r)) {
-      call.refused = "unexpected BITFIELD reply: " + reply_text(r);
-    }
-    if (i == (counted ? 1U : 0U) && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
-      call.window_read = true;
-      if (r.type == REDIS_REPLY_STRING) call.window.assign(r.str, r.len);
-    }
+    parts[j].replies.take(index - parts[j].first, writes[j].cost != 0, r);
   });
+  std::vector<CommandEnd> ends;
+  std::vector<Command> repair;
   for (std::size_t j = 0; j < writes.size(); ++j) {
     if (parts[j].size == 0) continue;  // skipped: its node is down
-    written[j] = conclude(writes[j], parts[j].call, x, parts[j].first, parts[j].size, counts[j],
-                          started);
+    ends.clear();
+    for (std::size_t i = 0; i < parts[j].size; ++i) ends.push_back(x.items[parts[j].first + i].end);
+    repair.clear();
+    written[j] = conclude(writes[j], parts[j].replies, ends, x.error, counts[j], started, repair);
+    if (repair.empty()) continue;
+    Exchange fix(*this, repair.size());
+    fix.deadline = x.deadline;
+    fix.items.assign(repair.size(), {x.items[parts[j].first].node});
+    fix.run(repair, [](std::size_t, const redisReply&) {});
+    if (!fix.error.empty()) {
+      reporter_.note_error("write: tagging the shared window's slot: " + fix.error);
+    }
   }
 }
 
-bool WritePath::conclude(const StoreWrite& write, const Call& call, const Exchange& x,
-                         std::size_t first, std::size_t size, std::span<std::uint64_t> counts,
-                         std::int64_t started) {
-  const auto items = std::span(x.items).subspan(first, size);
+bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
+                         std::span<const CommandEnd> items, const std::string& error,
+                         std::span<std::uint64_t> counts, std::int64_t started,
+                         std::vector<Command>& repair) {
   const bool counted = write.cost != 0;
   const std::size_t window_reply = counted ? 1 : 0;
   for (std::size_t i = 0; i <= window_reply; ++i) {
-    if (items[i].end == Exchange::End::kAnswered) continue;
+    if (items[i] == CommandEnd::kAnswered) continue;
     if (counted) {
-      (items[i].end == Exchange::End::kSkipped ? writes_skipped_ : writes_failed_)
+      (items[i] == CommandEnd::kSkipped ? writes_skipped_ : writes_failed_)
           .fetch_add(1, std::memory_order_relaxed);
     }
-    reporter_.note_error("write: " + x.error);
+    reporter_.note_error("write: " + error);
     return false;
   }
   for (std::size_t i = window_reply + 1; i < items.size(); ++i) {
-    if (items[i].end == Exchange::End::kAnswered) continue;
+    if (items[i] == CommandEnd::kAnswered) continue;
     // The window was written but its change set was not: other nodes' boundary reads
     // miss this write (their own writes still read it).
-    reporter_.note_error("write: recording a change: " + x.error);
+    reporter_.note_error("write: recording a change: " + error);
     break;
   }
   const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
-  if (!call.refused.empty() || !call.window_read || call.bitfield.size != expected) {
+  if (!call.refused.empty() || !call.window_read || call.bitfield_size != expected) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
     reporter_.note_error("write refused by Redis: " +
                          (call.refused.empty() ? std::string("unexpected reply") : call.refused));
@@ -292,7 +301,7 @@ bool WritePath::conclude(const StoreWrite& write, const Call& call, const Exchan
   // The tag e's slot has now (a first write's BITFIELD answers [the slot after the first
   // half of the claim, after the claim, the ring's last byte, e's count]; a later write's,
   // [e's count], and its GETEX the window).
-  const auto found = write.first ? static_cast<std::uint16_t>(call.bitfield.values[1] >> 32)
+  const auto found = write.first ? static_cast<std::uint16_t>(call.bitfield[1] >> 32)
                                  : StoreLayout::slot_value(call.window, e, n).first;
   if (found != tag && StoreLayout::earlier(found, tag)) {
     // Not e's slot, and not a later lap's: the tag wrapped (a claim cannot lift 65535 to
@@ -301,20 +310,26 @@ bool WritePath::conclude(const StoreWrite& write, const Call& call, const Exchan
     // lap's count too: it errs high).
     repairs_.fetch_add(1, std::memory_order_relaxed);
     counts[0] = StoreLayout::slot_value(call.window, e, n).second;
-    const std::vector<Command> repair = layout_.adjust_commands(write.key, e, 0, tag);
-    Exchange fix(*this, repair.size());
-    fix.deadline = x.deadline;
-    fix.items.assign(repair.size(), {items[0].node});
-    fix.run(repair, [](std::size_t, const redisReply&) {});
-    if (!fix.error.empty()) {
-      reporter_.note_error("write: tagging the shared window's slot: " + fix.error);
-    }
+    repair = layout_.adjust_commands(write.key, e, 0, tag);
   }
   // (A later lap's tag: this write reached Redis a whole ring late, and counted in that
   // lap's epoch. The count errs high; e's decoded count is 0.)
   writes_ok_.fetch_add(1, std::memory_order_relaxed);
   latency_.record(nanoseconds(steady_ns() - started));
   return true;
+}
+
+std::vector<Command> WritePath::give_back_repair(const LimiterKey& key, std::int64_t epoch,
+                                                 std::uint64_t cost, const redisReply& r) {
+  BitfieldReply reply;
+  if (!reply.read(r) || reply.size != 2 || !reply.present[1] ||
+      static_cast<std::uint16_t>(reply.values[0]) == StoreLayout::tag_of(epoch, key.subintervals))
+    return {};
+  // [the slot's tag, its count after the decrement, or nil if it held less than `cost`]
+  // The slot had moved on to another epoch (the give-back came a whole ring late): what
+  // was taken was not this epoch's. Put it back (that other epoch reads low meanwhile).
+  repairs_.fetch_add(1, std::memory_order_relaxed);
+  return layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost));
 }
 
 void WritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) {
@@ -328,21 +343,14 @@ void WritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t 
   const std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);
   Exchange x(*this, commands.size());
   x.items.assign(commands.size(), {&home});
-  BitfieldReply reply;
+  std::vector<Command> repair;
   std::string refused;
   x.run(commands, [&](std::size_t i, const redisReply& r) {
     if (r.type == REDIS_REPLY_ERROR && refused.empty()) refused = reply_text(r);
-    if (i == 0 && !reply.read(r) && refused.empty()) refused = "unexpected reply";
+    if (i == 0 && r.type != REDIS_REPLY_ERROR) repair = give_back_repair(key, epoch, cost, r);
   });
   bool ok = x.items[0].end == Exchange::End::kAnswered;
-  if (ok && refused.empty() && reply.size == 2 && reply.present[1] &&
-      static_cast<std::uint16_t>(reply.values[0]) != StoreLayout::tag_of(epoch, key.subintervals)) {
-    // [the slot's tag, its count after the decrement, or nil if it held less than `cost`]
-    // The slot had moved on to another epoch (the give-back came a whole ring late): what
-    // was taken was not this epoch's. Put it back (that other epoch reads low meanwhile).
-    repairs_.fetch_add(1, std::memory_order_relaxed);
-    const std::vector<Command> repair =
-        layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost));
+  if (ok && !repair.empty()) {
     Exchange fix(*this, repair.size());
     fix.deadline = x.deadline;
     fix.items.assign(repair.size(), {x.items[0].node});

@@ -2,11 +2,13 @@
 // that decided it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/store.h"
 #include "redis/circuit.h"
@@ -18,6 +20,33 @@
 struct redisReply;
 
 namespace ratewin::inline v1::detail {
+
+// How one command of a write ended.
+enum class CommandEnd { kPending, kAnswered, kSkipped, kFailed };
+
+// A write's commands, as StoreLayout makes them, and the nodes that serve them: the
+// window's (its first two) to the node of its slot, the change set's (a first write's
+// last two) to the node of the change set's slot.
+struct WritePlan {
+  std::vector<Command> commands;
+  RedisNode* home = nullptr;
+  RedisNode* sets = nullptr;
+  RedisNode& node(std::size_t i) const noexcept { return i < 2 ? *home : *sets; }
+};
+
+// What one write learned from the final replies to its commands.
+struct WriteReplies {
+  bool unavailable = false;                // Redis said it cannot serve (READONLY, LOADING, ...)
+  std::string refused;                     // another error reply
+  std::array<std::int64_t, 4> bitfield{};  // the BITFIELD's integers (nil: 0, absent)
+  std::array<bool, 4> present{};
+  std::size_t bitfield_size = 0;
+  std::string window;  // the window string read back (empty: no key)
+  bool window_read = false;
+
+  // The final reply to the write's command `i` (a write of cost 0 only reads).
+  void take(std::size_t i, bool counted, const redisReply& r);
+};
 
 // One round trip per admitted request, of native commands (see StoreLayout): the cost
 // added to the shared count of its epoch and the whole shared window read back, from
@@ -55,13 +84,26 @@ class WritePath {
   // Corrections made so far (second round trips; see the class comment).
   std::uint64_t repairs() const noexcept { return repairs_.load(std::memory_order_relaxed); }
 
+  // The parts shared with AsyncWritePath, which sends the same commands from an event
+  // loop and reads the same replies.
+  //
+  // A write's commands and nodes; false (counted as skipped) while its node's circuit is
+  // open.
+  bool plan(const StoreWrite& write, WritePlan& out);
+  // What a write's replies say: true (and `counts` filled) if it was written. `ends` is
+  // how each of its commands ended, `error` the first failure. When a correction is due
+  // (see the class comment), `repair` gets its commands, for the write's home node.
+  bool conclude(const StoreWrite& write, const WriteReplies& replies,
+                std::span<const CommandEnd> ends, const std::string& error,
+                std::span<std::uint64_t> counts, std::int64_t started,
+                std::vector<Command>& repair);
+  // After a give-back's replies ([the slot's tag, its count after the decrement]): the
+  // commands that put the count back where the slot had moved on, if it had.
+  std::vector<Command> give_back_repair(const LimiterKey& key, std::int64_t epoch,
+                                        std::uint64_t cost, const redisReply& reply);
+
  private:
-  struct Call;
   struct Exchange;
-  // What one write's replies (its commands are x's items first .. first + size) say:
-  // counts (and a repair) if it was written.
-  bool conclude(const StoreWrite& write, const Call& call, const Exchange& x, std::size_t first,
-                std::size_t size, std::span<std::uint64_t> counts, std::int64_t started);
   const Options& options_;
   const StoreLayout& layout_;
   Topology& topology_;

@@ -1,0 +1,31 @@
+#include "engine/store.h"
+
+namespace ratewin::inline v1::detail {
+namespace {
+
+// The writer of a store without connections of its own: each batch is written
+// synchronously, on the loop's thread (for stores whose writes do not wait on I/O).
+class SyncWriter final : public AsyncWriter {
+ public:
+  explicit SyncWriter(Store& store) : store_(store) {}
+  void add_all(std::span<const StoreWrite> writes, std::span<const std::span<std::uint64_t>> counts,
+               std::span<bool> written, std::function<void()> done) override {
+    store_.add_all(writes, counts, written);
+    done();
+  }
+  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
+    store_.remove(key, epoch, cost);
+  }
+  void close() override {}
+
+ private:
+  Store& store_;
+};
+
+}  // namespace
+
+std::unique_ptr<AsyncWriter> Store::async_writer(uv_loop_s* /*loop*/) {
+  return std::make_unique<SyncWriter>(*this);
+}
+
+}  // namespace ratewin::inline v1::detail

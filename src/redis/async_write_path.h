@@ -1,0 +1,97 @@
+// The Redis store's writes from an application's event loop (Store::async_writer).
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/store.h"
+#include "redis/async.h"
+#include "redis/write_path.h"
+
+namespace ratewin::inline v1::detail {
+
+// WritePath's writes, made from a libuv loop without blocking it: the same commands to
+// the same nodes (StoreLayout, Topology), sent on asynchronous connections of this loop's
+// own, one per node, made when first needed. Commands written in one turn of the loop go
+// out together (hiredis pipelines them); each reply is read as WritePath reads it, and a
+// batch completes once every command has its final reply, after MOVED and ASK
+// redirections (at most four rounds), or failed. A connection that stays silent for the
+// command timeout is dropped (AsyncRedis), which fails its commands; a network failure,
+// or a server that cannot serve, opens the node's circuit, as WritePath does (the store's
+// probes close it). A write whose node has no connection ready on this loop yet (just
+// made, or reconnecting) is made synchronously by WritePath instead.
+//
+// Threads: the loop's thread only.
+class AsyncWritePath final : public AsyncWriter {
+ public:
+  AsyncWritePath(uv_loop_t* loop, const Options& options, WritePath& path,
+                 const StoreLayout& layout, Topology& topology, Reporter& reporter)
+      : loop_(loop),
+        options_(options),
+        path_(path),
+        layout_(layout),
+        topology_(topology),
+        reporter_(reporter) {}
+  ~AsyncWritePath() override;
+
+  void add_all(std::span<const StoreWrite> writes, std::span<const std::span<std::uint64_t>> counts,
+               std::span<bool> written, std::function<void()> done) override;
+  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override;
+  void close() override;
+
+ private:
+  // One add_all call: its writes' commands, each on its way to the node of its slot.
+  struct Batch {
+    struct Item {
+      std::size_t write;  // its write
+      std::size_t index;  // among the write's commands
+      RedisNode* node;
+      bool asking = false;
+      int rounds = 0;
+      CommandEnd end = CommandEnd::kPending;
+    };
+    std::span<const StoreWrite> writes;
+    std::span<const std::span<std::uint64_t>> counts;
+    std::span<bool> written;
+    std::function<void()> done;
+    std::vector<WritePlan> plans;  // per write (no commands: made synchronously or skipped)
+    std::vector<WriteReplies> replies;
+    std::vector<Item> items;
+    std::size_t open = 0;  // items without their final reply
+    std::string error;     // the first failure
+    std::int64_t started = 0;
+    std::list<Batch>::iterator self;
+  };
+  // This loop's connection to `node`, connecting if new; nullptr once closed.
+  AsyncRedis* connection(RedisNode& node);
+  // Sends (or sends again, after a redirection) a batch's command.
+  void send(Batch& batch, std::size_t index);
+  void settle(Batch& batch, std::size_t index, CommandEnd end);
+  void finish(Batch& batch);
+  // A command whose reply is not waited for (a correction, a give-back's second step).
+  void fire(RedisNode& node, const std::vector<std::string>& command,
+            std::function<void(const redisReply*)> then = {});
+
+  uv_loop_t* loop_;
+  const Options& options_;
+  WritePath& path_;
+  const StoreLayout& layout_;
+  Topology& topology_;
+  Reporter& reporter_;
+  struct Link {
+    RedisNode* node;
+    std::unique_ptr<AsyncRedis> redis;
+  };
+  std::vector<Link> links_;
+  std::list<Batch> batches_;
+  bool closed_ = false;
+};
+
+}  // namespace ratewin::inline v1::detail

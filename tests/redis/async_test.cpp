@@ -1,0 +1,174 @@
+// AsyncAcquirer against a real redis-server: admissions complete on the caller's libuv
+// loop, on its own connection, without the loop waiting for their round trips.
+#include <doctest/doctest.h>
+
+#include <uv.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ratewin/async.h"
+#include "ratewin/engine.h"
+#include "redis_server.h"
+
+namespace ratewin::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+Options async_options(const std::string& url, const std::string& prefix) {
+  Options o;
+  o.redis = url;
+  o.key_prefix = prefix;
+  o.connect_timeout = 300ms;
+  o.command_timeout = 100ms;
+  o.logger = [](LogLevel, std::string_view) {};
+  return o;
+}
+
+// A loop of the test's own, run until `done` says so (or 5 s pass).
+struct Loop {
+  uv_loop_t loop{};
+  Loop() { uv_loop_init(&loop); }
+  ~Loop() {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_loop_close(&loop);
+  }
+  void run_until(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!done() && std::chrono::steady_clock::now() < deadline) uv_run(&loop, UV_RUN_ONCE);
+  }
+  // The connections come up on the loop: a few turns.
+  void settle() {
+    const auto until = std::chrono::steady_clock::now() + 100ms;
+    while (std::chrono::steady_clock::now() < until) uv_run(&loop, UV_RUN_NOWAIT);
+  }
+};
+
+struct Outcome {
+  std::size_t allowed = 0;
+  std::size_t refused = 0;
+  std::size_t degraded = 0;
+  std::size_t completed = 0;
+  void take(std::size_t refused_index, std::span<const Decision> d) {
+    ++completed;
+    (refused_index == d.size() ? allowed : refused) += 1;
+    for (const Decision& x : d) degraded += x.degraded ? 1 : 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("async acquire: admissions complete on the loop, as many as the limit") {
+  RedisServer redis;
+  Engine engine(async_options(redis.url(), "async1"));
+  Loop loop;
+  AsyncAcquirer acquirer(engine, &loop.loop);
+  const Limit per_key(10, 10s, 1s);
+  const Limit global(1000, 10s, 1s);
+  // The loop's connection is made on first use; the first write goes the blocking way.
+  std::vector<Decision> out(2);
+  const Acquisition warm[] = {{hash("warm"), per_key, 1}};
+  CHECK(acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {}) == 1);
+  loop.settle();
+
+  Outcome o;
+  std::size_t pending = 0;
+  std::size_t immediate_refusals = 0;
+  for (int i = 0; i < 40; ++i) {
+    const Acquisition items[] = {{hash("client"), per_key, 1}, {hash("all"), global, 1}};
+    const std::size_t r = acquirer.try_acquire_all(
+        items, out, [&](std::size_t refused, std::span<const Decision> d) { o.take(refused, d); });
+    if (r == AsyncAcquirer::kPending) {
+      ++pending;
+    } else {
+      CHECK(r == 0);  // refused on the key's local counts, without a round trip
+      ++immediate_refusals;
+    }
+  }
+  // Submitting did not wait for Redis: the writes are still in flight.
+  CHECK(pending >= 10);
+  CHECK(o.completed == 0);
+  CHECK(acquirer.pending() == pending);
+  loop.run_until([&] { return o.completed == pending; });
+  CHECK(o.completed == pending);
+  CHECK(o.allowed == 10);
+  CHECK(o.degraded == 0);
+  CHECK(acquirer.pending() == 0);
+  // The shared counts agree: the global limit counted the admissions only.
+  const Stats s = engine.stats();
+  CHECK(s.writes_ok >= 20);
+  CHECK(s.writes_failed == 0);
+  Engine other(async_options(redis.url(), "async1"));
+  CHECK_FALSE(other.try_acquire("client", per_key).allowed);
+  CHECK(other.try_acquire("all", global, 0).remaining == 1000 - 10);
+  acquirer.close();
+  loop.settle();
+}
+
+TEST_CASE("async acquire: Redis paused, the writes fail within the deadline, degraded") {
+  RedisServer redis;
+  Engine engine(async_options(redis.url(), "async2"));
+  Loop loop;
+  AsyncAcquirer acquirer(engine, &loop.loop);
+  const Limit limit(1000, 10s, 1s);
+  std::vector<Decision> out(1);
+  const Acquisition warm[] = {{hash("warm"), limit, 1}};
+  (void)acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {});
+  loop.settle();
+  redis.pause();
+  Outcome o;
+  std::size_t pending = 0;
+  for (int i = 0; i < 5; ++i) {
+    const Acquisition items[] = {{hash("k" + std::to_string(i)), limit, 1}};
+    if (acquirer.try_acquire_all(items, out, [&](std::size_t r, std::span<const Decision> d) {
+          o.take(r, d);
+        }) == AsyncAcquirer::kPending)
+      ++pending;
+  }
+  CHECK(pending == 5);
+  const auto t0 = std::chrono::steady_clock::now();
+  loop.run_until([&] { return o.completed == pending; });
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  redis.resume();
+  CHECK(o.completed == 5);
+  CHECK(o.degraded == 5);  // the local policy: admitted on local counts, degraded
+  CHECK(o.allowed == 5);
+  CHECK(waited < 1s);  // the command timeout (100 ms) and the watchdog's period
+  acquirer.close();
+  loop.settle();
+}
+
+TEST_CASE("async acquire: closing with writes in flight completes them; local mode never waits") {
+  RedisServer redis;
+  Engine engine(async_options(redis.url(), "async3"));
+  Loop loop;
+  std::vector<Decision> out(1);
+  const Limit limit(1000, 10s, 1s);
+  {
+    AsyncAcquirer acquirer(engine, &loop.loop);
+    const Acquisition warm[] = {{hash("warm"), limit, 1}};
+    (void)acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {});
+    loop.settle();
+    Outcome o;
+    const Acquisition items[] = {{hash("x"), limit, 1}};
+    REQUIRE(acquirer.try_acquire_all(items, out, [&](std::size_t r, std::span<const Decision> d) {
+      o.take(r, d);
+    }) == AsyncAcquirer::kPending);
+    acquirer.close();
+    CHECK(o.completed == 1);
+    CHECK(o.degraded == 1);
+    // After close, decisions are made the blocking way.
+    CHECK(acquirer.try_acquire_all(items, out, [](std::size_t, std::span<const Decision>) {}) == 1);
+    loop.settle();
+  }
+  Engine local;
+  AsyncAcquirer acquirer(local, &loop.loop);
+  const Acquisition items[] = {{hash("y"), Limit(1, 1s), 1}};
+  CHECK(acquirer.try_acquire_all(items, out, [](std::size_t, std::span<const Decision>) {}) == 1);
+  CHECK(acquirer.try_acquire_all(items, out, [](std::size_t, std::span<const Decision>) {}) == 0);
+}
+
+}  // namespace ratewin::test
