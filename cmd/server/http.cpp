@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
 
 #include "text.h"
 
@@ -73,27 +74,139 @@ std::string_view reason(int status) noexcept {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Deferred answers
+
+Responder::Responder(Responder&& other) noexcept
+    : link_(std::move(other.link_)), sequence_(other.sequence_) {}
+
+Responder& Responder::operator=(Responder&& other) noexcept {
+  if (this != &other) {
+    drop();
+    link_ = std::move(other.link_);
+    sequence_ = other.sequence_;
+  }
+  return *this;
+}
+
+Responder::~Responder() { drop(); }
+
+void Responder::drop() noexcept {
+  if (!waiting()) return;
+  Response response;
+  try {
+    json_error(response, 500, "internal error: the request was left unanswered");
+    respond(std::move(response));
+  } catch (const std::exception&) {
+    link_.reset();  // out of memory: the connection's timer closes it
+  }
+}
+
+void Responder::respond(Response response) {
+  const std::shared_ptr<Link> link = std::move(link_);
+  if (link != nullptr && link->session != nullptr)
+    link->session->answer(sequence_, std::move(response));
+}
+
+bool Responder::waiting() const noexcept {
+  if (link_ == nullptr || link_->session == nullptr) return false;
+  const HttpSession& s = *link_->session;
+  return sequence_ >= s.first_sequence_ && sequence_ - s.first_sequence_ < s.queue_.size() &&
+         !s.queue_[sequence_ - s.first_sequence_].answered;
+}
+
+Responder Reply::defer() {
+  if (deferred_) throw std::logic_error("Reply::defer() called twice for one request");
+  deferred_ = true;
+  return session_.defer(form_);
+}
+
+Responder HttpSession::defer(Reply::Form form) {
+  queue_.push_back(Slot{{}, form, false, false});
+  return Responder(link_, first_sequence_ + queue_.size() - 1);
+}
+
+void HttpSession::answer(std::uint64_t sequence, Response&& response) {
+  if (sequence < first_sequence_ || sequence - first_sequence_ >= queue_.size()) return;
+  Slot& slot = queue_[sequence - first_sequence_];
+  if (slot.answered) return;
+  slot.response = std::move(response);
+  slot.answered = true;
+  emit_ready();
+  if (parsing_ == 0 && on_answer_) on_answer_();
+}
+
+void HttpSession::emit_ready() {
+  while (!queue_.empty() && queue_.front().answered) {
+    Slot& slot = queue_.front();
+    if (slot.interim) {
+      output_ += "HTTP/1.1 100 Continue\r\n\r\n";
+    } else {
+      // Once no more input is read, the last response says so.
+      Reply::Form form = slot.form;
+      if (input_done_ && queue_.size() == 1) form.keep_alive = false;
+      write(slot.response, form);
+    }
+    queue_.pop_front();
+    ++first_sequence_;
+  }
+}
+
+void HttpSession::dispatch(Reply::Form form) {
+  response_.clear();
+  Reply reply(*this, response_, form);
+  try {
+    handler_.handle(request_, peer_, reply);
+  } catch (const std::exception&) {
+    if (!reply.deferred()) {
+      response_.clear();
+      json_error(response_, 500, "internal error");
+    }
+  }
+  if (reply.deferred()) return;  // its slot is in the queue
+  if (queue_.empty()) {
+    write(response_, form);
+  } else {
+    queue_.push_back(Slot{std::move(response_), form, true, false});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
 HttpSession::HttpSession(RequestHandler& handler, std::string peer, HttpLimits limits)
-    : handler_(handler), peer_(std::move(peer)), limits_(limits) {
+    : handler_(handler),
+      peer_(std::move(peer)),
+      limits_(limits),
+      link_(std::make_shared<Responder::Link>(Responder::Link{this})) {
   http_parser_init(&parser_, HTTP_REQUEST);
   parser_.data = this;
 }
 
+HttpSession::~HttpSession() { link_->session = nullptr; }
+
 bool HttpSession::resume() {
-  if (!blocked_) return !closing_;
+  if (!blocked_) return !input_done_;
+  if (queue_.size() >= limits_.max_pending) return true;  // still waiting for answers
   blocked_ = false;
   http_parser_pause(&parser_, 0);
-  const std::string input = std::move(pending_);
-  pending_.clear();
+  const std::string input = std::move(held_);
+  held_.clear();
   return feed(input);
 }
 
 bool HttpSession::feed(std::string_view data) {
-  if (closing_) return false;
+  if (input_done_) return false;
   if (blocked_) {
-    pending_.append(data);
+    held_.append(data);
     return true;
   }
+  struct Parsing {
+    int& depth;
+    explicit Parsing(int& d) : depth(d) { ++depth; }
+    ~Parsing() { --depth; }
+    Parsing(const Parsing&) = delete;
+    Parsing& operator=(const Parsing&) = delete;
+  } parsing(parsing_);
   static const http_parser_settings settings = [] {
     http_parser_settings s = kSettings;
     s.on_message_begin = on_message_begin;
@@ -107,10 +220,11 @@ bool HttpSession::feed(std::string_view data) {
   }();
   const std::size_t parsed = http_parser_execute(&parser_, &settings, data.data(), data.size());
   const http_errno err = HTTP_PARSER_ERRNO(&parser_);
-  if (closing_) return false;  // answered and closing (an error, the last request)
+  if (input_done_) return false;  // answered and closing (an error, the last request)
   if (err == HPE_PAUSED) {
-    // Paused by on_message_complete with output_ full: the rest waits for resume().
-    pending_.assign(data.substr(parsed));
+    // Paused by on_message_complete with output_ full or too many answers owed: the rest
+    // waits for resume().
+    held_.assign(data.substr(parsed));
     return true;
   }
   if (err != HPE_OK) {
@@ -127,22 +241,41 @@ bool HttpSession::feed(std::string_view data) {
   }
   if (parser_.upgrade != 0 || parsed != data.size()) {
     // No protocol upgrades (the request was answered; what follows is not HTTP).
-    closing_ = true;
+    input_done_ = true;
     return false;
   }
   return true;
 }
 
 void HttpSession::timed_out() {
-  if (closing_) return;
-  if (in_message_) fail(408, "request not received in time");
-  closing_ = true;
+  if (closing()) return;
+  if (!queue_.empty()) {
+    // The answers owed did not come in time: none will be written.
+    first_sequence_ += queue_.size();
+    queue_.clear();
+  } else if (in_message_) {
+    fail(408, "request not received in time");
+  }
+  input_done_ = true;
+  in_message_ = false;
+}
+
+void HttpSession::input_ended() {
+  input_done_ = true;
+  in_message_ = false;
+  blocked_ = false;
+  held_.clear();
+  emit_ready();  // a last response already answered now says "Connection: close"
 }
 
 bool HttpSession::drain() {
   draining_ = true;
-  if (!in_message_) closing_ = true;
-  return !in_message_;
+  if (!in_message_) {
+    input_done_ = true;
+    blocked_ = false;
+    held_.clear();
+  }
+  return closing();
 }
 
 bool HttpSession::take_header_bytes(std::size_t n) {
@@ -155,12 +288,18 @@ bool HttpSession::take_header_bytes(std::size_t n) {
 void HttpSession::fail(int status, std::string_view message) {
   response_.clear();
   json_error(response_, status, message);
-  write(response_, false);
-  closing_ = true;
+  input_done_ = true;
   in_message_ = false;
+  const Reply::Form form{false, false, false};
+  if (queue_.empty()) {
+    write(response_, form);
+  } else {
+    queue_.push_back(Slot{std::move(response_), form, true, false});
+  }
 }
 
-void HttpSession::write(const Response& response, bool keep_alive, bool head, bool http10) {
+void HttpSession::write(const Response& response, Reply::Form form) {
+  const bool keep_alive = form.keep_alive;
   std::string& out = output_;
   out += "HTTP/1.1 ";
   append_number(out, static_cast<std::uint64_t>(response.status));
@@ -176,10 +315,10 @@ void HttpSession::write(const Response& response, bool keep_alive, bool head, bo
     out += ": ";
     out += value;
   }
-  out += !keep_alive ? "\r\nConnection: close\r\n\r\n"
-         : http10    ? "\r\nConnection: keep-alive\r\n\r\n"
-                     : "\r\n\r\n";
-  if (!head) out += response.body;
+  out += !keep_alive   ? "\r\nConnection: close\r\n\r\n"
+         : form.http10 ? "\r\nConnection: keep-alive\r\n\r\n"
+                       : "\r\n\r\n";
+  if (!form.head) out += response.body;
 }
 
 int HttpSession::on_message_begin(http_parser* p) {
@@ -242,8 +381,14 @@ int HttpSession::on_headers_complete(http_parser* p) {
   const bool has_body = (p->flags & F_CHUNKED) != 0 ||
                         ((p->flags & F_CONTENTLENGTH) != 0 && p->content_length > 0);
   if (has_body && p->http_minor >= 1) {
-    if (iequals(s.request_.header("expect"), "100-continue"))
-      s.output_ += "HTTP/1.1 100 Continue\r\n\r\n";
+    if (iequals(s.request_.header("expect"), "100-continue")) {
+      // Behind answers still owed it waits its turn (the client would take it for theirs).
+      if (s.queue_.empty()) {
+        s.output_ += "HTTP/1.1 100 Continue\r\n\r\n";
+      } else {
+        s.queue_.push_back(Slot{{}, {}, true, true});
+      }
+    }
   }
   return 0;
 }
@@ -264,19 +409,11 @@ int HttpSession::on_message_complete(http_parser* p) {
   ++s.requests_;
   const bool keep_alive = http_should_keep_alive(p) != 0 && !s.draining_ && p->upgrade == 0;
   s.request_.keep_alive = keep_alive;
-  s.response_.clear();
-  try {
-    s.handler_.handle(s.request_, s.peer_, s.response_);
-  } catch (const std::exception&) {
-    s.response_.clear();
-    s.response_.status = 500;
-    s.response_.body = "{\"error\":\"internal error\"}\n";
-  }
-  s.write(s.response_, keep_alive, p->method == HTTP_HEAD, p->http_major == 1 && p->http_minor == 0);
+  if (!keep_alive) s.input_done_ = true;  // before dispatch: an answer at once is the last
+  s.dispatch(Reply::Form{keep_alive, p->method == HTTP_HEAD, p->http_major == 1 && p->http_minor == 0});
   if (!keep_alive) {
-    s.closing_ = true;
     http_parser_pause(p, 1);  // the rest of the input is not read
-  } else if (s.output_.size() >= kOutputCap) {
+  } else if (s.output_.size() >= kOutputCap || s.queue_.size() >= s.limits_.max_pending) {
     s.blocked_ = true;
     http_parser_pause(p, 1);
   }

@@ -107,8 +107,9 @@ struct Connection {
   HttpSession session;
   std::size_t writes = 0;  // in flight
   bool reading = false;
-  // The timer runs as the deadline of the request after this many completed ones (a
-  // request completing, even in the same read as the next one starts, ends its deadline).
+  bool input_ended = false;  // the client sent EOF (or its stream failed)
+  // The timer runs as the request timeout of what deadline_key() named when it started:
+  // a request completing, even in the same read as the next one starts, ends its deadline.
   std::optional<std::uint64_t> deadline_of;
   bool closing = false;
   int handles = 2;  // open libuv handles (tcp, timer)
@@ -219,6 +220,12 @@ class Worker {
         uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&peer), name, sizeof name);
     }
     c->session.set_peer(name);
+    // A deferred answer landed: write it out (and go on parsing what waited for it).
+    c->session.on_answer([c] {
+      if (c->closing) return;
+      c->worker.flush(*c);
+      c->worker.pump(*c);
+    });
     self->connections_.insert(c);
     counters.open.fetch_add(1, std::memory_order_relaxed);
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
@@ -227,20 +234,25 @@ class Worker {
   }
 
   void start_reading(Connection& c) {
-    if (c.reading || c.closing) return;
+    if (c.reading || c.closing || c.input_ended) return;
     c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), on_alloc, on_read) == 0;
   }
 
-  // The idle timeout between requests; the request timeout from a request's first byte.
+  // The request timeout from a request's first byte, and while answers are owed; the
+  // idle timeout between requests.
   void arm(Connection& c) {
-    if (c.closing) return;
-    if (c.writes != 0 && !c.reading) {
+    if (c.closing || c.session.closing()) return;  // finish() keeps the time left to write
+    const HttpSession& s = c.session;
+    if (c.writes != 0 && !c.reading && !c.input_ended) {
       // Waiting for the client to take its responses: each write it takes restarts this.
       c.deadline_of.reset();
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
-    } else if (c.session.mid_request()) {
-      if (c.deadline_of == c.session.requests()) return;
-      c.deadline_of = c.session.requests();
+    } else if (s.mid_request() || s.pending() != 0) {
+      // What the deadline is of: the request being received, else the answers owed
+      // after the requests received so far.
+      const std::uint64_t key = 2 * s.requests() + (s.mid_request() ? 0 : 1);
+      if (c.deadline_of == key) return;
+      c.deadline_of = key;
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else {
       c.deadline_of.reset();
@@ -258,27 +270,37 @@ class Worker {
     auto* c = static_cast<Connection*>(stream->data);
     Worker& self = c->worker;
     if (nread < 0) {
-      // The client is gone (or half-closed): what is being written still goes out.
+      // The client is gone (or half-closed): what is being written still goes out, and
+      // the answers owed to it (within the request timeout).
       uv_read_stop(stream);
       c->reading = false;
-      self.finish(*c);
+      c->input_ended = true;
+      c->session.input_ended();
+      self.flush(*c);
+      self.arm(*c);
       return;
     }
     if (nread == 0) return;
     const bool more = c->session.feed(std::string_view(buf->base, static_cast<std::size_t>(nread)));
     self.flush(*c);
-    if (!more) return;
+    if (!more) {
+      self.arm(*c);  // answers may still be owed
+      return;
+    }
     self.pump(*c);
   }
 
-  // After output went out: parses input held back while the output was full, for as
-  // long as the socket takes the responses at once. A client that does not read its
-  // responses is not read either; if it stays that way, its timer closes it.
+  // After output went out (or an answer landed): parses input held back while the
+  // output was full or answers were owed, for as long as the socket takes the responses
+  // at once. A client that does not read its responses is not read either; if it stays
+  // that way, its timer closes it.
   void pump(Connection& c) {
     while (c.session.blocked() && c.writes == 0 && !c.closing) {
+      const std::uint64_t before = c.session.requests();
       const bool more = c.session.resume();
       flush(c);
-      if (!more) return;
+      if (!more) break;
+      if (c.session.requests() == before && c.session.blocked()) break;  // answers owed
     }
     if (c.closing) return;
     const bool backlog = c.session.blocked() ||

@@ -105,7 +105,8 @@ class Service::Worker final : public RequestHandler {
   }
   ~Worker() override { service_.remove_worker(&stats_); }
 
-  void handle(const Request& request, std::string_view peer, Response& response) override {
+  void handle(const Request& request, std::string_view peer, Reply& reply) override {
+    Response& response = reply.response();
     const std::string path = normalise_path(path_of(request.target));
     if (path == "/healthz") return health(response);
     if (path == "/metrics") {

@@ -3,7 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ratewin::server {
@@ -11,8 +13,9 @@ namespace {
 
 struct Echo final : RequestHandler {
   std::vector<Request> seen;
-  void handle(const Request& request, std::string_view peer, Response& response) override {
+  void handle(const Request& request, std::string_view peer, Reply& reply) override {
     seen.push_back(request);
+    Response& response = reply.response();
     response.body = request.method + " " + request.target + " " + std::string(peer);
     response.headers.emplace_back("X-Body-Size", std::to_string(request.body.size()));
   }
@@ -141,9 +144,9 @@ TEST_CASE("HEAD is answered without a body; repeated headers keep every line") {
 TEST_CASE("a client that pipelines without reading gets no more parsed than the output cap") {
   struct Big final : RequestHandler {
     int handled = 0;
-    void handle(const Request&, std::string_view, Response& response) override {
+    void handle(const Request&, std::string_view, Reply& reply) override {
       ++handled;
-      response.body.assign(10000, 'x');
+      reply.response().body.assign(10000, 'x');
     }
   } big;
   HttpSession session(big, "p");
@@ -179,6 +182,198 @@ TEST_CASE("JSON bodies stay valid whatever bytes a client sent") {
   // Quote and backslash escaped, control bytes as \u00XX, a stray byte as U+FFFD, and
   // well-formed UTF-8 kept.
   CHECK(r.body == "{\"error\":\"key \\\"k\\\\\\u0001\\ufffd\xc3\xa9\"}\n");
+}
+
+}  // namespace
+}  // namespace ratewin::server
+
+namespace ratewin::server {
+namespace {
+
+// Defers every request whose target starts with "/later" (keeping its Responder and
+// target); answers the others at once.
+struct Deferring final : RequestHandler {
+  std::vector<std::pair<std::string, Responder>> held;
+  void handle(const Request& request, std::string_view, Reply& reply) override {
+    if (request.target.starts_with("/later")) {
+      held.emplace_back(request.target, reply.defer());
+    } else {
+      reply.response().body = "now " + request.target;
+    }
+  }
+  void answer(std::size_t i) {
+    Response r;
+    r.body = "late " + held.at(i).first;
+    held.at(i).second.respond(std::move(r));
+  }
+};
+
+// The bodies of the responses in `out`, in order (each Content-Length long).
+std::vector<std::string> bodies(const std::string& out) {
+  std::vector<std::string> all;
+  std::size_t at = 0;
+  while ((at = out.find("HTTP/1.1 ", at)) != std::string::npos) {
+    const std::size_t end = out.find("\r\n\r\n", at);
+    const std::size_t length_at = out.find("Content-Length: ", at);
+    if (end == std::string::npos || length_at == std::string::npos || length_at > end) {
+      all.emplace_back("<interim>");
+      at = end;
+      continue;
+    }
+    const std::size_t length = std::stoul(out.substr(length_at + 16));
+    all.push_back(out.substr(end + 4, length));
+    at = end + 4 + length;
+  }
+  return all;
+}
+
+std::string get(std::string_view target, std::string_view extra = "") {
+  return "GET " + std::string(target) + " HTTP/1.1\r\nHost: h\r\n" + std::string(extra) + "\r\n";
+}
+
+TEST_CASE("deferred answers leave in request order, whatever order they land in") {
+  Deferring handler;
+  HttpSession session(handler, "p");
+  int told = 0;
+  session.on_answer([&] { ++told; });
+  REQUIRE(session.feed(get("/later/1") + get("/now/2") + get("/later/3") + get("/now/4")));
+  CHECK(session.output().empty());  // everything waits for /later/1
+  CHECK(session.pending() == 4);
+  REQUIRE(handler.held.size() == 2);
+  CHECK(handler.held[0].second.waiting());
+  handler.answer(1);  // /later/3 first: still behind /later/1
+  CHECK(told == 1);
+  CHECK(session.output().empty());
+  CHECK_FALSE(handler.held[1].second.waiting());
+  handler.answer(0);
+  CHECK(told == 2);
+  CHECK(bodies(session.output()) ==
+        std::vector<std::string>{"late /later/1", "now /now/2", "late /later/3", "now /now/4"});
+  CHECK(session.pending() == 0);
+  CHECK(session.output().find("Connection: close") == std::string::npos);
+  // Answering twice, or through an emptied Responder, does nothing.
+  handler.answer(0);
+  CHECK(told == 2);
+}
+
+TEST_CASE("an answer given inside handle() goes out at once, without the callback") {
+  struct AtOnce final : RequestHandler {
+    void handle(const Request&, std::string_view, Reply& reply) override {
+      Responder r = reply.defer();
+      Response response;
+      response.body = "inline";
+      r.respond(std::move(response));
+      CHECK_THROWS_AS(reply.defer(), std::logic_error);
+    }
+  } handler;
+  HttpSession session(handler, "p");
+  int told = 0;
+  session.on_answer([&] { ++told; });
+  REQUIRE(session.feed(get("/a") + get("/b")));
+  CHECK(bodies(session.output()) == std::vector<std::string>{"inline", "inline"});
+  CHECK(told == 0);
+}
+
+TEST_CASE("at most max_pending answers are owed: parsing waits, then goes on") {
+  Deferring handler;
+  HttpLimits limits;
+  limits.max_pending = 2;
+  HttpSession session(handler, "p", limits);
+  REQUIRE(session.feed(get("/later/1") + get("/later/2") + get("/later/3") + get("/now/4")));
+  CHECK(session.blocked());
+  CHECK(handler.held.size() == 2);
+  CHECK(session.resume());  // nothing answered yet: still waiting
+  CHECK(session.blocked());
+  CHECK(handler.held.size() == 2);
+  handler.answer(0);
+  CHECK(session.pending() == 1);
+  CHECK(session.resume());
+  CHECK(handler.held.size() == 3);
+  handler.answer(1);
+  handler.answer(2);
+  CHECK(session.resume());
+  CHECK_FALSE(session.blocked());
+  CHECK(bodies(session.output()) == std::vector<std::string>{"late /later/1", "late /later/2",
+                                                             "late /later/3", "now /now/4"});
+}
+
+TEST_CASE("a late answer to a connection that is gone does nothing") {
+  Deferring handler;
+  {
+    HttpSession session(handler, "p");
+    REQUIRE(session.feed(get("/later/1") + get("/later/2")));
+    handler.answer(0);
+  }  // the connection closed with /later/2 pending
+  CHECK_FALSE(handler.held[1].second.waiting());
+  handler.answer(1);  // no use of the freed session (ASan would say so)
+  handler.held.clear();
+
+  HttpSession timed(handler, "p");
+  REQUIRE(timed.feed(get("/later/3") + "GET /partial"));
+  timed.timed_out();  // answers owed are given up: no 408 behind them either
+  CHECK(timed.closing());
+  CHECK(timed.output().empty());
+  handler.answer(0);
+  CHECK(timed.output().empty());
+}
+
+TEST_CASE("a Responder dropped unanswered answers 500") {
+  Deferring handler;
+  HttpSession session(handler, "p");
+  REQUIRE(session.feed(get("/later/1") + get("/now/2")));
+  handler.held.clear();
+  CHECK(statuses(session.output()) == std::vector<std::string>{"500", "200"});
+  // Moving a Responder over one that holds a request answers that one too.
+  REQUIRE(session.feed(get("/later/3") + get("/later/4")));
+  handler.held[0].second = std::move(handler.held[1].second);
+  CHECK(statuses(session.output()) == std::vector<std::string>{"500", "200", "500"});
+  CHECK(handler.held[0].second.waiting());
+  handler.answer(0);  // /later/4's, now held by the first
+  CHECK(statuses(session.output()) == std::vector<std::string>{"500", "200", "500", "200"});
+}
+
+TEST_CASE("draining waits for the answers owed; the last one closes") {
+  Deferring handler;
+  HttpSession session(handler, "p");
+  REQUIRE(session.feed(get("/later/1") + get("/now/2")));
+  CHECK_FALSE(session.drain());
+  CHECK_FALSE(session.closing());
+  handler.answer(0);
+  CHECK(session.closing());
+  const std::string& out = session.output();
+  CHECK(bodies(out) == std::vector<std::string>{"late /later/1", "now /now/2"});
+  // Only the last response says it.
+  CHECK(out.find("Connection: close") > out.find("late /later/1"));
+  CHECK(out.find("Connection: close") != std::string::npos);
+}
+
+TEST_CASE("a client's end of input: the answers owed are still given") {
+  Deferring handler;
+  HttpSession session(handler, "p");
+  REQUIRE(session.feed(get("/later/1") + "GET /half"));
+  session.input_ended();
+  CHECK_FALSE(session.closing());
+  handler.answer(0);
+  CHECK(session.closing());
+  CHECK(bodies(session.output()) == std::vector<std::string>{"late /later/1"});
+  CHECK(session.output().find("Connection: close") != std::string::npos);
+}
+
+TEST_CASE("an error or a 100 Continue behind a pending answer waits its turn") {
+  Deferring handler;
+  HttpSession session(handler, "p");
+  REQUIRE(session.feed(get("/later/1") +
+                       "POST /now/2 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n"
+                       "Expect: 100-continue\r\n\r\n"));
+  CHECK(session.output().empty());
+  CHECK_FALSE(session.feed("hiBAD REQUEST\r\n\r\n"));
+  CHECK(session.output().empty());
+  CHECK_FALSE(session.closing());
+  handler.answer(0);
+  const std::string& out = session.output();
+  CHECK(statuses(out) == std::vector<std::string>{"200", "100", "200", "400"});
+  CHECK(bodies(out).at(0) == "late /later/1");
+  CHECK(session.closing());
 }
 
 }  // namespace
