@@ -238,8 +238,10 @@ class Worker {
     c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), on_alloc, on_read) == 0;
   }
 
-  // The request timeout from a request's first byte, and while answers are owed; the
-  // idle timeout between requests.
+  // The request timeout runs from a connection's accept until its first request is in,
+  // from the first byte of each later request, and while answers are owed; the idle
+  // timeout only between requests, once one has been answered. So a client that sends
+  // nothing holds its slot no longer than one that sends slowly.
   void arm(Connection& c) {
     if (c.closing || c.session.closing()) return;  // finish() keeps the time left to write
     const HttpSession& s = c.session;
@@ -247,10 +249,11 @@ class Worker {
       // Waiting for the client to take its responses: each write it takes restarts this.
       c.deadline_of.reset();
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
-    } else if (s.mid_request() || s.pending() != 0) {
-      // What the deadline is of: the request being received, else the answers owed
-      // after the requests received so far.
-      const std::uint64_t key = 2 * s.requests() + (s.mid_request() ? 0 : 1);
+    } else if (s.mid_request() || s.requests() == 0 || s.pending() != 0) {
+      // What the deadline is of: the request being received (or the first to come), else
+      // the answers owed after the requests received so far.
+      const bool receiving = s.mid_request() || s.requests() == 0;
+      const std::uint64_t key = 2 * s.requests() + (receiving ? 0 : 1);
       if (c.deadline_of == key) return;
       c.deadline_of = key;
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
@@ -537,9 +540,10 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value("info"))
     ("max-connections", "Client connections open at once; more are closed at once",
      cxxopts::value<std::size_t>()->default_value("10000"))
-    ("request-timeout-ms", "Time a client has to send a whole request (408 after it)",
+    ("request-timeout-ms", "Time a client has to send a whole request (408 after it), counted "
+                           "from its first byte, or for a new connection from its accept",
      cxxopts::value<std::uint64_t>()->default_value("10000"))
-    ("idle-timeout-ms", "Keep-alive connections idle this long are closed",
+    ("idle-timeout-ms", "Keep-alive connections idle this long between requests are closed",
      cxxopts::value<std::uint64_t>()->default_value("30000"))
     ("drain-timeout-ms", "On SIGTERM, connections still busy after this are closed",
      cxxopts::value<std::uint64_t>()->default_value("10000"))

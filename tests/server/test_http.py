@@ -145,6 +145,39 @@ def test_request_deadline_starts_with_each_request(start_server, rules):
         assert second.json()["endpoint"] == "/second"
 
 
+def test_silent_connection_is_closed_after_the_request_timeout(start_server, rules):
+    """A connection that sends nothing gets the request timeout, not the idle timeout
+    (which is for the time between requests): silent clients cannot hold every slot."""
+    server = start_server("--request-timeout-ms", "300", "--idle-timeout-ms", "20000",
+                          "--max-connections", "4", rules=rules, threads=1)
+    silent = [raw_connect(server.port) for _ in range(4)]
+    try:
+        started = time.monotonic()
+        for s in silent:
+            assert RawReader(s).closed(3), "a silent connection was kept past the request timeout"
+        elapsed = time.monotonic() - started
+        assert 0.2 <= elapsed < 2, elapsed
+        # The slots are free again.
+        assert wait_until(lambda: server.get("/healthz").status == 200, 2)
+    finally:
+        for s in silent:
+            s.close()
+    # Once a request has been answered, the idle timeout applies between requests.
+    with raw_connect(server.port) as s:
+        reader = RawReader(s)
+        s.sendall(raw_get("/", [("X-API-Key", "k")]))
+        assert reader.response().status == 200
+        assert not reader.closed(0.8), "closed after the request timeout between requests"
+        s.sendall(raw_get("/", [("X-API-Key", "k")]))
+        assert reader.response().status == 200
+    # A request trickled in from the connection's first byte has no more time than that.
+    with raw_connect(server.port) as s:
+        time.sleep(0.2)
+        s.sendall(b"GET / HTTP/1.1\r\n")
+        r = RawReader(s).response()
+        assert r.status == 408, r
+
+
 def test_head_response_has_no_body(start_server, rules):
     """RFC 9110 9.3.2: no content in a response to HEAD. A body would be read as the start
     of the next response on a keep-alive connection."""
