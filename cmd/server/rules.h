@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "path.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::server {
@@ -107,16 +108,5 @@ ratewin::Limit effective_limit(const LimitRule& rule, double multiplier);
 // separates. Distinct (rule, key, endpoint) always give distinct names.
 void resource_name(const LimitRule& rule, std::string_view key, std::string_view endpoint,
                    std::string& out);
-
-// The path of a request target, as endpoints are matched: drops "?query" and "#fragment",
-// collapses repeated '/', resolves "." and ".." segments (never above the root) and
-// ensures a leading '/'. A trailing '/' is kept, as RFC 3986 does ("/a/b/.." is "/a/").
-// Percent-encoding is left alone.
-std::string normalise_path(std::string_view target);
-
-// Whether `text` matches `pattern` as a whole: '*' matches any run of bytes (including
-// '/'), '?' exactly one byte, everything else itself; there is no escape. Iterative,
-// O(pattern * text) at worst.
-bool glob_match(std::string_view pattern, std::string_view text);
 
 }  // namespace ratewin::server
