@@ -1,5 +1,5 @@
 // HTTP/1.1 for one connection, independent of sockets: bytes in, responses out.
-// Requests are parsed by Debian's http-parser and handed to a RequestHandler, which
+// Requests are framed strictly (request_parser.h) and handed to a RequestHandler, which
 // answers each at once or later (a deferred answer); either way the responses leave in
 // the order the requests came, so pipelined requests get theirs in order.
 //
@@ -7,8 +7,6 @@
 // belong to the thread of the connection's loop. Nothing here is thread-safe; a handler
 // that waits on other threads must come back to the loop (uv_async_send) to respond.
 #pragma once
-
-#include <http_parser.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,30 +18,14 @@
 #include <utility>
 #include <vector>
 
+#include "request_parser.h"
+
 namespace ratewin::server {
 
-struct HttpLimits {
-  std::size_t max_header_bytes = 16 * 1024;  // request line and headers: more is 431
-  std::size_t max_body_bytes = 64 * 1024;    // more is 413
-  std::size_t max_headers = 100;             // more is 431
+struct HttpLimits : RequestLimits {
   // Requests of one connection parsed but not yet answered (deferred ones, and those
   // answered at once behind them): at this many, parsing waits for answers.
   std::size_t max_pending = 16;
-};
-
-struct Request {
-  std::string method;
-  std::string target;  // as sent: path and query
-  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
-  std::string body;
-  bool keep_alive = true;
-
-  // The first value of a header (name in lower case), empty if absent.
-  std::string_view header(std::string_view name) const noexcept;
-  // The last value of a header sent on several lines (where the latest line counts,
-  // as with X-Forwarded-For appended by a proxy), empty if absent.
-  std::string_view last_header(std::string_view name) const noexcept;
-  void clear() noexcept;
 };
 
 struct Response {
@@ -185,7 +167,7 @@ class HttpSession {
 
   std::string& output() noexcept { return output_; }
   // Some bytes of a request have arrived, but not all of it.
-  bool mid_request() const noexcept { return in_message_; }
+  bool mid_request() const noexcept { return parser_.mid_request(); }
   // No more input is read and every answer owed is in output().
   bool closing() const noexcept { return input_done_ && queue_.empty(); }
   // Requests parsed (answered or not).
@@ -207,16 +189,8 @@ class HttpSession {
     bool interim = false;  // "100 Continue" for a request behind pending ones
   };
 
-  static int on_message_begin(http_parser* p);
-  static int on_url(http_parser* p, const char* at, std::size_t length);
-  static int on_header_field(http_parser* p, const char* at, std::size_t length);
-  static int on_header_value(http_parser* p, const char* at, std::size_t length);
-  static int on_headers_complete(http_parser* p);
-  static int on_body(http_parser* p, const char* at, std::size_t length);
-  static int on_message_complete(http_parser* p);
-
-  // Counts header bytes; false (and the error to answer) past the limits.
-  bool take_header_bytes(std::size_t n);
+  // Parses `input` until it is all taken, the input is done, or parsing must wait.
+  bool parse(std::string_view input);
   // Answers an error (after the answers owed) and reads no more.
   void fail(int status, std::string_view message);
   // Hands a complete request to the handler.
@@ -232,16 +206,11 @@ class HttpSession {
   RequestHandler& handler_;
   std::string peer_;
   HttpLimits limits_;
-  http_parser parser_{};
-  Request request_;
+  RequestParser parser_;
   Response response_;
   std::string output_;
   std::string held_;  // input not parsed yet while blocked_
   bool blocked_ = false;
-  std::size_t header_bytes_ = 0;
-  int error_status_ = 0;  // set by a callback that stopped the parser
-  bool in_message_ = false;
-  bool in_value_ = false;
   bool input_done_ = false;  // no more input is parsed
   bool draining_ = false;
   int parsing_ = 0;  // inside feed() or resume(): their caller flushes

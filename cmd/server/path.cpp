@@ -2,10 +2,23 @@
 
 #include <algorithm>
 
+#include "text.h"
+
 namespace ratewin::server {
 
-std::string remove_dot_segments(std::string_view path) {
-  std::string out;
+namespace {
+
+int hex_value(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Merges repeated '/' and resolves "." and ".." in `path` (decoded, so every '/' in it
+// separates segments), into `out`.
+void remove_dot_segments(std::string_view path, std::string& out) {
+  out.clear();
   out.reserve(path.size() + 1);
   bool trailing = false;  // whether the result ends in a directory ("/a/", "/a/b/..")
   std::size_t i = 0;
@@ -26,11 +39,76 @@ std::string remove_dot_segments(std::string_view path) {
     }
   }
   if (out.empty() || trailing) out += '/';
-  return out;
 }
 
-std::string normalise_path(std::string_view target) {
-  return remove_dot_segments(target.substr(0, std::min(target.find_first_of("?#"), target.size())));
+// Decodes `path` into `out` (see normalise_path); "" or the problem.
+std::string_view decode(std::string_view path, std::string& out) {
+  out.clear();
+  out.reserve(path.size());
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    const char c = path[i];
+    if (c == '%') {
+      const int high = i + 2 < path.size() ? hex_value(path[i + 1]) : -1;
+      const int low = i + 2 < path.size() ? hex_value(path[i + 2]) : -1;
+      if (high < 0 || low < 0) return "invalid percent-encoding in the path";
+      const auto byte = static_cast<unsigned char>(high * 16 + low);
+      i += 2;
+      if (byte == '/' || byte == '\\') return "an encoded '/' or '\\' in the path";
+      if (byte == ';') return "an encoded ';' in the path";
+      if (byte < 0x20 || byte == 0x7f) return "an encoded control character in the path";
+      out += static_cast<char>(byte);
+      continue;
+    }
+    if (c == ';') return "path parameters (';') are not accepted";
+    if (c == '\\') return "'\\' in the path";
+    if (c == '#') return "a fragment ('#') in the request target";
+    if (c < 0x21 || c > 0x7e) return "a byte in the path that a request target cannot hold";
+    out += c;
+  }
+  // Only decoding made bytes above 0x7f: they must be UTF-8 (no overlong forms).
+  for (std::size_t i = 0; i < out.size();) {
+    const std::size_t n = utf8_length(out, i);
+    if (n == 0) return "a decoded path that is not UTF-8";
+    i += n;
+  }
+  return {};
+}
+
+// Appends `decoded` to `out`, encoding again what a path cannot hold as it is.
+void encode(std::string_view decoded, std::string& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  out.clear();
+  out.reserve(decoded.size());
+  for (const char c : decoded) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte >= 0x7f || c == '%' || c == '#' || c == '?') {
+      out += '%';
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+}
+
+}  // namespace
+
+bool normalise_path(std::string_view path, std::string& out, std::string_view& problem) {
+  if (path.empty() || path.front() != '/') {
+    out.clear();
+    problem = "the path does not start with '/'";
+    return false;
+  }
+  std::string decoded;
+  problem = decode(path, decoded);
+  if (!problem.empty()) {
+    out.clear();
+    return false;
+  }
+  std::string encoded;
+  encode(decoded, encoded);
+  remove_dot_segments(encoded, out);
+  return true;
 }
 
 bool glob_match(std::string_view pattern, std::string_view text) {

@@ -73,8 +73,12 @@ class Rules {
   // position.
   static Rules load(const std::string& path);
 
-  // The limits a request counts against. `path` must be normalise_path()'s output (a raw
-  // target would let "/public/../admin" dodge the "/admin" endpoint). Clears and fills
+  // The limits a request counts against. `path` must be normalise_path()'s output
+  // (Request::path): a raw target would let "/public/../admin" or "/%61dmin" dodge the
+  // "/admin" endpoint. Endpoint paths are written in that canonical form (decoded; see
+  // path.h for what requests may not have, such as ';' or an encoded '/'). A prefix
+  // endpoint covers its subtree; a glob endpoint matches the path with or without one
+  // trailing '/'. Clears and fills
   // `out`; allocates nothing once out.limits has grown to its largest size. Safe to call
   // from any number of threads.
   void match(std::string_view key, std::string_view method, std::string_view path,

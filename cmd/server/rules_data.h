@@ -94,7 +94,11 @@ struct Rules::Data {
           std::find(e.methods.begin(), e.methods.end(), method) == e.methods.end()) {
         continue;
       }
-      if (e.glob ? glob_match(e.path, path)
+      // A trailing '/' never dodges an endpoint: a prefix covers its subtree, and a glob
+      // is tried on the path without it too (most backends route "/a/" as "/a").
+      if (e.glob ? glob_match(e.path, path) ||
+                       (path.size() > 1 && path.back() == '/' &&
+                        glob_match(e.path, path.substr(0, path.size() - 1)))
                  : path.starts_with(e.prefix) &&
                        (path.size() == e.prefix.size() || path[e.prefix.size()] == '/')) {
         return &e;

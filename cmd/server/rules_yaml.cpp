@@ -291,10 +291,20 @@ std::string Parser::endpoint_path(const Item& item) const {
   if (p.find('#') != std::string::npos) {
     fail(item, quoted(p) + " contains '#' (a fragment is never part of a request's path)");
   }
-  // Requests are matched by their normalised path, so a path that normalisation changes
-  // could never match as written.
-  if (const std::string fixed = remove_dot_segments(p); fixed != p) {
-    fail(item, quoted(p) + " is not a normalised path (write " + quoted(fixed) + ")");
+  // Requests are matched by their normalised path (path.h), so a path that a request
+  // could not have, or that normalisation changes, could never match as written.
+  // A glob's '?' is no query: checked as some byte that stays as it is.
+  std::string plain = p;
+  std::replace(plain.begin(), plain.end(), '?', 'Q');
+  std::string fixed;
+  std::string_view problem;
+  if (!normalise_path(plain, fixed, problem)) {
+    fail(item, quoted(p) + " is no path a request can have (" + std::string(problem) + ")");
+  }
+  if (fixed != plain) {
+    fail(item, quoted(p) + " is not a normalised path" +
+                   (plain == p ? " (write " + quoted(fixed) + ")"
+                               : " (see path.h: decoded, but for space, '%', '#', non-ASCII)"));
   }
   return p;
 }
