@@ -138,7 +138,9 @@ RequestParser::Event RequestParser::parse(std::string_view input, std::size_t& u
         if (line_.size() + take > line_limit()) {
           switch (stage_) {
             case Stage::start_line:
-              return done(line_.find(' ') != std::string::npos
+              // A target begun (after the method's space) is what made it long.
+              return done(line_.find(' ') != std::string::npos ||
+                                  rest.substr(0, take).find(' ') != std::string_view::npos
                               ? fail(414, "request line too long")
                               : fail(400, "malformed request line"));
             case Stage::headers:
@@ -148,17 +150,24 @@ RequestParser::Event RequestParser::parse(std::string_view input, std::size_t& u
               return done(fail(400, "chunk size line too long"));
           }
         }
-        line_.append(rest.substr(0, take));
-        if (newline == std::string_view::npos) {
-          pos = input.size();
-          return done(Event::more);
+        // A line whole in the input is read where it is; one cut by the input's end is
+        // kept until the rest comes.
+        std::string_view text = rest.substr(0, take);
+        if (!line_.empty() || newline == std::string_view::npos) {
+          line_.append(text);
+          if (newline == std::string_view::npos) {
+            pos = input.size();
+            return done(Event::more);
+          }
+          text = line_;
         }
         pos += take + 1;
-        if (line_.empty() || line_.back() != '\r')
+        if (text.empty() || text.back() != '\r')
           return done(fail(400, "a line ending in a bare LF (lines end in CRLF)"));
-        line_.pop_back();
-        if (line_.find('\r') != std::string::npos) return done(fail(400, "a bare CR in a line"));
-        const Event e = line(line_);
+        text.remove_suffix(1);
+        if (text.find('\r') != std::string_view::npos)
+          return done(fail(400, "a bare CR in a line"));
+        const Event e = line(text);
         line_.clear();
         if (e != Event::more) return done(e);
         break;

@@ -107,6 +107,11 @@ TEST_CASE("bad and oversized input is answered with the right status, then close
         std::vector<std::string>{"431"});
   CHECK(answer("GET /" + std::string(600, 'u') + " HTTP/1.1\r\n\r\n") ==
         std::vector<std::string>{"414"});
+  // Before the line has ended, too: a long target is 414, a long anything else 400.
+  CHECK(answer("GET /" + std::string(2000, 'u')) == std::vector<std::string>{"414"});
+  CHECK(answer(std::string(2000, 'G')) == std::vector<std::string>{"400"});
+  CHECK(answer("GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(2000, 'a')) ==
+        std::vector<std::string>{"431"});
   CHECK(answer("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n") ==
         std::vector<std::string>{"413"});
   CHECK(answer("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n" +
