@@ -8,13 +8,6 @@ namespace ratewin::server {
 
 namespace {
 
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Merges repeated '/' and resolves "." and ".." in `path` (decoded, so every '/' in it
 // separates segments), into `out`.
 void remove_dot_segments(std::string_view path, std::string& out) {
@@ -48,8 +41,8 @@ std::string_view decode(std::string_view path, std::string& out) {
   for (std::size_t i = 0; i < path.size(); ++i) {
     const char c = path[i];
     if (c == '%') {
-      const int high = i + 2 < path.size() ? hex_value(path[i + 1]) : -1;
-      const int low = i + 2 < path.size() ? hex_value(path[i + 2]) : -1;
+      const int high = i + 2 < path.size() ? hex_digit(path[i + 1]) : -1;
+      const int low = i + 2 < path.size() ? hex_digit(path[i + 2]) : -1;
       if (high < 0 || low < 0) return "invalid percent-encoding in the path";
       const auto byte = static_cast<unsigned char>(high * 16 + low);
       i += 2;

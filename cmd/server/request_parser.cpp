@@ -31,13 +31,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Calls f(element) for each element of a comma-separated field value, trimmed.
 template <typename F>
 void each_element(std::string_view value, F&& f) {
