@@ -76,9 +76,12 @@ class Rules {
   // The limits a request counts against. `path` must be normalise_path()'s output
   // (Request::path): a raw target would let "/public/../admin" or "/%61dmin" dodge the
   // "/admin" endpoint. Endpoint paths are written in that canonical form (decoded; see
-  // path.h for what requests may not have, such as ';' or an encoded '/'). A prefix
-  // endpoint covers its subtree; a glob endpoint matches the path with or without one
-  // trailing '/'. Clears and fills
+  // path.h). Requests whose paths backends read differently never get here: an encoded
+  // '/' or '\', and ';' path parameters, are refused (400) rather than stripped, since
+  // Tomcat and Spring drop ";x" and route "/a;x/b" as "/a/b" while nginx and Go route it
+  // as written: either guess would let one kind of backend be dodged. A prefix endpoint
+  // covers its subtree; a glob endpoint matches the path with or without one trailing
+  // '/'. Clears and fills
   // `out`; allocates nothing once out.limits has grown to its largest size. Safe to call
   // from any number of threads.
   void match(std::string_view key, std::string_view method, std::string_view path,
