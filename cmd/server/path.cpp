@@ -92,6 +92,19 @@ bool normalise_path(std::string_view path, std::string& out, std::string_view& p
     problem = "the path does not start with '/'";
     return false;
   }
+  if (path.find_first_of("%?") == std::string_view::npos) {
+    // Nothing to decode or encode (the common case): checked where it is.
+    for (const char c : path) {
+      if (c == ';' || c == '\\' || c == '#' || c < 0x21 || c > 0x7e) {
+        std::string ignored;
+        problem = decode(path, ignored);  // says which
+        out.clear();
+        return false;
+      }
+    }
+    remove_dot_segments(path, out);
+    return true;
+  }
   std::string decoded;
   problem = decode(path, decoded);
   if (!problem.empty()) {
