@@ -12,7 +12,7 @@ packages=(
   libxxhash-dev                # resource hashing
   libhiredis-dev libuv1-dev    # the Redis store: hiredis (sync and async) on a libuv loop
   libcxxopts-dev               # command-line options of ratewin-bench and ratewin-server
-  libhttp-parser-dev libyaml-cpp-dev  # ratewin-server: HTTP parsing, the rules file
+  libyaml-cpp-dev              # ratewin-server: the rules file
   clang-14 libclang-rt-14-dev  # the libFuzzer smoke runs in the test command
   doctest-dev                  # unit tests
   redis-server                 # the tests, the benchmarks and the demo start their own

@@ -1,38 +1,31 @@
-// HTTP/1.1 framing for one connection, independent of sockets: bytes in, responses out.
-// Requests are parsed by Debian's http-parser; each complete request is answered at
-// once, in order, so pipelined requests get their responses in the order they came.
+// HTTP/1.1 for one connection, independent of sockets: bytes in, responses out.
+// Requests are framed strictly (request_parser.h) and handed to a RequestHandler, which
+// answers each at once or later (a deferred answer); either way the responses leave in
+// the order the requests came, so pipelined requests get theirs in order.
+//
+// Threads: a session, its handler's calls, its Reply and every Responder made for it
+// belong to the thread of the connection's loop. Nothing here is thread-safe; a handler
+// that waits on other threads must come back to the loop (uv_async_send) to respond.
 #pragma once
-
-#include <http_parser.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "request_parser.h"
+
 namespace ratewin::server {
 
-struct HttpLimits {
-  std::size_t max_header_bytes = 16 * 1024;  // request line and headers: more is 431
-  std::size_t max_body_bytes = 64 * 1024;    // more is 413
-  std::size_t max_headers = 100;             // more is 431
-};
-
-struct Request {
-  std::string method;
-  std::string target;  // as sent: path and query
-  std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
-  std::string body;
-  bool keep_alive = true;
-
-  // The first value of a header (name in lower case), empty if absent.
-  std::string_view header(std::string_view name) const noexcept;
-  // The last value of a header sent on several lines (where the latest line counts,
-  // as with X-Forwarded-For appended by a proxy), empty if absent.
-  std::string_view last_header(std::string_view name) const noexcept;
-  void clear() noexcept;
+struct HttpLimits : RequestLimits {
+  // Requests of one connection parsed but not yet answered (deferred ones, and those
+  // answered at once behind them): at this many, parsing waits for answers.
+  std::size_t max_pending = 16;
 };
 
 struct Response {
@@ -44,11 +37,91 @@ struct Response {
   void clear() noexcept;
 };
 
+class HttpSession;
+class Reply;
+
+// The answer to one request, given later (see RequestHandler::handle). Movable, not
+// copyable; used on the connection's loop thread only. It holds a ticket to its
+// request's place among the connection's responses, not the connection: when the
+// connection has closed meanwhile (client gone, timeout, drain deadline), respond() does
+// nothing, and the Responder may outlive the session safely.
+class Responder {
+ public:
+  Responder() noexcept = default;  // holds no request
+  Responder(Responder&& other) noexcept;
+  // Answers the request this one holds, if any, with 500 first (as the destructor does).
+  Responder& operator=(Responder&& other) noexcept;
+  Responder(const Responder&) = delete;
+  Responder& operator=(const Responder&) = delete;
+  // Dropped without respond(): its request is answered 500, so the connection's later
+  // responses are not held up for ever.
+  ~Responder();
+
+  // Sends `response` as the answer, in its request's place: it leaves after the answers
+  // of earlier requests (it waits for any still pending), and answers of later requests
+  // waiting for it leave with it. The session's on_answer callback then tells the
+  // transport (unless this is called from inside the session's own feed() or resume(),
+  // whose caller flushes anyway). Empty afterwards; does nothing when empty or when the
+  // connection has closed.
+  void respond(Response response);
+  // Holds a request whose connection is still open and waiting for the answer.
+  bool waiting() const noexcept;
+
+ private:
+  friend class HttpSession;
+  struct Link {  // shared by a session and its Responders
+    HttpSession* session;  // null once the session is gone
+  };
+  Responder(std::shared_ptr<Link> link, std::uint64_t sequence) noexcept
+      : link_(std::move(link)), sequence_(sequence) {}
+  // Answers 500 if it still holds a request.
+  void drop() noexcept;
+
+  std::shared_ptr<Link> link_;
+  std::uint64_t sequence_ = 0;  // the request's number on its connection
+};
+
+// How RequestHandler::handle answers the request it is given: fill response() and
+// return (answered at once), or call defer() and answer later through the Responder.
+class Reply {
+ public:
+  Reply(const Reply&) = delete;
+  Reply& operator=(const Reply&) = delete;
+
+  // The response sent when handle() returns, unless defer() was called.
+  Response& response() noexcept { return response_; }
+  // Takes the answer over: handle() returns without one and the Responder sends it
+  // (response() is then ignored). Once per request: a second call throws
+  // std::logic_error.
+  Responder defer();
+  bool deferred() const noexcept { return deferred_; }
+
+ private:
+  friend class HttpSession;
+  struct Form {  // how the response is to be written
+    bool keep_alive = true;
+    bool head = false;    // a HEAD request's: no body
+    bool http10 = false;  // an HTTP/1.0 request's: keep-alive is announced
+  };
+  Reply(HttpSession& session, Response& response, Form form) noexcept
+      : session_(session), response_(response), form_(form) {}
+
+  HttpSession& session_;
+  Response& response_;
+  Form form_;
+  bool deferred_ = false;
+};
+
 class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
-  // Answers a complete request. `peer` is the client's address.
-  virtual void handle(const Request& request, std::string_view peer, Response& response) = 0;
+  // Answers a complete request, on the connection's loop thread, requests in the order
+  // they came. `peer` is the client's address. Either fills reply.response() and
+  // returns, or takes reply.defer() and answers through that Responder later (or even
+  // before returning). `request` and `peer` are valid only until handle() returns:
+  // copy what a later answer needs. An exception out of handle() answers 500 unless it
+  // had deferred (then the Responder answers, or answers 500 when dropped).
+  virtual void handle(const Request& request, std::string_view peer, Reply& reply) = 0;
 };
 
 // Sets an error response: the status and {"error": message}.
@@ -60,67 +133,92 @@ std::string_view reason(int status) noexcept;
 class HttpSession {
  public:
   HttpSession(RequestHandler& handler, std::string peer, HttpLimits limits = {});
+  // Every Responder still holding one of its requests turns into a no-op.
+  ~HttpSession();
   HttpSession(const HttpSession&) = delete;
   HttpSession& operator=(const HttpSession&) = delete;
 
-  // Parses what arrived and appends the responses of every request it completes to
-  // output(). False once the connection is to be closed after output() is written
-  // (the client asked for it, bad input, or draining); later input is ignored.
-  // Once output() holds kOutputCap bytes, parsing stops and the rest of the input is
-  // kept: blocked() until resume() is called, after output() has been written (a client
-  // pipelining requests without reading the responses gets no more work done for it).
+  // Parses what arrived and appends to output() the responses that are ready, in
+  // request order. False once no more input is wanted (the client asked to close, bad
+  // input, draining); later input is ignored, and the connection is to be closed once
+  // closing() (every answer owed has been written to output()).
+  // Parsing stops, the rest of the input kept, blocked() until resume(), once output()
+  // holds kOutputCap bytes (call resume() after output() has been written: a client
+  // pipelining requests without reading the responses gets no more work done for it)
+  // or once max_pending requests wait for answers (resume() goes on when some landed).
   bool feed(std::string_view data);
   bool blocked() const noexcept { return blocked_; }
   bool resume();
   static constexpr std::size_t kOutputCap = 256 * 1024;
   // Called when the client has sent nothing for too long: a partial request is answered
-  // 408. The connection is to be closed after output() is written.
+  // 408 (unless answers are still owed: then nothing more is written). Closing() after.
   void timed_out();
-  // Shutting down: the response to the request in progress says "Connection: close"
-  // and is the last. True when no request is in progress (the connection can go now).
+  // The client sends no more (end of its stream): a partial request is dropped, and
+  // closing() once the answers owed are written.
+  void input_ended();
+  // Shutting down: the last response (the one to the request in progress, else to the
+  // last one pending) says "Connection: close". True when the connection can go now
+  // (closing()): nothing in progress and no answer owed.
   bool drain();
+  // Called (on the loop thread) when a deferred answer has landed from outside feed()
+  // and resume(): output() may have grown, closing() turned true, or blocked() parsing
+  // be ready to go on. The transport flushes then. It must not destroy the session.
+  void on_answer(std::function<void()> callback) { on_answer_ = std::move(callback); }
 
   std::string& output() noexcept { return output_; }
   // Some bytes of a request have arrived, but not all of it.
-  bool mid_request() const noexcept { return in_message_; }
-  bool closing() const noexcept { return closing_; }
+  bool mid_request() const noexcept { return parser_.mid_request(); }
+  // No more input is read and every answer owed is in output().
+  bool closing() const noexcept { return input_done_ && queue_.empty(); }
+  // Requests parsed (answered or not).
   std::uint64_t requests() const noexcept { return requests_; }
+  // Requests whose responses are not in output() yet: deferred ones not answered, and
+  // those answered behind them.
+  std::size_t pending() const noexcept { return queue_.size(); }
   const std::string& peer() const noexcept { return peer_; }
   void set_peer(std::string peer) { peer_ = std::move(peer); }
 
  private:
-  static int on_message_begin(http_parser* p);
-  static int on_url(http_parser* p, const char* at, std::size_t length);
-  static int on_header_field(http_parser* p, const char* at, std::size_t length);
-  static int on_header_value(http_parser* p, const char* at, std::size_t length);
-  static int on_headers_complete(http_parser* p);
-  static int on_body(http_parser* p, const char* at, std::size_t length);
-  static int on_message_complete(http_parser* p);
+  friend class Reply;
+  friend class Responder;
+  // A response waiting for its turn.
+  struct Slot {
+    Response response;
+    Reply::Form form;
+    bool answered = false;
+    bool interim = false;  // "100 Continue" for a request behind pending ones
+  };
 
-  // Counts header bytes; false (and the error to answer) past the limits.
-  bool take_header_bytes(std::size_t n);
-  // Answers an error and closes.
+  // Parses `input` until it is all taken, the input is done, or parsing must wait.
+  bool parse(std::string_view input);
+  // Answers an error (after the answers owed) and reads no more.
   void fail(int status, std::string_view message);
-  // `head`: the response to a HEAD request, without its body. `http10`: an HTTP/1.0
-  // request, whose keep-alive must be announced.
-  void write(const Response& response, bool keep_alive, bool head = false, bool http10 = false);
+  // Hands a complete request to the handler.
+  void dispatch(Reply::Form form);
+  // A Reply deferred: its place in the queue, as a Responder.
+  Responder defer(Reply::Form form);
+  // A Responder's answer.
+  void answer(std::uint64_t sequence, Response&& response);
+  // Moves the answered responses at the front of the queue to output().
+  void emit_ready();
+  void write(const Response& response, Reply::Form form);
 
   RequestHandler& handler_;
   std::string peer_;
   HttpLimits limits_;
-  http_parser parser_{};
-  Request request_;
+  RequestParser parser_;
   Response response_;
   std::string output_;
-  std::string pending_;  // input not parsed yet while blocked_
+  std::string held_;  // input not parsed yet while blocked_
   bool blocked_ = false;
-  std::size_t header_bytes_ = 0;
-  int error_status_ = 0;  // set by a callback that stopped the parser
-  bool in_message_ = false;
-  bool in_value_ = false;
-  bool closing_ = false;
+  bool input_done_ = false;  // no more input is parsed
   bool draining_ = false;
+  int parsing_ = 0;  // inside feed() or resume(): their caller flushes
   std::uint64_t requests_ = 0;
+  std::deque<Slot> queue_;         // responses not in output_ yet, in request order
+  std::uint64_t first_sequence_ = 0;  // the request number of queue_.front()
+  std::shared_ptr<Responder::Link> link_;
+  std::function<void()> on_answer_;
 };
 
 }  // namespace ratewin::server

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "path.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::server {
@@ -72,8 +73,15 @@ class Rules {
   // position.
   static Rules load(const std::string& path);
 
-  // The limits a request counts against. `path` must be normalise_path()'s output (a raw
-  // target would let "/public/../admin" dodge the "/admin" endpoint). Clears and fills
+  // The limits a request counts against. `path` must be normalise_path()'s output
+  // (Request::path): a raw target would let "/public/../admin" or "/%61dmin" dodge the
+  // "/admin" endpoint. Endpoint paths are written in that canonical form (decoded; see
+  // path.h). Requests whose paths backends read differently never get here: an encoded
+  // '/' or '\', and ';' path parameters, are refused (400) rather than stripped, since
+  // Tomcat and Spring drop ";x" and route "/a;x/b" as "/a/b" while nginx and Go route it
+  // as written: either guess would let one kind of backend be dodged. A prefix endpoint
+  // covers its subtree; a glob endpoint matches the path with or without one trailing
+  // '/'. Clears and fills
   // `out`; allocates nothing once out.limits has grown to its largest size. Safe to call
   // from any number of threads.
   void match(std::string_view key, std::string_view method, std::string_view path,
@@ -107,16 +115,5 @@ ratewin::Limit effective_limit(const LimitRule& rule, double multiplier);
 // separates. Distinct (rule, key, endpoint) always give distinct names.
 void resource_name(const LimitRule& rule, std::string_view key, std::string_view endpoint,
                    std::string& out);
-
-// The path of a request target, as endpoints are matched: drops "?query" and "#fragment",
-// collapses repeated '/', resolves "." and ".." segments (never above the root) and
-// ensures a leading '/'. A trailing '/' is kept, as RFC 3986 does ("/a/b/.." is "/a/").
-// Percent-encoding is left alone.
-std::string normalise_path(std::string_view target);
-
-// Whether `text` matches `pattern` as a whole: '*' matches any run of bytes (including
-// '/'), '?' exactly one byte, everything else itself; there is no escape. Iterative,
-// O(pattern * text) at worst.
-bool glob_match(std::string_view pattern, std::string_view text);
 
 }  // namespace ratewin::server

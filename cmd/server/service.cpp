@@ -32,19 +32,6 @@ bool is_ip_address(std::string_view text) {
   return uv_inet_pton(AF_INET, copy, binary) == 0 || uv_inet_pton(AF_INET6, copy, binary) == 0;
 }
 
-// The path of a request target: origin form ("/a?b") as is; absolute form
-// ("http://host/a?b", RFC 9112 3.2.2) reduced to its path, so that it cannot dodge the
-// endpoints' limits.
-std::string_view path_of(std::string_view target) {
-  if (target.empty() || target.front() == '/') return target;
-  http_parser_url url;
-  http_parser_url_init(&url);
-  if (http_parser_parse_url(target.data(), target.size(), 0, &url) != 0 ||
-      (url.field_set & (1U << UF_PATH)) == 0)
-    return "/";
-  return target.substr(url.field_data[UF_PATH].off);
-}
-
 // The token of "Authorization: Bearer <token>", empty if there is none.
 std::string_view bearer(const Request& request) {
   const std::string_view auth = trim(request.header("authorization"));
@@ -105,8 +92,9 @@ class Service::Worker final : public RequestHandler {
   }
   ~Worker() override { service_.remove_worker(&stats_); }
 
-  void handle(const Request& request, std::string_view peer, Response& response) override {
-    const std::string path = normalise_path(path_of(request.target));
+  void handle(const Request& request, std::string_view peer, Reply& reply) override {
+    Response& response = reply.response();
+    const std::string& path = request.path;
     if (path == "/healthz") return health(response);
     if (path == "/metrics") {
       response.content_type = kPrometheus;

@@ -79,4 +79,11 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
          });
 }
 
+int hex_digit(char c) noexcept {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 }  // namespace ratewin::server

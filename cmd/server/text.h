@@ -20,5 +20,7 @@ void append_number(std::string& out, std::uint64_t value);
 void append_double(std::string& out, double value);
 // ASCII letters compared without case (for HTTP tokens such as "Bearer").
 bool iequals(std::string_view a, std::string_view b) noexcept;
+// The value of a hex digit (either case), -1 for any other byte.
+int hex_digit(char c) noexcept;
 
 }  // namespace ratewin::server

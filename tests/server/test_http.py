@@ -145,6 +145,39 @@ def test_request_deadline_starts_with_each_request(start_server, rules):
         assert second.json()["endpoint"] == "/second"
 
 
+def test_silent_connection_is_closed_after_the_request_timeout(start_server, rules):
+    """A connection that sends nothing gets the request timeout, not the idle timeout
+    (which is for the time between requests): silent clients cannot hold every slot."""
+    server = start_server("--request-timeout-ms", "300", "--idle-timeout-ms", "20000",
+                          "--max-connections", "4", rules=rules, threads=1)
+    silent = [raw_connect(server.port) for _ in range(4)]
+    try:
+        started = time.monotonic()
+        for s in silent:
+            assert RawReader(s).closed(3), "a silent connection was kept past the request timeout"
+        elapsed = time.monotonic() - started
+        assert 0.2 <= elapsed < 2, elapsed
+        # The slots are free again.
+        assert wait_until(lambda: server.get("/healthz").status == 200, 2)
+    finally:
+        for s in silent:
+            s.close()
+    # Once a request has been answered, the idle timeout applies between requests.
+    with raw_connect(server.port) as s:
+        reader = RawReader(s)
+        s.sendall(raw_get("/", [("X-API-Key", "k")]))
+        assert reader.response().status == 200
+        assert not reader.closed(0.8), "closed after the request timeout between requests"
+        s.sendall(raw_get("/", [("X-API-Key", "k")]))
+        assert reader.response().status == 200
+    # A request trickled in from the connection's first byte has no more time than that.
+    with raw_connect(server.port) as s:
+        time.sleep(0.2)
+        s.sendall(b"GET / HTTP/1.1\r\n")
+        r = RawReader(s).response()
+        assert r.status == 408, r
+
+
 def test_head_response_has_no_body(start_server, rules):
     """RFC 9110 9.3.2: no content in a response to HEAD. A body would be read as the start
     of the next response on a keep-alive connection."""
@@ -523,6 +556,135 @@ def test_absolute_form_target_is_matched_by_its_path(start_server, tmp_path):
         assert c.get("/auth/login").status == 200
         r = c.get("http://elsewhere/auth/login?x=1")
         assert r.status == 429 and r.json()["limit"] == "endpoint:login/per-minute", r
+
+
+STRICT_FRAMING = [
+    # (why, raw request, status)
+    ("space before a colon", b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", 400),
+    ("obs-fold", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n more\r\n\r\n", 400),
+    ("bare LF", b"GET / HTTP/1.1\nHost: x\n\n", 400),
+    ("bare LF after a header", b"GET / HTTP/1.1\r\nHost: x\nX-A: 1\r\n\r\n", 400),
+    ("bare CR", b"GET / HTTP/1.1\r\nHost: x\rX-A: 1\r\n\r\n", 400),
+    ("bare LF after a chunk size",
+     b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n", 400),
+    ("chunk data not followed by CRLF",
+     b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcd\r\n0\r\n\r\n", 400),
+    ("bad chunk size",
+     b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0x3\r\nabc\r\n0\r\n\r\n", 400),
+    ("no Host", b"GET / HTTP/1.1\r\n\r\n", 400),
+    ("two Hosts", b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
+    ("HTTP/2.0", b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+    ("HTTP/1.2", b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", 505),
+    ("HTTP/0.9 style", b"GET /\r\n\r\n", 505),
+    ("malformed version", b"GET / HTTP/1.x\r\nHost: x\r\n\r\n", 400),
+    ("Transfer-Encoding and Content-Length",
+     b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+     b"0\r\n\r\n", 400),
+    ("differing Content-Lengths",
+     b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
+    ("a coding before chunked",
+     b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400),
+    ("a coding after chunked",
+     b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 400),
+    ("absolute form, port out of range", b"GET http://h:99999/api/x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("absolute form, unclosed IPv6", b"GET http://[::1/api/x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("absolute form, bad host", b"GET http://a!b/api/x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("absolute form, userinfo", b"GET http://u@h/api/x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("absolute form, no path", b"GET http://h HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("absolute form, other scheme", b"GET ftp://h/api/x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("asterisk form for GET", b"GET * HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("authority form", b"CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("invalid percent-encoding", b"GET /api/%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("encoded slash", b"GET /api%2Fx HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ("path parameter", b"GET /api;x/y HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+]
+
+
+@pytest.mark.parametrize("why,raw,status", STRICT_FRAMING, ids=[c[0] for c in STRICT_FRAMING])
+def test_strict_framing_refuses_what_could_pass_as_something_else(start_server, rules, why, raw, status):
+    server = start_server(rules=rules, threads=1)
+    with raw_connect(server.port) as s:
+        # A good request first: the bad one is answered after it, then the connection closes.
+        s.sendall(raw_get("/first", [("X-API-Key", "k")]) + raw)
+        reader = RawReader(s)
+        assert reader.response().status == 200
+        r = reader.response()
+        assert r.status == status, (why, r)
+        assert r.headers["connection"] == "close"
+        assert reader.closed(2)
+
+
+def test_trailers_never_supply_the_client_key_or_address(start_server, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          free:
+            limits:
+              - {name: per-minute, max: 1, window: 1m}
+        default_tier: free
+        allow:
+          - vip
+        deny:
+          - "ip:10.6.6.6"
+        """)
+    server = start_server("--trust-proxy", rules=rules)
+
+    def chunked(trailers: bytes) -> bytes:
+        return (b"POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"2\r\nhi\r\n0\r\n" + trailers + b"\r\n")
+
+    with raw_connect(server.port) as s:
+        reader = RawReader(s)
+        s.sendall(chunked(b"X-API-Key: vip\r\n"))
+        r = reader.response()
+        assert r.status == 200 and r.headers.get("x-ratelimit-policy") != "allow-list", r
+        assert r.headers["x-ratelimit-limit"] == "1", r  # counted as the connection's address
+        s.sendall(chunked(b"X-API-Key: vip\r\nAuthorization: Bearer vip\r\n"))
+        assert reader.response().status == 429  # ip:127.0.0.1 again, not vip
+        s.sendall(chunked(b"X-Forwarded-For: 10.6.6.6\r\n"))
+        assert reader.response().status == 429  # not denied as 10.6.6.6: still 127.0.0.1
+    # The same key in the head is allow-listed: the trailer was the only difference.
+    with raw_connect(server.port) as s:
+        s.sendall(b"POST /t HTTP/1.1\r\nHost: x\r\nX-API-Key: vip\r\nTransfer-Encoding: chunked\r\n"
+                  b"\r\n2\r\nhi\r\n0\r\n\r\n")
+        assert RawReader(s).response().headers["x-ratelimit-policy"] == "allow-list"
+
+
+def test_no_spelling_of_a_path_dodges_its_endpoint_limit(start_server, tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: x
+            path: /api/x
+            limits:
+              - {name: per-minute, max: 1, window: 1m}
+          - name: items
+            path: "/api/*/items"
+            limits:
+              - {name: per-minute, max: 1, window: 1m}
+        """)
+    server = start_server(rules=rules, threads=1)
+    same = ["/api/x", "/%61pi/x", "/%61%70%69/x", "/%41%50%49/../%61%70%69/x", "/a%70i/x", "/API/../api/x", "//api//x",
+            "/api/./x", "/foo/../api/x", "/%2e%2e/api/x", "/api/x/.", "/api/x/%2e", "/api/x/",
+            "/api/x/y/..", "/api/%2E/x", "/api/.%2e/api/x", "/api/x?q=1", "/api/x/sub",
+            "http://h/api/x", "HTTP://H:80/%61pi/x?y", "http://[::1]:8080/api/x/."]
+    with Client(server.port) as c:
+        assert c.get("/api/x", {"X-API-Key": "k"}).status == 200
+        for path in same:
+            r = c.get(path, {"X-API-Key": "k"})
+            assert r.status == 429 and r.json()["limit"] == "endpoint:x/per-minute", (path, r)
+        assert c.get("/api/v1/items", {"X-API-Key": "k"}).status == 200
+        for path in ["/api/v1/items/", "/api/v%31/items", "/api/v1//items", "/api/./v1/%69tems",
+                     "/api/v1/items/."]:
+            r = c.get(path, {"X-API-Key": "k"})
+            assert r.status == 429 and r.json()["limit"] == "endpoint:items/per-minute", (path, r)
+        # Double encoding is not decoded twice: a different path (no endpoint).
+        assert c.get("/%2561pi/x", {"X-API-Key": "k"}).status == 200
+    # What backends disagree on is refused.
+    for path in ["/api%2Fx", "/api%2fx", "/api/x%5C", "/api\\x", "/api/x;a=b", "/api%3Bx/x",
+                 "/api/%zz", "/api/x%4", "/api/x%00", "/api/%C0%AEx", "/api/x#frag"]:
+        with raw_connect(server.port) as s:
+            s.sendall(raw_get(path, [("X-API-Key", "k")]))
+            r = RawReader(s).response()
+            assert r.status == 400, (path, r)
 
 
 def test_trust_proxy_ignores_a_forwarded_value_that_is_not_an_address(start_server, tmp_path):

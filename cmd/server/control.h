@@ -1,0 +1,43 @@
+// The main thread's loop: SIGTERM/SIGINT drain the workers, SIGHUP and changes to the
+// rules file reload the rules.
+#pragma once
+
+#include <uv.h>
+
+#include <memory>
+#include <vector>
+
+#include "service.h"
+#include "transport.h"
+
+namespace ratewin::server {
+
+class Control {
+ public:
+  Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers);
+  ~Control();
+  Control(const Control&) = delete;
+  Control& operator=(const Control&) = delete;
+
+  // Until a stop signal, and the workers have been told to drain.
+  void run();
+  // After the workers have ended: the signal handles go.
+  void close();
+
+ private:
+  static void on_stop(uv_signal_t* s, int signum);
+  static void on_hup(uv_signal_t* s, int);
+  static void on_change(uv_fs_event_t* handle, const char*, int, int status);
+  static void on_settled(uv_timer_t* t);
+
+
+  Service& service_;
+  std::vector<std::unique_ptr<Worker>>& workers_;
+  uv_loop_t loop_{};
+  uv_signal_t sigterm_{}, sigint_{}, sighup_{};
+  uv_timer_t debounce_{};
+  uv_fs_event_t watch_{};
+  bool stopping_ = false;
+};
+
+}  // namespace ratewin::server

@@ -1,0 +1,192 @@
+// ratewin-server: the command line and main(). HTTP/1.1 on libuv, one loop per thread
+// on SO_REUSEPORT sockets (transport.h), each request limited by the rules (service.h);
+// the main thread handles signals and watches the rules file (control.h).
+#include <pthread.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cxxopts.hpp>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control.h"
+#include "log.h"
+#include "overrides.h"
+#include "ratewin/engine.h"
+#include "service.h"
+#include "transport.h"
+
+namespace ratewin::server {
+namespace {
+
+bool parse_listen(const std::string& text, Config& config) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) host = "0.0.0.0";
+  char* end = nullptr;
+  const long port = std::strtol(text.c_str() + colon + 1, &end, 10);
+  if (end == text.c_str() + colon + 1 || *end != '\0' || port < 0 || port > 65535) return false;
+  config.host = host;
+  config.port = static_cast<int>(port);
+  return true;
+}
+
+int run(int argc, char** argv) {
+  cxxopts::Options cli("ratewin-server",
+                       "An HTTP server that rate-limits every request by client key and endpoint "
+                       "(a demo backend: allowed requests get 200 and a small JSON body).");
+  const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
+  // clang-format off
+  cli.add_options()
+    ("listen", "Address and port to serve HTTP on (host:port; port 0 picks a free one, "
+               "printed on stdout)", cxxopts::value<std::string>()->default_value("127.0.0.1:8080"))
+    ("redis", "Share counts with every instance through this Redis "
+              "(redis://[user[:password]@]host[:port][/db] or unix://...); without it, "
+              "local-only", cxxopts::value<std::string>()->default_value(""))
+    ("key-prefix", "Prefix of every Redis key and channel",
+     cxxopts::value<std::string>()->default_value("ratewin"))
+    ("rules", "YAML rules file (see cmd/server/rules.example.yaml); reloaded when it "
+              "changes and on SIGHUP. Without it no request is limited",
+     cxxopts::value<std::string>()->default_value(""))
+    ("threads", "Event loops (each on its own SO_REUSEPORT socket)",
+     cxxopts::value<unsigned>()->default_value(std::to_string(cores)))
+    ("admin-token", "Enables the admin API (/admin/...), which then requires "
+                    "'Authorization: Bearer <token>'. Also read from RATEWIN_ADMIN_TOKEN, "
+                    "which keeps it out of the process list",
+     cxxopts::value<std::string>()->default_value(""))
+    ("trust-proxy", "Identify clients without an API key by the last address in "
+                    "X-Forwarded-For (set by your proxy) instead of the connection's address")
+    ("log-level", "debug, info, warning or error",
+     cxxopts::value<std::string>()->default_value("info"))
+    ("max-connections", "Client connections open at once; more are closed at once",
+     cxxopts::value<std::size_t>()->default_value("10000"))
+    ("request-timeout-ms", "Time a client has to send a whole request (408 after it), counted "
+                           "from its first byte, or for a new connection from its accept",
+     cxxopts::value<std::uint64_t>()->default_value("10000"))
+    ("idle-timeout-ms", "Keep-alive connections idle this long between requests are closed",
+     cxxopts::value<std::uint64_t>()->default_value("30000"))
+    ("drain-timeout-ms", "On SIGTERM, connections still busy after this are closed",
+     cxxopts::value<std::uint64_t>()->default_value("10000"))
+    ("max-limiters", "Limiters the engine holds at most (least recently used evicted)",
+     cxxopts::value<std::size_t>()->default_value("1000000"))
+    ("h,help", "Print this help");
+  // clang-format on
+  cxxopts::ParseResult args;
+  try {
+    args = cli.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "ratewin-server: %s (see --help)\n", e.what());
+    return 2;
+  }
+  if (args.count("help") != 0) {
+    std::printf("%s\n", cli.help().c_str());
+    return 0;
+  }
+  const std::string level = args["log-level"].as<std::string>();
+  const std::string levels[] = {"debug", "info", "warning", "error"};
+  const auto found = std::find(std::begin(levels), std::end(levels), level);
+  if (found == std::end(levels)) {
+    std::fprintf(stderr, "ratewin-server: --log-level must be debug, info, warning or error\n");
+    return 2;
+  }
+  set_log_threshold(static_cast<LogLevel>(found - std::begin(levels)));
+
+  Config config;
+  if (!parse_listen(args["listen"].as<std::string>(), config)) {
+    std::fprintf(stderr, "ratewin-server: --listen must be host:port\n");
+    return 2;
+  }
+  config.threads = args["threads"].as<unsigned>();
+  config.max_connections = args["max-connections"].as<std::size_t>();
+  config.request_timeout_ms = args["request-timeout-ms"].as<std::uint64_t>();
+  config.idle_timeout_ms = args["idle-timeout-ms"].as<std::uint64_t>();
+  config.drain_timeout_ms = args["drain-timeout-ms"].as<std::uint64_t>();
+  if (config.threads == 0 || config.threads > 256 || config.max_connections == 0 ||
+      config.request_timeout_ms == 0 || config.idle_timeout_ms == 0) {
+    std::fprintf(stderr, "ratewin-server: --threads must be 1..256; counts and timeouts above 0\n");
+    return 2;
+  }
+
+  ServiceOptions service_options;
+  service_options.rules_path = args["rules"].as<std::string>();
+  service_options.admin_token = args["admin-token"].as<std::string>();
+  if (service_options.admin_token.empty()) {
+    if (const char* env = std::getenv("RATEWIN_ADMIN_TOKEN")) service_options.admin_token = env;
+  }
+  service_options.trust_proxy = args.count("trust-proxy") != 0;
+
+  Options engine_options;
+  engine_options.redis = args["redis"].as<std::string>();
+  engine_options.key_prefix = args["key-prefix"].as<std::string>();
+  engine_options.max_limiters = args["max-limiters"].as<std::size_t>();
+  engine_options.logger = log;
+
+  // A peer that resets its connection while a response is being written must not end
+  // the process (libuv writes without MSG_NOSIGNAL).
+  std::signal(SIGPIPE, SIG_IGN);
+  // Until the control loop handles them, the stop and reload signals wait (a SIGHUP
+  // from a deploy tool during start-up would otherwise end the process); threads
+  // started meanwhile inherit the mask and never receive them.
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+  try {
+    Engine engine(engine_options);
+    Overrides overrides(engine_options.redis, engine_options.key_prefix, log);
+    Service service(engine, overrides, service_options, log);
+
+    std::vector<std::unique_ptr<Worker>> workers;
+    int port = config.port;
+    for (unsigned i = 0; i < config.threads; ++i) {
+      std::string error;
+      const int fd = listen_socket(config, port, error);
+      if (fd < 0) {
+        log(LogLevel::error, error);
+        for (auto& w : workers) w->drain();
+        return 1;
+      }
+      if (i == 0) port = bound_port(fd);  // port 0: the others share the one picked
+      workers.push_back(Worker::create(config, service, fd));
+      if (!workers.back()->start(error)) {
+        log(LogLevel::error, error);
+        for (auto& w : workers) w->drain();
+        return 1;
+      }
+    }
+    Control control(service, workers);
+    std::printf("ratewin-server listening on %s:%d (%u threads, %s, rules %s)\n",
+                config.host.c_str(), port, config.threads,
+                engine_options.redis.empty() ? "local-only" : "Redis",
+                service.rules()->version().c_str());
+    std::fflush(stdout);
+    // From here on the signals reach this thread (and only it: every other thread was
+    // started with them blocked).
+    pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
+    control.run();
+    for (auto& w : workers) w->join();
+    control.close();
+    log(LogLevel::info, "drained; exiting");
+    return 0;
+  } catch (const RulesError& e) {
+    log(LogLevel::error, std::string("rules: ") + e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    log(LogLevel::error, e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+}  // namespace ratewin::server
+
+int main(int argc, char** argv) { return ratewin::server::run(argc, argv); }

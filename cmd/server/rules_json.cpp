@@ -1,0 +1,121 @@
+// The active rules as JSON, for GET /admin/rules.
+#include "rules_data.h"
+
+namespace ratewin::server {
+
+namespace {
+
+template <typename T, std::size_t N>
+std::string_view name_of(const std::array<std::pair<std::string_view, T>, N>& table, T value) {
+  for (const auto& [name, v] : table) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+void append_limits(std::string& out, const std::vector<const LimitRule*>& rules) {
+  out += '[';
+  for (const LimitRule* r : rules) {
+    if (out.back() != '[') out += ',';
+    out += "{\"name\":";
+    append_json_string(out, r->name);
+    out += ",\"max\":" + std::to_string(r->limit.max());
+    out += ",\"window_ms\":" + std::to_string(r->limit.interval().count());
+    out += ",\"subintervals\":" + std::to_string(r->limit.subintervals());
+    out += ",\"per\":\"" + std::string(name_of(kScopes, r->scope)) + "\"";
+    out += ",\"failure_policy\":\"" + std::string(name_of(kPolicies, r->limit.failure_policy())) +
+           "\"";
+    out += ",\"cost\":" + std::to_string(r->cost);
+    out += ",\"limit\":";
+    append_json_string(out, r->limit.to_string());
+    out += '}';
+  }
+  out += ']';
+}
+
+void append_strings(std::string& out, const std::vector<std::string>& strings) {
+  out += '[';
+  for (const std::string& s : strings) {
+    if (out.back() != '[') out += ',';
+    append_json_string(out, s);
+  }
+  out += ']';
+}
+}  // namespace
+
+std::string Rules::describe_json() const {
+  const Data& d = *data_;
+  std::string out = "{\"version\":";
+  append_json_string(out, d.version);
+  out += ",\"defaults\":{\"failure_policy\":\"" +
+         std::string(name_of(kPolicies, d.default_policy)) + "\"}";
+  out += ",\"tiers\":{";
+  for (const Data::Tier& t : d.tiers) {
+    if (out.back() != '{') out += ',';
+    append_json_string(out, t.name);
+    out += ":{\"limits\":";
+    append_limits(out, t.limits);
+    out += '}';
+  }
+  out += "},\"default_tier\":";
+  if (d.default_tier) {
+    append_json_string(out, d.tiers[*d.default_tier].name);
+  } else {
+    out += "null";
+  }
+  out += ",\"keys\":[";
+  for (const Data::KeyTier& k : d.keys) {
+    if (out.back() != '[') out += ',';
+    out += "{\"match\":";
+    append_json_string(out, k.pattern);
+    out += ",\"tier\":";
+    append_json_string(out, d.tiers[k.tier].name);
+    out += '}';
+  }
+  out += "],\"endpoints\":[";
+  for (const Data::Endpoint& e : d.endpoints) {
+    if (out.back() != '[') out += ',';
+    out += "{\"name\":";
+    append_json_string(out, e.name);
+    out += ",\"path\":";
+    append_json_string(out, e.path);
+    out += e.glob ? ",\"match\":\"glob\"" : ",\"match\":\"prefix\"";
+    out += ",\"methods\":";
+    if (e.methods.empty()) {
+      out += "null";
+    } else {
+      append_strings(out, e.methods);
+    }
+    out += ",\"limits\":";
+    append_limits(out, e.limits);
+    out += '}';
+  }
+  out += "],\"overrides\":[";
+  for (const Data::Override& o : d.overrides) {
+    if (out.back() != '[') out += ',';
+    out += "{\"key\":";
+    append_json_string(out, o.key);
+    out += ",\"tier\":";
+    if (o.tier) {
+      append_json_string(out, d.tiers[*o.tier].name);
+    } else {
+      out += "null";
+    }
+    out +=
+        ",\"multiplier\":" + (o.multiplier ? to_json_number(*o.multiplier) : std::string("null"));
+    out += ",\"limits\":";
+    if (o.limits) {
+      append_limits(out, *o.limits);
+    } else {
+      out += "null";
+    }
+    out += '}';
+  }
+  out += "],\"allow\":";
+  append_strings(out, d.allow);
+  out += ",\"deny\":";
+  append_strings(out, d.deny);
+  out += ",\"limit_count\":" + std::to_string(d.rules.size()) + "}";
+  return out;
+}
+}  // namespace ratewin::server
