@@ -4,11 +4,13 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cxxopts.hpp>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +25,28 @@
 
 namespace ratewin::server {
 namespace {
+
+// "65536", "64K", "256M", "1G" (powers of 1024; "KiB", "MiB", "GiB" too).
+bool parse_bytes(const std::string& text, std::size_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || errno != 0 || text.front() == '-') return false;
+  const std::string suffix(end);
+  unsigned shift = 0;
+  if (suffix == "K" || suffix == "KiB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    shift = 30;
+  } else if (!suffix.empty()) {
+    return false;
+  }
+  if (n > (std::numeric_limits<std::size_t>::max() >> shift)) return false;
+  out = static_cast<std::size_t>(n) << shift;
+  return true;
+}
 
 bool parse_listen(const std::string& text, Config& config) {
   const std::size_t colon = text.rfind(':');
@@ -74,8 +98,15 @@ int run(int argc, char** argv) {
      cxxopts::value<std::uint64_t>()->default_value("30000"))
     ("drain-timeout-ms", "On SIGTERM, connections still busy after this are closed",
      cxxopts::value<std::uint64_t>()->default_value("10000"))
-    ("max-limiters", "Limiters the engine holds at most (least recently used evicted)",
+    ("max-limiters", "Limiters the engine holds at most",
      cxxopts::value<std::size_t>()->default_value("1000000"))
+    ("max-memory", "Memory the engine's limiters take at most, in bytes, or with a suffix "
+                   "K, M or G (powers of 1024; at least 16K). A limiter takes 48 bytes plus 4 "
+                   "per subinterval. One whose window still holds counts is never dropped; "
+                   "while the bounds are full of them, new client keys share one overflow "
+                   "limiter per window geometry. A rules file with a limit of which not even "
+                   "one limiter fits is refused",
+     cxxopts::value<std::string>()->default_value("256M"))
     ("h,help", "Print this help");
   // clang-format on
   cxxopts::ParseResult args;
@@ -126,6 +157,12 @@ int run(int argc, char** argv) {
   engine_options.redis = args["redis"].as<std::string>();
   engine_options.key_prefix = args["key-prefix"].as<std::string>();
   engine_options.max_limiters = args["max-limiters"].as<std::size_t>();
+  if (!parse_bytes(args["max-memory"].as<std::string>(), engine_options.max_memory) ||
+      engine_options.max_memory < 16 * 1024) {
+    std::fprintf(stderr, "ratewin-server: --max-memory must be bytes (at least 16K), with an "
+                         "optional suffix K, M or G\n");
+    return 2;
+  }
   engine_options.logger = log;
 
   // A peer that resets its connection while a response is being written must not end
