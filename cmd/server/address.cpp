@@ -13,12 +13,6 @@ namespace {
 
 constexpr std::array<std::uint8_t, 12> kMappedPrefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 std::optional<IpAddress> IpAddress::parse(std::string_view text) noexcept {
@@ -179,7 +173,7 @@ std::optional<AddressRanges> AddressRanges::parse(std::string_view list, std::st
   AddressRanges out;
   while (true) {
     const std::size_t comma = list.find(',');
-    const std::string_view entry = trim(list.substr(0, comma));
+    const std::string_view entry = trim_ows(list.substr(0, comma));
     std::string problem;
     const std::optional<Cidr> range = Cidr::parse(entry, problem);
     if (!range) {

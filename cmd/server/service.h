@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "admin.h"
 #include "http.h"
 #include "overrides.h"
 #include "published.h"
@@ -23,6 +24,8 @@
 #include "rules.h"
 
 namespace ratewin::server {
+
+class PrometheusText;
 
 struct ServiceOptions {
   std::string rules_path;   // empty: no rules (every request allowed)
@@ -54,7 +57,11 @@ class Service {
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
 
+  // The last rules load's error, empty if it succeeded. Thread-safe.
+  std::string last_reload_error() const;
+
   ConnectionCounters& connections() noexcept { return connections_; }
+  // The Prometheus text of /metrics (metrics.cpp).
   std::string metrics_text() const;
 
   // A handler per transport thread (its counters are its own).
@@ -74,6 +81,9 @@ class Service {
   };
   void add_worker(WorkerStats* stats);
   void remove_worker(WorkerStats* stats);
+  // metrics_text()'s parts.
+  void write_request_metrics(PrometheusText& out) const;
+  void write_rules_metrics(PrometheusText& out) const;
 
   Engine& engine_;
   Overrides& overrides_;
@@ -89,10 +99,7 @@ class Service {
   mutable std::mutex workers_mutex_;
   std::vector<WorkerStats*> workers_;
   WorkerStats retired_;  // what workers that ended had counted
+  std::unique_ptr<AdminApi> admin_;  // null without an admin token
 };
-
-// Constant-time comparison of a presented secret with the expected one.
-bool same_secret(std::string_view presented, std::string_view expected) noexcept;
-
 
 }  // namespace ratewin::server

@@ -20,5 +20,7 @@ void append_number(std::string& out, std::uint64_t value);
 void append_double(std::string& out, double value);
 // ASCII letters compared without case (for HTTP tokens such as "Bearer").
 bool iequals(std::string_view a, std::string_view b) noexcept;
+// s without the spaces and tabs around it (HTTP's optional whitespace, RFC 9110 5.6.3).
+std::string_view trim_ows(std::string_view s) noexcept;
 
 }  // namespace ratewin::server
