@@ -29,14 +29,14 @@ bool same_secret(std::string_view presented, std::string_view expected) noexcept
 AdminApi::AdminApi(Service& service, Engine& engine, Overrides& overrides, std::string token)
     : service_(service), engine_(engine), overrides_(overrides), token_(std::move(token)) {}
 
-void AdminApi::handle(const Request& request, std::string_view client, std::string_view path,
+void AdminApi::handle(const Request& request, const IpAddress& client, std::string_view path,
                       Response& response) {
   // Guessing the token: a few wrong ones per address and minute, then 429 (even for
   // the right one, until the window lets the address try again).
   static const Limit kWrongTokens(10, std::chrono::minutes(1));
   std::string name = "admin-auth";
   name += '\0';
-  name += client;
+  client.append_to(name);
   const std::uint64_t guesser = ratewin::hash(name);
   const Decision so_far = engine_.try_acquire(guesser, kWrongTokens, 0);
   if (so_far.remaining == 0) {

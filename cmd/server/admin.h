@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "address.h"
 #include "http.h"
 #include "overrides.h"
 #include "ratewin/engine.h"
@@ -24,7 +25,7 @@ class AdminApi {
 
   // Answers a request whose path is /admin or under it. `client` is the client's address
   // (the trusted one). Thread-safe.
-  void handle(const Request& request, std::string_view client, std::string_view path,
+  void handle(const Request& request, const IpAddress& client, std::string_view path,
               Response& response);
 
  private:

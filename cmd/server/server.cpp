@@ -509,8 +509,11 @@ int run(int argc, char** argv) {
                     "'Authorization: Bearer <token>'. Also read from RATEWIN_ADMIN_TOKEN, "
                     "which keeps it out of the process list",
      cxxopts::value<std::string>()->default_value(""))
-    ("trust-proxy", "Identify clients without an API key by the last address in "
-                    "X-Forwarded-For (set by your proxy) instead of the connection's address")
+    ("trust-proxy", "CIDR[,CIDR...]: the proxies in front of this server. From a peer in "
+                    "one of these ranges, X-Forwarded-For (its right-most entry that is not "
+                    "itself a trusted proxy) and X-Real-IP name the client, and forward-auth "
+                    "checks are answered; from any other peer they are ignored",
+     cxxopts::value<std::string>()->default_value(""))
     ("log-level", "debug, info, warning or error",
      cxxopts::value<std::string>()->default_value("info"))
     ("max-connections", "Client connections open at once; more are closed at once",
@@ -567,7 +570,16 @@ int run(int argc, char** argv) {
   if (service_options.admin_token.empty()) {
     if (const char* env = std::getenv("RATEWIN_ADMIN_TOKEN")) service_options.admin_token = env;
   }
-  service_options.trust_proxy = args.count("trust-proxy") != 0;
+  if (args.count("trust-proxy") != 0) {
+    std::string error;
+    std::optional<AddressRanges> ranges =
+        AddressRanges::parse(args["trust-proxy"].as<std::string>(), error);
+    if (!ranges) {
+      std::fprintf(stderr, "ratewin-server: --trust-proxy: %s\n", error.c_str());
+      return 2;
+    }
+    service_options.trusted_proxies = std::move(*ranges);
+  }
 
   Options engine_options;
   engine_options.redis = args["redis"].as<std::string>();

@@ -1,7 +1,5 @@
 #include "service.h"
 
-#include <uv.h>
-
 #include <chrono>
 
 #include "client.h"
@@ -15,15 +13,6 @@ namespace ratewin::server {
 namespace {
 
 using std::chrono::steady_clock;
-
-bool is_ip_address(std::string_view text) {
-  char copy[64];
-  if (text.empty() || text.size() >= sizeof copy) return false;
-  text.copy(copy, text.size());
-  copy[text.size()] = '\0';
-  unsigned char binary[16];
-  return uv_inet_pton(AF_INET, copy, binary) == 0 || uv_inet_pton(AF_INET6, copy, binary) == 0;
-}
 
 // The path of a request target: origin form ("/a?b") as is; absolute form
 // ("http://host/a?b", RFC 9112 3.2.2) reduced to its path, so that it cannot dodge the
@@ -48,7 +37,8 @@ class Service::Worker final : public RequestHandler {
       : service_(service),
         rules_(service.rules_),
         overrides_(service.overrides_.current()),
-        step_(service.engine_) {
+        step_(service.engine_),
+        clients_(service.options_.trusted_proxies) {
     service_.add_worker(&stats_);
   }
   ~Worker() override { service_.remove_worker(&stats_); }
@@ -61,15 +51,17 @@ class Service::Worker final : public RequestHandler {
       response.body = service_.metrics_text();
       return;
     }
+    const ClientIdentifier::Peer& from = clients_.peer(peer);
     if (path == "/admin" || path.starts_with("/admin/")) {
       if (!service_.admin_) {
         json_error(response, 404, "no admin API (start the server with --admin-token)");
       } else {
-        service_.admin_->handle(request, peer, path, response);
+        service_.admin_->handle(request, clients_.address(request, from, false).address, path,
+                                response);
       }
       return count(response.status, "admin");
     }
-    limit(request, peer, path, response);
+    limit(request, from, path, response);
   }
 
  private:
@@ -90,39 +82,13 @@ class Service::Worker final : public RequestHandler {
     response.body += "}\n";
   }
 
-  // The client's key: X-API-Key, else the bearer token, else its address (the one the
-  // trusted proxy saw connect, with --trust-proxy).
-  Client client_key(const Request& request, std::string_view peer) {
-    Client client;
-    client.key = trim_ows(request.header("x-api-key"));
-    if (client.key.empty()) client.key = bearer(request);
-    if (!client.key.empty()) {
-      client.kind = Client::Kind::api_key;
-      return client;
-    }
-    std::string_view address = peer;
-    if (service_.options_.trust_proxy) {
-      // The last entry is the one our proxy appended: the address it saw connect. Those
-      // before it were written by the client and prove nothing.
-      // A proxy may add its own line rather than extend the client's: the last line.
-      const std::string_view forwarded = request.last_header("x-forwarded-for");
-      const std::size_t comma = forwarded.rfind(',');
-      const std::string_view last =
-          trim_ows(comma == std::string_view::npos ? forwarded : forwarded.substr(comma + 1));
-      if (is_ip_address(last)) address = last;  // anything else: the connection's
-    }
-    address_key_ = "ip:";
-    address_key_ += address;
-    client.key = address_key_;
-    return client;
-  }
-
   // Identify the client, match the rules, count the request against every limit that
   // matched, and answer.
-  void limit(const Request& request, std::string_view peer, const std::string& path,
+  void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
              Response& response) {
     const Rules& rules = rules_.get();
-    const Client client = client_key(request, peer);
+    const Client client =
+        clients_.identify(request, clients_.address(request, peer, false).address);
     if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
       // Rules name addresses "ip:...": a key posing as one would get its allow entries.
       count(400, "bad-key");
@@ -171,7 +137,7 @@ class Service::Worker final : public RequestHandler {
   Match match_;
   LimitStep step_;
   LimitResponses responses_;
-  std::string address_key_;
+  ClientIdentifier clients_;
 };
 
 // ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "address.h"
 #include "admin.h"
 #include "http.h"
 #include "overrides.h"
@@ -30,7 +31,8 @@ class PrometheusText;
 struct ServiceOptions {
   std::string rules_path;   // empty: no rules (every request allowed)
   std::string admin_token;  // empty: no admin API
-  bool trust_proxy = false;
+  // Peers whose X-Forwarded-For and X-Real-IP are believed (--trust-proxy); empty: none.
+  AddressRanges trusted_proxies;
 };
 
 // Connection counts, kept by the transport.
