@@ -67,7 +67,8 @@ void IpAddress::append_to(std::string& out) const {
     return;
   }
   std::array<unsigned, 8> groups{};
-  for (std::size_t g = 0; g < 8; ++g) groups[g] = (bytes_[2 * g] << 8U) | bytes_[2 * g + 1];
+  for (std::size_t g = 0; g < 8; ++g)
+    groups[g] = (static_cast<unsigned>(bytes_[2 * g]) << 8U) | bytes_[2 * g + 1];
   // The longest run of zero groups (the first of equals), if it is two or more long.
   std::size_t best = 8;
   std::size_t best_length = 1;

@@ -1,14 +1,14 @@
 #include "admin.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "client.h"
+#include "json.h"
 #include "ratewin/hash.h"
 #include "service.h"
 #include "text.h"
@@ -97,50 +97,69 @@ void AdminApi::handle(const Request& request, const IpAddress& client, std::stri
   return json_error(response, 404, "no such admin call");
 }
 
-// POST {"key": k, "limit": n | "multiplier": x, "ttl_s": t}; DELETE {"key": k}.
+namespace {
+
+// The override a POST body asks for ({"key": k, "limit": n | "multiplier": x, "ttl_s": t};
+// a DELETE body has the key only), and its key. Throws std::invalid_argument saying
+// what is wrong.
+std::pair<std::string, Override> override_from(std::string_view method, std::string_view body) {
+  using Type = JsonValue::Type;
+  std::string error;
+  const std::optional<JsonValue> json = JsonValue::parse(body, error);
+  if (!json) throw std::invalid_argument("the body is not JSON: " + error);
+  if (!json->is(Type::object)) throw std::invalid_argument("the body must be a JSON object");
+  const bool post = method == "POST";
+  for (const std::string& name : json->keys()) {
+    if (name != "key" && !(post && (name == "limit" || name == "multiplier" || name == "ttl_s")))
+      throw std::invalid_argument("unknown field \"" + name + "\"");
+  }
+  const JsonValue* key = json->find("key");
+  if (key == nullptr || !key->is(Type::string))
+    throw std::invalid_argument("\"key\" (a string) is required");
+  std::pair<std::string, Override> out{key->text(), Override{}};
+  if (out.first.empty()) throw std::invalid_argument("\"key\" is empty");
+  if (out.first.starts_with("ip:")) {
+    // As the rules write addresses, and as clients are known by them.
+    const std::optional<std::string> address = canonical_address(out.first.substr(3));
+    if (!address) throw std::invalid_argument("a key starting \"ip:\" must name an IP address");
+    out.first = "ip:" + *address;
+  }
+  if (!post) return out;
+  const JsonValue* limit = json->find("limit");
+  const JsonValue* multiplier = json->find("multiplier");
+  Override& o = out.second;
+  if ((limit == nullptr) == (multiplier == nullptr))
+    throw std::invalid_argument("give exactly one of \"limit\" and \"multiplier\"");
+  if (limit != nullptr) {
+    const std::optional<std::uint64_t> n = limit->whole_number();
+    if (!n || *n < 1 || *n > Limit::kMaxCount)
+      throw std::invalid_argument("\"limit\" must be a whole number from 1 to 4294967295");
+    o = {Override::Kind::limit, static_cast<double>(*n), 0};
+  } else {
+    if (!multiplier->is(Type::number) || !(multiplier->number() > 0) ||
+        !(multiplier->number() <= 1e6))
+      throw std::invalid_argument("\"multiplier\" must be a number above 0 and at most 1e6");
+    o = {Override::Kind::multiplier, multiplier->number(), 0};
+  }
+  double ttl = 3600.0;
+  if (const JsonValue* t = json->find("ttl_s")) {
+    if (!t->is(Type::number) || !(t->number() > 0) || t->number() > 30 * 86400.0)
+      throw std::invalid_argument("\"ttl_s\" must be a number above 0 and at most 30 days");
+    ttl = t->number();
+  }
+  o.expires_ms = unix_ms() + static_cast<std::int64_t>(std::ceil(ttl * 1000));
+  return out;
+}
+
+}  // namespace
+
 void AdminApi::change_override(const Request& request, Response& response) {
   std::string key;
   Override o;
-  std::string problem;
   try {
-    const YAML::Node body = YAML::Load(request.body);  // JSON is YAML
-    if (!body.IsMap()) throw std::invalid_argument("the body must be a JSON object");
-    for (const auto& field : body) {
-      const auto name = field.first.as<std::string>();
-      if (name != "key" && name != "limit" && name != "multiplier" && name != "ttl_s")
-        throw std::invalid_argument("unknown field \"" + name + "\"");
-    }
-    if (!body["key"] || !body["key"].IsScalar())
-      throw std::invalid_argument("\"key\" (a string) is required");
-    key = body["key"].as<std::string>();
-    if (key.empty()) throw std::invalid_argument("\"key\" is empty");
-    if (request.method == "POST") {
-      const bool has_limit = static_cast<bool>(body["limit"]);
-      if (has_limit == static_cast<bool>(body["multiplier"]))
-        throw std::invalid_argument("give exactly one of \"limit\" and \"multiplier\"");
-      if (has_limit) {
-        const auto n = body["limit"].as<std::uint64_t>();
-        if (n < 1 || n > Limit::kMaxCount)
-          throw std::invalid_argument("\"limit\" must be between 1 and 4294967295");
-        o = {Override::Kind::limit, static_cast<double>(n), 0};
-      } else {
-        const auto m = body["multiplier"].as<double>();
-        if (!(m > 0) || !(m <= 1e6))
-          throw std::invalid_argument("\"multiplier\" must be above 0 and at most 1e6");
-        o = {Override::Kind::multiplier, m, 0};
-      }
-      const double ttl = body["ttl_s"] ? body["ttl_s"].as<double>() : 3600.0;
-      if (!(ttl > 0) || ttl > 30 * 86400.0)
-        throw std::invalid_argument("\"ttl_s\" must be above 0 and at most 30 days");
-      o.expires_ms = unix_ms() + static_cast<std::int64_t>(std::ceil(ttl * 1000));
-    }
-  } catch (const YAML::Exception&) {
-    problem = "the body must be a JSON object with the right field types";
+    std::tie(key, o) = override_from(request.method, request.body);
   } catch (const std::invalid_argument& e) {
-    problem = e.what();
-  }
-  if (!problem.empty()) {
-    return json_error(response, 400, problem);
+    return json_error(response, 400, e.what());
   }
   const std::string error =
       request.method == "POST" ? overrides_.set(key, o) : overrides_.remove(key);

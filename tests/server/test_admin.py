@@ -221,3 +221,84 @@ def test_admin_override_bad_requests(start_server, tmp_path):
         assert r.json()["error"], r
     assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
     assert wait_until(lambda: server.alive(), 0.1)
+
+
+def test_admin_override_body_is_strict_json(start_server, tmp_path):
+    """RFC 8259 and nothing more: what a YAML parser would accept (unquoted keys, hex and
+    octal numbers, comments, anchors, a second document, trailing garbage) and duplicate
+    keys are refused, and nothing is changed."""
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    bad = [
+        b'{key: k, limit: 5}',
+        b'{"key": k, "limit": 5}',
+        b"{'key': 'k', 'limit': 5}",
+        b'{"key": "k", "limit": 0x10}',
+        b'{"key": "k", "limit": 0o10}',
+        b'{"key": "k", "limit": 010}',
+        b'{"key": "k", "limit": +5}',
+        b'{"key": "k", "limit": 5.0}',
+        b'{"key": "k", "limit": 5e0}',
+        b'{"key": "k", "limit": 1e400}',
+        b'{"key": "k", "multiplier": .5}',
+        b'{"key": "k", "multiplier": NaN}',
+        b'{"key": "k", "multiplier": Infinity}',
+        b'{"key": "k", "limit": 5} # comment',
+        b'{"key": "k", "limit": 5} // comment',
+        b'/* c */ {"key": "k", "limit": 5}',
+        b'{"key": &a "k", "limit": 5, "ttl_s": *a}',
+        b'--- {"key": "k", "limit": 5}',
+        b'{"key": "k", "limit": 5}\n---\n{}',
+        b'key: k\nlimit: 5\n',
+        b'{"key": "k", "limit": 5,}',
+        b'{"key": "k", "limit": 5} trailing',
+        b'{"key": "k", "limit": 5}{"key": "k2", "limit": 6}',
+        b'{"key": "k", "limit": 5, "limit": 6}',
+        b'{"key": "k", "key": "other", "limit": 5}',
+        b'{"key": "k", "\\u006cimit": 5, "limit": 6}',
+        b'{"key": 5, "limit": 5}',
+        b'{"key": true, "limit": 5}',
+        b'{"key": ["k"], "limit": 5}',
+        b'{"key": "k", "limit": "5"}',
+        b'{"key": "k", "limit": true}',
+        b'{"key": "k", "limit": null}',
+        b'{"key": "k", "multiplier": "2"}',
+        b'{"key": "k", "limit": 5, "ttl_s": "60"}',
+        b'{"key": "\\ud800", "limit": 5}',
+        b'{"key": "\xff", "limit": 5}',
+        b'\xef\xbb\xbf{"key": "k", "limit": 5}',
+        b'{"key": "ip:localhost", "limit": 5}',
+        b'{"key": "ip:fe80::1%eth0", "limit": 5}',
+        b'[' * 10000,
+        b'',
+    ]
+    for body in bad:
+        r = server.call("POST", "/admin/overrides", headers=AUTH, body=body)
+        assert r.status == 400, (body, r)
+        assert r.json()["error"], r
+    r = server.call("DELETE", "/admin/overrides", headers=AUTH, body=b'{key: k}')
+    assert r.status == 400, r
+    r = server.call("DELETE", "/admin/overrides", headers=AUTH,
+                    body=b'{"key": "k", "limit": 5}')
+    assert r.status == 400 and "unknown field" in r.json()["error"], r
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
+    # The same, written as JSON, is taken.
+    for body in [b'{"key": "k", "limit": 16}', b' {"key":"k2","multiplier":0.5,"ttl_s":1e2}\r\n',
+                 b'{"key": "k\\u0033", "limit": 4294967295}']:
+        r = server.call("POST", "/admin/overrides", headers=AUTH, body=body)
+        assert r.status == 200, (body, r)
+    assert [o["key"] for o in server.get("/admin/overrides", AUTH).json()["overrides"]] == [
+        "k", "k2", "k3"]
+
+
+def test_admin_override_of_an_address_is_canonical(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    r = post_override(server, {"key": "ip:::FFFF:127.0.0.9", "limit": 7})
+    assert r.status == 200 and r.json()["override"]["key"] == "ip:127.0.0.9", r
+    with Client(server.port, source="127.0.0.9") as c:
+        assert c.get("/").headers["x-ratelimit-limit"] == "7"
+    with Client(server.port, source="127.0.0.8") as c:
+        assert c.get("/").headers["x-ratelimit-limit"] == "2"
+    r = server.call("DELETE", "/admin/overrides", headers=AUTH,
+                    body=json.dumps({"key": "ip:0:0:0:0:0:ffff:7f00:9"}))
+    assert r.status == 200, r
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
