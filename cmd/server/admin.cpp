@@ -1,6 +1,7 @@
 #include "admin.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <tuple>
@@ -9,7 +10,6 @@
 
 #include "client.h"
 #include "json.h"
-#include "ratewin/hash.h"
 #include "service.h"
 #include "text.h"
 
@@ -26,29 +26,32 @@ bool same_secret(std::string_view presented, std::string_view expected) noexcept
   return diff == 0 && !expected.empty();
 }
 
-AdminApi::AdminApi(Service& service, Engine& engine, Overrides& overrides, std::string token)
-    : service_(service), engine_(engine), overrides_(overrides), token_(std::move(token)) {}
+AdminApi::AdminApi(Service& service, Overrides& overrides, std::string token,
+                   std::size_t lockout_capacity)
+    : service_(service),
+      overrides_(overrides),
+      token_(std::move(token)),
+      lockout_(lockout_capacity) {}
 
 void AdminApi::handle(const Request& request, const IpAddress& client, std::string_view path,
                       Response& response) {
-  // Guessing the token: a few wrong ones per address and minute, then 429 (even for
-  // the right one, until the window lets the address try again).
-  static const Limit kWrongTokens(10, std::chrono::minutes(1));
-  std::string name = "admin-auth";
-  name += '\0';
-  client.append_to(name);
-  const std::uint64_t guesser = ratewin::hash(name);
-  const Decision so_far = engine_.try_acquire(guesser, kWrongTokens, 0);
-  if (so_far.remaining == 0) {
-    for (HeaderField& f : headers(engine_.try_acquire(guesser, kWrongTokens, 1)))
-      if (f.name == "Retry-After") response.headers.emplace_back(f.name, std::move(f.value));
-    return json_error(response, 429, "too many wrong admin tokens from this address");
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const AdminLockout::Verdict verdict = lockout_.attempt(client, now_ms);
+  if (!verdict.allowed) {
+    const auto seconds = (verdict.retry_after.count() + 999) / 1000;
+    response.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, seconds)));
+    return json_error(response, 429,
+                      verdict.table_full
+                          ? "too many addresses are presenting wrong admin tokens: try later"
+                          : "too many wrong admin tokens from this address");
   }
   if (!same_secret(bearer(request), token_)) {
-    engine_.try_acquire(guesser, kWrongTokens, 1);
     response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ratewin-admin\"");
     return json_error(response, 401, "admin token missing or wrong");
   }
+  lockout_.succeeded(client);
   const std::string_view method = request.method;
   if (path == "/admin/rules" && method == "GET") {
     std::string& b = response.body;

@@ -202,6 +202,11 @@ void Service::write_rules_metrics(PrometheusText& out) const {
   out.single("ratewin_server_overrides_in_sync", "gauge",
              "1 while the overrides follow Redis (always 1 without Redis).",
              overrides_.in_sync() ? 1 : 0);
+  if (admin_) {
+    out.single("ratewin_server_admin_lockout_addresses", "gauge",
+               "Addresses the admin lockout holds (with a wrong token in the last minute).",
+               u(admin_->lockout().size()));
+  }
 }
 
 std::string Service::metrics_text() const {

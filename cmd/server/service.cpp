@@ -152,7 +152,8 @@ Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, L
   last_reload_ms_ = unix_ms();
   reloads_ok_ = 1;
   if (!options_.admin_token.empty())
-    admin_ = std::make_unique<AdminApi>(*this, engine_, overrides_, options_.admin_token);
+    admin_ = std::make_unique<AdminApi>(*this, overrides_, options_.admin_token,
+                                        options_.admin_lockout_capacity);
 }
 
 Service::~Service() = default;

@@ -33,6 +33,8 @@ struct ServiceOptions {
   std::string admin_token;  // empty: no admin API
   // Peers whose X-Forwarded-For and X-Real-IP are believed (--trust-proxy); empty: none.
   AddressRanges trusted_proxies;
+  // Addresses the admin lockout holds at most (see admin_lockout.h).
+  std::size_t admin_lockout_capacity = AdminLockout::kDefaultCapacity;
 };
 
 // Connection counts, kept by the transport.
