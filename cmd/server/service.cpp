@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "client.h"
+#include "forward_auth.h"
 #include "limit_response.h"
 #include "limit_step.h"
 #include "metrics.h"
@@ -13,19 +14,6 @@ namespace ratewin::server {
 namespace {
 
 using std::chrono::steady_clock;
-
-// The path of a request target: origin form ("/a?b") as is; absolute form
-// ("http://host/a?b", RFC 9112 3.2.2) reduced to its path, so that it cannot dodge the
-// endpoints' limits.
-std::string_view path_of(std::string_view target) {
-  if (target.empty() || target.front() == '/') return target;
-  http_parser_url url;
-  http_parser_url_init(&url);
-  if (http_parser_parse_url(target.data(), target.size(), 0, &url) != 0 ||
-      (url.field_set & (1U << UF_PATH)) == 0)
-    return "/";
-  return target.substr(url.field_data[UF_PATH].off);
-}
 
 }  // namespace
 
@@ -44,7 +32,8 @@ class Service::Worker final : public RequestHandler {
   ~Worker() override { service_.remove_worker(&stats_); }
 
   void handle(const Request& request, std::string_view peer, Response& response) override {
-    const std::string path = normalise_path(path_of(request.target));
+    // An absolute-form target that does not parse is matched as "/" (for now).
+    const std::string path = target_path(request.target).value_or("/");
     if (path == "/healthz") return health(response);
     if (path == "/metrics") {
       response.content_type = kPrometheusContentType;
@@ -60,6 +49,17 @@ class Service::Worker final : public RequestHandler {
                                 response);
       }
       return count(response.status, "admin");
+    }
+    const std::string& check_path = service_.options_.check_path;
+    if (path.starts_with(check_path) &&
+        (path.size() == check_path.size() || path[check_path.size()] == '/')) {
+      return check(request, from, response);
+    }
+    if (service_.options_.forward_auth_only) {
+      count(404, "not-a-check");
+      return json_error(response, 404,
+                        "not a forward-auth check (--mode forward-auth: checks go to " +
+                            check_path + ")");
     }
     limit(request, from, path, response);
   }
@@ -84,31 +84,62 @@ class Service::Worker final : public RequestHandler {
 
   // Identify the client, match the rules, count the request against every limit that
   // matched, and answer.
+  // A request to the demo backend: limited, then answered by it.
   void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
              Response& response) {
-    const Rules& rules = rules_.get();
     const Client client =
         clients_.identify(request, clients_.address(request, peer, false).address);
+    if (decide(client, request.method, path, response)) ok(response, path);
+  }
+
+  // A forward-auth check (forward_auth.h): the same decision about the request the
+  // gateway describes, answered without a body when it may pass.
+  void check(const Request& request, const ClientIdentifier::Peer& peer, Response& response) {
+    if (!peer.trusted) {
+      count(403, "untrusted-check");
+      return json_error(response, 403,
+                        "forward-auth checks are answered for --trust-proxy peers only");
+    }
+    std::string error;
+    const std::optional<CheckedRequest> checked =
+        checked_request(request, service_.options_.check_path, error);
+    const ClientIdentifier::Address address = clients_.address(request, peer, true);
+    if (checked && !address.ok)
+      error = "a check needs the client's address (X-Forwarded-For or X-Real-IP)";
+    if (!checked || !address.ok) {
+      count(400, "bad-check");
+      return json_error(response, 400, error);
+    }
+    decide(clients_.identify(request, address.address), checked->method, checked->path,
+           response);
+  }
+
+  // Matches the rules and counts the request against every limit that matched. True if
+  // it may pass: `response` holds the rate-limit headers; otherwise the refusal.
+  bool decide(const Client& client, std::string_view method, std::string_view path,
+              Response& response) {
     if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
       // Rules name addresses "ip:...": a key posing as one would get its allow entries.
       count(400, "bad-key");
-      return json_error(response, 400, "an API key must not start with \"ip:\"");
+      json_error(response, 400, "an API key must not start with \"ip:\"");
+      return false;
     }
-    rules.match(client.key, request.method, path, match_);
+    rules_.get().match(client.key, method, path, match_);
     if (match_.action == Action::deny) {
       count(403, "deny");
-      return json_error(response, 403, "forbidden");
+      json_error(response, 403, "forbidden");
+      return false;
     }
     if (match_.action == Action::allow || match_.limits.empty()) {
       count(200, match_.action == Action::allow ? "allow" : "none");
       LimitResponses::uncounted(match_.action, response);
-      return ok(response, path);
+      return true;
     }
     const LimitOutcome outcome = step_.run(match_, client, overrides_.get());
     record_latency(outcome.engine_time);
     responses_.write(rules_.generation(), match_, step_, outcome, response);
     count(outcome.allowed ? 200 : 429, match_.limits[outcome.shown]->name);
-    if (outcome.allowed) ok(response, path);
+    return outcome.allowed;
   }
 
   // The demo backend's answer.

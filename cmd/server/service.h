@@ -35,6 +35,12 @@ struct ServiceOptions {
   AddressRanges trusted_proxies;
   // Addresses the admin lockout holds at most (see admin_lockout.h).
   std::size_t admin_lockout_capacity = AdminLockout::kDefaultCapacity;
+  // Forward-auth checks (forward_auth.h) go to this path, or under it (--check-path; see
+  // check_path_problem() for what it may be).
+  std::string check_path = "/ratewin/check";
+  // --mode forward-auth: only checks are answered (and /healthz, /metrics, /admin); any
+  // other request is 404, not a request to the demo backend.
+  bool forward_auth_only = false;
 };
 
 // Connection counts, kept by the transport.
