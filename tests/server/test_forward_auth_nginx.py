@@ -240,6 +240,13 @@ def test_with_the_checker_down_nginx_answers_503(stack):
     assert "auth request unexpected status: 502" in nginx.log()
 
 
+def test_readme_shows_the_tested_configuration():
+    """README quotes the file this test runs, whole, so the two cannot drift apart."""
+    readme = (ROOT / "README.md").read_text()
+    assert "```nginx\n" + TEMPLATE.read_text() + "```" in readme
+    assert "# checker down" in readme and CHECKER_DOWN in readme
+
+
 def test_fail_open_variant_passes_requests_while_the_checker_is_down(start_server, tmp_path):
     """README's one-line change: the checker-down line replaced by proxy_pass."""
     checker = start_server("--trust-proxy", "127.0.0.1",
