@@ -22,8 +22,8 @@ std::optional<IpAddress> IpAddress::parse(std::string_view text) noexcept {
   char copy[48];
   if (text.empty() || text.size() >= sizeof copy) return std::nullopt;
   const bool plausible = std::all_of(text.begin(), text.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-           c == ':' || c == '.';
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' ||
+           c == '.';
   });
   if (!plausible) return std::nullopt;
   text.copy(copy, text.size());
@@ -139,8 +139,8 @@ std::optional<Cidr> Cidr::parse(std::string_view text, std::string& error) {
     const unsigned most = written_v4 ? 32 : 128;
     if (digits.empty() || r.ec != std::errc() || r.ptr != digits.data() + digits.size() ||
         (digits.size() > 1 && digits.front() == '0') || n > most) {
-      error = "the prefix length after '/' must be a whole number from 0 to " +
-              std::to_string(most);
+      error =
+          "the prefix length after '/' must be a whole number from 0 to " + std::to_string(most);
       return std::nullopt;
     }
     bits = written_v4 ? 96 + n : n;

@@ -41,7 +41,8 @@ void AdminApi::handle(const Request& request, const IpAddress& client, std::stri
   const AdminLockout::Verdict verdict = lockout_.attempt(client, now_ms);
   if (!verdict.allowed) {
     const auto seconds = (verdict.retry_after.count() + 999) / 1000;
-    response.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, seconds)));
+    response.headers.emplace_back("Retry-After",
+                                  std::to_string(std::max<std::int64_t>(1, seconds)));
     return json_error(response, 429,
                       verdict.table_full
                           ? "too many addresses are presenting wrong admin tokens: try later"

@@ -34,8 +34,7 @@ AdminLockout::Verdict AdminLockout::attempt(const IpAddress& address, std::int64
       // were tried later; an entry whose newest failure was refunded may be older, which
       // at worst refuses a little longer than needed).
       const Entry& oldest = entries_.find(order_.front())->second;
-      return {false, true,
-              std::chrono::milliseconds(oldest.newest() + kWindow.count() - now_ms)};
+      return {false, true, std::chrono::milliseconds(oldest.newest() + kWindow.count() - now_ms)};
     }
     order_.push_back(key);
     it = entries_.emplace(key, Entry{}).first;
@@ -46,7 +45,8 @@ AdminLockout::Verdict AdminLockout::attempt(const IpAddress& address, std::int64
   Entry& e = it->second;
   e.expire(now_ms);
   if (e.count == kMaxFailures) {
-    return {false, false, std::chrono::milliseconds(e.failures[e.first] + kWindow.count() - now_ms)};
+    return {false, false,
+            std::chrono::milliseconds(e.failures[e.first] + kWindow.count() - now_ms)};
   }
   e.failures[(e.first + e.count) % kMaxFailures] = now_ms;
   ++e.count;

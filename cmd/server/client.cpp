@@ -43,7 +43,7 @@ ClientIdentifier::Address ClientIdentifier::address(const Request& request, cons
   // X-Forwarded-For, over all its lines (one list, RFC 9110 5.3), from the right: each
   // trusted proxy vouches for the entry to its left.
   std::optional<IpAddress> reached;  // the left-most address vouched for so far
-  bool usable = true;  // false: the right-most entry (our proxy's) is not an address
+  bool usable = true;                // false: the right-most entry (our proxy's) is not an address
   for (auto line = request.headers.rbegin(); line != request.headers.rend(); ++line) {
     if (line->first != "x-forwarded-for") continue;
     const bool more = each_entry_backwards(line->second, [&](std::string_view entry) {

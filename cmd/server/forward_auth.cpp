@@ -39,8 +39,8 @@ std::string check_path_problem(std::string_view path) {
   if (path.empty() || path.front() != '/') return "it must start with '/'";
   if (path == "/") return "it must not be \"/\" (every request would be a check)";
   const bool plain = std::all_of(path.begin(), path.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c == '-' || c == '.' || c == '_' || c == '~' || c == '/';
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
+           c == '.' || c == '_' || c == '~' || c == '/';
   });
   if (!plain) return "letters, digits, '/', '-', '.', '_' and '~' only";
   if (path.back() == '/') return "it must not end with '/'";
@@ -89,22 +89,25 @@ std::optional<CheckedRequest> checked_request(const Request& check, std::string_
     const std::string_view forwarded_uri = single(check, "x-forwarded-uri", repeated);
     const std::string_view forwarded_method = single(check, "x-forwarded-method", repeated);
     if (repeated) {
-      error = "X-Original-URI, X-Original-Method, X-Forwarded-Uri and X-Forwarded-Method may "
-              "each be sent once only";
+      error =
+          "X-Original-URI, X-Original-Method, X-Forwarded-Uri and X-Forwarded-Method may "
+          "each be sent once only";
       return std::nullopt;
     }
     const bool original = !original_uri.empty() || !original_method.empty();
     const bool forwarded = !forwarded_uri.empty() || !forwarded_method.empty();
     if (original && forwarded) {
-      error = "both X-Original-URI/-Method and X-Forwarded-Uri/-Method: the gateway must send "
-              "one pair and remove the other";
+      error =
+          "both X-Original-URI/-Method and X-Forwarded-Uri/-Method: the gateway must send "
+          "one pair and remove the other";
       return std::nullopt;
     }
     const std::string_view uri = original ? original_uri : forwarded_uri;
     const std::string_view method = original ? original_method : forwarded_method;
     if (uri.empty()) {
-      error = "a check needs the original request's URI (X-Original-URI or X-Forwarded-Uri), "
-              "or its path after the check path";
+      error =
+          "a check needs the original request's URI (X-Original-URI or X-Forwarded-Uri), "
+          "or its path after the check path";
       return std::nullopt;
     }
     path = target_path(uri);

@@ -55,8 +55,7 @@ class JsonParser {
   char peek() const { return text_[at_]; }
 
   void skip_space() {
-    while (!done() && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r'))
-      ++at_;
+    while (!done() && (peek() == ' ' || peek() == '\t' || peek() == '\n' || peek() == '\r')) ++at_;
   }
 
   bool literal(std::string_view word) {
@@ -149,8 +148,8 @@ class JsonParser {
     sorted.reserve(keys.size());
     for (const std::string& k : keys) sorted.push_back(&k);
     std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return *a < *b; });
-    const auto it = std::adjacent_find(sorted.begin(), sorted.end(),
-                                       [](auto* a, auto* b) { return *a == *b; });
+    const auto it =
+        std::adjacent_find(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return *a == *b; });
     return it == sorted.end() ? nullptr : *it;
   }
 
@@ -288,8 +287,8 @@ class JsonParser {
     }
     out.type_ = JsonValue::Type::number;
     out.text_.assign(text_.substr(start, at_ - start));
-    const auto r = std::from_chars(out.text_.data(), out.text_.data() + out.text_.size(),
-                                   out.number_);
+    const auto r =
+        std::from_chars(out.text_.data(), out.text_.data() + out.text_.size(), out.number_);
     if (r.ec != std::errc() || !std::isfinite(out.number_)) {
       at_ = start;
       return fail("the number is out of range");

@@ -52,8 +52,7 @@ const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
 }
 
 void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
-                           const LimitStep& step, const LimitOutcome& outcome,
-                           Response& response) {
+                           const LimitStep& step, const LimitOutcome& outcome, Response& response) {
   if (rules_generation != texts_generation_) {
     texts_.clear();
     texts_generation_ = rules_generation;

@@ -28,10 +28,10 @@ class LimitResponses {
 
  private:
   struct RuleText {
-    std::string policy_head;   // "name";q=
-    std::string policy_tail;   // ;w=<window seconds>
-    std::string state_head;    // "name";r=
-    std::string refusal_head;  // {"error":"rate limited","limit":"name","max":
+    std::string policy_head;     // "name";q=
+    std::string policy_tail;     // ;w=<window seconds>
+    std::string state_head;      // "name";r=
+    std::string refusal_head;    // {"error":"rate limited","limit":"name","max":
     std::string refusal_window;  // ,"window_s":<seconds>,"retry_after_s":
   };
   const RuleText& text(const LimitRule& rule);

@@ -176,8 +176,7 @@ void Service::write_rules_metrics(PrometheusText& out) const {
   {
     const std::shared_ptr<const Rules> rules = rules_.get();
     std::lock_guard lock(reload_mutex_);
-    out.family("ratewin_server_rules_info", "gauge",
-               "The active rules version (label), always 1.");
+    out.family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
     std::string labels;
     append_label(labels, "version", rules->version());
     out.sample(labels, 1);
@@ -196,9 +195,10 @@ void Service::write_rules_metrics(PrometheusText& out) const {
   }
   const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
   const std::int64_t now = unix_ms();
-  out.single("ratewin_server_overrides", "gauge", "Temporary overrides in force.",
-             u(static_cast<std::uint64_t>(std::count_if(
-                 all->begin(), all->end(), [now](const auto& e) { return e.second.active(now); }))));
+  out.single(
+      "ratewin_server_overrides", "gauge", "Temporary overrides in force.",
+      u(static_cast<std::uint64_t>(std::count_if(
+          all->begin(), all->end(), [now](const auto& e) { return e.second.active(now); }))));
   out.single("ratewin_server_overrides_in_sync", "gauge",
              "1 while the overrides follow Redis (always 1 without Redis).",
              overrides_.in_sync() ? 1 : 0);

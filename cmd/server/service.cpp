@@ -57,9 +57,9 @@ class Service::Worker final : public RequestHandler {
     }
     if (service_.options_.forward_auth_only) {
       count(404, "not-a-check");
-      return json_error(response, 404,
-                        "not a forward-auth check (--mode forward-auth: checks go to " +
-                            check_path + ")");
+      return json_error(
+          response, 404,
+          "not a forward-auth check (--mode forward-auth: checks go to " + check_path + ")");
     }
     limit(request, from, path, response);
   }
@@ -82,8 +82,6 @@ class Service::Worker final : public RequestHandler {
     response.body += "}\n";
   }
 
-  // Identify the client, match the rules, count the request against every limit that
-  // matched, and answer.
   // A request to the demo backend: limited, then answered by it.
   void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
              Response& response) {
@@ -110,8 +108,7 @@ class Service::Worker final : public RequestHandler {
       count(400, "bad-check");
       return json_error(response, 400, error);
     }
-    decide(clients_.identify(request, address.address), checked->method, checked->path,
-           response);
+    decide(clients_.identify(request, address.address), checked->method, checked->path, response);
   }
 
   // Matches the rules and counts the request against every limit that matched. True if

@@ -1,7 +1,9 @@
-// What the server does with a request: identify the client and the endpoint, match the
-// rules, ask the engine for every matching limit at once, and answer with the headers;
-// plus /healthz, /metrics and the admin API. Transport-independent (see http.h), so the
-// fuzz target drives it without sockets.
+// What the server does with a request: identify the client (client.h) and the endpoint,
+// match the rules, ask the engine for every matching limit at once (limit_step.h), and
+// answer with the headers (limit_response.h); the same for a forward-auth check about
+// another server's request (forward_auth.h); plus /healthz, /metrics (metrics.cpp) and
+// the admin API (admin.h). Transport-independent (see http.h), so the fuzz target drives
+// it without sockets.
 #pragma once
 
 #include <array>
@@ -108,7 +110,7 @@ class Service {
   ConnectionCounters connections_;
   mutable std::mutex workers_mutex_;
   std::vector<WorkerStats*> workers_;
-  WorkerStats retired_;  // what workers that ended had counted
+  WorkerStats retired_;              // what workers that ended had counted
   std::unique_ptr<AdminApi> admin_;  // null without an admin token
 };
 

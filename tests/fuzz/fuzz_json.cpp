@@ -20,10 +20,18 @@ using ratewin::server::JsonValue;
 void write(const JsonValue& v, std::string& out) {
   using Type = JsonValue::Type;
   switch (v.type()) {
-    case Type::null: out += "null"; return;
-    case Type::boolean: out += v.boolean() ? "true" : "false"; return;
-    case Type::number: out += v.text(); return;
-    case Type::string: ratewin::server::append_json_string(out, v.text()); return;
+    case Type::null:
+      out += "null";
+      return;
+    case Type::boolean:
+      out += v.boolean() ? "true" : "false";
+      return;
+    case Type::number:
+      out += v.text();
+      return;
+    case Type::string:
+      ratewin::server::append_json_string(out, v.text());
+      return;
     case Type::array:
       out += '[';
       for (std::size_t i = 0; i < v.items().size(); ++i) {

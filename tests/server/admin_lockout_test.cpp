@@ -76,8 +76,8 @@ TEST_CASE("admin lockout: a full table refuses new addresses and evicts nobody")
   CHECK(lockout.size() == 4);
   // A flood of new addresses: each refused, none counted, nobody's lockout lost.
   for (int i = 0; i < 1000; ++i) {
-    const AdminLockout::Verdict v = lockout.attempt(ip("10.1." + std::to_string(i / 200) + "." +
-                                                       std::to_string(i % 200)), 20);
+    const AdminLockout::Verdict v =
+        lockout.attempt(ip("10.1." + std::to_string(i / 200) + "." + std::to_string(i % 200)), 20);
     CHECK(!v.allowed);
     CHECK(v.table_full);
     CHECK(v.retry_after.count() == 1 + kMinute - 20);  // when 10.0.0.1's failure expires

@@ -47,8 +47,7 @@ TEST_CASE("target_path: origin and absolute forms, normalised; nothing else") {
   CHECK(target_path("/caf\xc3\xa9") == "/caf\xc3\xa9");
   for (const char* bad : {"", "*", "example.com:443", "upload", "a/b", "/a b", "/a\tb",
                           "/a\r\nX-API-Key: k", "/\x7f", "http://h:99999/upload",
-                          "http://[::1/upload", "http://a!b/upload", "http://", " /a",
-                          "//"}) {
+                          "http://[::1/upload", "http://a!b/upload", "http://", " /a", "//"}) {
     CAPTURE(bad);
     if (std::string_view(bad) == "//") {
       CHECK(target_path(bad) == "/");  // an origin form: "//" is "/"
@@ -76,12 +75,11 @@ TEST_CASE("a check by headers, as nginx is configured to send them") {
 }
 
 TEST_CASE("a check by headers, as Traefik sends them") {
-  const CheckedRequest c =
-      checked(check("/ratewin/check", {{"x-forwarded-method", "DELETE"},
-                                       {"x-forwarded-proto", "https"},
-                                       {"x-forwarded-host", "api.example.com"},
-                                       {"x-forwarded-uri", "/items/7?force=1"},
-                                       {"x-forwarded-for", "203.0.113.9"}}));
+  const CheckedRequest c = checked(check("/ratewin/check", {{"x-forwarded-method", "DELETE"},
+                                                            {"x-forwarded-proto", "https"},
+                                                            {"x-forwarded-host", "api.example.com"},
+                                                            {"x-forwarded-uri", "/items/7?force=1"},
+                                                            {"x-forwarded-for", "203.0.113.9"}}));
   CHECK(c.method == "DELETE");
   CHECK(c.path == "/items/7");
 }
@@ -95,35 +93,34 @@ TEST_CASE("a check by path, as Envoy's ext_authz path_prefix builds it") {
   CHECK(checked(check("/ratewin/check/a/../../../upload", {})).path == "/upload");
   CHECK(checked(check("/ratewin/check/ratewin/check", {})).path == "/ratewin/check");
   // Headers a client slipped through are ignored: the path says which request it is.
-  c = checked(check("/ratewin/check/upload", {{"x-original-uri", "/cheap"},
-                                              {"x-forwarded-uri", "/cheap"},
-                                              {"x-original-method", "GET"}},
-                    "PUT"));
+  c = checked(check(
+      "/ratewin/check/upload",
+      {{"x-original-uri", "/cheap"}, {"x-forwarded-uri", "/cheap"}, {"x-original-method", "GET"}},
+      "PUT"));
   CHECK(c.method == "PUT");
   CHECK(c.path == "/upload");
 }
 
 TEST_CASE("a check that does not say clearly which request it is about is refused") {
-  CHECK(refused(check("/ratewin/check", {})).find("original request's URI") !=
-        std::string::npos);
+  CHECK(refused(check("/ratewin/check", {})).find("original request's URI") != std::string::npos);
   CHECK(refused(check("/ratewin/check", {{"x-original-method", "GET"}}))
             .find("original request's URI") != std::string::npos);
   CHECK(refused(check("/ratewin/check", {{"x-original-uri", ""}})).find("URI") !=
         std::string::npos);
   // Both families: one of them was the client's own, let through by the gateway.
-  CHECK(refused(check("/ratewin/check", {{"x-original-uri", "/upload"},
-                                         {"x-forwarded-uri", "/cheap"}}))
+  CHECK(refused(
+            check("/ratewin/check", {{"x-original-uri", "/upload"}, {"x-forwarded-uri", "/cheap"}}))
             .find("both") != std::string::npos);
-  CHECK(refused(check("/ratewin/check", {{"x-original-uri", "/upload"},
-                                         {"x-forwarded-method", "GET"}}))
+  CHECK(refused(
+            check("/ratewin/check", {{"x-original-uri", "/upload"}, {"x-forwarded-method", "GET"}}))
             .find("both") != std::string::npos);
-  CHECK(refused(check("/ratewin/check", {{"x-forwarded-uri", "/upload"},
-                                         {"x-original-method", "GET"}}))
+  CHECK(refused(
+            check("/ratewin/check", {{"x-forwarded-uri", "/upload"}, {"x-original-method", "GET"}}))
             .find("both") != std::string::npos);
   // Twice: which one would count?
   for (const char* name : {"x-original-uri", "x-forwarded-uri"}) {
-    CHECK(refused(check("/ratewin/check", {{name, "/cheap"}, {name, "/upload"}}))
-              .find("once") != std::string::npos);
+    CHECK(refused(check("/ratewin/check", {{name, "/cheap"}, {name, "/upload"}})).find("once") !=
+          std::string::npos);
   }
   CHECK(refused(check("/ratewin/check", {{"x-original-uri", "/a"},
                                          {"x-original-method", "GET"},
@@ -140,9 +137,11 @@ TEST_CASE("a check that does not say clearly which request it is about is refuse
   }
   CHECK(refused(check("/ratewin/check*", {})).find("as it is written") != std::string::npos);
   // Not a method.
-  for (const char* method : {"G ET", "GET\r", "(GET)", "GET/1", "", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}) {
+  for (const char* method :
+       {"G ET", "GET\r", "(GET)", "GET/1", "", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}) {
     CAPTURE(method);
-    const Request r = check("/ratewin/check", {{"x-original-uri", "/a"}, {"x-original-method", method}});
+    const Request r =
+        check("/ratewin/check", {{"x-original-uri", "/a"}, {"x-original-method", method}});
     if (std::string_view(method).empty()) {
       CHECK(checked(r).method == "GET");  // an empty header is no header
       continue;
@@ -162,9 +161,9 @@ TEST_CASE("the check path's rules") {
   CHECK(check_path_problem("/ratewin/check").empty());
   CHECK(check_path_problem("/_auth").empty());
   CHECK(check_path_problem("/healthz/check").empty());
-  for (const char* bad : {"", "ratewin", "/", "/ratewin/", "/ratewin//check", "/a/../b",
-                          "/a/./b", "/a?b", "/a#b", "/a b", "/a%2fb", "/healthz", "/metrics",
-                          "/admin", "/admin/check"}) {
+  for (const char* bad :
+       {"", "ratewin", "/", "/ratewin/", "/ratewin//check", "/a/../b", "/a/./b", "/a?b", "/a#b",
+        "/a b", "/a%2fb", "/healthz", "/metrics", "/admin", "/admin/check"}) {
     CAPTURE(bad);
     CHECK(!check_path_problem(bad).empty());
   }

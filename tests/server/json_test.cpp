@@ -86,9 +86,10 @@ TEST_CASE("JSON: strings and escapes") {
 }
 
 TEST_CASE("JSON: numbers are RFC 8259's only") {
-  for (const char* bad : {"010", "00", "-01", "0x10", "0X1F", "+1", ".5", "5.", "1e", "1e+",
-                          "1.e3", "--1", "-", "0b101", "0o17", "1_000", "NaN", "Infinity",
-                          "-Infinity", "1e400", "-1e400", ".inf", "1,5"}) {
+  for (const char* bad :
+       {"010", "00",       "-01",       "0x10",  "0X1F",   "+1",    ".5",   "5.",
+        "1e",  "1e+",      "1.e3",      "--1",   "-",      "0b101", "0o17", "1_000",
+        "NaN", "Infinity", "-Infinity", "1e400", "-1e400", ".inf",  "1,5"}) {
     refused(bad);
   }
   CHECK(refused("010").find("must not start with 0") != std::string::npos);
@@ -98,17 +99,17 @@ TEST_CASE("JSON: numbers are RFC 8259's only") {
 
 TEST_CASE("JSON: what YAML would take is refused") {
   for (const char* bad : {
-           "{key: x}",                         // unquoted key
-           "{\"key\": x}",                      // unquoted string
-           "{'key': 'x'}",                      // single quotes
-           "{\"a\": 1,}",                       // trailing comma
+           "{key: x}",      // unquoted key
+           "{\"key\": x}",  // unquoted string
+           "{'key': 'x'}",  // single quotes
+           "{\"a\": 1,}",   // trailing comma
            "[1, 2,]",
-           "{\"a\": 1} # comment",              // comments
+           "{\"a\": 1} # comment",  // comments
            "{\"a\": 1} // comment",
            "/* c */ {\"a\": 1}",
-           "{\"a\": &x 1, \"b\": *x}",          // anchors and aliases
-           "--- {\"a\": 1}",                    // a document marker
-           "key: x",                            // a block mapping
+           "{\"a\": &x 1, \"b\": *x}",  // anchors and aliases
+           "--- {\"a\": 1}",            // a document marker
+           "key: x",                    // a block mapping
            "- 1",
            "{\"a\": yes}",
            "{\"a\": ~}",
@@ -122,8 +123,8 @@ TEST_CASE("JSON: what YAML would take is refused") {
            "{\"a\": 1]",
            "",
            "   ",
-           "\xef\xbb\xbf{}",                  // a byte order mark
-           "{\"a\": 1} x",                      // trailing garbage
+           "\xef\xbb\xbf{}",  // a byte order mark
+           "{\"a\": 1} x",    // trailing garbage
            "{\"a\": 1}{\"b\": 2}",
            "1 2",
            "nul",
@@ -164,8 +165,8 @@ TEST_CASE("JSON: nesting is bounded") {
   CHECK(refused(std::string(100000, '[')).find("nested deeper") != std::string::npos);
   std::string objects;
   for (std::size_t i = 0; i < JsonValue::kMaxDepth + 1; ++i) objects += "{\"a\":";
-  CHECK(refused(objects + "1" + std::string(JsonValue::kMaxDepth + 1, '}'))
-            .find("nested deeper") != std::string::npos);
+  CHECK(refused(objects + "1" + std::string(JsonValue::kMaxDepth + 1, '}')).find("nested deeper") !=
+        std::string::npos);
 }
 
 }  // namespace
