@@ -62,7 +62,7 @@ def test_check_answers_with_the_rate_limit_headers(checker):
     assert ok.headers["ratelimit"].startswith('"tier:free/per-minute";r=2;t=')
     assert "retry-after" not in ok.headers
     refused = got[3]
-    assert 0 < int(refused.headers["retry-after"]) <= 60
+    assert 0 < int(refused.headers["retry-after"]) <= 66  # the window and one subinterval
     assert refused.headers["x-ratelimit-remaining"] == "0"
     assert refused.json()["limit"] == "tier:free/per-minute"
     # Another client of the same gateway has its own count.

@@ -199,7 +199,7 @@ def test_limits_hold_through_nginx_and_the_headers_reach_the_client(stack):
             assert body == b'{"upstream":true}\n'
             assert "retry-after" not in headers
         else:
-            assert 0 < int(headers["retry-after"]) <= 60, headers
+            assert 0 < int(headers["retry-after"]) <= 66, headers  # window + a subinterval
             assert headers["x-ratelimit-remaining"] == "0"
             assert body == b'{"error":"rate limited"}\n'
     assert sorted(int(h["x-ratelimit-remaining"]) for s, h, _ in replies if s == 200) == [0, 1, 2, 3, 4]
