@@ -17,6 +17,7 @@ packages=(
   doctest-dev                  # unit tests
   redis-server                 # the tests, the benchmarks and the demo start their own
   redis-tools                  # redis-cli: the cluster tests make their own local cluster
+  nginx                        # the forward-auth test runs Debian's nginx (auth_request) in front
   pybind11-dev python3-dev     # the Python extension, for Debian's /usr/bin/python3
   python3-pytest python3-mypy  # the Python suite and its check of the type stubs
   python3-venv python3-pip python3-setuptools python3-wheel  # pip-installing the package

@@ -28,14 +28,14 @@ for sanitizer in address thread; do
   # The server's end-to-end suite runs against this sanitized server binary.
   ctest --test-dir "$dir" -R "^(unit|redis|redis_cluster|redis_sentinel|capi|server_units|server_e2e)$" --output-on-failure
 done
-# libFuzzer smoke runs (clang): the request path, paths and targets, and the rules parser,
-# each for a bounded time from its seed corpus (copied: a run adds what it finds to the
-# corpus directory).
+# libFuzzer smoke runs (clang): the request path, paths and targets, the admin API's JSON
+# parser and the rules parser, each for a bounded time from its seed corpus (copied: a run
+# adds what it finds to the corpus directory).
 cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE=fuzz -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_TESTS=OFF \
   -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
-cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_http fuzz_path fuzz_rules
-for target in http path rules; do
+cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_http fuzz_json fuzz_path fuzz_rules
+for target in http json path rules; do
   corpus="$(mktemp -d)"
   cp "$root/tests/fuzz/corpus/$target/"* "$corpus/"
   log="$root/build-fuzz/fuzz_$target.log"

@@ -12,11 +12,13 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "control.h"
+#include "forward_auth.h"
 #include "log.h"
 #include "overrides.h"
 #include "ratewin/engine.h"
@@ -65,7 +67,8 @@ bool parse_listen(const std::string& text, Config& config) {
 int run(int argc, char** argv) {
   cxxopts::Options cli("ratewin-server",
                        "An HTTP server that rate-limits every request by client key and endpoint "
-                       "(a demo backend: allowed requests get 200 and a small JSON body).");
+                       "(a demo backend: allowed requests get 200 and a small JSON body), and "
+                       "answers forward-auth checks for a gateway in front of other servers.");
   const unsigned cores = std::max(1U, std::thread::hardware_concurrency());
   // clang-format off
   cli.add_options()
@@ -85,8 +88,20 @@ int run(int argc, char** argv) {
                     "'Authorization: Bearer <token>'. Also read from RATEWIN_ADMIN_TOKEN, "
                     "which keeps it out of the process list",
      cxxopts::value<std::string>()->default_value(""))
-    ("trust-proxy", "Identify clients without an API key by the last address in "
-                    "X-Forwarded-For (set by your proxy) instead of the connection's address")
+    ("trust-proxy", "CIDR[,CIDR...]: the proxies in front of this server. From a peer in "
+                    "one of these ranges, X-Forwarded-For (its right-most entry that is not "
+                    "itself a trusted proxy) and X-Real-IP name the client, and forward-auth "
+                    "checks are answered; from any other peer they are ignored",
+     cxxopts::value<std::string>()->default_value(""))
+    ("check-path", "Forward-auth checks (nginx auth_request, Traefik ForwardAuth, Envoy "
+                   "ext_authz) go to this path, the original request in X-Original-URI / "
+                   "X-Original-Method or X-Forwarded-Uri / X-Forwarded-Method, or under it, "
+                   "the original path after it (Envoy's path_prefix). Answered for "
+                   "--trust-proxy peers only",
+     cxxopts::value<std::string>()->default_value("/ratewin/check"))
+    ("mode", "gateway: requests are limited, then answered by a demo backend; "
+             "forward-auth: only checks are answered (other paths get 404)",
+     cxxopts::value<std::string>()->default_value("gateway"))
     ("log-level", "debug, info, warning or error",
      cxxopts::value<std::string>()->default_value("info"))
     ("max-connections", "Client connections open at once; more are closed at once",
@@ -151,7 +166,29 @@ int run(int argc, char** argv) {
   if (service_options.admin_token.empty()) {
     if (const char* env = std::getenv("RATEWIN_ADMIN_TOKEN")) service_options.admin_token = env;
   }
-  service_options.trust_proxy = args.count("trust-proxy") != 0;
+  service_options.check_path = args["check-path"].as<std::string>();
+  if (const std::string problem = check_path_problem(service_options.check_path);
+      !problem.empty()) {
+    std::fprintf(stderr, "ratewin-server: --check-path %s: %s\n",
+                 service_options.check_path.c_str(), problem.c_str());
+    return 2;
+  }
+  const std::string mode = args["mode"].as<std::string>();
+  if (mode != "gateway" && mode != "forward-auth") {
+    std::fprintf(stderr, "ratewin-server: --mode must be gateway or forward-auth\n");
+    return 2;
+  }
+  service_options.forward_auth_only = mode == "forward-auth";
+  if (args.count("trust-proxy") != 0) {
+    std::string error;
+    std::optional<AddressRanges> ranges =
+        AddressRanges::parse(args["trust-proxy"].as<std::string>(), error);
+    if (!ranges) {
+      std::fprintf(stderr, "ratewin-server: --trust-proxy: %s\n", error.c_str());
+      return 2;
+    }
+    service_options.trusted_proxies = std::move(*ranges);
+  }
 
   Options engine_options;
   engine_options.redis = args["redis"].as<std::string>();

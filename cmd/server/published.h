@@ -45,6 +45,9 @@ class Published {
       get();
       return value_;
     }
+    // Changes whenever get() returns another value (never back to an earlier one), so
+    // it can key what is derived from the value.
+    std::uint64_t generation() const noexcept { return generation_; }
 
    private:
     const Published* source_;

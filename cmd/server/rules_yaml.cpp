@@ -13,6 +13,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "address.h"
 #include "rules_data.h"
 
 namespace ratewin::server {
@@ -135,6 +136,7 @@ class Parser {
   std::vector<Entry> entries(const Item& map, std::string_view what = "field") const;
   std::vector<Item> list(const Item& item, bool empty_ok = false) const;
   std::string text(const Item& item) const;
+  std::string key_pattern(const Item& item, bool glob) const;
   std::string name(const Item& item) const;
   std::uint64_t integer(const Item& item, std::uint64_t lo, std::uint64_t hi) const;
   double positive_number(const Item& item) const;
@@ -202,6 +204,33 @@ std::string Parser::text(const Item& item) const {
     i += n;
   }
   return s;
+}
+
+// A client key or key glob. Clients known by their address have the key "ip:" and the
+// address in canonical form (address.h), so an address written here is made canonical
+// ("ip:::ffff:10.0.0.1" is "ip:10.0.0.1", "ip:2001:DB8::0001" is "ip:2001:db8::1"), and
+// an "ip:" glob that could never match a canonical address is refused.
+std::string Parser::key_pattern(const Item& item, bool glob) const {
+  std::string s = text(item);
+  if (!s.starts_with("ip:")) return s;
+  const std::string_view address = std::string_view(s).substr(3);
+  if (glob && address.find_first_of("*?") != std::string_view::npos) {
+    const bool upper = std::any_of(address.begin(), address.end(),
+                                   [](char c) { return c >= 'A' && c <= 'Z'; });
+    if (upper || address.find('%') != std::string_view::npos ||
+        address.starts_with("::ffff:") || address.find("::") != address.rfind("::")) {
+      fail(item, quoted(s) + " can never match: \"ip:\" keys hold addresses in canonical form "
+                             "(IPv4 dotted quads, IPv6 in lower case as RFC 5952 writes it, "
+                             "no zone ID)");
+    }
+    return s;
+  }
+  const std::optional<std::string> canonical = canonical_address(address);
+  if (!canonical) {
+    fail(item, quoted(s) + " is not an IP address (a key starting \"ip:\" names a client by "
+                           "its address; no zone ID, no port)");
+  }
+  return "ip:" + *canonical;
 }
 
 std::string Parser::name(const Item& item) const {
@@ -386,7 +415,7 @@ void Parser::tiers(const Item& item) {
 void Parser::keys(const Item& item) {
   for (const Item& k : list(item, true)) {
     const Fields f(*this, k, {"match", "tier"});
-    std::string pattern = text(f.need("match"));
+    std::string pattern = key_pattern(f.need("match"), true);
     data_->keys.push_back({std::move(pattern), tier_ref(f.need("tier"))});
   }
 }
@@ -433,7 +462,7 @@ void Parser::overrides(const Item& item) {
     const Fields f(*this, o, {"key", "tier", "multiplier", "limits"});
     Rules::Data::Override override;
     const Item key_item = f.need("key");
-    override.key = text(key_item);
+    override.key = key_pattern(key_item, false);
     check_unique(seen, override.key, key_item, "override key");
     const std::optional<Item> tier = f.get("tier");
     const std::optional<Item> multiplier = f.get("multiplier");
@@ -533,7 +562,7 @@ std::unique_ptr<const Rules::Data> Parser::run() {
     for (const auto& [field, globs] :
          {std::pair{"allow", &data_->allow}, std::pair{"deny", &data_->deny}}) {
       if (const std::optional<Item> l = f.get(field)) {
-        for (const Item& g : list(*l, true)) globs->push_back(text(g));
+        for (const Item& g : list(*l, true)) globs->push_back(key_pattern(g, true));
       }
     }
   }

@@ -1,7 +1,9 @@
-// What the server does with a request: identify the client and the endpoint, match the
-// rules, ask the engine for every matching limit at once, and answer with the headers;
-// plus /healthz, /metrics and the admin API. Transport-independent (see http.h), so the
-// fuzz target drives it without sockets.
+// What the server does with a request: identify the client (client.h) and the endpoint,
+// match the rules, ask the engine for every matching limit at once (limit_step.h), and
+// answer with the headers (limit_response.h); the same for a forward-auth check about
+// another server's request (forward_auth.h); plus /healthz, /metrics (metrics.cpp) and
+// the admin API (admin.h). Transport-independent (see http.h), so the fuzz target drives
+// it without sockets.
 #pragma once
 
 #include <array>
@@ -16,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "address.h"
+#include "admin.h"
 #include "http.h"
 #include "overrides.h"
 #include "published.h"
@@ -24,10 +28,21 @@
 
 namespace ratewin::server {
 
+class PrometheusText;
+
 struct ServiceOptions {
   std::string rules_path;   // empty: no rules (every request allowed)
   std::string admin_token;  // empty: no admin API
-  bool trust_proxy = false;
+  // Peers whose X-Forwarded-For and X-Real-IP are believed (--trust-proxy); empty: none.
+  AddressRanges trusted_proxies;
+  // Addresses the admin lockout holds at most (see admin_lockout.h).
+  std::size_t admin_lockout_capacity = AdminLockout::kDefaultCapacity;
+  // Forward-auth checks (forward_auth.h) go to this path, or under it (--check-path; see
+  // check_path_problem() for what it may be).
+  std::string check_path = "/ratewin/check";
+  // --mode forward-auth: only checks are answered (and /healthz, /metrics, /admin); any
+  // other request is 404, not a request to the demo backend.
+  bool forward_auth_only = false;
 };
 
 // Connection counts, kept by the transport.
@@ -54,7 +69,11 @@ class Service {
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
 
+  // The last rules load's error, empty if it succeeded. Thread-safe.
+  std::string last_reload_error() const;
+
   ConnectionCounters& connections() noexcept { return connections_; }
+  // The Prometheus text of /metrics (metrics.cpp).
   std::string metrics_text() const;
 
   // A handler per transport thread (its counters are its own).
@@ -74,6 +93,9 @@ class Service {
   };
   void add_worker(WorkerStats* stats);
   void remove_worker(WorkerStats* stats);
+  // metrics_text()'s parts.
+  void write_request_metrics(PrometheusText& out) const;
+  void write_rules_metrics(PrometheusText& out) const;
 
   Engine& engine_;
   Overrides& overrides_;
@@ -88,11 +110,8 @@ class Service {
   ConnectionCounters connections_;
   mutable std::mutex workers_mutex_;
   std::vector<WorkerStats*> workers_;
-  WorkerStats retired_;  // what workers that ended had counted
+  WorkerStats retired_;              // what workers that ended had counted
+  std::unique_ptr<AdminApi> admin_;  // null without an admin token
 };
-
-// Constant-time comparison of a presented secret with the expected one.
-bool same_secret(std::string_view presented, std::string_view expected) noexcept;
-
 
 }  // namespace ratewin::server

@@ -22,5 +22,7 @@ void append_double(std::string& out, double value);
 bool iequals(std::string_view a, std::string_view b) noexcept;
 // The value of a hex digit (either case), -1 for any other byte.
 int hex_digit(char c) noexcept;
+// s without the spaces and tabs around it (HTTP's optional whitespace, RFC 9110 5.6.3).
+std::string_view trim_ows(std::string_view s) noexcept;
 
 }  // namespace ratewin::server

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -34,8 +35,15 @@ struct World {
     return o;
   }()};
   Overrides overrides{"", "fuzz", [](LogLevel, std::string_view) {}};
-  Service service{engine, overrides,
-                  ServiceOptions{RATEWIN_RULES_EXAMPLE, "token", true},
+  Service service{engine, overrides, [] {
+                    ServiceOptions o;
+                    o.rules_path = RATEWIN_RULES_EXAMPLE;
+                    o.admin_token = "token";
+                    // The session's peer is a trusted proxy: forwarded headers are read.
+                    std::string error;
+                    o.trusted_proxies = *AddressRanges::parse("192.0.2.0/24, ::1", error);
+                    return o;
+                  }(),
                   [](LogLevel, std::string_view) {}};
   std::unique_ptr<RequestHandler> handler = service.worker();
 };

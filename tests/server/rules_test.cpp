@@ -110,6 +110,9 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   CHECK(match(rules, "internal-metrics").action == Action::allow);
   CHECK(match(rules, "internal-compromised").action == Action::deny);
   CHECK(match(rules, "revoked_1").action == Action::deny);
+  CHECK(match(rules, "ip:192.0.2.66").action == Action::deny);
+  CHECK(match(rules, "ip:2001:db8:bad::1").action == Action::deny);
+  CHECK(match(rules, "ip:2001:db8:bad0::1").action == Action::limit);
 }
 
 TEST_CASE("empty rules limit nothing") {
@@ -299,6 +302,42 @@ TEST_CASE("allow and deny: deny wins, and neither counts anything") {
   CHECK(match(rules, "x").action == Action::deny);
   CHECK(match(rules, "xy").action == Action::limit);
   CHECK(match(rules, "xy").limits.size() == 2);
+}
+
+TEST_CASE("addresses in keys, overrides, allow and deny are made canonical") {
+  const Rules rules = Rules::parse(std::string(kHead) +
+                                   "default_tier: free\n"
+                                   "keys: [{match: \"ip:10.1.*\", tier: free}]\n"
+                                   "overrides: [{key: \"ip:::FFFF:192.0.2.9\", multiplier: 3}]\n"
+                                   "allow: [\"ip:2001:DB8::0001\", \"ip:fd00::*\"]\n"
+                                   "deny: [\"ip:::ffff:127.0.0.1\", \"ip:10.6.6.6\"]\n");
+  CHECK(match(rules, "ip:127.0.0.1").action == Action::deny);
+  CHECK(match(rules, "ip:10.6.6.6").action == Action::deny);
+  CHECK(match(rules, "ip:2001:db8::1").action == Action::allow);
+  CHECK(match(rules, "ip:fd00::5").action == Action::allow);
+  CHECK(match(rules, "ip:192.0.2.9").multiplier == 3.0);
+  CHECK(match(rules, "ip:192.0.2.8").multiplier == 1.0);
+  const std::string described = rules.describe_json();
+  CHECK(described.find("\"ip:127.0.0.1\"") != std::string::npos);
+  CHECK(described.find("\"ip:2001:db8::1\"") != std::string::npos);
+  CHECK(described.find("\"ip:192.0.2.9\"") != std::string::npos);
+
+  const std::string head = std::string(kHead) + "default_tier: free\n";
+  for (const auto& [yaml, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"deny: [\"ip:fe80::1%eth0\"]\n", "deny[0]: \"ip:fe80::1%eth0\" is not an IP address"},
+           {"deny: [\"ip:10.0.0.1:80\"]\n", "deny[0]: \"ip:10.0.0.1:80\" is not an IP address"},
+           {"allow: [\"ip:localhost\"]\n", "allow[0]: \"ip:localhost\" is not an IP address"},
+           {"deny: [\"ip:010.0.0.1\"]\n", "deny[0]: \"ip:010.0.0.1\" is not an IP address"},
+           {"deny: [\"ip:2001:DB8:*\"]\n", "deny[0]: \"ip:2001:DB8:*\" can never match"},
+           {"deny: [\"ip:::ffff:10.*\"]\n", "deny[0]: \"ip:::ffff:10.*\" can never match"},
+           {"keys: [{match: \"ip:fe80::*%eth0\", tier: free}]\n",
+            "keys[0].match: \"ip:fe80::*%eth0\" can never match"},
+           {"overrides: [{key: \"ip:10.*\", multiplier: 2}]\n",
+            "overrides[0].key: \"ip:10.*\" is not an IP address"},
+       }) {
+    CAPTURE(yaml);
+    CHECK(failure_of(head + yaml).problem.starts_with(problem));
+  }
 }
 
 TEST_CASE("match() resets a reused Match") {

@@ -23,7 +23,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVER = os.environ.get("RATEWIN_SERVER", str(ROOT / "build" / "cmd" / "ratewin-server"))
 EXAMPLE_RULES = ROOT / "cmd" / "server" / "rules.example.yaml"
 
-LISTENING = re.compile(rb"^ratewin-server listening on 127\.0\.0\.1:(\d+) \((.*)\)\s*$")
+# "127.0.0.1:port", or ":::port" for a test that listens on [::] (its own --listen wins).
+LISTENING = re.compile(rb"^ratewin-server listening on .*:(\d+) \((.*)\)\s*$")
 
 
 def free_port() -> int:

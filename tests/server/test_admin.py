@@ -4,9 +4,10 @@ absolute limit or a multiplier, with a time to live) applied locally."""
 from __future__ import annotations
 
 import json
+import secrets
 import time
 
-from server_support import Client, wait_until, write_rules
+from server_support import Client, RawReader, raw_connect, wait_until, write_rules
 
 TOKEN = "admin-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -96,6 +97,100 @@ def test_admin_token_guessing_is_limited_per_address(start_server, tmp_path):
         assert c.get("/admin/rules", AUTH).status == 429
     # ...from that address only.
     assert server.get("/admin/rules", AUTH).status == 200
+
+
+def pipelined(port: int, requests: list[bytes]) -> list:
+    """Sends the requests on one connection, 500 at a time, and reads every response."""
+    replies = []
+    with raw_connect(port) as s:
+        reader = RawReader(s)
+        for at in range(0, len(requests), 500):
+            batch = requests[at:at + 500]
+            s.sendall(b"".join(batch))
+            replies += [reader.response() for _ in batch]
+    return replies
+
+
+def admin_get(token: str, forwarded: str | None = None) -> bytes:
+    lines = ["GET /admin/rules HTTP/1.1", "Host: t", f"Authorization: Bearer {token}"]
+    if forwarded is not None:
+        lines.append(f"X-Forwarded-For: {forwarded}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_admin_lockout_holds_through_a_flood_of_new_keys(start_server, tmp_path):
+    """The lockout is not a limiter of the engine's: keys flooding the limiter table
+    cannot give it back (when it was, the engine evicted it for them: 3,150 wrong tokens
+    answered 401 in 5 s). What the flood itself gets depends on the engine's policy for
+    a full table, not on the lockout."""
+    server = start_server("--max-limiters", "1000", admin_token=TOKEN,
+                          rules=write_rules(tmp_path / "rules.yaml", """
+                              tiers:
+                                free: {limits: [{name: per-minute, max: 2, window: 1m}]}
+                              default_tier: free
+                              """))
+    with Client(server.port, source="127.0.0.60") as c:
+        assert [c.get("/admin/rules", {"Authorization": "Bearer guess"}).status
+                for _ in range(11)] == [401] * 10 + [429]
+        for _ in range(3):
+            flood = [f"GET /x HTTP/1.1\r\nHost: t\r\nX-API-Key: {secrets.token_hex(8)}\r\n\r\n"
+                     .encode() for _ in range(3000)]
+            assert {r.status for r in pipelined(server.port, flood)} <= {200, 429}
+            assert server.metric("ratewin_engine_limiters") <= 1000
+            r = c.get("/admin/rules", AUTH)
+            assert r.status == 429, r
+            assert 0 < int(r.headers["retry-after"]) <= 60
+            assert c.get("/admin/rules", {"Authorization": "Bearer guess"}).status == 429
+    assert server.get("/admin/rules", AUTH).status == 200  # another address
+
+
+def test_admin_lockout_is_keyed_on_the_trusted_client_address(start_server, tmp_path):
+    server = start_server("--trust-proxy", "127.0.0.1", admin_token=TOKEN,
+                          rules=write_rules(tmp_path / "rules.yaml", RULES))
+    # Behind the trusted proxy (127.0.0.1), 203.0.113.5 guesses.
+    replies = pipelined(server.port, [admin_get("guess", "203.0.113.5")] * 11)
+    assert [r.status for r in replies] == [401] * 10 + [429]
+    assert pipelined(server.port, [admin_get(TOKEN, "203.0.113.5")])[0].status == 429
+    # The proxy's other clients are not locked out, nor the proxy itself.
+    assert pipelined(server.port, [admin_get(TOKEN, "203.0.113.6")])[0].status == 200
+    assert pipelined(server.port, [admin_get(TOKEN)])[0].status == 200
+    # A client's own X-Forwarded-For entries do not move it: the right-most one counts.
+    replies = pipelined(server.port, [admin_get(TOKEN, "198.51.100.1, 203.0.113.5")])
+    assert replies[0].status == 429
+    # IPv6 clients are counted by /64.
+    replies = pipelined(server.port, [admin_get("guess", f"2001:db8:0:7::{i + 1:x}")
+                                      for i in range(11)])
+    assert [r.status for r in replies] == [401] * 10 + [429]
+    assert pipelined(server.port, [admin_get(TOKEN, "2001:db8:0:7:ffff::1")])[0].status == 429
+    assert pipelined(server.port, [admin_get(TOKEN, "2001:db8:0:8::1")])[0].status == 200
+    # From a peer that is not a trusted proxy, the header is ignored: the peer is keyed.
+    with Client(server.port, source="127.0.0.61") as c:
+        r = c.get("/admin/rules", {**AUTH, "X-Forwarded-For": "203.0.113.5"})
+        assert r.status == 200, r
+        assert [c.get("/admin/rules", {"Authorization": "Bearer guess",
+                                       "X-Forwarded-For": f"203.0.113.{i}"}).status
+                for i in range(11)] == [401] * 10 + [429]
+    assert pipelined(server.port, [admin_get(TOKEN, "203.0.113.7")])[0].status == 200
+
+
+def test_admin_lockout_table_full_refuses_new_addresses(start_server, tmp_path):
+    """The table holds 16384 addresses: when all have a wrong token in the last minute, a
+    new address is refused (whatever its token) rather than evicting another's lockout."""
+    server = start_server("--trust-proxy", "127.0.0.1", admin_token=TOKEN,
+                          rules=write_rules(tmp_path / "rules.yaml", RULES))
+    locked = [admin_get("guess", "198.51.100.1")] * 10
+    guesses = [admin_get("guess", f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}")
+               for i in range(16383)]
+    replies = pipelined(server.port, locked + guesses)
+    assert all(r.status == 401 for r in replies)
+    assert server.metric("ratewin_server_admin_lockout_addresses") == 16384
+    r = pipelined(server.port, [admin_get(TOKEN, "192.0.2.200")])[0]
+    assert r.status == 429 and "try later" in r.json()["error"], r
+    assert 0 < int(r.headers["retry-after"]) <= 60
+    # The locked-out address stays locked; those in the table go on as before.
+    assert pipelined(server.port, [admin_get(TOKEN, "198.51.100.1")])[0].status == 429
+    assert pipelined(server.port, [admin_get(TOKEN, "10.0.0.5")])[0].status == 200
+    assert server.metric("ratewin_server_admin_lockout_addresses") == 16384
 
 
 def test_admin_override_limit_and_multiplier_apply_locally(start_server, tmp_path):
@@ -221,3 +316,84 @@ def test_admin_override_bad_requests(start_server, tmp_path):
         assert r.json()["error"], r
     assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
     assert wait_until(lambda: server.alive(), 0.1)
+
+
+def test_admin_override_body_is_strict_json(start_server, tmp_path):
+    """RFC 8259 and nothing more: what a YAML parser would accept (unquoted keys, hex and
+    octal numbers, comments, anchors, a second document, trailing garbage) and duplicate
+    keys are refused, and nothing is changed."""
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    bad = [
+        b'{key: k, limit: 5}',
+        b'{"key": k, "limit": 5}',
+        b"{'key': 'k', 'limit': 5}",
+        b'{"key": "k", "limit": 0x10}',
+        b'{"key": "k", "limit": 0o10}',
+        b'{"key": "k", "limit": 010}',
+        b'{"key": "k", "limit": +5}',
+        b'{"key": "k", "limit": 5.0}',
+        b'{"key": "k", "limit": 5e0}',
+        b'{"key": "k", "limit": 1e400}',
+        b'{"key": "k", "multiplier": .5}',
+        b'{"key": "k", "multiplier": NaN}',
+        b'{"key": "k", "multiplier": Infinity}',
+        b'{"key": "k", "limit": 5} # comment',
+        b'{"key": "k", "limit": 5} // comment',
+        b'/* c */ {"key": "k", "limit": 5}',
+        b'{"key": &a "k", "limit": 5, "ttl_s": *a}',
+        b'--- {"key": "k", "limit": 5}',
+        b'{"key": "k", "limit": 5}\n---\n{}',
+        b'key: k\nlimit: 5\n',
+        b'{"key": "k", "limit": 5,}',
+        b'{"key": "k", "limit": 5} trailing',
+        b'{"key": "k", "limit": 5}{"key": "k2", "limit": 6}',
+        b'{"key": "k", "limit": 5, "limit": 6}',
+        b'{"key": "k", "key": "other", "limit": 5}',
+        b'{"key": "k", "\\u006cimit": 5, "limit": 6}',
+        b'{"key": 5, "limit": 5}',
+        b'{"key": true, "limit": 5}',
+        b'{"key": ["k"], "limit": 5}',
+        b'{"key": "k", "limit": "5"}',
+        b'{"key": "k", "limit": true}',
+        b'{"key": "k", "limit": null}',
+        b'{"key": "k", "multiplier": "2"}',
+        b'{"key": "k", "limit": 5, "ttl_s": "60"}',
+        b'{"key": "\\ud800", "limit": 5}',
+        b'{"key": "\xff", "limit": 5}',
+        b'\xef\xbb\xbf{"key": "k", "limit": 5}',
+        b'{"key": "ip:localhost", "limit": 5}',
+        b'{"key": "ip:fe80::1%eth0", "limit": 5}',
+        b'[' * 10000,
+        b'',
+    ]
+    for body in bad:
+        r = server.call("POST", "/admin/overrides", headers=AUTH, body=body)
+        assert r.status == 400, (body, r)
+        assert r.json()["error"], r
+    r = server.call("DELETE", "/admin/overrides", headers=AUTH, body=b'{key: k}')
+    assert r.status == 400, r
+    r = server.call("DELETE", "/admin/overrides", headers=AUTH,
+                    body=b'{"key": "k", "limit": 5}')
+    assert r.status == 400 and "unknown field" in r.json()["error"], r
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
+    # The same, written as JSON, is taken.
+    for body in [b'{"key": "k", "limit": 16}', b' {"key":"k2","multiplier":0.5,"ttl_s":1e2}\r\n',
+                 b'{"key": "k\\u0033", "limit": 4294967295}']:
+        r = server.call("POST", "/admin/overrides", headers=AUTH, body=body)
+        assert r.status == 200, (body, r)
+    assert [o["key"] for o in server.get("/admin/overrides", AUTH).json()["overrides"]] == [
+        "k", "k2", "k3"]
+
+
+def test_admin_override_of_an_address_is_canonical(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    r = post_override(server, {"key": "ip:::FFFF:127.0.0.9", "limit": 7})
+    assert r.status == 200 and r.json()["override"]["key"] == "ip:127.0.0.9", r
+    with Client(server.port, source="127.0.0.9") as c:
+        assert c.get("/").headers["x-ratelimit-limit"] == "7"
+    with Client(server.port, source="127.0.0.8") as c:
+        assert c.get("/").headers["x-ratelimit-limit"] == "2"
+    r = server.call("DELETE", "/admin/overrides", headers=AUTH,
+                    body=json.dumps({"key": "ip:0:0:0:0:0:ffff:7f00:9"}))
+    assert r.status == 200, r
+    assert server.get("/admin/overrides", AUTH).json()["overrides"] == []

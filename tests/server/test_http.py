@@ -377,7 +377,7 @@ def test_trust_proxy_uses_last_forwarded_address(start_server, rules):
     assert plain.get("/", {"X-Forwarded-For": "10.9.9.9"}).status == 200
     assert plain.get("/", {"X-Forwarded-For": "10.9.9.8"}).status == 429
 
-    proxied = start_server("--trust-proxy", rules=rules)
+    proxied = start_server("--trust-proxy", "127.0.0.1", rules=rules)
     assert proxied.get("/", {"X-Forwarded-For": "10.6.6.6"}).status == 403
     assert proxied.get("/", {"X-Forwarded-For": "1.2.3.4, 10.6.6.6"}).status == 403
     assert proxied.get("/", {"X-Forwarded-For": "1.2.3.4,10.6.6.6 "}).status == 403
@@ -397,7 +397,7 @@ def test_trust_proxy_with_forwarded_for_on_several_lines(start_server, rules):
     """A proxy may append its own X-Forwarded-For line instead of extending the client's
     (HAProxy's `option forwardfor` does). Several lines of one field are one list (RFC 9110
     5.3), so the last entry is still the proxy's: the client's own line must not decide."""
-    server = start_server("--trust-proxy", rules=rules)
+    server = start_server("--trust-proxy", "127.0.0.1/32", rules=rules)
 
     def get(*forwarded: str) -> int:
         with raw_connect(server.port) as s:
@@ -626,7 +626,7 @@ def test_trailers_never_supply_the_client_key_or_address(start_server, tmp_path)
         deny:
           - "ip:10.6.6.6"
         """)
-    server = start_server("--trust-proxy", rules=rules)
+    server = start_server("--trust-proxy", "127.0.0.1/32", rules=rules)
 
     def chunked(trailers: bytes) -> bytes:
         return (b"POST /t HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -695,7 +695,7 @@ def test_trust_proxy_ignores_a_forwarded_value_that_is_not_an_address(start_serv
               - {name: rps, max: 1, window: 10s}
         default_tier: free
         """)
-    server = start_server("--trust-proxy", rules=rules)
+    server = start_server("--trust-proxy", "127.0.0.1/32", rules=rules)
     with Client(server.port) as c:
         assert c.get("/", {"X-Forwarded-For": "not-an-address"}).status == 200
         # Counted as the connection's address, whatever the junk says.

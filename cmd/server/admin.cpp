@@ -1,0 +1,177 @@
+#include "admin.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "client.h"
+#include "json.h"
+#include "service.h"
+#include "text.h"
+
+namespace ratewin::server {
+
+bool same_secret(std::string_view presented, std::string_view expected) noexcept {
+  // Every byte of the expected secret is looked at whatever the presented one holds,
+  // so the time taken says nothing about how much of it matched.
+  unsigned diff = presented.size() == expected.size() ? 0U : 1U;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const char p = i < presented.size() ? presented[i] : '\0';
+    diff |= static_cast<unsigned>(static_cast<unsigned char>(p ^ expected[i]));
+  }
+  return diff == 0 && !expected.empty();
+}
+
+AdminApi::AdminApi(Service& service, Overrides& overrides, std::string token,
+                   std::size_t lockout_capacity)
+    : service_(service),
+      overrides_(overrides),
+      token_(std::move(token)),
+      lockout_(lockout_capacity) {}
+
+void AdminApi::handle(const Request& request, const IpAddress& client, std::string_view path,
+                      Response& response) {
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  const AdminLockout::Verdict verdict = lockout_.attempt(client, now_ms);
+  if (!verdict.allowed) {
+    const auto seconds = (verdict.retry_after.count() + 999) / 1000;
+    response.headers.emplace_back("Retry-After",
+                                  std::to_string(std::max<std::int64_t>(1, seconds)));
+    return json_error(response, 429,
+                      verdict.table_full
+                          ? "too many addresses are presenting wrong admin tokens: try later"
+                          : "too many wrong admin tokens from this address");
+  }
+  if (!same_secret(bearer(request), token_)) {
+    response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ratewin-admin\"");
+    return json_error(response, 401, "admin token missing or wrong");
+  }
+  lockout_.succeeded(client);
+  const std::string_view method = request.method;
+  if (path == "/admin/rules" && method == "GET") {
+    std::string& b = response.body;
+    const std::shared_ptr<const Rules> rules = service_.rules();
+    b = "{\"version\":";
+    append_json_string(b, rules->version());
+    b += ",\"path\":";
+    append_json_string(b, service_.rules_path());
+    b += ",\"last_error\":";
+    append_json_string(b, service_.last_reload_error());
+    b += ",\"rules\":";
+    b += rules->describe_json();
+    b += "}\n";
+    return;
+  }
+  if (path == "/admin/reload" && method == "POST") {
+    if (!service_.reload("admin API")) {
+      return json_error(response, 422, service_.last_reload_error());
+    }
+    response.body = "{\"version\":";
+    append_json_string(response.body, service_.rules()->version());
+    response.body += "}\n";
+    return;
+  }
+  if (path == "/admin/overrides" && method == "GET") {
+    const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
+    std::vector<std::pair<std::string_view, const Override*>> sorted;
+    const std::int64_t now = unix_ms();
+    for (const auto& [k, o] : *all)
+      if (o.active(now)) sorted.emplace_back(k, &o);
+    std::sort(sorted.begin(), sorted.end());
+    std::string& b = response.body;
+    b = "{\"shared\":";
+    b += overrides_.shared() ? "true" : "false";
+    b += ",\"overrides\":[";
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      if (i != 0) b += ',';
+      b += sorted[i].second->to_json(sorted[i].first);
+    }
+    b += "]}\n";
+    return;
+  }
+  if (path == "/admin/overrides" && (method == "POST" || method == "DELETE")) {
+    return change_override(request, response);
+  }
+  return json_error(response, 404, "no such admin call");
+}
+
+namespace {
+
+// The override a POST body asks for ({"key": k, "limit": n | "multiplier": x, "ttl_s": t};
+// a DELETE body has the key only), and its key. Throws std::invalid_argument saying
+// what is wrong.
+std::pair<std::string, Override> override_from(std::string_view method, std::string_view body) {
+  using Type = JsonValue::Type;
+  std::string error;
+  const std::optional<JsonValue> json = JsonValue::parse(body, error);
+  if (!json) throw std::invalid_argument("the body is not JSON: " + error);
+  if (!json->is(Type::object)) throw std::invalid_argument("the body must be a JSON object");
+  const bool post = method == "POST";
+  for (const std::string& name : json->keys()) {
+    if (name != "key" && !(post && (name == "limit" || name == "multiplier" || name == "ttl_s")))
+      throw std::invalid_argument("unknown field \"" + name + "\"");
+  }
+  const JsonValue* key = json->find("key");
+  if (key == nullptr || !key->is(Type::string))
+    throw std::invalid_argument("\"key\" (a string) is required");
+  std::pair<std::string, Override> out{key->text(), Override{}};
+  if (out.first.empty()) throw std::invalid_argument("\"key\" is empty");
+  if (out.first.starts_with("ip:")) {
+    // As the rules write addresses, and as clients are known by them.
+    const std::optional<std::string> address = canonical_address(out.first.substr(3));
+    if (!address) throw std::invalid_argument("a key starting \"ip:\" must name an IP address");
+    out.first = "ip:" + *address;
+  }
+  if (!post) return out;
+  const JsonValue* limit = json->find("limit");
+  const JsonValue* multiplier = json->find("multiplier");
+  Override& o = out.second;
+  if ((limit == nullptr) == (multiplier == nullptr))
+    throw std::invalid_argument("give exactly one of \"limit\" and \"multiplier\"");
+  if (limit != nullptr) {
+    const std::optional<std::uint64_t> n = limit->whole_number();
+    if (!n || *n < 1 || *n > Limit::kMaxCount)
+      throw std::invalid_argument("\"limit\" must be a whole number from 1 to 4294967295");
+    o = {Override::Kind::limit, static_cast<double>(*n), 0};
+  } else {
+    if (!multiplier->is(Type::number) || !(multiplier->number() > 0) ||
+        !(multiplier->number() <= 1e6))
+      throw std::invalid_argument("\"multiplier\" must be a number above 0 and at most 1e6");
+    o = {Override::Kind::multiplier, multiplier->number(), 0};
+  }
+  double ttl = 3600.0;
+  if (const JsonValue* t = json->find("ttl_s")) {
+    if (!t->is(Type::number) || !(t->number() > 0) || t->number() > 30 * 86400.0)
+      throw std::invalid_argument("\"ttl_s\" must be a number above 0 and at most 30 days");
+    ttl = t->number();
+  }
+  o.expires_ms = unix_ms() + static_cast<std::int64_t>(std::ceil(ttl * 1000));
+  return out;
+}
+
+}  // namespace
+
+void AdminApi::change_override(const Request& request, Response& response) {
+  std::string key;
+  Override o;
+  try {
+    std::tie(key, o) = override_from(request.method, request.body);
+  } catch (const std::invalid_argument& e) {
+    return json_error(response, 400, e.what());
+  }
+  const std::string error =
+      request.method == "POST" ? overrides_.set(key, o) : overrides_.remove(key);
+  if (!error.empty()) {
+    return json_error(response, 503, error);
+  }
+  response.body = request.method == "POST" ? "{\"override\":" + o.to_json(key) + "}\n"
+                                           : std::string("{\"removed\":true}\n");
+}
+
+}  // namespace ratewin::server

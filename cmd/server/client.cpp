@@ -1,0 +1,82 @@
+#include "client.h"
+
+#include "text.h"
+
+namespace ratewin::server {
+
+namespace {
+
+// The entries of a comma-separated header value, right to left.
+template <class Visit>
+bool each_entry_backwards(std::string_view value, Visit visit) {
+  while (true) {
+    const std::size_t comma = value.rfind(',');
+    const std::string_view entry =
+        trim_ows(comma == std::string_view::npos ? value : value.substr(comma + 1));
+    if (!entry.empty() && !visit(entry)) return false;  // empty list elements are allowed
+    if (comma == std::string_view::npos) return true;
+    value = value.substr(0, comma);
+  }
+}
+
+}  // namespace
+
+std::string_view bearer(const Request& request) {
+  const std::string_view auth = trim_ows(request.header("authorization"));
+  if (auth.size() < 7 || !iequals(auth.substr(0, 6), "bearer") || auth[6] != ' ') return {};
+  return trim_ows(auth.substr(7));
+}
+
+const ClientIdentifier::Peer& ClientIdentifier::peer(std::string_view text) {
+  // A connection's requests all come from one peer: parsed once.
+  if (has_peer_ && text == peer_text_) return peer_;
+  has_peer_ = true;
+  peer_text_.assign(text);
+  peer_.address = IpAddress::parse(text).value_or(IpAddress());
+  peer_.trusted = trusted_proxies_.contains(peer_.address);
+  return peer_;
+}
+
+ClientIdentifier::Address ClientIdentifier::address(const Request& request, const Peer& peer,
+                                                    bool required) const {
+  if (!peer.trusted) return {!required, peer.address};
+  // X-Forwarded-For, over all its lines (one list, RFC 9110 5.3), from the right: each
+  // trusted proxy vouches for the entry to its left.
+  std::optional<IpAddress> reached;  // the left-most address vouched for so far
+  bool usable = true;                // false: the right-most entry (our proxy's) is not an address
+  for (auto line = request.headers.rbegin(); line != request.headers.rend(); ++line) {
+    if (line->first != "x-forwarded-for") continue;
+    const bool more = each_entry_backwards(line->second, [&](std::string_view entry) {
+      const std::optional<IpAddress> a = IpAddress::parse(entry);
+      if (!a) {
+        usable = reached.has_value();
+        return false;
+      }
+      reached = a;
+      return trusted_proxies_.contains(*a);
+    });
+    if (!more) break;
+  }
+  if (usable && reached) return {true, *reached};
+  const std::string_view real_ip = trim_ows(request.last_header("x-real-ip"));
+  if (const std::optional<IpAddress> a = IpAddress::parse(real_ip)) return {true, *a};
+  return {!required, peer.address};
+}
+
+Client ClientIdentifier::identify(const Request& request, const IpAddress& address) {
+  Client client;
+  client.address = address;
+  client.key = trim_ows(request.header("x-api-key"));
+  if (client.key.empty()) client.key = bearer(request);
+  if (!client.key.empty()) {
+    client.kind = Client::Kind::api_key;
+    return client;
+  }
+  client.kind = Client::Kind::address;
+  address_key_ = "ip:";
+  address.append_to(address_key_);
+  client.key = address_key_;
+  return client;
+}
+
+}  // namespace ratewin::server

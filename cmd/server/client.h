@@ -1,0 +1,67 @@
+// Who sent a request: the client's address (the connection's, or the one a trusted proxy
+// reports) and the key its limits are counted under.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "address.h"
+#include "http.h"
+
+namespace ratewin::server {
+
+// The token of "Authorization: Bearer <token>", empty if there is none.
+std::string_view bearer(const Request& request);
+
+struct Client {
+  // API keys and addresses are counted apart (an API key "ip:..." is not that address).
+  enum class Kind : char { api_key = 'k', address = 'a' };
+  Kind kind = Kind::address;
+  // X-API-Key, else the bearer token, else "ip:<the address, canonical>". Points into the
+  // request or into the ClientIdentifier; valid until either changes.
+  std::string_view key;
+  IpAddress address;  // the client's address, whatever the key
+};
+
+// One per thread: it keeps the last connection's parsed address and the key's text.
+class ClientIdentifier {
+ public:
+  // The connection's peer as the transport wrote it, parsed (once per distinct text).
+  // A text that does not parse (no peer address known) is the unspecified address "::".
+  struct Peer {
+    IpAddress address;
+    bool trusted = false;  // inside --trust-proxy
+  };
+
+  explicit ClientIdentifier(const AddressRanges& trusted_proxies)
+      : trusted_proxies_(trusted_proxies) {}
+
+  const Peer& peer(std::string_view text);
+
+  struct Address {
+    bool ok = true;  // false: `required`, and no address was named
+    IpAddress address;
+  };
+  // The client's address. From a peer that is not a trusted proxy: the peer's (its
+  // headers are ignored). From a trusted proxy: the right-most X-Forwarded-For entry
+  // that is not itself a trusted proxy (each proxy appends the address it saw connect;
+  // entries further left were written by whoever connected to it, and are believed only
+  // as far as trusted proxies vouch for them); the left-most one if all are; the last
+  // trusted one if the next to its left is not an address. If X-Forwarded-For names
+  // none (absent, or its right-most entry is not an address), X-Real-IP; else the peer's,
+  // or, when `required` (a forward-auth check, where the peer is the proxy), not ok.
+  // Values that are not addresses (a zone ID, a port, junk) are never taken.
+  Address address(const Request& request, const Peer& peer, bool required) const;
+
+  // The client: its key and address.
+  Client identify(const Request& request, const IpAddress& address);
+
+ private:
+  const AddressRanges& trusted_proxies_;
+  std::string peer_text_;
+  Peer peer_;
+  bool has_peer_ = false;
+  std::string address_key_;
+};
+
+}  // namespace ratewin::server

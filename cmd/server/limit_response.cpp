@@ -1,0 +1,102 @@
+#include "limit_response.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "text.h"
+
+namespace ratewin::server {
+
+namespace {
+
+// A structured-field string (RFC 8941): printable ASCII, with " and \ escaped.
+void append_sf_string(std::string& out, std::string_view text) {
+  out += '"';
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  out += '"';
+}
+
+std::uint64_t window_seconds(const Limit& limit) {
+  const auto ms = static_cast<std::uint64_t>(limit.interval().count());
+  return std::max<std::uint64_t>(1, (ms + 999) / 1000);
+}
+
+// Seconds with millisecond precision, rounded up.
+void append_seconds(std::string& out, std::chrono::nanoseconds d) {
+  append_double(out, std::ceil(static_cast<double>(d.count()) / 1e6) / 1e3);
+}
+
+}  // namespace
+
+const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
+  const auto [it, added] = texts_.try_emplace(&rule);
+  RuleText& t = it->second;
+  if (!added) return t;
+  append_sf_string(t.policy_head, rule.name);
+  t.state_head = t.policy_head;
+  t.policy_head += ";q=";
+  t.state_head += ";r=";
+  t.policy_tail = ";w=";
+  append_number(t.policy_tail, window_seconds(rule.limit));
+  t.refusal_head = "{\"error\":\"rate limited\",\"limit\":";
+  append_json_string(t.refusal_head, rule.name);
+  t.refusal_head += ",\"max\":";
+  t.refusal_window = ",\"window_s\":";
+  append_double(t.refusal_window, static_cast<double>(rule.limit.interval().count()) / 1000.0);
+  t.refusal_window += ",\"retry_after_s\":";
+  return t;
+}
+
+void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
+                           const LimitStep& step, const LimitOutcome& outcome, Response& response) {
+  if (rules_generation != texts_generation_) {
+    texts_.clear();
+    texts_generation_ = rules_generation;
+  }
+  const std::vector<Acquisition>& items = step.items();
+  const Decision& d = step.decisions()[outcome.shown];
+  for (HeaderField& f : headers(d)) response.headers.emplace_back(f.name, std::move(f.value));
+  std::string policy;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const RuleText& t = text(*match.limits[i]);
+    if (i != 0) policy += ", ";
+    policy += t.policy_head;
+    append_number(policy, items[i].limit.max());
+    policy += t.policy_tail;
+  }
+  response.headers.emplace_back("RateLimit-Policy", std::move(policy));
+  const RuleText& shown = text(*match.limits[outcome.shown]);
+  std::string state = shown.state_head;
+  append_number(state, d.remaining);
+  state += ";t=";
+  append_number(state, ceil_seconds(d.reset_after));
+  response.headers.emplace_back("RateLimit", std::move(state));
+  if (outcome.degraded) response.headers.emplace_back("X-RateLimit-Policy", "degraded");
+  if (outcome.allowed) return;
+
+  response.status = 429;
+  std::string& b = response.body;
+  b = shown.refusal_head;
+  append_number(b, items[outcome.shown].limit.max());
+  b += shown.refusal_window;
+  if (d.can_ever_pass()) {
+    append_seconds(b, d.retry_after);
+  } else {
+    b += "null";  // the request costs more than the limit allows
+  }
+  b += ",\"reset_after_s\":";
+  append_seconds(b, d.reset_after);
+  if (outcome.degraded) b += ",\"degraded\":true";
+  b += "}\n";
+}
+
+void LimitResponses::uncounted(Action action, Response& response) {
+  response.headers.emplace_back("X-RateLimit-Policy",
+                                action == Action::allow ? "allow-list" : "none");
+}
+
+}  // namespace ratewin::server

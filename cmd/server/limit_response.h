@@ -1,0 +1,43 @@
+// What a limited request is answered: the headers of the limit that decided
+// (X-RateLimit-*, Retry-After, RateLimit), RateLimit-Policy listing every limit counted,
+// and the 429 body. The parts fixed per rule are formatted once per rules version.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "http.h"
+#include "limit_step.h"
+#include "rules.h"
+
+namespace ratewin::server {
+
+// One per thread.
+class LimitResponses {
+ public:
+  // The headers of `step`'s last run (and for a refusal, status 429 and its JSON body).
+  // `rules_generation` identifies the rules `match` points into (Published's generation):
+  // what was formatted for other rules is dropped.
+  void write(std::uint64_t rules_generation, const Match& match, const LimitStep& step,
+             const LimitOutcome& outcome, Response& response);
+
+  // A request no limit counted: X-RateLimit-Policy says why ("allow-list" or "none").
+  static void uncounted(Action action, Response& response);
+
+ private:
+  struct RuleText {
+    std::string policy_head;     // "name";q=
+    std::string policy_tail;     // ;w=<window seconds>
+    std::string state_head;      // "name";r=
+    std::string refusal_head;    // {"error":"rate limited","limit":"name","max":
+    std::string refusal_window;  // ,"window_s":<seconds>,"retry_after_s":
+  };
+  const RuleText& text(const LimitRule& rule);
+
+  std::unordered_map<const LimitRule*, RuleText> texts_;
+  std::uint64_t texts_generation_ = UINT64_MAX;
+};
+
+}  // namespace ratewin::server

@@ -1,0 +1,58 @@
+#include "limit_step.h"
+
+#include <algorithm>
+
+#include "ratewin/hash.h"
+
+namespace ratewin::server {
+
+LimitOutcome LimitStep::run(const Match& match, const Client& client,
+                            const OverrideMap& overrides) {
+  const Override* override_ = nullptr;
+  if (!overrides.empty()) {
+    override_key_.assign(client.key);
+    const auto it = overrides.find(override_key_);
+    if (it != overrides.end() && it->second.active(unix_ms())) override_ = &it->second;
+  }
+  build(match, client, override_);
+  LimitOutcome outcome;
+  conclude(acquire(outcome), outcome);
+  return outcome;
+}
+
+void LimitStep::build(const Match& match, const Client& client, const Override* override_) {
+  tagged_key_.assign(1, static_cast<char>(client.kind));
+  tagged_key_ += client.key;
+  items_.clear();
+  for (const LimitRule* rule : match.limits) {
+    // Requests that match no endpoint share one endpoint counter per key (the raw path
+    // would let a client mint limiters at will).
+    resource_name(*rule, tagged_key_, match.endpoint, resource_);
+    Limit limit = effective_limit(*rule, match.multiplier);
+    // A temporary override (admin API) acts where the rules' own multiplier would.
+    if (override_ != nullptr && rule->scales) limit = limit.with_max(override_->apply(limit.max()));
+    items_.push_back({ratewin::hash(resource_), limit, rule->cost});
+  }
+}
+
+std::size_t LimitStep::acquire(LimitOutcome& outcome) {
+  decisions_.resize(items_.size());
+  const auto started = std::chrono::steady_clock::now();
+  const std::size_t refused = engine_.try_acquire_all(items_, decisions_);
+  outcome.engine_time = std::chrono::steady_clock::now() - started;
+  return refused;
+}
+
+void LimitStep::conclude(std::size_t refused, LimitOutcome& outcome) const {
+  outcome.allowed = refused == items_.size();
+  outcome.shown = refused;
+  if (outcome.allowed) {
+    outcome.shown = 0;
+    for (std::size_t i = 1; i < items_.size(); ++i)
+      if (decisions_[i].remaining < decisions_[outcome.shown].remaining) outcome.shown = i;
+  }
+  outcome.degraded = std::any_of(decisions_.begin(), decisions_.end(),
+                                 [](const Decision& d) { return d.degraded; });
+}
+
+}  // namespace ratewin::server

@@ -1,0 +1,56 @@
+// The limiting step of a request: the limits its match found (each scaled by the key's
+// temporary override where it applies) asked of the engine all at once, and which of
+// them the answer describes. In three parts, build the items -> call the engine -> read
+// the decisions, so that the call in the middle can become asynchronous.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client.h"
+#include "overrides.h"
+#include "ratewin/engine.h"
+#include "rules.h"
+
+namespace ratewin::server {
+
+struct LimitOutcome {
+  bool allowed = false;
+  bool degraded = false;  // a decision followed its failure policy (Redis unreachable)
+  // The limit the response describes: the one that refused, or the one closest to
+  // refusing (an index into the match's limits, the items and the decisions).
+  std::size_t shown = 0;
+  std::chrono::steady_clock::duration engine_time{};  // the engine's call
+};
+
+class LimitStep {
+ public:
+  explicit LimitStep(Engine& engine) : engine_(engine) {}
+
+  // For a match whose action is Action::limit with at least one limit.
+  LimitOutcome run(const Match& match, const Client& client, const OverrideMap& overrides);
+
+  // What the last run() asked and was answered, limit by limit.
+  const std::vector<Acquisition>& items() const noexcept { return items_; }
+  const std::vector<Decision>& decisions() const noexcept { return decisions_; }
+
+ private:
+  // The engine's items: each limit counted under its resource name (rule, key,
+  // endpoint); the override scales the limits that scale.
+  void build(const Match& match, const Client& client, const Override* override_);
+  // Every item at once: admitted only if all admit it.
+  std::size_t acquire(LimitOutcome& outcome);
+  void conclude(std::size_t refused, LimitOutcome& outcome) const;
+
+  Engine& engine_;
+  std::vector<Acquisition> items_;
+  std::vector<Decision> decisions_;
+  std::string tagged_key_;
+  std::string resource_;
+  std::string override_key_;
+};
+
+}  // namespace ratewin::server

@@ -1,0 +1,220 @@
+// Service::metrics_text: what /metrics shows, by part (requests and connections, rules
+// and overrides, the engine and its store).
+#include "metrics.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "service.h"
+#include "text.h"
+
+namespace ratewin::server {
+
+void append_label(std::string& out, std::string_view name, std::string_view value) {
+  out += name;
+  out += "=\"";
+  for (const char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  out += '"';
+}
+
+void PrometheusText::family(std::string_view name, std::string_view type, std::string_view help) {
+  current_ = name;
+  out_ += "# HELP ";
+  out_ += name;
+  out_ += ' ';
+  out_ += help;
+  out_ += "\n# TYPE ";
+  out_ += name;
+  out_ += ' ';
+  out_ += type;
+  out_ += '\n';
+}
+
+void PrometheusText::sample(std::string_view labels, double value, std::string_view suffix) {
+  out_ += current_;
+  out_ += suffix;
+  if (!labels.empty()) {
+    out_ += '{';
+    out_ += labels;
+    out_ += '}';
+  }
+  out_ += ' ';
+  append_double(out_, value);
+  out_ += '\n';
+}
+
+void PrometheusText::single(std::string_view name, std::string_view type, std::string_view help,
+                            double value) {
+  family(name, type, help);
+  sample({}, value);
+}
+
+namespace {
+
+double u(std::uint64_t v) { return static_cast<double>(v); }
+double s(std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e9; }
+
+void write_engine_metrics(PrometheusText& out, const Stats& st) {
+  out.single("ratewin_store_configured", "gauge", "1 when the engine shares counts through Redis.",
+             st.store ? 1 : 0);
+  out.single("ratewin_store_up", "gauge",
+             "1 while the store is reachable (its circuit is closed); 0 while decisions are "
+             "degraded. Always 1 without a store.",
+             !st.store || st.store_available ? 1 : 0);
+  out.family("ratewin_engine_decisions_total", "counter", "Decisions of the engine, per limit.");
+  out.sample("result=\"allowed\"", u(st.allowed));
+  out.sample("result=\"rejected\"", u(st.rejected));
+  out.single("ratewin_engine_degraded_decisions_total", "counter",
+             "Decisions made while the store was unreachable.", u(st.degraded));
+  out.single("ratewin_engine_limiters", "gauge", "Limiters held now.", u(st.limiters));
+  out.single("ratewin_engine_max_limiters", "gauge", "The configured bound on limiters.",
+             u(st.max_limiters));
+  out.single("ratewin_engine_evictions_total", "counter",
+             "Limiters dropped to stay within the bound.", u(st.evictions));
+  if (!st.store) return;
+  out.single("ratewin_store_circuit_opens_total", "counter",
+             "Times the store was found unreachable.", u(st.circuit_opens));
+  out.single("ratewin_store_connections_total", "counter",
+             "Times the background connection (re)connected.", u(st.connections));
+  out.family("ratewin_store_writes_total", "counter", "Writes of allowed requests, by result.");
+  out.sample("result=\"ok\"", u(st.writes_ok));
+  out.sample("result=\"failed\"", u(st.writes_failed));
+  out.sample("result=\"skipped\"", u(st.writes_skipped));
+  out.family("ratewin_store_write_latency_seconds", "gauge",
+             "Write round-trip latency quantiles since start (within 12.5%).");
+  out.sample("quantile=\"0.5\"", s(st.write_p50));
+  out.sample("quantile=\"0.9\"", s(st.write_p90));
+  out.sample("quantile=\"0.99\"", s(st.write_p99));
+  out.single("ratewin_store_write_latency_max_seconds", "gauge", "The slowest write since start.",
+             s(st.write_max));
+  out.single("ratewin_store_warm_starts_total", "counter",
+             "Limiters loaded from the store before deciding.", u(st.warm_starts));
+  out.family("ratewin_store_sync_rounds_total", "counter", "Boundary reads by result.");
+  out.sample("result=\"ok\"", u(st.sync_rounds));
+  out.sample("result=\"failed\"", u(st.sync_failures));
+  out.single("ratewin_store_sync_last_seconds", "gauge", "Duration of the last boundary read.",
+             s(st.sync_last_duration));
+  out.single("ratewin_store_sync_last_keys", "gauge",
+             "Windows read by the last boundary read (limiters other nodes wrote).",
+             u(st.sync_last_keys));
+  out.single("ratewin_store_sync_last_change_sets", "gauge",
+             "Change sets read by the last boundary read.", u(st.sync_last_change_sets));
+  out.single("ratewin_store_active_limiters", "gauge", "Limiters kept in step by boundary reads.",
+             u(st.active_limiters));
+  out.single("ratewin_store_clock_offset_seconds", "gauge",
+             "The store's clock minus this engine's.", s(st.clock_offset));
+}
+
+}  // namespace
+
+void Service::write_request_metrics(PrometheusText& out) const {
+  std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule
+  std::array<std::uint64_t, kLatencyBuckets.size() + 1> latency{};
+  std::uint64_t latency_sum_ns = 0;
+  {
+    std::lock_guard lock(workers_mutex_);
+    std::vector<const WorkerStats*> all(workers_.begin(), workers_.end());
+    all.push_back(&retired_);
+    for (const WorkerStats* w : all) {
+      {
+        std::lock_guard wl(w->mutex);
+        for (const auto& [status, by_rule] : w->requests)
+          for (const auto& [rule, n] : by_rule) requests[{status, rule}] += n;
+      }
+      for (std::size_t i = 0; i < latency.size(); ++i)
+        latency[i] += w->latency[i].load(std::memory_order_relaxed);
+      latency_sum_ns += w->latency_sum_ns.load(std::memory_order_relaxed);
+    }
+  }
+  out.family("ratewin_server_requests_total", "counter",
+             "Requests answered, by status and by the rule that decided (the refusing limit for "
+             "429; the limit closest to refusing for 200; allow, deny, none or admin otherwise).");
+  for (const auto& [k, v] : requests) {
+    std::string labels = "status=\"" + std::to_string(k.first) + "\",";
+    append_label(labels, "rule", k.second);
+    out.sample(labels, u(v));
+  }
+  out.family("ratewin_server_decision_seconds", "histogram",
+             "Time taken by the engine to decide a rate-limited request (all its limits).");
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < latency.size(); ++i) {
+    cumulative += latency[i];
+    std::string le = "le=\"";
+    if (i < kLatencyBuckets.size()) {
+      append_double(le, kLatencyBuckets[i]);
+    } else {
+      le += "+Inf";
+    }
+    le += '"';
+    out.sample(le, u(cumulative), "_bucket");
+  }
+  out.sample({}, static_cast<double>(latency_sum_ns) / 1e9, "_sum");
+  out.sample({}, u(cumulative), "_count");
+
+  out.single("ratewin_server_open_connections", "gauge", "Client connections open now.",
+             static_cast<double>(connections_.open.load(std::memory_order_relaxed)));
+  out.family("ratewin_server_connections_total", "counter",
+             "Client connections by outcome: accepted, refused (over --max-connections), "
+             "timed_out (slow or idle).");
+  out.sample("outcome=\"accepted\"", u(connections_.accepted));
+  out.sample("outcome=\"refused\"", u(connections_.refused));
+  out.sample("outcome=\"timed_out\"", u(connections_.timed_out));
+}
+
+void Service::write_rules_metrics(PrometheusText& out) const {
+  {
+    const std::shared_ptr<const Rules> rules = rules_.get();
+    std::lock_guard lock(reload_mutex_);
+    out.family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
+    std::string labels;
+    append_label(labels, "version", rules->version());
+    out.sample(labels, 1);
+    out.single("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.",
+               u(rules->limit_count()));
+    out.family("ratewin_server_rules_reloads_total", "counter",
+               "Rules loads by result (a rejected file leaves the last good rules active).");
+    out.sample("result=\"ok\"", u(reloads_ok_));
+    out.sample("result=\"rejected\"", u(reloads_failed_));
+    out.single("ratewin_server_rules_last_error", "gauge",
+               "1 when the last load of the rules file was rejected.",
+               last_reload_error_.empty() ? 0 : 1);
+    out.single("ratewin_server_rules_loaded_timestamp_seconds", "gauge",
+               "When the rules file was last loaded successfully.",
+               static_cast<double>(last_reload_ms_) / 1e3);
+  }
+  const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
+  const std::int64_t now = unix_ms();
+  out.single(
+      "ratewin_server_overrides", "gauge", "Temporary overrides in force.",
+      u(static_cast<std::uint64_t>(std::count_if(
+          all->begin(), all->end(), [now](const auto& e) { return e.second.active(now); }))));
+  out.single("ratewin_server_overrides_in_sync", "gauge",
+             "1 while the overrides follow Redis (always 1 without Redis).",
+             overrides_.in_sync() ? 1 : 0);
+  if (admin_) {
+    out.single("ratewin_server_admin_lockout_addresses", "gauge",
+               "Addresses the admin lockout holds (with a wrong token in the last minute).",
+               u(admin_->lockout().size()));
+  }
+}
+
+std::string Service::metrics_text() const {
+  PrometheusText out;
+  write_request_metrics(out);
+  write_rules_metrics(out);
+  write_engine_metrics(out, engine_.stats());
+  return out.take();
+}
+
+}  // namespace ratewin::server

@@ -1,0 +1,32 @@
+// The Prometheus text format (version 0.0.4), as /metrics writes it.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace ratewin::server {
+
+inline constexpr std::string_view kPrometheusContentType =
+    "text/plain; version=0.0.4; charset=utf-8";
+
+// Appends a label, name="value", with the value's \, " and newline escaped.
+void append_label(std::string& out, std::string_view name, std::string_view value);
+
+class PrometheusText {
+ public:
+  // A family's HELP and TYPE lines; the samples after it carry its name.
+  void family(std::string_view name, std::string_view type, std::string_view help);
+  // A sample of the current family: `labels` is "a=\"x\",b=\"y\"" or empty; `suffix`
+  // follows the name (a histogram's _bucket, _sum and _count).
+  void sample(std::string_view labels, double value, std::string_view suffix = {});
+  // A family of one sample without labels.
+  void single(std::string_view name, std::string_view type, std::string_view help, double value);
+
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+  std::string current_;
+};
+
+}  // namespace ratewin::server
