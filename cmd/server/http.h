@@ -122,6 +122,10 @@ class RequestHandler {
   // copy what a later answer needs. An exception out of handle() answers 500 unless it
   // had deferred (then the Responder answers, or answers 500 when dropped).
   virtual void handle(const Request& request, std::string_view peer, Reply& reply) = 0;
+  // The loop is ending (its connections are gone): answers still owed are given now, and
+  // what the handler keeps on the loop (connections of its own) is closed, so that the
+  // loop can end.
+  virtual void close() {}
 };
 
 // Sets an error response: the status and {"error": message}.

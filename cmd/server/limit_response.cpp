@@ -52,13 +52,13 @@ const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
 }
 
 void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
-                           const LimitStep& step, const LimitOutcome& outcome, Response& response) {
+                           std::span<const Acquisition> items, std::span<const Decision> decisions,
+                           const LimitOutcome& outcome, Response& response) {
   if (rules_generation != texts_generation_) {
     texts_.clear();
     texts_generation_ = rules_generation;
   }
-  const std::vector<Acquisition>& items = step.items();
-  const Decision& d = step.decisions()[outcome.shown];
+  const Decision& d = decisions[outcome.shown];
   for (HeaderField& f : headers(d)) response.headers.emplace_back(f.name, std::move(f.value));
   std::string policy;
   for (std::size_t i = 0; i < items.size(); ++i) {

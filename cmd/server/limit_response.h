@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -21,6 +22,12 @@ class LimitResponses {
   // `rules_generation` identifies the rules `match` points into (Published's generation):
   // what was formatted for other rules is dropped.
   void write(std::uint64_t rules_generation, const Match& match, const LimitStep& step,
+             const LimitOutcome& outcome, Response& response) {
+    write(rules_generation, match, step.items(), step.decisions(), outcome, response);
+  }
+  // The same for items asked and decisions answered elsewhere (an asynchronous call).
+  void write(std::uint64_t rules_generation, const Match& match,
+             std::span<const Acquisition> items, std::span<const Decision> decisions,
              const LimitOutcome& outcome, Response& response);
 
   // A request no limit counted: X-RateLimit-Policy says why ("allow-list" or "none").

@@ -6,8 +6,7 @@
 
 namespace ratewin::server {
 
-LimitOutcome LimitStep::run(const Match& match, const Client& client,
-                            const OverrideMap& overrides) {
+void LimitStep::prepare(const Match& match, const Client& client, const OverrideMap& overrides) {
   const Override* override_ = nullptr;
   if (!overrides.empty()) {
     override_key_.assign(client.key);
@@ -15,8 +14,18 @@ LimitOutcome LimitStep::run(const Match& match, const Client& client,
     if (it != overrides.end() && it->second.active(unix_ms())) override_ = &it->second;
   }
   build(match, client, override_);
-  LimitOutcome outcome;
-  conclude(acquire(outcome), outcome);
+  decisions_.resize(items_.size());
+}
+
+LimitOutcome LimitStep::run(const Match& match, const Client& client,
+                            const OverrideMap& overrides) {
+  prepare(match, client, overrides);
+  // Every item at once: admitted only if all admit it.
+  const auto started = std::chrono::steady_clock::now();
+  const std::size_t refused = engine_.try_acquire_all(items_, decisions_);
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  LimitOutcome outcome = conclude(items_, decisions_, refused);
+  outcome.engine_time = elapsed;
   return outcome;
 }
 
@@ -35,24 +44,19 @@ void LimitStep::build(const Match& match, const Client& client, const Override* 
   }
 }
 
-std::size_t LimitStep::acquire(LimitOutcome& outcome) {
-  decisions_.resize(items_.size());
-  const auto started = std::chrono::steady_clock::now();
-  const std::size_t refused = engine_.try_acquire_all(items_, decisions_);
-  outcome.engine_time = std::chrono::steady_clock::now() - started;
-  return refused;
-}
-
-void LimitStep::conclude(std::size_t refused, LimitOutcome& outcome) const {
-  outcome.allowed = refused == items_.size();
+LimitOutcome LimitStep::conclude(std::span<const Acquisition> items,
+                                 std::span<const Decision> decisions, std::size_t refused) {
+  LimitOutcome outcome;
+  outcome.allowed = refused == items.size();
   outcome.shown = refused;
   if (outcome.allowed) {
     outcome.shown = 0;
-    for (std::size_t i = 1; i < items_.size(); ++i)
-      if (decisions_[i].remaining < decisions_[outcome.shown].remaining) outcome.shown = i;
+    for (std::size_t i = 1; i < items.size(); ++i)
+      if (decisions[i].remaining < decisions[outcome.shown].remaining) outcome.shown = i;
   }
-  outcome.degraded = std::any_of(decisions_.begin(), decisions_.end(),
+  outcome.degraded = std::any_of(decisions.begin(), decisions.begin() + static_cast<std::ptrdiff_t>(items.size()),
                                  [](const Decision& d) { return d.degraded; });
+  return outcome;
 }
 
 }  // namespace ratewin::server

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,20 +31,27 @@ class LimitStep {
  public:
   explicit LimitStep(Engine& engine) : engine_(engine) {}
 
-  // For a match whose action is Action::limit with at least one limit.
+  // For a match whose action is Action::limit with at least one limit: prepare(), then
+  // the engine, waiting for it.
   LimitOutcome run(const Match& match, const Client& client, const OverrideMap& overrides);
+  // The items only (items()), for a caller that asks the engine itself (asynchronously).
+  void prepare(const Match& match, const Client& client, const OverrideMap& overrides);
 
   // What the last run() asked and was answered, limit by limit.
   const std::vector<Acquisition>& items() const noexcept { return items_; }
   const std::vector<Decision>& decisions() const noexcept { return decisions_; }
+  std::vector<Acquisition>& items() noexcept { return items_; }
+  std::vector<Decision>& decisions() noexcept { return decisions_; }
+
+  // What the engine's answer to `items` (limit `refused` refused, or none when
+  // items.size()) comes to.
+  static LimitOutcome conclude(std::span<const Acquisition> items,
+                               std::span<const Decision> decisions, std::size_t refused);
 
  private:
   // The engine's items: each limit counted under its resource name (rule, key,
   // endpoint); the override scales the limits that scale.
   void build(const Match& match, const Client& client, const Override* override_);
-  // Every item at once: admitted only if all admit it.
-  std::size_t acquire(LimitOutcome& outcome);
-  void conclude(std::size_t refused, LimitOutcome& outcome) const;
 
   Engine& engine_;
   std::vector<Acquisition> items_;

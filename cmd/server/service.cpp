@@ -21,15 +21,24 @@ using std::chrono::steady_clock;
 
 class Service::Worker final : public RequestHandler {
  public:
-  explicit Worker(Service& service)
+  Worker(Service& service, uv_loop_s* loop)
       : service_(service),
         rules_(service.rules_),
         overrides_(service.overrides_.current()),
         step_(service.engine_),
         clients_(service.options_.trusted_proxies) {
+    if (loop != nullptr && service.engine_.stats().store)
+      acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
     service_.add_worker(&stats_);
   }
-  ~Worker() override { service_.remove_worker(&stats_); }
+  ~Worker() override {
+    close();
+    service_.remove_worker(&stats_);
+  }
+
+  void close() override {
+    if (acquirer_ != nullptr) acquirer_->close();  // what is in flight is answered now
+  }
 
   void handle(const Request& request, std::string_view peer, Reply& reply) override {
     Response& response = reply.response();
@@ -53,7 +62,7 @@ class Service::Worker final : public RequestHandler {
     const std::string& check_path = service_.options_.check_path;
     if (path.starts_with(check_path) &&
         (path.size() == check_path.size() || path[check_path.size()] == '/')) {
-      return check(request, from, response);
+      return check(request, from, reply);
     }
     if (service_.options_.forward_auth_only) {
       count(404, "not-a-check");
@@ -61,7 +70,7 @@ class Service::Worker final : public RequestHandler {
           response, 404,
           "not a forward-auth check (--mode forward-auth: checks go to " + check_path + ")");
     }
-    limit(request, from, path, response);
+    limit(request, from, path, reply);
   }
 
  private:
@@ -82,17 +91,24 @@ class Service::Worker final : public RequestHandler {
     response.body += "}\n";
   }
 
+  // What a request that its limits let pass is answered.
+  enum class Pass {
+    backend,  // the demo backend's 200 and body
+    check,    // a forward-auth check's 200 without a body
+  };
+
   // A request to the demo backend: limited, then answered by it.
   void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
-             Response& response) {
+             Reply& reply) {
     const Client client =
         clients_.identify(request, clients_.address(request, peer, false).address);
-    if (decide(client, request.method, path, response)) ok(response, path);
+    decide(client, request.method, path, Pass::backend, reply);
   }
 
   // A forward-auth check (forward_auth.h): the same decision about the request the
   // gateway describes, answered without a body when it may pass.
-  void check(const Request& request, const ClientIdentifier::Peer& peer, Response& response) {
+  void check(const Request& request, const ClientIdentifier::Peer& peer, Reply& reply) {
+    Response& response = reply.response();
     if (!peer.trusted) {
       count(403, "untrusted-check");
       return json_error(response, 403,
@@ -108,44 +124,111 @@ class Service::Worker final : public RequestHandler {
       count(400, "bad-check");
       return json_error(response, 400, error);
     }
-    decide(clients_.identify(request, address.address), checked->method, checked->path, response);
+    decide(clients_.identify(request, address.address), checked->method, checked->path,
+           Pass::check, reply);
   }
 
-  // Matches the rules and counts the request against every limit that matched. True if
-  // it may pass: `response` holds the rate-limit headers; otherwise the refusal.
-  bool decide(const Client& client, std::string_view method, std::string_view path,
-              Response& response) {
+  // Matches the rules and counts the request against every limit that matched, then
+  // answers: the refusal, or what `pass` says, with the rate-limit headers. A request
+  // whose admission must be written to Redis is answered when the write's reply arrives
+  // (with an AsyncAcquirer); any other at once.
+  void decide(const Client& client, std::string_view method, std::string_view path, Pass pass,
+              Reply& reply) {
+    Response& response = reply.response();
     if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
       // Rules name addresses "ip:...": a key posing as one would get its allow entries.
       count(400, "bad-key");
-      json_error(response, 400, "an API key must not start with \"ip:\"");
-      return false;
+      return json_error(response, 400, "an API key must not start with \"ip:\"");
     }
     rules_.get().match(client.key, method, path, match_);
     if (match_.action == Action::deny) {
       count(403, "deny");
-      json_error(response, 403, "forbidden");
-      return false;
+      return json_error(response, 403, "forbidden");
     }
     if (match_.action == Action::allow || match_.limits.empty()) {
       count(200, match_.action == Action::allow ? "allow" : "none");
       LimitResponses::uncounted(match_.action, response);
-      return true;
+      if (pass == Pass::backend) ok(response, path, match_);
+      return;
     }
-    const LimitOutcome outcome = step_.run(match_, client, overrides_.get());
-    record_latency(outcome.engine_time);
-    responses_.write(rules_.generation(), match_, step_, outcome, response);
-    count(outcome.allowed ? 200 : 429, match_.limits[outcome.shown]->name);
-    return outcome.allowed;
+    if (acquirer_ == nullptr) {
+      const LimitOutcome outcome = step_.run(match_, client, overrides_.get());
+      record_latency(outcome.engine_time);
+      return answer(rules_.generation(), match_, step_.items(), step_.decisions(), outcome, pass,
+                    path, response);
+    }
+    step_.prepare(match_, client, overrides_.get());
+    const auto started = steady_clock::now();
+    Waiting* w = waiting();
+    const std::size_t refused = acquirer_->try_acquire_all(
+        step_.items(), step_.decisions(),
+        [this, w](std::size_t refused_at, std::span<const Decision> decisions) {
+          written(*w, refused_at, decisions);
+        });
+    if (refused != AsyncAcquirer::kPending) {
+      idle_.push_back(w);
+      record_latency(steady_clock::now() - started);
+      return answer(rules_.generation(), match_, step_.items(), step_.decisions(),
+                    LimitStep::conclude(step_.items(), step_.decisions(), refused), pass, path,
+                    response);
+    }
+    // What the answer needs, kept until the write's reply (the rules it points into too).
+    w->responder = reply.defer();
+    w->rules = rules_.shared();
+    w->generation = rules_.generation();
+    w->match = match_;
+    w->items = step_.items();
+    w->pass = pass;
+    w->path.assign(path);
+    w->started = started;
+  }
+
+  // A request whose admission is being written (decide()); reused.
+  struct Waiting {
+    Responder responder;
+    std::shared_ptr<const Rules> rules;
+    std::uint64_t generation = 0;
+    Match match;
+    std::vector<Acquisition> items;
+    Pass pass = Pass::backend;
+    std::string path;
+    steady_clock::time_point started;
+  };
+  Waiting* waiting() {
+    if (idle_.empty()) {
+      all_waiting_.push_back(std::make_unique<Waiting>());
+      return all_waiting_.back().get();
+    }
+    Waiting* w = idle_.back();
+    idle_.pop_back();
+    return w;
+  }
+  // The write's reply has come (or it failed): the answer goes.
+  void written(Waiting& w, std::size_t refused, std::span<const Decision> decisions) {
+    record_latency(steady_clock::now() - w.started);
+    Response response;
+    answer(w.generation, w.match, w.items, decisions,
+           LimitStep::conclude(w.items, decisions, refused), w.pass, w.path, response);
+    w.responder.respond(std::move(response));
+    w.rules.reset();
+    idle_.push_back(&w);
+  }
+
+  void answer(std::uint64_t generation, const Match& match, std::span<const Acquisition> items,
+              std::span<const Decision> decisions, const LimitOutcome& outcome, Pass pass,
+              std::string_view path, Response& response) {
+    responses_.write(generation, match, items, decisions, outcome, response);
+    count(outcome.allowed ? 200 : 429, match.limits[outcome.shown]->name);
+    if (outcome.allowed && pass == Pass::backend) ok(response, path, match);
   }
 
   // The demo backend's answer.
-  void ok(Response& response, std::string_view path) {
+  static void ok(Response& response, std::string_view path, const Match& match) {
     std::string& b = response.body;
     b = "{\"ok\":true,\"endpoint\":";
-    append_json_string(b, match_.endpoint.empty() ? path : match_.endpoint);
+    append_json_string(b, match.endpoint.empty() ? path : match.endpoint);
     b += ",\"tier\":";
-    append_json_string(b, match_.tier);
+    append_json_string(b, match.tier);
     b += "}\n";
   }
 
@@ -166,6 +249,9 @@ class Service::Worker final : public RequestHandler {
   LimitStep step_;
   LimitResponses responses_;
   ClientIdentifier clients_;
+  std::unique_ptr<AsyncAcquirer> acquirer_;  // with a store and a loop
+  std::vector<std::unique_ptr<Waiting>> all_waiting_;
+  std::vector<Waiting*> idle_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -186,7 +272,9 @@ Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, L
 
 Service::~Service() = default;
 
-std::unique_ptr<RequestHandler> Service::worker() { return std::make_unique<Worker>(*this); }
+std::unique_ptr<RequestHandler> Service::worker(uv_loop_s* loop) {
+  return std::make_unique<Worker>(*this, loop);
+}
 
 bool Service::reload(std::string_view why) {
   if (options_.rules_path.empty()) return true;

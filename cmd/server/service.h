@@ -23,6 +23,7 @@
 #include "http.h"
 #include "overrides.h"
 #include "published.h"
+#include "ratewin/async.h"
 #include "ratewin/engine.h"
 #include "rules.h"
 
@@ -78,7 +79,10 @@ class Service {
 
   // A handler per transport thread (its counters are its own).
   class Worker;
-  std::unique_ptr<RequestHandler> worker();
+  // On a transport's loop thread. With `loop` and a store, admissions' writes go out on
+  // that loop (ratewin::AsyncAcquirer) and their requests are answered when the replies
+  // arrive; without, each waits for its write.
+  std::unique_ptr<RequestHandler> worker(uv_loop_s* loop = nullptr);
 
   static constexpr std::array<double, 14> kLatencyBuckets = {
       1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 5e-2, 1e-1};

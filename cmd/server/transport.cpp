@@ -49,8 +49,9 @@ struct WriteRequest {
 class LoopWorker final : public Worker {
  public:
   LoopWorker(const Config& config, Service& service, int fd)
-      : config_(config), service_(service), handler_(service.worker()) {
+      : config_(config), service_(service) {
     uv_loop_init(&loop_);
+    handler_ = service.worker(&loop_);
     uv_tcp_init(&loop_, &listener_);
     listener_.data = this;
     uv_tcp_open(&listener_, fd);
@@ -113,6 +114,7 @@ class LoopWorker final : public Worker {
     if (drain_started_ && connections_.empty() && !drain_timer_closed_) {
       drain_timer_closed_ = true;
       uv_close(reinterpret_cast<uv_handle_t*>(&drain_timer_), nullptr);
+      handler_->close();  // its connections to Redis: then the loop ends
     }
   }
 

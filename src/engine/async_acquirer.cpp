@@ -24,22 +24,30 @@ class LoopAcquirer {
                               AsyncAcquirer::Done& done) {
     if (writer_ == nullptr || closed_) return core_->try_acquire_all(items, out);
     if (out.size() < items.size()) throw std::invalid_argument("try_acquire_all: out is too short");
-    Call& call = calls_.emplace_front(*core_, items);
+    if (spare_.empty()) spare_.emplace_front();
+    calls_.splice(calls_.begin(), spare_, spare_.begin());
+    Call& call = calls_.front();
     call.self = calls_.begin();
-    if (const std::optional<std::size_t> decided = call.all.begin()) {
+    call.items.assign(items.begin(), items.end());
+    call.decisions.assign(items.size(), Decision{});
+    call.refused.reset();
+    call.all.emplace(*core_, call.items, call.decisions);
+    AcquireAll& all = *call.all;
+    if (const std::optional<std::size_t> decided = all.begin()) {
       return settle_now(call, *decided, out);
     }
     call.sending = true;
-    writer_->add_all(call.all.writes(), call.all.counts(), call.all.written(), [this, &call] {
-      const std::size_t refused = call.all.finish(writer_.get());
+    writer_->add_all(all.writes(), all.counts(), all.written(), [this, &call] {
+      const std::size_t refused = call.all->finish(writer_.get());
       if (call.sending) {  // completed before add_all returned
         call.refused = refused;
         return;
       }
+      // The call's decisions are the callback's to read; it is reused once that returns.
       const AsyncAcquirer::Done then = std::move(call.done);
-      const std::vector<Decision> decisions = std::move(call.decisions);
-      calls_.erase(call.self);
-      then(refused, decisions);
+      call.all.reset();
+      then(refused, call.decisions);
+      spare_.splice(spare_.begin(), calls_, call.self);
     });
     call.sending = false;
     if (call.refused) return settle_now(call, *call.refused, out);
@@ -58,11 +66,9 @@ class LoopAcquirer {
  private:
   // One call whose writes are in flight; it does not move (its admissions refer to it).
   struct Call {
-    Call(EngineCore& core, std::span<const Acquisition> in)
-        : items(in.begin(), in.end()), decisions(in.size()), all(core, items, decisions) {}
     std::vector<Acquisition> items;
     std::vector<Decision> decisions;
-    AcquireAll all;
+    std::optional<AcquireAll> all;
     AsyncAcquirer::Done done;
     std::list<Call>::iterator self;
     bool sending = false;
@@ -71,13 +77,15 @@ class LoopAcquirer {
 
   std::size_t settle_now(Call& call, std::size_t refused, std::span<Decision> out) {
     std::copy(call.decisions.begin(), call.decisions.end(), out.begin());
-    calls_.erase(call.self);
+    call.all.reset();
+    spare_.splice(spare_.begin(), calls_, call.self);
     return refused;
   }
 
   std::shared_ptr<EngineCore> core_;
   std::unique_ptr<AsyncWriter> writer_;
   std::list<Call> calls_;
+  std::list<Call> spare_;  // finished calls, kept for their buffers
   bool closed_ = false;
 };
 

@@ -16,6 +16,24 @@ RedisConnection::Argv argv_of(const std::vector<std::string>& command) {
   return RedisConnection::Argv(command.begin(), command.end());
 }
 
+// A command in RESP, as Redis reads it.
+void format(const std::vector<std::string>& command, std::string& out) {
+  out.clear();
+  out += '*';
+  out += std::to_string(command.size());
+  out += "\r\n";
+  for (const std::string& arg : command) {
+    out += '$';
+    out += std::to_string(arg.size());
+    out += "\r\n";
+    out += arg;
+    out += "\r\n";
+  }
+}
+
+constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
+int asked;  // the context of an ASKING, whose reply says nothing
+
 }  // namespace
 
 AsyncWritePath::~AsyncWritePath() = default;
@@ -26,6 +44,7 @@ AsyncRedis* AsyncWritePath::connection(RedisNode& node) {
     if (l.node == &node) return l.redis.get();
   auto redis = std::make_unique<AsyncRedis>(loop_, node.endpoint(), options_.connect_timeout,
                                             options_.command_timeout, AsyncRedis::Events{});
+  redis->set_raw_handler(&AsyncWritePath::on_reply);
   redis->start();
   links_.push_back({&node, std::move(redis)});
   return links_.back().redis.get();
@@ -34,8 +53,14 @@ AsyncRedis* AsyncWritePath::connection(RedisNode& node) {
 void AsyncWritePath::add_all(std::span<const StoreWrite> writes,
                              std::span<const std::span<std::uint64_t>> counts,
                              std::span<bool> written, std::function<void()> done) {
-  Batch& b = batches_.emplace_front();
+  if (spare_.empty()) spare_.emplace_front();
+  batches_.splice(batches_.begin(), spare_, spare_.begin());
+  Batch& b = batches_.front();
   b.self = batches_.begin();
+  b.path = this;
+  b.items.clear();
+  b.error.clear();
+  for (WriteReplies& r : b.replies) r = WriteReplies{};
   b.writes = writes;
   b.counts = counts;
   b.written = written;
@@ -46,6 +71,7 @@ void AsyncWritePath::add_all(std::span<const StoreWrite> writes,
   for (std::size_t j = 0; j < writes.size(); ++j) {
     written[j] = false;
     WritePlan& plan = b.plans[j];
+    plan.commands.clear();
     if (!path_.plan(writes[j], plan)) continue;  // its node is down: skipped
     bool ready = true;
     for (std::size_t i = 0; i < plan.commands.size(); ++i) {
@@ -58,7 +84,8 @@ void AsyncWritePath::add_all(std::span<const StoreWrite> writes,
       written[j] = path_.add(writes[j], counts[j]);
       continue;
     }
-    for (std::size_t i = 0; i < plan.commands.size(); ++i) b.items.push_back({j, i, &plan.node(i)});
+    for (std::size_t i = 0; i < plan.commands.size(); ++i)
+      b.items.push_back({&b, j, i, &plan.node(i)});
   }
   b.open = b.items.size();
   if (b.open == 0) return finish(b);
@@ -81,41 +108,50 @@ void AsyncWritePath::send(Batch& b, std::size_t k) {
     return settle(b, k, CommandEnd::kFailed);
   }
   ++item.rounds;
-  if (item.asking) c->command({"ASKING"}, [](const redisReply*, const std::string&) {});
-  Batch* batch = &b;
-  c->command(argv_of(b.plans[item.write].commands[item.index]),
-             [this, batch, k](const redisReply* r, const std::string& error) {
-               Batch& bb = *batch;
-               Batch::Item& it = bb.items[k];
-               RedisNode& from = *it.node;
-               if (r == nullptr) {
-                 const std::string why = from.name() + ": " + error;
-                 if (bb.error.empty()) bb.error = why;
-                 if (error != "closed") from.circuit().open("write: " + why);
-                 return settle(bb, k, CommandEnd::kFailed);
-               }
-               if (const Topology::Redirect to = topology_.redirect(*r, from); to.node) {
-                 if (it.rounds >= kRounds) {
-                   if (bb.error.empty()) bb.error = "redirected too many times";
-                   return settle(bb, k, CommandEnd::kFailed);
-                 }
-                 it.node = to.node;
-                 it.asking = to.ask;
-                 return send(bb, k);
-               }
-               it.asking = false;
-               if (server_unavailable(*r)) {
-                 // As WritePath: a server that cannot serve is as good as unreachable.
-                 topology_.want_refresh();
-                 const std::string why =
-                     "Redis at " + from.name() + " cannot serve: " + reply_text(*r);
-                 if (bb.error.empty()) bb.error = why;
-                 from.circuit().open("write: " + why);
-                 return settle(bb, k, CommandEnd::kFailed);
-               }
-               bb.replies[it.write].take(it.index, bb.writes[it.write].cost != 0, *r);
-               settle(bb, k, CommandEnd::kAnswered);
-             });
+  if (item.asking) (void)c->command_formatted(kAsking, &asked);
+  format(b.plans[item.write].commands[item.index], resp_);
+  if (!c->command_formatted(resp_, &item)) {
+    if (b.error.empty()) b.error = node.name() + ": cannot send the command";
+    settle(b, k, CommandEnd::kFailed);
+  }
+}
+
+void AsyncWritePath::on_reply(const redisReply* reply, void* context) {
+  if (context == &asked) return;
+  auto* item = static_cast<Batch::Item*>(context);
+  Batch& b = *item->batch;
+  b.path->take(b, static_cast<std::size_t>(item - b.items.data()), reply);
+}
+
+void AsyncWritePath::take(Batch& bb, std::size_t k, const redisReply* r) {
+  Batch::Item& it = bb.items[k];
+  RedisNode& from = *it.node;
+  if (r == nullptr) {
+    const std::string why = from.name() + ": " + (closed_ ? "closed" : "connection lost");
+    if (bb.error.empty()) bb.error = why;
+    if (!closed_) from.circuit().open("write: " + why);
+    return settle(bb, k, CommandEnd::kFailed);
+  }
+  if (const Topology::Redirect to = topology_.redirect(*r, from); to.node) {
+    if (it.rounds >= kRounds) {
+      if (bb.error.empty()) bb.error = "redirected too many times";
+      return settle(bb, k, CommandEnd::kFailed);
+    }
+    it.node = to.node;
+    it.asking = to.ask;
+    return send(bb, k);
+  }
+  it.asking = false;
+  if (server_unavailable(*r)) {
+    // As WritePath: a server that cannot serve is as good as unreachable.
+    topology_.want_refresh();
+    const std::string why = "Redis at " + from.name() + " cannot serve: " + reply_text(*r);
+    if (bb.error.empty()) bb.error = why;
+    from.circuit().open("write: " + why);
+    return settle(bb, k, CommandEnd::kFailed);
+  }
+  bb.replies[it.write].take(it.index, bb.writes[it.write].cost != 0, *r);
+  settle(bb, k, CommandEnd::kAnswered);
 }
 
 void AsyncWritePath::settle(Batch& b, std::size_t k, CommandEnd end) {
@@ -141,7 +177,7 @@ void AsyncWritePath::finish(Batch& b) {
   }
   // The batch goes before its caller learns the outcome: `done` may free the spans.
   const std::function<void()> done = std::move(b.done);
-  batches_.erase(b.self);
+  spare_.splice(spare_.begin(), batches_, b.self);
   done();
 }
 

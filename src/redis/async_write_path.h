@@ -50,6 +50,7 @@ class AsyncWritePath final : public AsyncWriter {
   // One add_all call: its writes' commands, each on its way to the node of its slot.
   struct Batch {
     struct Item {
+      Batch* batch;
       std::size_t write;  // its write
       std::size_t index;  // among the write's commands
       RedisNode* node;
@@ -68,11 +69,15 @@ class AsyncWritePath final : public AsyncWriter {
     std::string error;     // the first failure
     std::int64_t started = 0;
     std::list<Batch>::iterator self;
+    AsyncWritePath* path;
   };
   // This loop's connection to `node`, connecting if new; nullptr once closed.
   AsyncRedis* connection(RedisNode& node);
   // Sends (or sends again, after a redirection) a batch's command.
   void send(Batch& batch, std::size_t index);
+  // A reply (or null: the command failed) to a batch's command (`context` is its item).
+  static void on_reply(const redisReply* reply, void* context);
+  void take(Batch& batch, std::size_t index, const redisReply* reply);
   void settle(Batch& batch, std::size_t index, CommandEnd end);
   void finish(Batch& batch);
   // A command whose reply is not waited for (a correction, a give-back's second step).
@@ -91,6 +96,8 @@ class AsyncWritePath final : public AsyncWriter {
   };
   std::vector<Link> links_;
   std::list<Batch> batches_;
+  std::list<Batch> spare_;  // finished batches, kept for their buffers
+  std::string resp_;        // a command in RESP, as it is sent
   bool closed_ = false;
 };
 
