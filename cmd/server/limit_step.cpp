@@ -22,7 +22,14 @@ LimitOutcome LimitStep::run(const Match& match, const Client& client,
   prepare(match, client, overrides);
   // Every item at once: admitted only if all admit it.
   const auto started = std::chrono::steady_clock::now();
-  const std::size_t refused = engine_.try_acquire_all(items_, decisions_);
+  // (One limit, the common case: the engine's single call, without the group's state.)
+  std::size_t refused = 0;
+  if (items_.size() == 1) {
+    decisions_[0] = engine_.try_acquire(items_[0].resource, items_[0].limit, items_[0].cost);
+    refused = decisions_[0].allowed ? 1 : 0;
+  } else {
+    refused = engine_.try_acquire_all(items_, decisions_);
+  }
   const auto elapsed = std::chrono::steady_clock::now() - started;
   LimitOutcome outcome = conclude(items_, decisions_, refused);
   outcome.engine_time = elapsed;

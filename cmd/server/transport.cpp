@@ -37,6 +37,11 @@ struct Connection {
   // arm()): a request completing, even in the same read as the next one starts, ends its
   // deadline.
   std::optional<std::uint64_t> deadline_of;
+  // The timer runs as the idle timeout, from `idle_since` (loop time, ms): a request
+  // answered at once moves idle_since instead of the timer, which, when it fires early,
+  // waits the rest (one timer update per idle period, not per request).
+  bool idle = false;
+  std::uint64_t idle_since = 0;
   bool closing = false;
   int handles = 2;  // open libuv handles (tcp, timer)
 };
@@ -176,6 +181,7 @@ class LoopWorker final : public Worker {
     if (c.writes != 0 && !c.reading && !c.input_ended) {
       // Waiting for the client to take its responses: each write it takes restarts this.
       c.deadline_of.reset();
+      c.idle = false;
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else if (s.mid_request() || s.requests() == 0 || s.pending() != 0) {
       // What the deadline is of: the request being received (or the first to come), else
@@ -184,9 +190,13 @@ class LoopWorker final : public Worker {
       const std::uint64_t key = 2 * s.requests() + (receiving ? 0 : 1);
       if (c.deadline_of == key) return;
       c.deadline_of = key;
+      c.idle = false;
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else {
       c.deadline_of.reset();
+      c.idle_since = uv_now(&loop_);
+      if (c.idle) return;  // the timer runs as the idle timeout already
+      c.idle = true;
       uv_timer_start(&c.timer, on_timeout, config_.idle_timeout_ms, 0);
     }
   }
@@ -247,6 +257,15 @@ class LoopWorker final : public Worker {
 
   static void on_timeout(uv_timer_t* timer) {
     auto* c = static_cast<Connection*>(timer->data);
+    if (c->idle) {
+      const std::uint64_t idle_for = uv_now(timer->loop) - c->idle_since;
+      const std::uint64_t timeout = c->worker.config_.idle_timeout_ms;
+      if (idle_for < timeout) {  // it has been busy since the timer started
+        uv_timer_start(timer, on_timeout, timeout - idle_for, 0);
+        return;
+      }
+      c->idle = false;
+    }
     c->worker.service_.connections().timed_out.fetch_add(1, std::memory_order_relaxed);
     if (c->writes != 0) {
       // Its responses have not been taken for a whole timeout: a client that does not
@@ -314,6 +333,7 @@ class LoopWorker final : public Worker {
     if (c.writes == 0) {
       close(c);
     } else if (!c.closing) {
+      c.idle = false;
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     }
   }
