@@ -81,7 +81,15 @@ void write_engine_metrics(PrometheusText& out, const Stats& st) {
   out.single("ratewin_engine_max_limiters", "gauge", "The configured bound on limiters.",
              u(st.max_limiters));
   out.single("ratewin_engine_evictions_total", "counter",
-             "Limiters dropped to stay within the bound.", u(st.evictions));
+             "Limiters whose windows were empty, dropped to make room.", u(st.evictions));
+  out.single("ratewin_engine_memory_bytes", "gauge", "Memory the limiters take now.",
+             u(st.memory));
+  out.single("ratewin_engine_max_memory_bytes", "gauge", "The configured bound on that memory.",
+             u(st.max_memory));
+  out.single("ratewin_engine_overflowed_decisions_total", "counter",
+             "Decisions on new client keys made by an overflow limiter (the bounds full of "
+             "limiters that still count).",
+             u(st.overflowed));
   if (!st.store) return;
   out.single("ratewin_store_circuit_opens_total", "counter",
              "Times the store was found unreachable.", u(st.circuit_opens));

@@ -79,6 +79,13 @@ void Rules::match(std::string_view key, std::string_view method, std::string_vie
 const std::string& Rules::version() const { return data_->version; }
 
 std::size_t Rules::limit_count() const { return data_->rules.size(); }
+
+std::vector<const LimitRule*> Rules::limits() const {
+  std::vector<const LimitRule*> out;
+  out.reserve(data_->rules.size());
+  for (const LimitRule& rule : data_->rules) out.push_back(&rule);
+  return out;
+}
 std::uint64_t max_from(double count) noexcept {
   const double whole = std::floor(count);
   constexpr auto kMax = static_cast<double>(ratewin::Limit::kMaxCount);

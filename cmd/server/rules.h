@@ -93,6 +93,8 @@ class Rules {
   // The active rules as one JSON object, for GET /admin/rules.
   std::string describe_json() const;
   std::size_t limit_count() const;
+  // Every limit the rules define (tiers', endpoints', overrides'), in the file's order.
+  std::vector<const LimitRule*> limits() const;
 
   struct Data;
 

@@ -256,13 +256,39 @@ class Service::Worker final : public RequestHandler {
 
 // ---------------------------------------------------------------------------------------
 
+Rules Service::load_rules() const {
+  if (options_.rules_path.empty()) return Rules();
+  Rules rules = Rules::load(options_.rules_path);
+  // A limit of which not even one limiter fits in the engine's memory bound could never
+  // count anything: refused, rather than answered by the overflow limiter for ever.
+  const std::size_t budget = engine_.options().max_memory;
+  for (const LimitRule* rule : rules.limits()) {
+    const std::size_t fit = engine_.capacity(rule->limit);
+    const std::uint64_t bytes = 48 + 4 * std::uint64_t{rule->limit.subintervals()};
+    if (fit == 0) {
+      throw RulesError(options_.rules_path, 0, 0,
+                       "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
+                           ") takes about " + std::to_string(bytes) +
+                           " bytes per client key, and not one fits in the memory bound (" +
+                           std::to_string(budget) +
+                           " bytes, --max-memory): raise it, or give the limit fewer subintervals");
+    }
+    if (fit < 10'000) {
+      log_(LogLevel::warning, "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
+                                  "): the memory bound holds " + std::to_string(fit) +
+                                  " client keys of it (about " + std::to_string(bytes) +
+                                  " bytes each); more share its overflow limiter");
+    }
+  }
+  return rules;
+}
+
 Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log)
     : engine_(engine),
       overrides_(overrides),
       options_(std::move(options)),
       log_(std::move(log)),
-      rules_(std::make_shared<const Rules>(
-          options_.rules_path.empty() ? Rules() : Rules::load(options_.rules_path))) {
+      rules_(std::make_shared<const Rules>(load_rules())) {
   last_reload_ms_ = unix_ms();
   reloads_ok_ = 1;
   if (!options_.admin_token.empty())
@@ -280,7 +306,7 @@ bool Service::reload(std::string_view why) {
   if (options_.rules_path.empty()) return true;
   std::lock_guard lock(reload_mutex_);
   try {
-    auto next = std::make_shared<const Rules>(Rules::load(options_.rules_path));
+    auto next = std::make_shared<const Rules>(load_rules());
     last_reload_ms_ = unix_ms();
     last_reload_error_.clear();
     reloads_ok_.fetch_add(1, std::memory_order_relaxed);

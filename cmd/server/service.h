@@ -67,6 +67,8 @@ class Service {
   // line) and kept for /admin/rules and /metrics, and the last good rules stay active.
   // Unchanged bytes are not a new version. Thread-safe.
   bool reload(std::string_view why);
+  // The rules file, read and checked against the engine's memory bound (throws RulesError).
+  Rules load_rules() const;
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
 

@@ -1,0 +1,142 @@
+"""ratewin-server's memory bound (--max-memory) and what a flood of new client keys can
+and cannot do: memory stays within the bound, a key's spent quota is never handed back
+by an eviction, and a rules file whose limits cannot fit is refused."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import socket
+import threading
+import uuid
+
+from server_support import raw_connect, write_rules
+
+
+def rss_kib(pid: int) -> int:
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1))
+
+
+def flood(port: int, keys: list[str], path: str = "/") -> dict[int, int]:
+    """Sends one request per key, pipelined over a few connections; counts the statuses."""
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def one_connection(chunk: list[str]) -> None:
+        sock = raw_connect(port, timeout=30)
+        payload = b"".join(
+            f"GET {path} HTTP/1.1\r\nHost: t\r\nX-API-Key: {k}\r\n\r\n".encode() for k in chunk)
+
+        def send() -> None:
+            sock.sendall(payload)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        data = b""
+        seen: dict[int, int] = {}
+        answered = 0
+        while answered < len(chunk):
+            got = sock.recv(1 << 20)
+            assert got, "the server closed the connection"
+            data += got
+            # Each response: a status line, headers, and a Content-Length body.
+            while True:
+                end = data.find(b"\r\n\r\n")
+                if end < 0:
+                    break
+                head = data[:end].decode("latin-1")
+                length = int(re.search(r"(?im)^content-length: *(\d+)", head).group(1))
+                if len(data) < end + 4 + length:
+                    break
+                status = int(head.split(" ", 2)[1])
+                seen[status] = seen.get(status, 0) + 1
+                data = data[end + 4 + length:]
+                answered += 1
+        sender.join()
+        sock.close()
+        with lock:
+            for s, n in seen.items():
+                statuses[s] = statuses.get(s, 0) + n
+
+    parts = 4
+    threads = [threading.Thread(target=one_connection, args=(keys[i::parts],)) for i in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statuses
+
+
+HOURLY = """
+version: "hourly"
+tiers:
+  free:
+    limits:
+      - name: per-hour
+        max: 5
+        window: 1h
+        subintervals: 3600
+default_tier: free
+"""
+
+
+def test_memory_stays_within_the_bound_under_a_flood_of_new_keys(start_server, tmp_path):
+    # 3600 subintervals: about 14.4 KB a key. Without a bound in bytes, 60,000 random keys
+    # took 16 KB each (953 MB); with --max-memory 32M the limiters stay within it.
+    rules = write_rules(tmp_path / "rules.yaml", HOURLY)
+    server = start_server("--max-memory", "32M", rules=rules, threads=2)
+    before = rss_kib(server.pid)
+    keys = [uuid.uuid4().hex for _ in range(60_000)]
+    statuses = flood(server.port, keys)
+    assert sum(statuses.values()) == len(keys)
+    grown = rss_kib(server.pid) - before
+    assert grown < 32 * 1024 + 16 * 1024, f"RSS grew {grown} KiB with --max-memory 32M"
+    assert server.metric("ratewin_engine_memory_bytes") <= 32 * 1024 * 1024 + 14448 * 2
+    # Most keys found no room: they shared the overflow limiter (5 an hour, together).
+    assert server.metric("ratewin_engine_overflowed_decisions_total") > 50_000
+    assert statuses.get(429, 0) > 50_000
+
+
+def test_a_flood_of_new_keys_never_hands_a_spent_quota_back(start_server, tmp_path):
+    # Before: with --max-limiters 1000, a key that had used its quota got a 200 after
+    # every 2,000 random keys, its limiter evicted to make room.
+    rules = write_rules(tmp_path / "rules.yaml", HOURLY)
+    server = start_server("--max-limiters", "1000", rules=rules, threads=2)
+    for _ in range(5):
+        assert server.get("/", headers={"X-API-Key": "spent"}).status == 200
+    assert server.get("/", headers={"X-API-Key": "spent"}).status == 429
+    for round_ in range(3):
+        flood(server.port, [uuid.uuid4().hex for _ in range(3000)])
+        reply = server.get("/", headers={"X-API-Key": "spent"})
+        assert reply.status == 429, f"after flood {round_ + 1}: {reply.status}"
+    assert server.metric("ratewin_engine_evictions_total") == 0
+    assert server.metric("ratewin_engine_limiters") <= 1000 + 1
+
+
+def test_rules_whose_limit_cannot_fit_are_refused(start_server, server_binary, tmp_path):
+    # 65535 subintervals: 262 KB a key, more than a 64 KiB bound holds.
+    huge = HOURLY.replace("window: 1h\n        subintervals: 3600",
+                          "window: 65535s\n        subintervals: 65535")
+    rules = write_rules(tmp_path / "rules.yaml", huge)
+    import subprocess
+    run = subprocess.run([server_binary, "--listen", "127.0.0.1:0", "--max-memory", "64K",
+                          "--rules", str(rules)], capture_output=True, timeout=10)
+    assert run.returncode == 1
+    assert b"not one fits in the memory bound" in run.stderr
+    assert b"tier:free/per-hour" in run.stderr
+    # A reload to such rules is refused, and the last good rules stay.
+    good = write_rules(tmp_path / "good.yaml", HOURLY)
+    server = start_server("--max-memory", "64K", rules=good, admin_token="t0ken")
+    write_rules(good, huge)
+    reply = server.call("POST", "/admin/reload", headers={"Authorization": "Bearer t0ken"})
+    assert reply.status == 422
+    assert "not one fits" in reply.json()["error"]
+    assert server.get("/healthz").json()["rules"].startswith("hourly@")
+    # Bad values of the flag.
+    for bad in ["1000", "12Q", "-5M", ""]:
+        run = subprocess.run([server_binary, "--listen", "127.0.0.1:0", "--max-memory", bad],
+                             capture_output=True, timeout=10)
+        assert run.returncode == 2, bad
+        assert b"--max-memory" in run.stderr
