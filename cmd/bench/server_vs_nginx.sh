@@ -262,7 +262,7 @@ cpu_ticks() {  # pid...
 }
 clk_tck="$(getconf CLK_TCK)"
 
-declare -A rps_list rej_total req_total err_total bytes_of lat_list cpu_total
+declare -A rps_list rej_total req_total err_total bytes_of lat_list cpu_total redis_cpu_total
 run_case() {  # case-name run-number
   local name=$1 run=$2 expect
   expect=${name##*-}
@@ -302,6 +302,7 @@ run_case() {  # case-name run-number
   err_total[$name]=$((${err_total[$name]:-0} + ${errors:-0}))
   local cpu=$((cpu_after - cpu_before + redis_after - redis_before))
   cpu_total[$name]=$((${cpu_total[$name]:-0} + cpu))
+  redis_cpu_total[$name]=$((${redis_cpu_total[$name]:-0} + redis_after - redis_before))
   local redis_note=""
   [[ $name == ratewin-redis-* ]] && redis_note=" of which redis-server $("$python" -c \
     "print('%.1f' % (1e6 * ($redis_after - $redis_before) / $clk_tck / max(1, $requests)))")"
@@ -391,6 +392,19 @@ ratio "ratewin local rejecting / nginx rejecting" ratewin-local-reject nginx-rej
 ratio "ratewin local allowing  / nginx allowing" ratewin-local-allow nginx-allow
 ratio "ratewin redis rejecting / nginx rejecting" ratewin-redis-reject nginx-reject
 ratio "ratewin redis allowing  / nginx allowing" ratewin-redis-allow nginx-allow
+ratio "ratewin redis allowing / local allowing" ratewin-redis-allow ratewin-local-allow
+if [[ -n ${req_total[ratewin-redis-allow]:-} ]]; then
+  echo "redis-server CPU per admitted request (ratewin-redis-allow): $("$python" -c \
+    "print('%.2f' % (1e6 * ${redis_cpu_total[ratewin-redis-allow]} / $clk_tck / max(1, ${req_total[ratewin-redis-allow]} - ${rej_total[ratewin-redis-allow]})))") us"
+fi
+# (ratio_of is keyed by the numerator: the last ratio of ratewin-redis-allow is over local.)
+if [[ -n ${ratio_of[ratewin-redis-allow]:-} && -n ${rps_list[ratewin-local-allow]:-} ]]; then
+  if "$python" -c "import sys; sys.exit(0 if ${ratio_of[ratewin-redis-allow]} >= 0.5 else 1)"; then
+    echo "target (ratewin redis allowing >= 0.5x ratewin local allowing): met"
+  else
+    echo "target (ratewin redis allowing >= 0.5x ratewin local allowing): NOT met"
+  fi
+fi
 if [[ -n ${ratio_of[ratewin-local-reject]:-} ]]; then
   if "$python" -c "import sys; sys.exit(0 if ${ratio_of[ratewin-local-reject]} >= 1.0 else 1)"; then
     echo "target (ratewin local rejecting >= 1.0x nginx rejecting): met"
