@@ -47,6 +47,15 @@ struct Loop {
   }
 };
 
+// The loop's connection is made on first use (that first write goes the blocking way):
+// one write, then a few turns of the loop.
+void connect(AsyncAcquirer& acquirer, Loop& loop, const Limit& limit) {
+  std::vector<Decision> out(1);
+  const Acquisition warm[] = {{hash("warm"), limit, 1}};
+  (void)acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {});
+  loop.settle();
+}
+
 struct Outcome {
   std::size_t allowed = 0;
   std::size_t refused = 0;
@@ -68,11 +77,8 @@ TEST_CASE("async acquire: admissions complete on the loop, as many as the limit"
   AsyncAcquirer acquirer(engine, &loop.loop);
   const Limit per_key(10, 10s, 1s);
   const Limit global(1000, 10s, 1s);
-  // The loop's connection is made on first use; the first write goes the blocking way.
+  connect(acquirer, loop, per_key);
   std::vector<Decision> out(2);
-  const Acquisition warm[] = {{hash("warm"), per_key, 1}};
-  CHECK(acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {}) == 1);
-  loop.settle();
 
   Outcome o;
   std::size_t pending = 0;
@@ -114,10 +120,8 @@ TEST_CASE("async acquire: Redis paused, the writes fail within the deadline, deg
   Loop loop;
   AsyncAcquirer acquirer(engine, &loop.loop);
   const Limit limit(1000, 10s, 1s);
+  connect(acquirer, loop, limit);
   std::vector<Decision> out(1);
-  const Acquisition warm[] = {{hash("warm"), limit, 1}};
-  (void)acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {});
-  loop.settle();
   redis.pause();
   Outcome o;
   std::size_t pending = 0;
@@ -149,9 +153,7 @@ TEST_CASE("async acquire: closing with writes in flight completes them; local mo
   const Limit limit(1000, 10s, 1s);
   {
     AsyncAcquirer acquirer(engine, &loop.loop);
-    const Acquisition warm[] = {{hash("warm"), limit, 1}};
-    (void)acquirer.try_acquire_all(warm, out, [](std::size_t, std::span<const Decision>) {});
-    loop.settle();
+    connect(acquirer, loop, limit);
     Outcome o;
     const Acquisition items[] = {{hash("x"), limit, 1}};
     REQUIRE(acquirer.try_acquire_all(items, out, [&](std::size_t r, std::span<const Decision> d) {
