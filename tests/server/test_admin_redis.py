@@ -1,7 +1,8 @@
 """Admin override changes with Redis (issue 11): they wait on Redis off the request loops,
 so a Redis that does not answer (paused with SIGSTOP) holds up the admin call only, never
-the other requests of its loop; more changes than the writer's queue holds are refused at
-once; and a SIGTERM with a change in flight still ends cleanly."""
+the other requests of its loop; a connection's answers keep their order behind a change
+that waits; more changes than the writer's queue holds are refused at once; and a SIGTERM
+with a change in flight still ends cleanly."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from server_support import request, wait_until, write_rules
+from server_support import RawReader, raw_connect, request, wait_until, write_rules
 
 TOKEN = "paused-redis-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -118,6 +119,27 @@ def test_paused_redis_holds_up_the_admin_call_not_its_loop(start_server, redis, 
     r = change(server, method, body)
     assert r.status == 200, r
     assert limit_of(server, "alice") == ("7" if method == "POST" else "2")
+
+
+def test_answers_on_a_connection_keep_their_order_behind_a_waiting_change(start_server, redis,
+                                                                          tmp_path):
+    server = following(start_server, redis, tmp_path)
+    body = json.dumps({"key": "alice", "limit": 7}).encode()
+    post = (b"POST /admin/overrides HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + TOKEN.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    connection = raw_connect(server.port, timeout=10)
+    try:
+        with Paused(redis):
+            # Pipelined: the change waits on Redis; the /healthz behind it is answered
+            # after it, though the loop has its answer at once.
+            connection.sendall(post + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            reader = RawReader(connection)
+            first = reader.response()
+            second = reader.response()
+        assert first.status == 503 and "Redis" in first.json()["error"], first
+        assert second.status == 200 and second.json()["status"] == "ok", second
+    finally:
+        connection.close()
 
 
 def test_override_changes_beyond_the_queue_are_refused_at_once(start_server, redis, tmp_path):
