@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,8 +32,8 @@ AdminApi::AdminApi(Service& service, Overrides& overrides, std::string token,
       token_(std::move(token)),
       lockout_(lockout_capacity) {}
 
-void AdminApi::handle(const Request& request, const IpAddress& client, std::string_view path,
-                      Response& response) {
+std::optional<OverrideChange> AdminApi::handle(const Request& request, const IpAddress& client,
+                                               std::string_view path, Response& response) {
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
@@ -43,14 +42,16 @@ void AdminApi::handle(const Request& request, const IpAddress& client, std::stri
     const auto seconds = (verdict.retry_after.count() + 999) / 1000;
     response.headers.emplace_back("Retry-After",
                                   std::to_string(std::max<std::int64_t>(1, seconds)));
-    return json_error(response, 429,
-                      verdict.table_full
-                          ? "too many addresses are presenting wrong admin tokens: try later"
-                          : "too many wrong admin tokens from this address");
+    json_error(response, 429,
+               verdict.table_full
+                   ? "too many addresses are presenting wrong admin tokens: try later"
+                   : "too many wrong admin tokens from this address");
+    return std::nullopt;
   }
   if (!same_secret(bearer(request), token_)) {
     response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ratewin-admin\"");
-    return json_error(response, 401, "admin token missing or wrong");
+    json_error(response, 401, "admin token missing or wrong");
+    return std::nullopt;
   }
   lockout_.succeeded(client);
   const std::string_view method = request.method;
@@ -66,16 +67,21 @@ void AdminApi::handle(const Request& request, const IpAddress& client, std::stri
     b += ",\"rules\":";
     b += rules->describe_json();
     b += "}\n";
-    return;
+    return std::nullopt;
   }
   if (path == "/admin/reload" && method == "POST") {
+    // Done here, on the caller's (loop) thread: it reads and parses the local rules file,
+    // the same work a SIGHUP does, in well under a millisecond for any rules file of a
+    // sensible size; no network. (A rules file on a network file system that hangs would
+    // hang this loop: keep it on a local disk.)
     if (!service_.reload("admin API")) {
-      return json_error(response, 422, service_.last_reload_error());
+      json_error(response, 422, service_.last_reload_error());
+      return std::nullopt;
     }
     response.body = "{\"version\":";
     append_json_string(response.body, service_.rules()->version());
     response.body += "}\n";
-    return;
+    return std::nullopt;
   }
   if (path == "/admin/overrides" && method == "GET") {
     const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
@@ -93,12 +99,13 @@ void AdminApi::handle(const Request& request, const IpAddress& client, std::stri
       b += sorted[i].second->to_json(sorted[i].first);
     }
     b += "]}\n";
-    return;
+    return std::nullopt;
   }
   if (path == "/admin/overrides" && (method == "POST" || method == "DELETE")) {
-    return change_override(request, response);
+    return override_change(request, response);
   }
-  return json_error(response, 404, "no such admin call");
+  json_error(response, 404, "no such admin call");
+  return std::nullopt;
 }
 
 namespace {
@@ -157,21 +164,23 @@ std::pair<std::string, Override> override_from(std::string_view method, std::str
 
 }  // namespace
 
-void AdminApi::change_override(const Request& request, Response& response) {
-  std::string key;
-  Override o;
+std::optional<OverrideChange> AdminApi::override_change(const Request& request,
+                                                        Response& response) {
   try {
-    std::tie(key, o) = override_from(request.method, request.body);
+    auto [key, value] = override_from(request.method, request.body);
+    OverrideChange change{std::move(key), std::nullopt};
+    if (request.method == "POST") change.value = value;
+    return change;
   } catch (const std::invalid_argument& e) {
-    return json_error(response, 400, e.what());
+    json_error(response, 400, e.what());
+    return std::nullopt;
   }
-  const std::string error =
-      request.method == "POST" ? overrides_.set(key, o) : overrides_.remove(key);
-  if (!error.empty()) {
-    return json_error(response, 503, error);
-  }
-  response.body = request.method == "POST" ? "{\"override\":" + o.to_json(key) + "}\n"
-                                           : std::string("{\"removed\":true}\n");
+}
+
+void AdminApi::changed(const OverrideChange& change, std::string_view error, Response& response) {
+  if (!error.empty()) return json_error(response, 503, error);
+  response.body = change.value ? "{\"override\":" + change.value->to_json(change.key) + "}\n"
+                               : std::string("{\"removed\":true}\n");
 }
 
 }  // namespace ratewin::server

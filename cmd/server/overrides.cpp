@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <exception>
 #include <vector>
 
 #include "rules.h"
@@ -73,6 +74,7 @@ Overrides::Overrides(std::string redis, std::string key_prefix, Log log)
   (void)RedisClient::describe(redis_);  // throws std::invalid_argument for a bad address
   in_sync_ = false;
   thread_ = std::thread([this] { run(); });
+  writer_ = std::thread([this] { write_submitted(); });
 }
 
 Overrides::~Overrides() {
@@ -81,7 +83,13 @@ Overrides::~Overrides() {
     stop_ = true;
   }
   stop_cv_.notify_all();
+  {
+    std::lock_guard lock(submitted_mutex_);
+    stop_writing_ = true;
+  }
+  submitted_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (writer_.joinable()) writer_.join();
 }
 
 void Overrides::publish_local(const std::function<void(OverrideMap&)>& change) {
@@ -142,6 +150,48 @@ std::string Overrides::remove(const std::string& key) {
   }
   publish_local([&](OverrideMap& map) { map.erase(key); });
   return {};
+}
+
+std::string Overrides::apply(const OverrideChange& change) {
+  return change.value ? set(change.key, *change.value) : remove(change.key);
+}
+
+bool Overrides::submit(OverrideChange change, Done done) {
+  if (!shared()) {
+    done(apply(change));
+    return true;
+  }
+  {
+    std::lock_guard lock(submitted_mutex_);
+    if (submitted_.size() >= kMaxQueuedChanges) return false;
+    submitted_.push_back({std::move(change), std::move(done)});
+  }
+  submitted_cv_.notify_one();
+  return true;
+}
+
+void Overrides::write_submitted() {
+  std::unique_lock lock(submitted_mutex_);
+  for (;;) {
+    submitted_cv_.wait(lock, [this] { return stop_writing_ || !submitted_.empty(); });
+    if (stop_writing_) break;
+    Submitted next = std::move(submitted_.front());
+    submitted_.pop_front();
+    lock.unlock();
+    std::string error;
+    try {
+      error = apply(next.change);
+    } catch (const std::exception& e) {  // no exception may end this thread
+      error = std::string("not made: ") + e.what();
+    }
+    next.done(std::move(error));
+    lock.lock();
+  }
+  // Shutting down: a change still queued could wait on Redis for seconds more each.
+  std::deque<Submitted> left;
+  left.swap(submitted_);
+  lock.unlock();
+  for (Submitted& s : left) s.done("not made: the server is shutting down");
 }
 
 bool Overrides::reload(RedisClient& connection) {

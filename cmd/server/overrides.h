@@ -2,12 +2,16 @@
 // multiplier, each with an expiry. With Redis they are kept in a hash and announced on
 // a pub/sub channel, so every instance applies them (each re-reads the hash on every
 // announcement, on connecting, and every few seconds); without Redis they are local.
+// Changes wait on Redis: a caller that must not (an event loop) submits them to a writer
+// thread of this class's own.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -40,6 +44,12 @@ struct Override {
 
 using OverrideMap = std::unordered_map<std::string, Override>;
 
+// A change of one key's override: set to `value`, or removed when there is none.
+struct OverrideChange {
+  std::string key;
+  std::optional<Override> value;
+};
+
 std::int64_t unix_ms() noexcept;
 
 class Overrides {
@@ -53,8 +63,24 @@ class Overrides {
 
   // Sets or removes a key's override (stored in Redis and announced when there is one).
   // An empty result is success; otherwise it says what failed.
+  // With Redis these block for a round trip (up to about a second when Redis does not
+  // answer, and as long again to connect afresh). Thread-safe.
   std::string set(const std::string& key, const Override& value);
   std::string remove(const std::string& key);
+  // set() or remove(), as `change` says.
+  std::string apply(const OverrideChange& change);
+
+  // What submit() calls once the change is made or has failed: the error, empty on
+  // success.
+  using Done = std::function<void(std::string error)>;
+  // Queues `change` for the writer thread, which makes the changes one after the other in
+  // the order they came, as apply() does, and then calls `done` on that thread. Without
+  // Redis there is nothing to wait for: the change is made and `done` called before this
+  // returns. False when kMaxQueuedChanges wait already: then `done` is never called.
+  // The destructor waits for the change being made, if any; those still queued then are
+  // not made, and their `done` gets an error saying so. Thread-safe.
+  bool submit(OverrideChange change, Done done);
+  static constexpr std::size_t kMaxQueuedChanges = 16;
 
   const Published<OverrideMap>& current() const noexcept { return current_; }
   bool shared() const noexcept { return !redis_.empty(); }
@@ -67,7 +93,8 @@ class Overrides {
   static constexpr std::chrono::milliseconds kCleanupGrace{60000};
 
  private:
-  void run();  // the subscriber thread
+  void run();              // the subscriber thread
+  void write_submitted();  // the writer thread
   // Reads the hash and publishes it. False when Redis could not be read.
   bool reload(internal::RedisClient& connection);
   std::string command(const std::function<std::string(internal::RedisClient&)>& body);
@@ -87,6 +114,15 @@ class Overrides {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread thread_;
+  struct Submitted {
+    OverrideChange change;
+    Done done;
+  };
+  std::mutex submitted_mutex_;
+  std::condition_variable submitted_cv_;
+  std::deque<Submitted> submitted_;  // not taken by the writer yet
+  bool stop_writing_ = false;
+  std::thread writer_;
 };
 
 }  // namespace ratewin::server

@@ -1,11 +1,14 @@
 #include "service.h"
 
 #include <chrono>
+#include <optional>
+#include <unordered_map>
 
 #include "client.h"
 #include "forward_auth.h"
 #include "limit_response.h"
 #include "limit_step.h"
+#include "loop_tasks.h"
 #include "metrics.h"
 #include "text.h"
 
@@ -29,6 +32,8 @@ class Service::Worker final : public RequestHandler {
         clients_(service.options_.trusted_proxies) {
     if (loop != nullptr && service.engine_.stats().store)
       acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
+    if (loop != nullptr && service.admin_ && service.overrides_.shared())
+      back_on_loop_ = LoopTasks::open(loop);
     service_.add_worker(&stats_);
   }
   ~Worker() override {
@@ -38,6 +43,19 @@ class Service::Worker final : public RequestHandler {
 
   void close() override {
     if (acquirer_ != nullptr) acquirer_->close();  // what is in flight is answered now
+    if (back_on_loop_ != nullptr) {
+      back_on_loop_->close();  // answers the changes whose outcome is back already
+      // The others' outcomes will not be heard of: their tasks are refused now.
+      std::unordered_map<std::uint64_t, ChangeInFlight> unheard;
+      unheard.swap(changes_);
+      for (auto& [number, change] : unheard) {
+        Response response;
+        json_error(response, 503,
+                   "the server is shutting down: the change may or may not have been made");
+        count(503, "admin");
+        change.responder.respond(std::move(response));
+      }
+    }
   }
 
   void handle(const Request& request, std::string_view peer, Reply& reply) override {
@@ -53,9 +71,9 @@ class Service::Worker final : public RequestHandler {
     if (path == "/admin" || path.starts_with("/admin/")) {
       if (!service_.admin_) {
         json_error(response, 404, "no admin API (start the server with --admin-token)");
-      } else {
-        service_.admin_->handle(request, clients_.address(request, from, false).address, path,
-                                response);
+      } else if (std::optional<OverrideChange> change = service_.admin_->handle(
+                     request, clients_.address(request, from, false).address, path, response)) {
+        return change_override(std::move(*change), reply);
       }
       return count(response.status, "admin");
     }
@@ -80,6 +98,53 @@ class Service::Worker final : public RequestHandler {
     auto it = by_rule.find(rule);
     if (it == by_rule.end()) it = by_rule.emplace(std::string(rule), 0).first;
     ++it->second;
+  }
+
+  // Makes an override change the admin API was asked for. With Redis and a loop, the
+  // change is made on the overrides' writer thread, and the request answered when the
+  // outcome is back on this loop: the loop serves other requests meanwhile. Otherwise it
+  // is made and answered at once (without Redis nothing waits; without a loop there is
+  // nothing else to serve).
+  void change_override(OverrideChange change, Reply& reply) {
+    Overrides& overrides = service_.overrides_;
+    Response& response = reply.response();
+    if (back_on_loop_ == nullptr) {
+      AdminApi::changed(change, overrides.apply(change), response);
+      return count(response.status, "admin");
+    }
+    if (back_on_loop_->closed()) {  // the loop is ending: it must not wait on Redis now
+      json_error(response, 503, "the server is shutting down");
+      return count(503, "admin");
+    }
+    const std::uint64_t number = next_change_++;
+    ChangeInFlight& in_flight = changes_[number];
+    in_flight.change = change;
+    // Runs on the writer thread; the outcome's task runs on this loop, while this worker
+    // is open (close() refuses later tasks before the worker goes).
+    auto done = [this, number, back = back_on_loop_](std::string error) {
+      back->post([this, number, error = std::move(error)] { changed(number, error); });
+    };
+    if (!overrides.submit(std::move(change), std::move(done))) {
+      changes_.erase(number);
+      response.headers.emplace_back("Retry-After", "1");
+      json_error(response, 503, "too many override changes are waiting for Redis: try later");
+      return count(503, "admin");
+    }
+    in_flight.responder = reply.defer();
+  }
+
+  // A change's outcome, back on the loop.
+  void changed(std::uint64_t number, std::string_view error) {
+    const auto it = changes_.find(number);
+    if (it == changes_.end()) return;
+    Response response;
+    AdminApi::changed(it->second.change, error, response);
+    count(response.status, "admin");
+    // Out of the table first: answering may have this worker handle the connection's
+    // next request at once.
+    Responder responder = std::move(it->second.responder);
+    changes_.erase(it);
+    responder.respond(std::move(response));
   }
 
   void health(Response& response) {
@@ -252,6 +317,14 @@ class Service::Worker final : public RequestHandler {
   std::unique_ptr<AsyncAcquirer> acquirer_;  // with a store and a loop
   std::vector<std::unique_ptr<Waiting>> all_waiting_;
   std::vector<Waiting*> idle_;
+  // Override changes being made on the overrides' writer thread (change_override()).
+  struct ChangeInFlight {
+    OverrideChange change;
+    Responder responder;
+  };
+  std::shared_ptr<LoopTasks> back_on_loop_;  // with a loop, an admin API and Redis
+  std::unordered_map<std::uint64_t, ChangeInFlight> changes_;  // by number
+  std::uint64_t next_change_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------

@@ -83,7 +83,10 @@ class Service {
   class Worker;
   // On a transport's loop thread. With `loop` and a store, admissions' writes go out on
   // that loop (ratewin::AsyncAcquirer) and their requests are answered when the replies
-  // arrive; without, each waits for its write.
+  // arrive; without, each waits for its write. Likewise, with `loop` and Redis, admin
+  // override changes are written by the overrides' writer thread (Overrides::submit) and
+  // answered back on the loop; without, each is made before its request is answered.
+  // The handler then holds a handle on `loop` until its close().
   std::unique_ptr<RequestHandler> worker(uv_loop_s* loop = nullptr);
 
   static constexpr std::array<double, 14> kLatencyBuckets = {

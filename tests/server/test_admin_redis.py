@@ -1,0 +1,206 @@
+"""Admin override changes with Redis (issue 11): they wait on Redis off the request loops,
+so a Redis that does not answer (paused with SIGSTOP) holds up the admin call only, never
+the other requests of its loop; a connection's answers keep their order behind a change
+that waits; more changes than the writer's queue holds are refused at once; and a SIGTERM
+with a change in flight still ends cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from server_support import RawReader, raw_connect, request, wait_until, write_rules
+
+TOKEN = "paused-redis-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+RULES = """
+    tiers:
+      free:
+        limits:
+          - {name: per-minute, max: 2, window: 1m}
+    default_tier: free
+    """
+# What /healthz on the loop of a pending admin change may take (it took the whole Redis
+# deadline, about 1 s, while the change blocked the loop).
+HEALTHZ_S = 0.2
+
+
+def following(start_server, redis, tmp_path, *flags: str):
+    """One server, one loop, the admin API, once it follows the overrides in Redis."""
+    rules = write_rules(tmp_path / "rules.yaml", RULES)
+    server = start_server(*flags, rules=rules, redis=redis, admin_token=TOKEN, threads=1)
+    assert wait_until(lambda: server.metric("ratewin_server_overrides_in_sync") == 1, 3), \
+        server.log()
+    assert wait_until(lambda: server.get("/healthz").json()["store"] == "up", 3), server.log()
+    return server
+
+
+class Paused:
+    """Redis stopped (SIGSTOP) inside the block, resumed (SIGCONT) however it ends."""
+
+    def __init__(self, redis) -> None:
+        self.pid = redis.process.pid
+
+    def __enter__(self) -> "Paused":
+        os.kill(self.pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def in_background(function):
+    """Runs function() on a thread; the returned dict gets "result" (or "error") and
+    "at" (time.monotonic() when it returned)."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = function()
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            out["error"] = e
+        out["at"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    out["thread"] = thread
+    return out
+
+
+def change(server, method: str, body: dict, timeout: float = 10.0):
+    return server.call(method, "/admin/overrides", headers=AUTH, body=json.dumps(body),
+                       timeout=timeout)
+
+
+def limit_of(server, key: str) -> str:
+    return server.get("/", {"X-API-Key": key}).headers["x-ratelimit-limit"]
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE"])
+def test_paused_redis_holds_up_the_admin_call_not_its_loop(start_server, redis, tmp_path,
+                                                           method):
+    server = following(start_server, redis, tmp_path)
+    body = {"key": "alice", "limit": 7, "ttl_s": 120}
+    if method == "DELETE":
+        assert change(server, "POST", body).status == 200
+        assert limit_of(server, "alice") == "7"
+        body = {"key": "alice"}
+    with Paused(redis):
+        pending = in_background(lambda: change(server, method, body))
+        time.sleep(0.1)  # the change is waiting on Redis now
+        took = []
+        answered = []
+        until = time.monotonic() + 0.8
+        while time.monotonic() < until and "at" not in pending:
+            started = time.monotonic()
+            # A connection of its own, to the same loop (--threads 1).
+            r = request(server.port, "GET", "/healthz", timeout=5)
+            took.append(time.monotonic() - started)
+            answered.append(time.monotonic())
+            assert r.status == 200, r
+            time.sleep(0.05)
+        pending["thread"].join(10)
+        assert "error" not in pending, pending
+        r = pending["result"]
+        # Redis did not answer within its deadline: refused, saying why.
+        assert r.status == 503 and "Redis" in r.json()["error"], r
+    assert max(took) < HEALTHZ_S, took
+    # At least one /healthz was answered while the change was still waiting.
+    assert answered[0] < pending["at"], (answered, pending["at"])
+
+    # Redis is back: the change goes through and applies.
+    assert wait_until(lambda: server.metric("ratewin_server_overrides_in_sync") == 1, 5), \
+        server.log()
+    r = change(server, method, body)
+    assert r.status == 200, r
+    assert limit_of(server, "alice") == ("7" if method == "POST" else "2")
+
+
+def test_answers_on_a_connection_keep_their_order_behind_a_waiting_change(start_server, redis,
+                                                                          tmp_path):
+    server = following(start_server, redis, tmp_path)
+    body = json.dumps({"key": "alice", "limit": 7}).encode()
+    post = (b"POST /admin/overrides HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + TOKEN.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    connection = raw_connect(server.port, timeout=10)
+    try:
+        with Paused(redis):
+            # Pipelined: the change waits on Redis; the /healthz behind it is answered
+            # after it, though the loop has its answer at once.
+            connection.sendall(post + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            reader = RawReader(connection)
+            first = reader.response()
+            second = reader.response()
+        assert first.status == 503 and "Redis" in first.json()["error"], first
+        assert second.status == 200 and second.json()["status"] == "ok", second
+    finally:
+        connection.close()
+
+
+def test_override_changes_beyond_the_queue_are_refused_at_once(start_server, redis, tmp_path):
+    server = following(start_server, redis, tmp_path)
+    count = 30  # more than the writer's queue (16) and the change it is making
+    with Paused(redis):
+        started = time.monotonic()
+        pending = [in_background(lambda n=n: change(server, "POST", {"key": f"k{n}", "limit": 5}))
+                   for n in range(count)]
+        # Some are answered without waiting for Redis at all.
+        assert wait_until(lambda: sum("at" in p for p in pending) >= count - 17, 2), pending
+        refused = [n for n, p in enumerate(pending)
+                   if "at" in p and p["at"] - started < 0.5 and "result" in p]
+        assert len(refused) >= count - 17, [p.get("result") for p in pending]
+        for n in refused:
+            r = pending[n]["result"]
+            assert r.status == 503 and "too many" in r.json()["error"], r
+            assert r.headers["retry-after"] == "1"
+        assert request(server.port, "GET", "/healthz", timeout=HEALTHZ_S).status == 200
+    # Redis back: the queued ones are made (the one waiting when it paused may have
+    # missed its deadline, and be 503 although Redis made it later).
+    for p in pending:
+        p["thread"].join(15)
+        assert "error" not in p, p
+        assert p["result"].status in (200, 503), p["result"]
+    made = {f"k{n}" for n, p in enumerate(pending) if p["result"].status == 200}
+    assert len(made) >= count - len(refused) - 1, [p["result"] for p in pending]
+    assert wait_until(lambda: server.metric("ratewin_server_overrides_in_sync") == 1, 5)
+    listed = {o["key"] for o in server.get("/admin/overrides", AUTH).json()["overrides"]}
+    assert made <= listed
+    assert not listed & {f"k{n}" for n in refused}
+
+
+def test_sigterm_with_an_override_change_in_flight_answers_it_and_exits(start_server, redis,
+                                                                         tmp_path):
+    server = following(start_server, redis, tmp_path)
+    with Paused(redis):
+        pending = in_background(lambda: change(server, "POST", {"key": "k", "limit": 5}))
+        time.sleep(0.1)
+        server.signal(signal.SIGTERM)
+        pending["thread"].join(10)
+        assert "error" not in pending, pending
+        r = pending["result"]
+        assert r.status == 503 and "Redis" in r.json()["error"], r
+        assert r.headers["connection"] == "close"
+        assert server.wait(8) == 0, server.log()
+    assert "drained; exiting" in server.log()
+
+
+def test_drain_deadline_with_an_override_change_in_flight_exits_cleanly(start_server, redis,
+                                                                         tmp_path):
+    """The drain deadline comes first: the connection is closed, and the change's outcome,
+    arriving after its loop has gone, is dropped safely (a sanitizer build checks that)."""
+    server = following(start_server, redis, tmp_path, "--drain-timeout-ms", "200")
+    with Paused(redis):
+        pending = in_background(lambda: change(server, "POST", {"key": "k", "limit": 5}))
+        time.sleep(0.1)
+        server.signal(signal.SIGTERM)
+        pending["thread"].join(10)
+        # Closed without an answer.
+        assert isinstance(pending.get("error"), (ConnectionError, OSError)) or \
+            pending["result"].status == 503, pending
+        assert server.wait(8) == 0, server.log()
+    assert "drain deadline" in server.log()
