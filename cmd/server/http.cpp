@@ -19,6 +19,7 @@ void Response::clear() noexcept {
   status = 200;
   content_type = "application/json";
   headers.clear();
+  fields.clear();
   body.clear();
 }
 
@@ -271,6 +272,7 @@ void HttpSession::write(const Response& response, Reply::Form form) {
     out += ": ";
     out += value;
   }
+  out += response.fields;
   out += !keep_alive   ? "\r\nConnection: close\r\n\r\n"
          : form.http10 ? "\r\nConnection: keep-alive\r\n\r\n"
                        : "\r\n\r\n";

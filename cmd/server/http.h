@@ -32,6 +32,9 @@ struct Response {
   int status = 200;
   std::string_view content_type = "application/json";
   std::vector<std::pair<std::string_view, std::string>> headers;  // names are static strings
+  // More header fields, already formatted: each "\r\nName: value" (written after
+  // `headers`; kept in one string whose room is reused from response to response).
+  std::string fields;
   std::string body;
 
   void clear() noexcept;

@@ -1,6 +1,7 @@
 #include "limit_response.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -33,7 +34,11 @@ void append_seconds(std::string& out, std::chrono::nanoseconds d) {
 }  // namespace
 
 const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
+  // A request's limits are mostly one rule, asked for twice: the last one is at hand.
+  if (&rule == last_rule_) return *last_text_;
   const auto [it, added] = texts_.try_emplace(&rule);
+  last_rule_ = &rule;
+  last_text_ = &it->second;  // (a map's elements stay where they are)
   RuleText& t = it->second;
   if (!added) return t;
   append_sf_string(t.policy_head, rule.name);
@@ -56,26 +61,36 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
                            const LimitOutcome& outcome, Response& response) {
   if (rules_generation != texts_generation_) {
     texts_.clear();
+    last_rule_ = nullptr;
     texts_generation_ = rules_generation;
   }
   const Decision& d = decisions[outcome.shown];
-  for (HeaderField& f : headers(d)) response.headers.emplace_back(f.name, std::move(f.value));
-  std::string policy;
+  // Written straight into the response's formatted fields: no allocation once its room
+  // has grown.
+  std::string& h = response.fields;
+  std::array<NumericHeader, 4> numeric;
+  const std::size_t n = numeric_headers(d, numeric);
+  for (std::size_t i = 0; i < n; ++i) {
+    h += "\r\n";
+    h += numeric[i].name;
+    h += ": ";
+    append_number(h, numeric[i].value);
+  }
+  h += "\r\nRateLimit-Policy: ";
   for (std::size_t i = 0; i < items.size(); ++i) {
     const RuleText& t = text(*match.limits[i]);
-    if (i != 0) policy += ", ";
-    policy += t.policy_head;
-    append_number(policy, items[i].limit.max());
-    policy += t.policy_tail;
+    if (i != 0) h += ", ";
+    h += t.policy_head;
+    append_number(h, items[i].limit.max());
+    h += t.policy_tail;
   }
-  response.headers.emplace_back("RateLimit-Policy", std::move(policy));
   const RuleText& shown = text(*match.limits[outcome.shown]);
-  std::string state = shown.state_head;
-  append_number(state, d.remaining);
-  state += ";t=";
-  append_number(state, ceil_seconds(d.reset_after));
-  response.headers.emplace_back("RateLimit", std::move(state));
-  if (outcome.degraded) response.headers.emplace_back("X-RateLimit-Policy", "degraded");
+  h += "\r\nRateLimit: ";
+  h += shown.state_head;
+  append_number(h, d.remaining);
+  h += ";t=";
+  append_number(h, ceil_seconds(d.reset_after));
+  if (outcome.degraded) h += "\r\nX-RateLimit-Policy: degraded";
   if (outcome.allowed) return;
 
   response.status = 429;

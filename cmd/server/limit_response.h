@@ -45,6 +45,8 @@ class LimitResponses {
 
   std::unordered_map<const LimitRule*, RuleText> texts_;
   std::uint64_t texts_generation_ = UINT64_MAX;
+  const LimitRule* last_rule_ = nullptr;
+  const RuleText* last_text_ = nullptr;
 };
 
 }  // namespace ratewin::server

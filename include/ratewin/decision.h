@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,14 @@ struct HeaderField {
 // Every value is a decimal integer. The HTTP server, the C ABI and the Python package
 // all answer with these.
 std::vector<HeaderField> headers(const Decision& decision);
+
+// The same fields with their values as numbers, without allocating (for servers that
+// write them straight into a response): fills `out` and returns how many there are.
+struct NumericHeader {
+  std::string_view name;  // a static string
+  std::uint64_t value;
+};
+std::size_t numeric_headers(const Decision& decision, std::span<NumericHeader, 4> out) noexcept;
 
 // A duration in whole seconds, rounded up (negative durations give 0), as HTTP headers
 // carry delays.

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
+
 #include "ratewin/engine.h"
 
 namespace ratewin::test {
@@ -47,6 +49,26 @@ TEST_CASE("headers of a rejected decision carry Retry-After, rounded up, at leas
   // A request that can never pass: retrying cannot help, so no Retry-After.
   d.retry_after = Decision::kNever;
   CHECK(headers(d).size() == 3);
+}
+
+TEST_CASE("numeric_headers are headers() as numbers") {
+  Decision d;
+  d.limit = 5;
+  d.reset_after = 10s;
+  std::array<NumericHeader, 4> out;
+  for (const auto retry : {std::chrono::nanoseconds(2'100ms), std::chrono::nanoseconds(0),
+                           Decision::kNever}) {
+    for (const bool allowed : {false, true}) {
+      d.allowed = allowed;
+      d.retry_after = allowed ? std::chrono::nanoseconds(0) : retry;
+      const std::vector<HeaderField> text = headers(d);
+      REQUIRE(numeric_headers(d, out) == text.size());
+      for (std::size_t i = 0; i < text.size(); ++i) {
+        CHECK(out[i].name == text[i].name);
+        CHECK(std::to_string(out[i].value) == text[i].value);
+      }
+    }
+  }
 }
 
 TEST_CASE("headers follow the engine's decisions") {
