@@ -92,7 +92,8 @@ def test_memory_stays_within_the_bound_under_a_flood_of_new_keys(start_server, t
     statuses = flood(server.port, keys)
     assert sum(statuses.values()) == len(keys)
     grown = rss_kib(server.pid) - before
-    assert grown < 32 * 1024 + 16 * 1024, f"RSS grew {grown} KiB with --max-memory 32M"
+    if not os.environ.get("RATEWIN_SANITIZE"):  # (a sanitizer's shadow memory grows too)
+        assert grown < 32 * 1024 + 16 * 1024, f"RSS grew {grown} KiB with --max-memory 32M"
     assert server.metric("ratewin_engine_memory_bytes") <= 32 * 1024 * 1024 + 14448 * 2
     # Most keys found no room: they shared the overflow limiter (5 an hour, together).
     assert server.metric("ratewin_engine_overflowed_decisions_total") > 50_000
