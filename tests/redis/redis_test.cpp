@@ -210,7 +210,12 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
                                 << worst << " (" << double(worst) / 40 << " x limit), bound 40 + "
                                 << busiest_epoch);
     CHECK(worst <= 40 + busiest_epoch);
-    CHECK(worst <= 44);  // what that comes to under steady overload: 40 + 40 / 10
+#ifndef __SANITIZE_THREAD__
+    // What that comes to under steady overload: 40 + 40 / 10. (ThreadSanitizer stalls the
+    // threads into bursts, once 39 admissions in one subinterval and 48 in a second: still
+    // within the bound above, which is the model's.)
+    CHECK(worst <= 44);
+#endif
     CHECK(worst >= 36);  // and it does admit about the limit
   }
 
