@@ -111,7 +111,7 @@ class alignas(64) Shard {
   // `records`: the most it holds; `bytes`: the memory it may use (at least
   // kMinBytes); `marked`: its records carry a store mark (Record::store_mark).
   void configure(std::size_t records, std::size_t bytes, bool marked) noexcept;
-  static constexpr std::size_t kMinBytes = 16 * 1024;
+  static constexpr std::size_t kMinBytes = std::size_t{16} * 1024;
   // How many limiters of `subintervals` buckets fit, alone, in this shard's bounds.
   std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
 
