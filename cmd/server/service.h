@@ -23,8 +23,7 @@
 #include "http.h"
 #include "overrides.h"
 #include "published.h"
-#include "ratewin/async.h"
-#include "ratewin/engine.h"
+#include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
 #include "rules.h"
 
 namespace ratewin::server {
