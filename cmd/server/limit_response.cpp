@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <utility>
 
 #include "text.h"
@@ -26,9 +25,18 @@ std::uint64_t window_seconds(const Limit& limit) {
   return std::max<std::uint64_t>(1, (ms + 999) / 1000);
 }
 
-// Seconds with millisecond precision, rounded up.
+// Seconds with millisecond precision, rounded up, in the shortest form ("0.91", "2").
 void append_seconds(std::string& out, std::chrono::nanoseconds d) {
-  append_double(out, std::ceil(static_cast<double>(d.count()) / 1e6) / 1e3);
+  const auto ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, d.count()));
+  const std::uint64_t ms = ns / 1'000'000 + (ns % 1'000'000 != 0 ? 1 : 0);
+  append_number(out, ms / 1000);
+  const std::uint64_t fraction = ms % 1000;
+  if (fraction == 0) return;
+  char digits[4] = {'.', static_cast<char>('0' + fraction / 100),
+                    static_cast<char>('0' + fraction / 10 % 10), static_cast<char>('0' + fraction % 10)};
+  std::size_t n = 4;
+  while (digits[n - 1] == '0') --n;
+  out.append(digits, n);
 }
 
 }  // namespace
@@ -49,10 +57,10 @@ const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
   append_number(t.policy_tail, window_seconds(rule.limit));
   t.refusal_head = "{\"error\":\"rate limited\",\"limit\":";
   append_json_string(t.refusal_head, rule.name);
-  t.refusal_head += ",\"max\":";
-  t.refusal_window = ",\"window_s\":";
-  append_double(t.refusal_window, static_cast<double>(rule.limit.interval().count()) / 1000.0);
-  t.refusal_window += ",\"retry_after_s\":";
+  t.refusal_head += ",\"retry_after_s\":";
+  t.excess_head = "{\"error\":\"cost exceeds limit\",\"limit\":";
+  append_json_string(t.excess_head, rule.name);
+  t.excess_head += ",\"max\":";
   return t;
 }
 
@@ -95,16 +103,17 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
 
   response.status = 429;
   std::string& b = response.body;
-  b = shown.refusal_head;
-  append_number(b, items[outcome.shown].limit.max());
-  b += shown.refusal_window;
   if (d.can_ever_pass()) {
+    b = shown.refusal_head;
     append_seconds(b, d.retry_after);
-  } else {
-    b += "null";  // the request costs more than the limit allows
+  } else {  // the request costs more than the limit allows: retrying cannot help
+    const Acquisition& item = items[outcome.shown];
+    b = shown.excess_head;
+    append_number(b, item.limit.max());
+    b += ",\"cost\":";
+    append_number(b, item.cost);
+    b += ",\"retry_after_s\":null";
   }
-  b += ",\"reset_after_s\":";
-  append_seconds(b, d.reset_after);
   if (outcome.degraded) b += ",\"degraded\":true";
   b += "}\n";
 }

@@ -38,8 +38,8 @@ class LimitResponses {
     std::string policy_head;     // "name";q=
     std::string policy_tail;     // ;w=<window seconds>
     std::string state_head;      // "name";r=
-    std::string refusal_head;    // {"error":"rate limited","limit":"name","max":
-    std::string refusal_window;  // ,"window_s":<seconds>,"retry_after_s":
+    std::string refusal_head;  // {"error":"rate limited","limit":"name","retry_after_s":
+    std::string excess_head;   // {"error":"cost exceeds limit","limit":"name","max":
   };
   const RuleText& text(const LimitRule& rule);
 

@@ -1,0 +1,65 @@
+#include "limit_response.h"
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <chrono>
+#include <string>
+
+namespace ratewin::server {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+using std::chrono::seconds;
+
+// The response LimitResponses writes for one refused limit.
+Response refusal(nanoseconds retry_after, std::uint64_t cost = 1, bool degraded = false) {
+  static const LimitRule rule{"tier:free/per-second", Limit(5, seconds(1)), Scope::key, 1, true};
+  Match match;
+  match.limits = {&rule};
+  const std::array<Acquisition, 1> items{Acquisition{42, rule.limit, cost}};
+  Decision d;
+  d.limit = 5;
+  d.reset_after = milliseconds(992);
+  d.retry_after = retry_after;
+  d.degraded = degraded;
+  LimitOutcome outcome;
+  outcome.degraded = degraded;
+  LimitResponses responses;
+  Response r;
+  responses.write(1, match, items, std::span<const Decision>(&d, 1), outcome, r);
+  return r;
+}
+
+TEST_CASE("a refusal's body names the limit and the wait in seconds, to the ms, rounded up") {
+  const auto body = [](nanoseconds wait) { return refusal(wait).body; };
+  CHECK(body(milliseconds(912)) ==
+        "{\"error\":\"rate limited\",\"limit\":\"tier:free/per-second\",\"retry_after_s\":0.912}\n");
+  CHECK(body(nanoseconds(911'000'001)).find("\"retry_after_s\":0.912}") != std::string::npos);
+  CHECK(body(nanoseconds(1)).find("\"retry_after_s\":0.001}") != std::string::npos);
+  CHECK(body(milliseconds(100)).find("\"retry_after_s\":0.1}") != std::string::npos);
+  CHECK(body(milliseconds(1'020)).find("\"retry_after_s\":1.02}") != std::string::npos);
+  CHECK(body(seconds(2)).find("\"retry_after_s\":2}") != std::string::npos);
+  CHECK(body(seconds(3600) + milliseconds(5)).find("\"retry_after_s\":3600.005}") !=
+        std::string::npos);
+  CHECK(refusal(milliseconds(912)).status == 429);
+}
+
+TEST_CASE("a request costing more than the limit's max is told so, with no wait") {
+  const Response r = refusal(Decision::kNever, 7);
+  CHECK(r.status == 429);
+  CHECK(r.body ==
+        "{\"error\":\"cost exceeds limit\",\"limit\":\"tier:free/per-second\",\"max\":5,"
+        "\"cost\":7,\"retry_after_s\":null}\n");
+  CHECK(r.fields.find("Retry-After") == std::string::npos);
+}
+
+TEST_CASE("a degraded refusal says so in the body and the headers") {
+  const Response r = refusal(milliseconds(50), 1, true);
+  CHECK(r.body.find(",\"degraded\":true}") != std::string::npos);
+  CHECK(r.fields.find("\r\nX-RateLimit-Policy: degraded") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace ratewin::server
