@@ -382,9 +382,13 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
   const std::chrono::milliseconds resolution(window.count() /
                                              static_cast<std::int64_t>(subintervals));
   try {
-    const ratewin::Limit l = ratewin::Limit(max, window, resolution).with_failure_policy(policy);
+    std::string name = owner + "/" + short_name;
+    // Scoped by its name: a reload that changes max keeps what the rule counted (its
+    // resources hold the name as well, so rules never share counts).
+    const ratewin::Limit l =
+        ratewin::Limit(max, window, resolution).with_failure_policy(policy).with_scope(name);
     return data_->rules.emplace_back(
-        LimitRule{owner + "/" + short_name, l, scope, cost, scalable && scope != Scope::global});
+        LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global});
   } catch (const std::invalid_argument& e) {
     // The checks above leave only the Limit's own bounds; its message says which.
     std::string_view what = e.what();

@@ -142,8 +142,27 @@ class Engine {
     return try_acquire(hash(resource), limit, cost);
   }
 
-  // A handle on the limiter of (resource, limit): skips the registry lookup on every
-  // call and keeps the limiter from being evicted while the handle lives.
+  // Forgets what `resource` counted under `limit` (every limit of its scope and window):
+  // the shared counts in the store and this engine's own, so the next request starts a
+  // fresh window (a login counter cleared after a successful login). Returns false when
+  // the store could not be reached in time (this engine's counts are gone all the same;
+  // the shared ones then stay until they leave the window). Other engines keep what they
+  // had already read of the shared counts until it leaves their window, or until their
+  // own next write brings the reset counts back.
+  bool reset(std::uint64_t resource, const Limit& limit);
+  bool reset(std::string_view resource, const Limit& limit) { return reset(hash(resource), limit); }
+
+  // Gives back up to `cost` units counted for `resource` under `limit` (work that turned
+  // out not to count, a request that failed before it did anything), from the newest
+  // subinterval back, in the store and in this engine; never below 0. Returns the units
+  // given back: at most what this engine's window holds (its own counts and the shared
+  // ones it has read). A failed store write is noted in Stats::last_error; the shared
+  // counts then err high until they leave the window.
+  std::uint64_t refund(std::uint64_t resource, const Limit& limit, std::uint64_t cost = 1);
+  std::uint64_t refund(std::string_view resource, const Limit& limit, std::uint64_t cost = 1) {
+    return refund(hash(resource), limit, cost);
+  }
+
   // All or nothing, for a request that counts against several limits (per key and per
   // endpoint, per second and per hour): admitted only if every limit admits it, and a
   // refused request counts against none of them. out[i] (out must hold items.size()
@@ -157,6 +176,8 @@ class Engine {
   // limit's decision, including admissions given back.
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
+  // A handle on the limiter of (resource, limit): skips the registry lookup on every
+  // call and keeps the limiter from being evicted while the handle lives.
   LimiterHandle limiter(std::uint64_t resource, const Limit& limit);
   LimiterHandle limiter(std::string_view resource, const Limit& limit);
 

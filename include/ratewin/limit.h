@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace ratewin {
 inline namespace v1 {
@@ -58,10 +59,31 @@ class Limit {
 
   FailurePolicy failure_policy() const noexcept { return failure_policy_; }
 
-  // The same window with another max. Limits that share interval and resolution share
-  // counts on a resource (an override that raises max keeps what was already counted).
+  // Which limits count together. Limits share counts on a resource only when they have
+  // the same scope, interval and resolution. A limit's own scope follows from its max,
+  // so two different limits never share counts (a login limit of 3 and an API limit of
+  // 100 on one client are counted apart). with_scope() names a scope, for limits meant
+  // to count together; with_max() keeps the scope it is called on.
+  std::uint64_t scope() const noexcept;
+  // True when the scope was given (with_scope, with_scope_id or with_max), not the
+  // limit's own.
+  bool has_scope() const noexcept { return scope_ != 0; }
+  // The same limit, counted in the scope named `name` (its id is hash(name)): every
+  // limit with that scope and this limit's interval and resolution shares its counts.
+  Limit with_scope(std::string_view name) const noexcept;
+  // The same with a scope id; 0 gives the limit its own scope back.
+  Limit with_scope_id(std::uint64_t scope) const noexcept {
+    Limit copy = *this;
+    copy.scope_ = scope;
+    return copy;
+  }
+
+  // The same window with another max, in the same scope: it shares counts with this
+  // limit (an override that raises max keeps what was already counted).
   Limit with_max(std::uint64_t max) const {
-    return Limit(max, interval(), resolution()).with_failure_policy(failure_policy_);
+    return Limit(max, interval(), resolution())
+        .with_failure_policy(failure_policy_)
+        .with_scope_id(scope());
   }
   // The same limit with another failure policy.
   Limit with_failure_policy(FailurePolicy policy) const noexcept {
@@ -73,13 +95,19 @@ class Limit {
   // "100/60s@5s" style text, for logs and error messages.
   std::string to_string() const;
 
-  friend bool operator==(const Limit&, const Limit&) = default;
+  // Equal limits: the same max, window, failure policy and scope.
+  friend bool operator==(const Limit& a, const Limit& b) noexcept {
+    return a.max_ == b.max_ && a.resolution_ms_ == b.resolution_ms_ &&
+           a.subintervals_ == b.subintervals_ && a.failure_policy_ == b.failure_policy_ &&
+           a.scope() == b.scope();
+  }
 
  private:
   std::uint64_t max_;
   std::int64_t resolution_ms_;
   std::uint32_t subintervals_;
   FailurePolicy failure_policy_ = FailurePolicy::local;
+  std::uint64_t scope_ = 0;  // 0: the limit's own (see scope())
 };
 
 }  // namespace v1

@@ -1,5 +1,8 @@
 #include "ratewin/limit.h"
 
+#include "core/mix.h"
+#include "ratewin/hash.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -57,6 +60,17 @@ Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval,
 
 Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval)
     : Limit(max, interval, default_resolution(interval)) {}
+
+std::uint64_t Limit::scope() const noexcept {
+  if (scope_ != 0) return scope_;
+  // A limit's own scope: its max, mixed (murmur3's fmix64) so that it looks like no
+  // named scope's id. Never 0 (0 is a fixed point of the mix, and max is at least 1).
+  return detail::fmix64(max_ ^ 0x6f776e2073636f70ULL);  // "own scop"
+}
+
+Limit Limit::with_scope(std::string_view name) const noexcept {
+  return with_scope_id(hash(name));
+}
 
 std::string Limit::to_string() const {
   return std::to_string(max_) + "/" + duration_text(interval().count()) + "@" +

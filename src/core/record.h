@@ -4,21 +4,33 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/mix.h"
 #include "core/seqlock_field.h"
 #include "core/window.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::inline v1::detail {
 
-// Identity of a limiter: a resource under one window geometry. Limits that differ
-// only in max share a limiter; limits with another interval or resolution do not.
+// Identity of a limiter: a counter under one window geometry. The counter is the
+// caller's resource in the limit's scope (Limit::scope): limits of one scope and
+// geometry share a limiter, any other limit has its own. The counter names the limiter
+// everywhere (registry, Redis keys), the same in every process.
 struct LimiterKey {
-  std::uint64_t resource = 0;
+  std::uint64_t resource = 0;  // the counter: counter_of(the caller's resource, scope)
   std::uint32_t resolution_ms = 0;
   std::uint32_t subintervals = 0;
 
+  // For one scope, a bijection of resources, so that no two resources share a counter.
+  static std::uint64_t counter_of(std::uint64_t resource, std::uint64_t scope) noexcept {
+    return resource ^ fmix64(scope);
+  }
+  // The limiter of `resource` under `limit`.
   static LimiterKey of(std::uint64_t resource, const Limit& limit) noexcept {
-    return {resource, static_cast<std::uint32_t>(limit.resolution().count()), limit.subintervals()};
+    return counted(counter_of(resource, limit.scope()), limit);
+  }
+  // The limiter of a counter (a record's or the store's) under `limit`'s geometry.
+  static LimiterKey counted(std::uint64_t counter, const Limit& limit) noexcept {
+    return {counter, static_cast<std::uint32_t>(limit.resolution().count()), limit.subintervals()};
   }
   friend bool operator==(const LimiterKey&, const LimiterKey&) = default;
 
@@ -30,13 +42,7 @@ struct LimiterKey {
   // slot from its high bits and a tag from bits 16..31.
   std::uint64_t hash() const noexcept {
     const std::uint64_t geometry = (std::uint64_t{resolution_ms} << 16) ^ subintervals;
-    std::uint64_t x = resource ^ (geometry * 0x9e3779b97f4a7c15ULL);
-    x ^= x >> 33;  // murmur3's fmix64
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
+    return fmix64(resource ^ (geometry * 0x9e3779b97f4a7c15ULL));
   }
 };
 

@@ -22,6 +22,14 @@ std::size_t Engine::try_acquire_all(std::span<const Acquisition> items, std::spa
   return core_->try_acquire_all(items, out);
 }
 
+bool Engine::reset(std::uint64_t resource, const Limit& limit) {
+  return core_->reset(resource, limit);
+}
+
+std::uint64_t Engine::refund(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
+  return core_->refund(resource, limit, cost);
+}
+
 LimiterHandle Engine::limiter(std::uint64_t resource, const Limit& limit) {
   auto [shard, ref] = core_->pin(resource, limit);
   return LimiterHandle(core_, shard, ref.record, ref.id, resource, limit);

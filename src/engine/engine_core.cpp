@@ -211,7 +211,7 @@ Decision EngineCore::try_acquire(std::uint64_t resource, const Limit& limit, std
 Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit,
                                  std::uint64_t cost) {
   const std::int64_t now = now_ns();
-  LimiterKey key = LimiterKey::of(ref.record->resource, limit);
+  LimiterKey key = LimiterKey::counted(ref.record->resource, limit);
   std::uint64_t hash = key.hash();
   return decide(shard, key, hash, ref, now, limit, cost);
 }
@@ -365,6 +365,56 @@ void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint6
       found.record->view().remove(counted.epoch, cost);
     }
   }
+}
+
+bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
+  const LimiterKey key = LimiterKey::of(resource, limit);
+  const std::uint64_t hash = key.hash();
+  // The store first, as give_back() does.
+  const bool shared = store_ == nullptr || store_->reset(key);
+  Shard& shard = registry_.shard_for(hash);
+  std::lock_guard lock(shard.mutex);
+  if (const RecordRef found = shard.find(key, hash)) {
+    Shard::WriteSection section(shard);
+    found.record->view().reset(now_ns());
+  }
+  return shared;
+}
+
+std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
+  const LimiterKey key = LimiterKey::of(resource, limit);
+  const std::uint64_t hash = key.hash();
+  Shard& shard = registry_.shard_for(hash);
+  // What to take back, newest subinterval first, from the counts this engine holds (its
+  // own and the shared ones it has seen); the trailing subinterval, on its way out, is
+  // left alone.
+  std::vector<EpochCount> taken;
+  std::uint64_t total = 0;
+  {
+    std::lock_guard lock(shard.mutex);
+    const RecordRef found = shard.find(key, hash);
+    if (!found) return 0;
+    const SlidingWindow window = found.record->view();
+    const std::int64_t newest = window.epoch();
+    for (std::int64_t e = newest; e > newest - std::int64_t{key.subintervals} && total < cost;
+         --e) {
+      const std::uint64_t take = std::min<std::uint64_t>(window.count_for_epoch(e), cost - total);
+      if (take == 0) continue;
+      taken.push_back({e, take});
+      total += take;
+    }
+  }
+  // The store first, as give_back() does.
+  if (store_ != nullptr) {
+    for (const EpochCount& t : taken) store_->remove(key, t.epoch, t.count);
+  }
+  std::lock_guard lock(shard.mutex);
+  if (const RecordRef found = shard.find(key, hash)) {
+    Shard::WriteSection section(shard);
+    SlidingWindow window = found.record->view();
+    for (const EpochCount& t : taken) window.remove(t.epoch, t.count);
+  }
+  return total;
 }
 
 void EngineCore::take_activity(std::vector<Activity>& out) {

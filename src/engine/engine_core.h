@@ -35,6 +35,10 @@ class EngineCore final : public SyncTarget {
   // Engine::try_acquire_all.
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
+  // Engine::reset and Engine::refund.
+  bool reset(std::uint64_t resource, const Limit& limit);
+  std::uint64_t refund(std::uint64_t resource, const Limit& limit, std::uint64_t cost);
+
   // Finds or creates the limiter and pins it; unpin() releases it.
   std::pair<Shard*, RecordRef> pin(std::uint64_t resource, const Limit& limit);
   static void unpin(Shard& shard, RecordRef ref) noexcept;

@@ -94,6 +94,9 @@ class Store {
   // failure (the store unreachable included) is noted in Stats::last_error, not reported;
   // the shared count then errs high until its subinterval leaves the window.
   virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
+  // Deletes the limiter's shared counts (Engine::reset). False when the store could not
+  // be reached in time or refused (noted in Stats::last_error as well).
+  virtual bool reset(const LimiterKey& key) = 0;
   // False while the part of the store that holds `resource`'s counts is known to be
   // unreachable (its circuit is open: one Redis, or the Cluster primary of its slot):
   // callers then skip it at once instead of each waiting for a deadline.

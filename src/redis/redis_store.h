@@ -66,6 +66,7 @@ class RedisStore final : public Store, private ReadRouter {
   void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
     writes_.remove(key, epoch, cost);
   }
+  bool reset(const LimiterKey& key) override { return writes_.reset(key); }
   bool available(std::uint64_t resource) const noexcept override {
     return topology_.all_available() ||
            topology_.node_for_resource(resource).circuit().available();

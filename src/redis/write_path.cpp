@@ -363,6 +363,24 @@ void WritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t 
   }
 }
 
+bool WritePath::reset(const LimiterKey& key) {
+  RedisNode& home = topology_.node_for_resource(key.resource);
+  if (!home.circuit().available()) {
+    reporter_.note_error("resetting counts: Redis unavailable");
+    return false;
+  }
+  const std::vector<Command> commands = {{"DEL", layout_.window_key(key)}};
+  Exchange x(*this, commands.size());
+  x.items.assign(commands.size(), {&home});
+  std::string refused;
+  x.run(commands, [&](std::size_t, const redisReply& r) {
+    if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
+  });
+  const bool ok = x.items[0].end == Exchange::End::kAnswered && refused.empty();
+  if (!ok) reporter_.note_error("resetting counts: " + (refused.empty() ? x.error : refused));
+  return ok;
+}
+
 void WritePath::add_stats(Stats& s) const {
   s.writes_ok = writes_ok_.load(std::memory_order_relaxed);
   s.writes_failed = writes_failed_.load(std::memory_order_relaxed);

@@ -80,6 +80,8 @@ class WritePath {
                std::span<bool> written);
   // Store::remove.
   void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost);
+  // Store::reset: deletes the limiter's window key.
+  bool reset(const LimiterKey& key);
   void add_stats(Stats& stats) const;
   // Corrections made so far (second round trips; see the class comment).
   std::uint64_t repairs() const noexcept { return repairs_.load(std::memory_order_relaxed); }

@@ -153,6 +153,13 @@ TEST_CASE("three engines share limits exactly on a cluster, over every primary")
   }
   CHECK(engines[0]->stats().store_available);
   CHECK(engines[0]->stats().writes_failed == 0);
+
+  // A reset from one engine reaches each resource's primary: a new engine sees them
+  // all fresh.
+  for (int r = 0; r < kResources; ++r) CHECK(engines[r % 3]->reset(1000 + r, limit));
+  Engine fresh(options);
+  for (int r = 0; r < kResources; ++r) CHECK(fresh.try_acquire(1000 + r, limit).remaining == 19);
+  CHECK(engines[0]->stats().last_error.empty());
 }
 
 TEST_CASE("boundary reads on a cluster bring other engines' counts from every primary") {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -642,6 +643,30 @@ TEST_CASE("ACL users, Unix sockets and databases") {
   CHECK(wrong_user.stats().last_error.find("authentication failed") != std::string::npos);
 }
 
+TEST_CASE("reset and refund reach the shared counts") {
+  RedisServer redis;
+  const Options options = redis_options(redis.url());
+  const Limit login(3, 60s, 6s);
+  Engine a(options);
+  Engine b(options);
+  for (int i = 0; i < 3; ++i) REQUIRE(a.try_acquire("alice", login).allowed);
+  CHECK_FALSE(b.try_acquire("alice", login).allowed);  // its write met a's three
+  CHECK(a.reset("alice", login));
+  CHECK(redis.command({"EXISTS", detail::StoreLayout(options.key_prefix, 1)
+                                           .window_key(detail::LimiterKey::of(hash("alice"), login))}) ==
+        "0");
+  // A third node sees a fresh window.
+  Engine c(options);
+  const Decision fresh = c.try_acquire("alice", login);
+  CHECK(fresh.allowed);
+  CHECK(fresh.remaining == 2);
+  // A refund in one node gives back in the shared counts: a fourth node sees it.
+  CHECK(c.refund("alice", login) == 1);
+  Engine d(options);
+  CHECK(d.try_acquire("alice", login, 0).remaining == 3);
+  CHECK(a.stats().last_error.empty());
+}
+
 TEST_CASE("key layout: one string per resource and geometry, a small ring, expiring") {
   RedisServer redis;
   Options options = redis_options(redis.url());
@@ -651,9 +676,18 @@ TEST_CASE("key layout: one string per resource and geometry, a small ring, expir
   (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
   (void)engine.try_acquire(resource, Limit(100, 1s, 250ms));  // another geometry: another key
   const std::string keys = redis.command({"KEYS", "layout*"});
-  const std::string key = "layout:{000000001234abcd}:100x10:w";
+  // Named by the resource's counter in the limit's scope.
+  const auto name = [](std::uint64_t counter) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(counter));
+    return std::string(hex);
+  };
+  const std::uint64_t counter =
+      detail::LimiterKey::counter_of(resource, Limit(100, 1s, 100ms).scope());
+  CHECK(counter != resource);
+  const std::string key = "layout:{" + name(counter) + "}:100x10:w";
   CHECK(keys.find(key) != std::string::npos);
-  CHECK(keys.find("layout:{000000001234abcd}:250x4:w") != std::string::npos);
+  CHECK(keys.find("layout:{" + name(counter) + "}:250x4:w") != std::string::npos);
   CHECK(keys.find(":cs:{") != std::string::npos);  // a change set
   CHECK(keys.find("}:100x10:") != std::string::npos);
   const long long ttl = std::atoll(redis.command({"PTTL", key}).c_str());

@@ -79,7 +79,9 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   CHECK(m.tier == "free");
   CHECK(m.endpoint == "");
   CHECK(names(m) == Names{"tier:free/per-second", "tier:free/per-hour"});
-  CHECK(m.limits[1]->limit == Limit(1000, std::chrono::hours(1), std::chrono::minutes(1)));
+  // Scoped by the rule's name: a reload that changes max keeps its counts.
+  CHECK(m.limits[1]->limit == Limit(1000, std::chrono::hours(1), std::chrono::minutes(1))
+                                  .with_scope("tier:free/per-hour"));
 
   // A glob-mapped tier plus a glob endpoint with two windows.
   m = match(rules, "pro_x", "GET", "/api/v1/search");

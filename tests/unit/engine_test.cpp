@@ -79,6 +79,16 @@ class FakeStore final : public detail::Store {
     std::uint64_t& c = shared_->counts[{key.resource, key.resolution_ms, key.subintervals, epoch}];
     c -= std::min(c, cost);
   }
+  bool reset(const detail::LimiterKey& key) override {
+    if (shared_->down) return false;
+    std::lock_guard lock(shared_->mutex);
+    std::erase_if(shared_->counts, [&](const auto& entry) {
+      const auto& [resource, resolution_ms, subintervals, epoch] = entry.first;
+      return resource == key.resource && resolution_ms == key.resolution_ms &&
+             subintervals == key.subintervals;
+    });
+    return true;
+  }
   // The fake is "reachable" even while failing writes: it tests the write path.
   bool available(std::uint64_t) const noexcept override { return true; }
   std::int64_t clock_offset() const noexcept override { return 0; }
@@ -164,17 +174,42 @@ TEST_CASE("options out of range are refused with the option's name") {
         }) == "accepted");
 }
 
+TEST_CASE_FIXTURE(Fixture, "two limits of one window count apart unless given one scope") {
+  Engine engine(options());
+  const Limit login(3, 60s);
+  const Limit api(100, 60s);
+  for (int i = 0; i < 5; ++i) CHECK(engine.try_acquire("client", api).allowed);
+  // The login limit has seen none of the API's requests.
+  const Decision first = engine.try_acquire("client", login);
+  CHECK(first.allowed);
+  CHECK(first.remaining == 2);
+  CHECK(engine.try_acquire("client", api).remaining == 94);
+  // Named alike, they count together: 3 over both, whatever the max.
+  const Limit low = Limit(3, 60s).with_scope("shared");
+  const Limit high = Limit(100, 60s).with_scope("shared");
+  CHECK(engine.try_acquire("client", high, 3).allowed);
+  CHECK_FALSE(engine.try_acquire("client", low).allowed);
+  CHECK(engine.try_acquire("client", high).remaining == 96);
+  // A handle is the limiter of its limit's scope too.
+  LimiterHandle handle = engine.limiter("client", low);
+  CHECK_FALSE(handle.try_acquire().allowed);
+  CHECK(engine.try_acquire("client", login).remaining == 1);
+}
+
 TEST_CASE_FIXTURE(Fixture, "resources, names and window geometries") {
   Engine engine(options());
   const Limit small(3, 1s, 100ms);
   CHECK(engine.try_acquire("a", small, 3).allowed);
   CHECK_FALSE(engine.try_acquire(hash("a"), small).allowed);  // a name is its hash
   CHECK(engine.try_acquire("b", small).allowed);              // another resource
-  // Same interval and resolution, another max: the same counts.
+  // The same limit raised with with_max (an override): the same counts.
   CHECK(engine.try_acquire("a", small.with_max(5)).remaining == 1);
+  // Another limit of the same window is counted apart: two limits never share counts
+  // unless asked to.
+  CHECK(engine.try_acquire("a", Limit(5, 1s, 100ms), 5).allowed);
   // Another geometry on the same resource counts apart.
   CHECK(engine.try_acquire("a", Limit(3, 1s, 250ms), 3).allowed);
-  CHECK(engine.stats().limiters == 3);
+  CHECK(engine.stats().limiters == 4);
   // Cost 0 asks, cost > max can never pass.
   CHECK(engine.try_acquire("c", small, 0).remaining == 3);
   const Decision never = engine.try_acquire("c", small, 4);
@@ -516,6 +551,69 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK(d.allowed);
   CHECK(d.degraded);
   CHECK(a.stats().degraded == 1);
+}
+
+TEST_CASE_FIXTURE(Fixture, "reset forgets a resource's counts, here and in the store") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  const Limit login(3, 60s, 6s);
+  const std::uint64_t r = hash("alice");
+  for (int i = 0; i < 3; ++i) CHECK(a.try_acquire(r, login, 1).allowed);
+  clock->advance(7s);  // the counts span two subintervals
+  CHECK_FALSE(a.try_acquire(r, login, 1).allowed);
+  // Another resource and another limit on alice are untouched.
+  CHECK(a.try_acquire(hash("bob"), login, 2).allowed);
+  CHECK(a.try_acquire(r, Limit(5, 60s, 6s), 2).allowed);
+  CHECK(a.reset(r, login));
+  {
+    std::lock_guard lock(shared->mutex);
+    std::uint64_t total = 0;
+    for (const auto& [k, c] : shared->counts) total += c;
+    CHECK(total == 4);  // bob's 2 and the other limit's 2
+  }
+  const Decision fresh = a.try_acquire(r, login, 1);
+  CHECK(fresh.allowed);
+  CHECK(fresh.remaining == 2);
+  CHECK(a.try_acquire(hash("bob"), login, 1).remaining == 0);
+  // Unreachable: this engine's counts go, and the call says the shared ones did not.
+  shared->down = true;
+  CHECK_FALSE(a.reset(r, login));
+  CHECK(a.try_acquire(r, login, 3).allowed);  // (degraded, local policy)
+}
+
+TEST_CASE_FIXTURE(Fixture, "refund gives counts back, newest first, never below zero") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  const Limit limit(10, 10s, 1s);
+  const std::uint64_t r = hash("worker");
+  CHECK(a.try_acquire(r, limit, 4).allowed);
+  clock->advance(1s);
+  CHECK(a.try_acquire(r, limit, 6).allowed);
+  CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
+  CHECK(a.refund(r, limit, 7) == 7);  // 6 from this subinterval, 1 from the one before
+  const auto shared_total = [&] {
+    std::lock_guard lock(shared->mutex);
+    std::uint64_t total = 0;
+    for (const auto& [k, c] : shared->counts) total += c;
+    return total;
+  };
+  CHECK(shared_total() == 3);
+  CHECK(a.try_acquire(r, limit, 0).remaining == 7);
+  CHECK(a.refund(r, limit, 100) == 3);  // what there was
+  CHECK(shared_total() == 0);
+  CHECK(a.try_acquire(r, limit, 0).remaining == 10);
+  CHECK(a.refund(hash("nobody"), limit, 5) == 0);
+}
+
+TEST_CASE_FIXTURE(Fixture, "reset and refund in local mode") {
+  Engine engine(options());
+  const Limit limit(2, 1s, 100ms);
+  CHECK(engine.try_acquire("k", limit, 2).allowed);
+  CHECK(engine.refund("k", limit) == 1);
+  CHECK(engine.try_acquire("k", limit).allowed);
+  CHECK_FALSE(engine.try_acquire("k", limit).allowed);
+  CHECK(engine.reset("k", limit));
+  CHECK(engine.try_acquire("k", limit, 2).allowed);
 }
 
 TEST_CASE_FIXTURE(Fixture,

@@ -1,5 +1,7 @@
 #include "ratewin/limit.h"
 
+#include "ratewin/hash.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -32,9 +34,31 @@ TEST_CASE("a valid limit exposes its geometry") {
   CHECK(limit.subintervals() == 12);
   CHECK(limit.resolution_ns() == 5'000'000'000);
   CHECK(limit.to_string() == "100/1m@5s");
-  CHECK(limit.with_max(7) == Limit(7, seconds(60), seconds(5)));
+  // with_max keeps the scope (it counts with `limit`): not a plain limit of 7.
+  CHECK(limit.with_max(7).max() == 7);
+  CHECK(limit.with_max(7).scope() == limit.scope());
+  CHECK(limit.with_max(7) != Limit(7, seconds(60), seconds(5)));
+  CHECK(limit.with_max(100) == limit);
   CHECK(Limit(1, milliseconds(1), milliseconds(1)).subintervals() == 1);
   CHECK(Limit(Limit::kMaxCount, hours(24), seconds(2)).subintervals() == 43200);
+}
+
+TEST_CASE("a limit's own scope follows from its max; a named one is shared on purpose") {
+  const Limit a(3, seconds(60));
+  const Limit b(100, seconds(60));
+  CHECK_FALSE(a.has_scope());
+  CHECK(a.scope() != 0);
+  CHECK(a.scope() != b.scope());
+  CHECK(a.scope() == Limit(3, seconds(60)).scope());
+  CHECK(a.scope() == Limit(3, seconds(10)).scope());  // (geometry separates those)
+  CHECK(a.with_scope("login").scope() == hash("login"));
+  CHECK(a.with_scope("login").has_scope());
+  CHECK(a.with_scope("login").scope() == b.with_scope("login").scope());
+  CHECK(a.with_scope("login") != a);
+  CHECK(a.with_scope("login").with_scope_id(0) == a);
+  CHECK(a.with_scope_id(a.scope()) == a);  // its own scope, given: the same limit
+  CHECK(a.with_scope("x").with_max(7).scope() == hash("x"));
+  CHECK(a.with_failure_policy(FailurePolicy::open).scope() == a.scope());
 }
 
 TEST_CASE("default resolution") {
