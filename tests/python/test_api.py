@@ -111,13 +111,20 @@ def test_limits_are_values():
     assert a != ratewin.Limit(100, per=60, on_failure="open")
     assert hash(a) == hash(ratewin.Limit(100, per=60.0))
     assert len({a, ratewin.Limit(100, 60), ratewin.Limit(100, 60, 1)}) == 2
-    assert a.with_max(5) == ratewin.Limit(5, per=60)
+    # with_max keeps the limit's scope (it counts with `a`): not a plain limit of 5.
+    assert a.with_max(5).max == 5
+    assert a.with_max(5) != ratewin.Limit(5, per=60)
+    assert a.with_max(100) == a
+    assert a.with_scope("s") == ratewin.Limit(100, per=60, scope="s")
+    assert hash(a.with_scope("s")) != hash(a)
     with pytest.raises(ValueError):
         a.with_max(0)
 
 
 def test_limit_repr_reads_back():
-    for limit in (ratewin.Limit(100, per=60), ratewin.Limit(3, 1.5, 0.25, on_failure="closed")):
+    for limit in (ratewin.Limit(100, per=60), ratewin.Limit(3, 1.5, 0.25, on_failure="closed"),
+                  ratewin.Limit(3, per=60, scope="login"),
+                  ratewin.Limit(3, per=10, on_failure="open").with_max(9)):
         text = repr(limit)
         assert text.startswith("Limit(")
         assert eval(text, {"Limit": ratewin.Limit}) == limit
@@ -331,7 +338,8 @@ def test_a_limiter_outlives_its_engine():
 
 # ---- Documentation ------------------------------------------------------------------
 
-PUBLIC_CLASSES = [ratewin.Engine, ratewin.Limit, ratewin.Decision, ratewin.Limiter,
+PUBLIC_CLASSES = [ratewin.Engine, ratewin.Limit, ratewin.Decision, ratewin.Decisions,
+                  ratewin.Limiter,
                   ratewin.ManualClock, ratewin.FailurePolicy, ratewin.Error,
                   ratewin.ClosedError]
 
@@ -365,6 +373,7 @@ def test_everything_has_a_docstring():
 def test_every_class_has_its_own_repr(engine):
     limit = ratewin.Limit(1, per=1)
     objects = [engine, limit, engine.try_acquire("x", limit), engine.limiter("y", limit),
+               engine.try_acquire_all("z", [limit]),
                ratewin.ManualClock(), ratewin.FailurePolicy.OPEN]
     for obj in objects:
         assert " object at 0x" not in repr(obj), type(obj)

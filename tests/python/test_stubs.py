@@ -44,6 +44,15 @@ def test_package_and_its_users_type_check(tmp_path):
             retry: float = decision.retry_after
             with engine.limiter(42, limit) as hot:
                 ok: bool = bool(hot.try_acquire())
+            limits: list[ratewin.Limit] = ratewin.parse_many("10/second; 1000/day")
+            login: ratewin.Limit = ratewin.parse("3/minute", scope="login")
+            scope: str | int | None = login.scope
+            both: ratewin.Decisions = engine.try_acquire_all("user:42", limits, cost=1)
+            refused: int | None = both.refused
+            each: list[ratewin.Decision | None] = both.decisions
+            shown: ratewin.Decision = both.decision
+            cleared: bool = engine.reset("user:42", login)
+            given_back: int = engine.refund("user:42", limit, 2)
         """))
     for target in (["-p", "ratewin"], [str(user)]):
         result = mypy(tmp_path, "mypy", "--strict", *target)

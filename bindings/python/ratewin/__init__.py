@@ -21,6 +21,7 @@ import atexit
 from ._ratewin import (
     ClosedError,
     Decision,
+    Decisions,
     Engine,
     Error,
     FailurePolicy,
@@ -31,10 +32,12 @@ from ._ratewin import (
     hash,
 )
 from . import _ratewin
+from ._parse import parse, parse_many
 
 __all__ = [
     "ClosedError",
     "Decision",
+    "Decisions",
     "Engine",
     "Error",
     "FailurePolicy",
@@ -43,6 +46,8 @@ __all__ = [
     "ManualClock",
     "__version__",
     "hash",
+    "parse",
+    "parse_many",
 ]
 
 # Engines still open when the interpreter exits are closed first, while their threads

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "ratewin/ratewin.h"
 
@@ -18,6 +20,16 @@ void init_clock(py::module_& m);
 void init_limit(py::module_& m);
 void init_decision(py::module_& m);
 void init_engine(py::module_& m);
+
+// Engine.try_acquire_all's answer: one Decision per limit (none for the limits after the
+// one that refused, which were not decided), and which one describes the outcome.
+struct Decisions {
+  std::vector<std::optional<Decision>> decisions;
+  std::optional<std::size_t> refused;  // the limit that refused, if one did
+  // The decision that describes the outcome: the refusing limit's, or when all admitted,
+  // the one with the fewest units left.
+  const Decision& shown() const;
+};
 
 // Seconds (an int, a float or a datetime.timedelta) as whole milliseconds. TypeError for
 // other types; ValueError when not finite, negative (or zero, unless allow_zero), or not

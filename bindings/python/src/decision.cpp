@@ -6,6 +6,29 @@
 
 namespace ratewin::python {
 
+namespace {
+
+std::string repr(const Decision& d) {
+  auto seconds = [](double s) { return py::repr(py::float_(s)).cast<std::string>(); };
+  return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") +
+         ", limit=" + std::to_string(d.limit) + ", remaining=" + std::to_string(d.remaining) +
+         ", reset_after=" + seconds(to_seconds(d.reset_after)) + ", retry_after=" +
+         seconds(d.can_ever_pass() ? to_seconds(d.retry_after)
+                                   : std::numeric_limits<double>::infinity()) +
+         ", degraded=" + (d.degraded ? "True" : "False") + ")";
+}
+
+}  // namespace
+
+const Decision& Decisions::shown() const {
+  if (refused) return *decisions[*refused];
+  const Decision* best = nullptr;
+  for (const std::optional<Decision>& d : decisions) {
+    if (best == nullptr || d->remaining < best->remaining) best = &*d;
+  }
+  return *best;
+}
+
 void init_decision(py::module_& m) {
   py::class_<Decision>(m, "Decision",
                        "The answer to one request. Durations are seconds from the moment of "
@@ -42,14 +65,73 @@ void init_decision(py::module_& m) {
           "X-RateLimit-Remaining, X-RateLimit-Reset (seconds until the window is empty, "
           "rounded up) and, when rejected and retrying can help, Retry-After (seconds, "
           "rounded up).")
-      .def("__repr__", [](const Decision& d) {
-        auto seconds = [](double s) { return py::repr(py::float_(s)).cast<std::string>(); };
-        return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") +
-               ", limit=" + std::to_string(d.limit) + ", remaining=" + std::to_string(d.remaining) +
-               ", reset_after=" + seconds(to_seconds(d.reset_after)) + ", retry_after=" +
-               seconds(d.can_ever_pass() ? to_seconds(d.retry_after)
-                                         : std::numeric_limits<double>::infinity()) +
-               ", degraded=" + (d.degraded ? "True" : "False") + ")";
+      .def("__repr__", [](const Decision& d) { return repr(d); });
+
+  py::class_<Decisions>(m, "Decisions",
+                        "The answer of Engine.try_acquire_all: one Decision per limit. True "
+                        "in a boolean context when every limit admitted the request.")
+      .def_property_readonly(
+          "allowed", [](const Decisions& d) { return !d.refused; },
+          "Every limit admitted the request, and it was counted against each.")
+      .def_property_readonly(
+          "refused",
+          [](const Decisions& d) -> py::object {
+            if (!d.refused) return py::none();
+            return py::int_(*d.refused);
+          },
+          "The index of the limit that refused (the one with the longest wait when several "
+          "would), or None.")
+      .def_property_readonly(
+          "decisions",
+          [](const Decisions& d) {
+            py::list out;
+            for (const std::optional<Decision>& x : d.decisions) {
+              if (x) {
+                out.append(py::cast(*x));
+              } else {
+                out.append(py::none());
+              }
+            }
+            return out;
+          },
+          "One Decision per limit, in order; None for the limits after the one that refused "
+          "(not decided).")
+      .def_property_readonly(
+          "decision", [](const Decisions& d) { return d.shown(); },
+          "The Decision that describes the outcome: the refusing limit's, or when all "
+          "admitted, the one with the fewest units left (what headers() describe).")
+      .def_property_readonly(
+          "degraded",
+          [](const Decisions& d) {
+            for (const std::optional<Decision>& x : d.decisions)
+              if (x && x->degraded) return true;
+            return false;
+          },
+          "A decision followed its limit's on_failure policy (Redis unreachable).")
+      .def_property_readonly(
+          "retry_after",
+          [](const Decisions& d) {
+            const Decision& s = d.shown();
+            return s.can_ever_pass() ? to_seconds(s.retry_after)
+                                     : std::numeric_limits<double>::infinity();
+          },
+          "0 when allowed; else the refusing limit's retry_after.")
+      .def("__bool__", [](const Decisions& d) { return !d.refused; })
+      .def("__len__", [](const Decisions& d) { return d.decisions.size(); })
+      .def(
+          "headers",
+          [](const Decisions& d) {
+            py::dict out;
+            for (const HeaderField& f : headers(d.shown()))
+              out[py::str(f.name.data(), f.name.size())] = f.value;
+            return out;
+          },
+          "The HTTP response headers of `decision` (see Decision.headers).")
+      .def("__repr__", [](const Decisions& d) {
+        std::string text = std::string("Decisions(allowed=") + (d.refused ? "False" : "True");
+        if (d.refused) text += ", refused=" + std::to_string(*d.refused);
+        text += ", decision=" + repr(d.shown()) + ")";
+        return text;
       });
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "bindings.h"
 #include "ratewin_internal/redis_client.h"
@@ -298,6 +299,47 @@ class PyEngine : public Owner<PyEngine, Engine> {
 
   std::uint64_t capacity(const Limit& limit) const { return engine()->capacity(limit); }
 
+  bool reset(py::handle resource, const Limit& limit) const {
+    const std::uint64_t id = to_resource(resource);
+    const std::shared_ptr<Engine> e = engine();
+    return without_gil([&] { return e->reset(id, limit); });
+  }
+
+  std::uint64_t refund(py::handle resource, const Limit& limit, py::handle cost) const {
+    const std::uint64_t id = to_resource(resource);
+    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+    const std::shared_ptr<Engine> e = engine();
+    return without_gil([&] { return e->refund(id, limit, units); });
+  }
+
+  Decisions try_acquire_all(py::handle resource, py::handle limits, py::handle cost) const {
+    const std::uint64_t id = to_resource(resource);
+    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+    if (PyUnicode_Check(limits.ptr()) != 0 || !py::isinstance<py::iterable>(limits))
+      throw py::type_error("limits must be an iterable of Limit");
+    std::vector<Acquisition> items;
+    for (const py::handle l : py::iter(limits)) {
+      if (!py::isinstance<Limit>(l)) {
+        throw py::type_error("limits must hold Limit objects, not " +
+                             py::str(py::type::of(l).attr("__name__")).cast<std::string>());
+      }
+      items.push_back({id, l.cast<Limit>(), units});
+    }
+    if (items.empty()) throw py::value_error("limits must not be empty");
+    std::vector<Decision> out(items.size());
+    const std::shared_ptr<Engine> e = engine();
+    const std::size_t refused = without_gil([&] { return e->try_acquire_all(items, out); });
+    Decisions result;
+    // Decided: every limit when all admitted; else the refusing one and those before it.
+    const std::size_t decided = refused == items.size() ? items.size() : refused + 1;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      result.decisions.push_back(i < decided ? std::optional<Decision>(out[i]) : std::nullopt);
+    }
+    if (refused != items.size()) result.refused = refused;
+    return result;
+  }
+
+
   const std::string& redis() const noexcept { return redis_; }
 
  private:
@@ -448,6 +490,21 @@ void init_engine(py::module_& m) {
           py::arg("resource"), py::arg("limit"),
           "A Limiter: `resource` under `limit`, held (never evicted) while the Limiter is "
           "open, without the lookup on every call.")
+      .def("reset", &PyEngine::reset, py::arg("resource"), py::arg("limit"),
+           "Forgets what `resource` counted under `limit` (and every limit of its scope and "
+           "window): the shared counts in Redis and this engine's own. Returns False when "
+           "Redis could not be reached (this engine's counts are gone all the same). Other "
+           "engines keep what they had already read until it leaves their window.")
+      .def("refund", &PyEngine::refund, py::arg("resource"), py::arg("limit"),
+           py::arg("cost") = 1,
+           "Gives back up to `cost` units counted for `resource` under `limit`, newest first, "
+           "in Redis and in this engine; never below zero. Returns the units given back.")
+      .def("try_acquire_all", &PyEngine::try_acquire_all, py::arg("resource"),
+           py::arg("limits"), py::arg("cost") = 1,
+           "All or nothing: admits `cost` units of `resource` only if every limit in "
+           "`limits` (an iterable of Limit) admits them, and counts them against each; a "
+           "refused request counts against none. Returns Decisions. Limits that refuse on "
+           "this engine's own counts refuse without touching the network.")
       .def("capacity", &PyEngine::capacity, py::arg("limit"),
            "How many limiters of `limit`'s window geometry the bounds (max_limiters, "
            "max_memory) hold, were they all of it: 0 when not even one fits.")

@@ -1,6 +1,9 @@
 #include <pybind11/operators.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "bindings.h"
 
@@ -31,8 +34,71 @@ const char* policy_name(FailurePolicy p) {
   return "local";
 }
 
+// The names of the scopes given in this process, for Limit.scope and repr (a Limit holds
+// only the id). Bounded: past that many, new names are not recorded (they show as ids).
+class ScopeNames {
+ public:
+  static ScopeNames& instance() {
+    static ScopeNames* names = new ScopeNames();  // never destroyed: used at exit too
+    return *names;
+  }
+  struct Name {
+    std::string text;  // the scope's name, or the max of the limit whose own scope it is
+    bool derived;      // the own scope of another limit (Limit.with_max)
+  };
+  void record(std::uint64_t id, std::string text, bool derived) {
+    std::lock_guard lock(mutex_);
+    if (names_.size() < kMax) names_.try_emplace(id, Name{std::move(text), derived});
+  }
+  std::optional<Name> find(std::uint64_t id) const {
+    std::lock_guard lock(mutex_);
+    const auto it = names_.find(id);
+    if (it == names_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  static constexpr std::size_t kMax = 10'000;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint64_t, Name> names_;
+};
+
+Limit with_scope_name(const Limit& limit, py::handle scope) {
+  if (scope.is_none()) return limit;
+  const std::string name = to_utf8(scope, "scope");
+  if (name.empty()) throw py::value_error("scope must not be empty");
+  ScopeNames::instance().record(hash(name), name, false);
+  return limit.with_scope(name);
+}
+
+// A limit's scope as Python shows it: None for its own, the name if known, else the id.
+py::object scope_object(const Limit& l) {
+  if (!l.has_scope()) return py::none();
+  if (std::optional<ScopeNames::Name> name = ScopeNames::instance().find(l.scope())) {
+    if (!name->derived) return py::str(name->text);
+  }
+  return py::int_(l.scope());
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   return py::repr(py::float_(static_cast<double>(ms.count()) / 1000.0)).cast<std::string>();
+}
+
+std::string limit_repr(const Limit& l) {
+  std::optional<ScopeNames::Name> name;
+  if (l.has_scope()) name = ScopeNames::instance().find(l.scope());
+  // In the own scope of a limit of another max: how this one was made from it.
+  const bool derived = name && name->derived;
+  std::string text = "Limit(" + (derived ? name->text : std::to_string(l.max())) +
+                     ", per=" + seconds_text(l.interval()) +
+                     ", resolution=" + seconds_text(l.resolution());
+  if (l.failure_policy() != FailurePolicy::local) {
+    text += std::string(", on_failure='") + policy_name(l.failure_policy()) + "'";
+  }
+  if (l.has_scope() && !derived) text += ", scope=" + py::repr(scope_object(l)).cast<std::string>();
+  text += ")";
+  if (derived) text += ".with_max(" + std::to_string(l.max()) + ")";
+  return text;
 }
 
 }  // namespace
@@ -50,20 +116,22 @@ void init_limit(py::module_& m) {
                     "subintervals of `resolution` seconds (per / resolution of them). Limits "
                     "are immutable values, safe to share between threads.")
       .def(py::init([](py::handle max, py::handle per, py::handle resolution,
-                       py::handle on_failure) {
+                       py::handle on_failure, py::handle scope) {
              const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
              const auto interval = to_milliseconds(per, "per");
              Limit limit = resolution.is_none()
                                ? Limit(count, interval)
                                : Limit(count, interval, to_milliseconds(resolution, "resolution"));
-             return limit.with_failure_policy(to_policy(on_failure));
+             return with_scope_name(limit.with_failure_policy(to_policy(on_failure)), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
-           py::arg("on_failure") = "local",
+           py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
            "Limit(100, per=60) allows 100 units a minute. `per` and `resolution` are seconds "
            "(int, float or datetime.timedelta, whole milliseconds); resolution must divide "
            "per and defaults to per / 10 (or the nearest coarser divisor). `on_failure` is a "
-           "FailurePolicy or 'local', 'open', 'closed'. Raises ValueError for a bad limit.")
+           "FailurePolicy or 'local', 'open', 'closed'. Two different limits never share counts "
+           "on a resource; limits given the same `scope` name (and the same per and resolution) "
+           "do. Raises ValueError for a bad limit.")
       .def_property_readonly("max", &Limit::max, "Units allowed per window.")
       .def_property_readonly(
           "per", [](const Limit& l) { return static_cast<double>(l.interval().count()) / 1000; },
@@ -76,30 +144,34 @@ void init_limit(py::module_& m) {
                              "per / resolution: subintervals in the window.")
       .def_property_readonly("on_failure", &Limit::failure_policy,
                              "The FailurePolicy applied while Redis is unreachable.")
+      .def_property_readonly("scope", &scope_object,
+                             "The scope name given (or its id), None for the limit's own: "
+                             "limits share counts only within one scope.")
       .def(
           "with_max",
           [](const Limit& l, py::handle max) {
-            return l.with_max(to_u64(max, "max", 1, Limit::kMaxCount));
+            const Limit raised = l.with_max(to_u64(max, "max", 1, Limit::kMaxCount));
+            if (!l.has_scope()) {
+              ScopeNames::instance().record(l.scope(), std::to_string(l.max()), true);
+            }
+            return raised;
           },
           py::arg("max"),
-          "The same window with another max; limits with the same window share counts on a "
-          "resource.")
+          "The same window with another max, in the same scope: it shares counts with this "
+          "limit (an override that raises max keeps what was counted).")
+      .def(
+          "with_scope", [](const Limit& l, py::handle scope) { return with_scope_name(l, scope); },
+          py::arg("scope"),
+          "The same limit in the scope named `scope`: every limit of that scope and window "
+          "shares its counts.")
       .def(py::self == py::self)
       .def(py::self != py::self)
       .def("__hash__",
            [](const Limit& l) {
              return py::hash(py::make_tuple(l.max(), l.interval().count(), l.resolution().count(),
-                                            static_cast<int>(l.failure_policy())));
+                                            static_cast<int>(l.failure_policy()), l.scope()));
            })
-      .def("__repr__", [](const Limit& l) {
-        std::string text = "Limit(" + std::to_string(l.max()) +
-                           ", per=" + seconds_text(l.interval()) +
-                           ", resolution=" + seconds_text(l.resolution());
-        if (l.failure_policy() != FailurePolicy::local) {
-          text += std::string(", on_failure='") + policy_name(l.failure_policy()) + "'";
-        }
-        return text + ")";
-      });
+      .def("__repr__", &limit_repr);
 }
 
 }  // namespace ratewin::python

@@ -1,0 +1,171 @@
+"""Limit strings, limits that count apart unless scoped together, several limits at once,
+reset and refund: the everyday patterns of limits / flask-limiter users."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import ratewin
+
+
+# ---- two limits never share counts unless asked ---------------------------------------
+
+def test_per_route_limits_count_apart(engine):
+    login = ratewin.Limit(3, per=60)
+    api = ratewin.Limit(100, per=60)
+    for _ in range(5):
+        assert engine.try_acquire("client", api)
+    first = engine.try_acquire("client", login)
+    assert first.allowed and first.remaining == 2
+    assert engine.try_acquire("client", api).remaining == 94
+
+
+def test_a_shared_scope_counts_together(engine):
+    low = ratewin.Limit(3, per=60, scope="uploads")
+    high = ratewin.Limit(100, per=60).with_scope("uploads")
+    assert low.scope == "uploads" and high.scope == "uploads"
+    assert ratewin.Limit(3, per=60).scope is None
+    assert engine.try_acquire("k", high, 3)
+    assert not engine.try_acquire("k", low)
+    # with_max keeps what was counted: an override that raises a limit.
+    base = ratewin.Limit(2, per=60)
+    assert engine.try_acquire("u", base, 2)
+    assert not engine.try_acquire("u", base)
+    raised = base.with_max(5)
+    assert engine.try_acquire("u", raised).remaining == 2
+
+
+def test_scope_must_be_a_nonempty_str():
+    with pytest.raises(TypeError, match="scope"):
+        ratewin.Limit(1, per=1, scope=3)
+    with pytest.raises(ValueError, match="scope"):
+        ratewin.Limit(1, per=1, scope="")
+
+
+# ---- limit strings ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, max, per", [
+    ("10/second", 10, 1),
+    ("10/seconds", 10, 1),
+    ("10 per second", 10, 1),
+    ("  5 / Minute ", 5, 60),
+    ("100 per 5 minutes", 100, 300),
+    ("100/5minutes", 100, 300),
+    ("1000/hour", 1000, 3600),
+    ("1000 per day", 1000, 86400),
+    ("2/2 days", 2, 172800),
+    ("3/month", 3, 30 * 86400),
+    ("1 per year", 1, 365 * 86400),
+])
+def test_parse_reads_the_usual_grammar(text, max, per):
+    limit = ratewin.parse(text)
+    assert limit == ratewin.Limit(max, per=per)
+
+
+def test_parse_takes_a_policy_and_a_scope():
+    limit = ratewin.parse("3/minute", on_failure="closed", scope="login")
+    assert limit.on_failure == ratewin.FailurePolicy.CLOSED and limit.scope == "login"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "cannot read"),
+    ("ten/second", "cannot read"),
+    ("10", "cannot read"),
+    ("10/fortnight", "unknown unit 'fortnight'"),
+    ("0/second", "at least 1"),
+    ("1/0 seconds", "window of 0"),
+    ("10/second extra", "cannot read"),
+    ("99999999999/second", "between 1 and 4294967295"),
+    ("1/400 days", "366 days"),
+])
+def test_parse_errors_say_what_is_wrong(text, words):
+    with pytest.raises(ValueError, match=words):
+        ratewin.parse(text)
+    with pytest.raises(TypeError):
+        ratewin.parse(10)  # type: ignore[arg-type]
+
+
+def test_parse_many_splits_on_semicolons_commas_and_bars():
+    assert ratewin.parse_many("10/second; 1000/day") == [
+        ratewin.Limit(10, per=1), ratewin.Limit(1000, per=86400)]
+    assert ratewin.parse_many("1/second, 2/minute | 3/hour") == [
+        ratewin.Limit(1, per=1), ratewin.Limit(2, per=60), ratewin.Limit(3, per=3600)]
+    assert ratewin.parse_many("7/second") == [ratewin.Limit(7, per=1)]
+    with pytest.raises(ValueError, match="no limit"):
+        ratewin.parse_many(" ; ")
+    with pytest.raises(ValueError, match="empty limit"):
+        ratewin.parse_many("1/second;;2/day")
+    with pytest.raises(ValueError, match="fortnight"):
+        ratewin.parse_many("1/second; 2/fortnight")
+
+
+# ---- several limits at once -------------------------------------------------------------
+
+def test_try_acquire_all_is_all_or_nothing(engine, clock):
+    burst, daily = ratewin.parse_many("2/second; 5/day")
+    got = [engine.try_acquire_all("k", [burst, daily]) for _ in range(3)]
+    assert [bool(d) for d in got] == [True, True, False]
+    assert got[0].refused is None and got[0].allowed and len(got[0]) == 2
+    assert [d.remaining for d in got[1].decisions] == [0, 3]
+    refused = got[2]
+    assert refused.refused == 0 and not refused.allowed
+    assert refused.decisions[1] is None  # not decided
+    assert refused.decision.limit == 2 and 0 < refused.retry_after <= 1.1
+    assert refused.headers()["X-RateLimit-Limit"] == "2"
+    assert "Retry-After" in refused.headers()
+    # The refused request counted against neither: the day has 3 left.
+    clock.advance(2)
+    ok = engine.try_acquire_all("k", [burst, daily])
+    assert ok and ok.decision.limit == 2  # (the fewest left: 1 of 2, against 2 of 5)
+    assert ok.decisions[1].remaining == 2
+
+
+def test_try_acquire_all_takes_any_iterable_and_refuses_nonsense(engine):
+    assert engine.try_acquire_all("k", (lim for lim in ratewin.parse_many("5/second"))).allowed
+    with pytest.raises(ValueError, match="empty"):
+        engine.try_acquire_all("k", [])
+    with pytest.raises(TypeError, match="Limit"):
+        engine.try_acquire_all("k", ["5/second"])
+    with pytest.raises(TypeError, match="iterable"):
+        engine.try_acquire_all("k", "5/second")
+    over = engine.try_acquire_all("k", [ratewin.Limit(2, per=1)], cost=3)
+    assert not over and over.retry_after == math.inf
+
+
+# ---- reset and refund -------------------------------------------------------------------
+
+def test_reset_clears_a_login_counter(engine):
+    login = ratewin.Limit(3, per=60)
+    for _ in range(3):
+        assert engine.try_acquire("alice", login)
+    assert not engine.try_acquire("alice", login)
+    assert engine.reset("alice", login) is True
+    assert engine.try_acquire("alice", login).remaining == 2
+
+
+def test_refund_gives_back_what_did_not_count(engine):
+    limit = ratewin.Limit(10, per=60)
+    assert engine.try_acquire("w", limit, 8)
+    assert engine.refund("w", limit, 5) == 5
+    assert engine.try_acquire("w", limit, 0).remaining == 7
+    assert engine.refund("w", limit, 100) == 3
+    assert engine.refund("nobody", limit) == 0
+    with pytest.raises(ValueError, match="cost"):
+        engine.refund("w", limit, -1)
+
+
+def test_reset_and_refund_reach_redis(redis):
+    redis_url = redis.url
+    limit = ratewin.Limit(3, per=60)
+    with ratewin.Engine(redis_url, key_prefix="rr") as a, ratewin.Engine(redis_url, key_prefix="rr") as b:
+        for _ in range(3):
+            assert a.try_acquire("alice", limit)
+        assert not b.try_acquire("alice", limit)
+        assert a.reset("alice", limit) is True
+        with ratewin.Engine(redis_url, key_prefix="rr") as c:
+            assert c.try_acquire("alice", limit).remaining == 2
+            assert c.refund("alice", limit) == 1
+        with ratewin.Engine(redis_url, key_prefix="rr") as d:
+            assert d.try_acquire("alice", limit, 0).remaining == 3
