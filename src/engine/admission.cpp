@@ -1,8 +1,8 @@
 #include "engine/admission.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
-#include <vector>
 
 #include "engine/scratch.h"
 
@@ -107,25 +107,34 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
   }
   bool refused = false;
   {
+    // What decides: this write's own shared counts, the whole window as of the write
+    // (this request included), in the order Redis put every node's writes in. Not the
+    // local window after the merge: other threads' replies may have raised it meanwhile
+    // with writes that came after this one (which then refused themselves), so it can
+    // hide that this write went over, or refuse one that did not.
+    Scratch<Bucket, 64> own_buckets(key_.subintervals);
+    WindowState own_state;
+    SlidingWindow own(own_state, own_buckets.span().data(), key_.subintervals, r);
+    own.reset(epoch_ * r);
+    for (std::size_t k = 0; k < counts.size(); ++k)
+      own.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
+
     std::lock_guard lock(shard_.mutex);
     Shard::WriteSection section(shard_);
-    // The limiter may have been evicted while the lock was released: then the decision
-    // is made from the returned counts alone (they are the whole window).
+    // The limiter may have been evicted while the lock was released: then the returned
+    // counts are all there is.
     const RecordRef record = live();
-    WindowState spare_state;
-    std::vector<Bucket> spare_buckets(record ? 0 : key_.subintervals);
-    SlidingWindow window =
-        record ? record.record->view()
-               : SlidingWindow(spare_state, spare_buckets.data(), key_.subintervals, r);
-    if (!record) window.reset(epoch_ * r);
+    SlidingWindow window = record ? record.record->view() : own;  // (a view: `own` itself)
     // The first write of epoch_ is done (unless the window has moved on meanwhile: a mark
     // never goes back).
     if (record && first_ && window.epoch() == epoch_) {
       record.record->store_mark() = Record::mark_of(epoch_);
     }
-    bool raised = !record;
-    for (std::size_t k = 0; k < counts.size(); ++k)
-      raised |= window.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
+    // The local window learns the shared counts, for the decisions to come.
+    if (record) {
+      for (std::size_t k = 0; k < counts.size(); ++k)
+        window.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
+    }
     if (cost_ == 0) {
       // A question about a cold limiter: answered from the merged counts.
       const bool degraded = d_.degraded;
@@ -133,25 +142,26 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       d_.degraded = degraded;
       return;
     }
-    if (raised) {
-      // Other nodes' counts changed the window: does this request, counted in it, still
-      // fit? (It counts in both the local and the shared count, so once in the merge.)
-      Decision fresh;
-      window.evaluate(now_, limit_.max(), 0, fresh);
-      if (fresh.allowed) {
-        d_.remaining = fresh.remaining;
-        d_.reset_after = fresh.reset_after;
-      } else {
-        refused = true;
-        window.remove(epoch_, cost_);
-        window.evaluate(now_, limit_.max(), cost_, fresh);
-        d_.allowed = false;
-        d_.remaining = fresh.allowed ? 0 : fresh.remaining;
-        d_.reset_after = fresh.reset_after;
-        // (fresh.allowed cannot happen: without this request the estimate is exactly
-        // its cost lower; but never answer "retry now" to a refusal.)
-        d_.retry_after = fresh.allowed ? std::chrono::milliseconds(1) : fresh.retry_after;
-      }
+    Decision shared;
+    own.evaluate(now_, limit_.max(), 0, shared);  // (counted in it already)
+    Decision merged;
+    if (shared.allowed) {
+      // Admitted. What is left, as the merged window tells it (it may know of later
+      // writes), never more than the write's own counts leave.
+      window.evaluate(now_, limit_.max(), 0, merged);
+      d_.remaining = std::min(shared.remaining, merged.allowed ? merged.remaining : 0);
+      d_.reset_after = std::max(shared.reset_after, merged.reset_after);
+    } else {
+      refused = true;
+      window.remove(epoch_, cost_);  // (the local count, or the write's own if evicted)
+      window.evaluate(now_, limit_.max(), cost_, merged);
+      d_.allowed = false;
+      d_.remaining = merged.allowed ? 0 : merged.remaining;
+      d_.reset_after = merged.reset_after;
+      // (merged.allowed cannot happen: the merged window holds at least the write's own
+      // counts, over the limit with this request; but never answer "retry now" to a
+      // refusal.)
+      d_.retry_after = merged.allowed ? std::chrono::milliseconds(1) : merged.retry_after;
     }
     counted_ = {epoch_, record && !refused, !refused};
   }

@@ -11,6 +11,7 @@
 
 #include <uv.h>
 
+#include "core/record.h"
 #include "eventually.h"
 #include "ratewin/async.h"
 #include "ratewin/engine.h"
@@ -45,9 +46,12 @@ Options cluster_options(const std::string& url) {
 
 // A resource (its hashed name) whose slot the primary `server` serves, and one served
 // elsewhere.
-std::uint64_t resource_on(RedisServer& server, bool elsewhere, std::uint64_t from = 1) {
+// A resource whose limiter under `limit` is on `server` (or, with `elsewhere`, is not).
+std::uint64_t resource_on(RedisServer& server, bool elsewhere, const Limit& limit,
+                          std::uint64_t from = 1) {
   for (std::uint64_t r = from;; ++r) {
-    const bool on = cluster().primary_of(detail::resource_slot(r)) == &server;
+    const std::uint64_t counter = detail::LimiterKey::counter_of(r, limit.scope());
+    const bool on = cluster().primary_of(detail::resource_slot(counter)) == &server;
     if (on != elsewhere) return r;
   }
 }
@@ -201,10 +205,11 @@ TEST_CASE("try_acquire_all over limits on every primary: all or nothing, shared 
   std::vector<Acquisition> group;
   std::uint64_t from = 1;
   for (RedisServer* p : primaries) {
-    from = resource_on(*p, false, from) + 1;
+    from = resource_on(*p, false, limit, from) + 1;
     group.push_back({from - 1, limit});
   }
-  group.push_back({group[0].resource, Limit(7, 30s, 3s)});  // the tightest, on primary 1
+  // The tightest, on primary 1 (in the first limit's scope: the same counter, the same slot).
+  group.push_back({group[0].resource, Limit(7, 30s, 3s).with_scope_id(limit.scope())});
   std::vector<Decision> out(group.size());
   int admitted = 0;
   for (int i = 0; i < 20; ++i) {
@@ -317,9 +322,9 @@ TEST_CASE("a primary killed: only its slots go degraded, and writes resume on it
   const std::vector<RedisServer*> primaries = c.primaries();
   REQUIRE(primaries.size() == 3);
   RedisServer& victim = *primaries[0];
-  const std::uint64_t dead = resource_on(victim, false);
-  const std::uint64_t live = resource_on(victim, true);
   const Limit limit(Limit::kMaxCount, 1s, 100ms);
+  const std::uint64_t dead = resource_on(victim, false, limit);
+  const std::uint64_t live = resource_on(victim, true, limit);
   REQUIRE_FALSE(engine.try_acquire(dead, limit).degraded);
   REQUIRE_FALSE(engine.try_acquire(live, limit).degraded);
 

@@ -241,7 +241,7 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
     // The refused writes were given back: the shared count is exactly what was admitted.
     Engine late(options);
     CHECK(late.try_acquire("burst", limit, 0).remaining == 0);
-    CHECK(late.try_acquire("burst", Limit(51, 10s, 1s), 0).remaining == 1);
+    CHECK(late.try_acquire("burst", limit.with_max(51), 0).remaining == 1);
   }
 }
 

@@ -45,6 +45,7 @@ struct SharedCounts {
   std::atomic<int> batches{0};       // add_all calls
   std::atomic<int> batched{0};       // writes they carried
   std::function<void()> during_add;  // runs inside each write, before it is counted
+  std::function<void()> after_add;   // runs inside each write, once it is counted and read
 };
 
 class FakeStore final : public detail::Store {
@@ -57,14 +58,17 @@ class FakeStore final : public detail::Store {
     if (shared_->during_add) shared_->during_add();
     if (write.first) ++shared_->first_writes;
     if (shared_->down) return false;
-    std::lock_guard lock(shared_->mutex);
-    const detail::LimiterKey& key = write.key;
-    auto count = [&](std::int64_t e) -> std::uint64_t& {
-      return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, e}];
-    };
-    count(write.epoch) += write.cost;  // cost 0 only reads
-    for (std::size_t k = 0; k < counts.size(); ++k)
-      counts[k] = count(write.epoch - static_cast<std::int64_t>(k));
+    {
+      std::lock_guard lock(shared_->mutex);
+      const detail::LimiterKey& key = write.key;
+      auto count = [&](std::int64_t e) -> std::uint64_t& {
+        return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, e}];
+      };
+      count(write.epoch) += write.cost;  // cost 0 only reads
+      for (std::size_t k = 0; k < counts.size(); ++k)
+        counts[k] = count(write.epoch - static_cast<std::int64_t>(k));
+    }
+    if (shared_->after_add) shared_->after_add();
     return true;
   }
   void add_all(std::span<const detail::StoreWrite> writes,
@@ -551,6 +555,41 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK(d.allowed);
   CHECK(d.degraded);
   CHECK(a.stats().degraded == 1);
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "an admission stands on its own write's shared counts, whatever was merged since") {
+  // Seen on two servers sharing a global limit (26 and 27 admitted of 25): a write whose
+  // shared counts were over the limit, merged after another thread's reply had already
+  // raised the local window as high, changed nothing and was taken as admitted.
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit limit(3, 10s, 1s);
+  const std::uint64_t r = hash("global");
+  CHECK(a.try_acquire(r, limit, 0).remaining == 3);  // a knows the limiter, empty
+  for (int i = 0; i < 3; ++i) CHECK(b.try_acquire(r, limit, 1).allowed);  // a has not heard
+  // a's first request writes (the shared count becomes 4); before its reply is merged,
+  // another of a's threads writes (5), is refused by its reply and takes its count back.
+  bool nested = false;
+  Decision later;
+  shared->after_add = [&] {
+    if (nested) return;
+    nested = true;
+    later = a.try_acquire(r, limit, 1);
+    nested = false;
+  };
+  const Decision first = a.try_acquire(r, limit, 1);
+  shared->after_add = nullptr;
+  CHECK_FALSE(later.allowed);
+  CHECK_FALSE(first.allowed);  // its write made 4 of 3
+  std::uint64_t total = 0;
+  {
+    std::lock_guard lock(shared->mutex);
+    for (const auto& [k, c] : shared->counts) total += c;
+  }
+  CHECK(total == 3);
+  CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
 }
 
 TEST_CASE_FIXTURE(Fixture, "reset forgets a resource's counts, here and in the store") {
