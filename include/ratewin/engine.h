@@ -147,8 +147,8 @@ class Engine {
   // fresh window (a login counter cleared after a successful login). Returns false when
   // the store could not be reached in time (this engine's counts are gone all the same;
   // the shared ones then stay until they leave the window). Other engines keep what they
-  // had already read of the shared counts until it leaves their window, or until their
-  // own next write brings the reset counts back.
+  // had already read of the shared counts until it leaves their window (their merges only
+  // ever raise counts): reset on the engine that uses the counter.
   bool reset(std::uint64_t resource, const Limit& limit);
   bool reset(std::string_view resource, const Limit& limit) { return reset(hash(resource), limit); }
 

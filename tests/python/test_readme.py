@@ -28,6 +28,21 @@ def test_readme_python_example(tmp_path):
     assert lines[4] == "4 allowed so far"
 
 
+def test_readme_python_limits_example(tmp_path):
+    example = tmp_path / "limits.py"
+    subprocess.run(["cmake", f"-DREADME={ROOT / 'README.md'}", "-DNAME=python-limits",
+                    f"-DOUT={example}", "-P", str(ROOT / "tests" / "readme" / "extract.cmake")],
+                   check=True, timeout=60)
+    package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(package_root))
+    result = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("both allowed {'X-RateLimit-Limit': '10'"), lines
+    assert lines[1] == "refunded 2", lines
+
+
 def test_python_overhead_benchmark_runs(tmp_path):
     """cmd/bench/python_overhead.py runs (one short round; figures are not asserted)."""
     package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
