@@ -5,7 +5,6 @@ mid-run leaves the servers answering in degraded mode (and they recover)."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
@@ -94,11 +93,9 @@ def test_global_limit_is_exact_under_concurrency(start_server, redis, tmp_path):
     assert all(s in (200, 429) for s in results), results
     admitted = results.count(200)
     if not degraded:
-        # Once, under ThreadSanitizer in a loaded full run of the test command, 26 were
-        # admitted with no degraded decision; it has not been seen again nor explained
-        # (see issue 11's note), so sanitized builds allow that one more.
-        slack = 1 if os.environ.get("RATEWIN_SANITIZE") else 0
-        assert 25 <= admitted <= 25 + slack, results
+        # (26 and 27 were seen under sanitizers before an admission stood on its own
+        # write's shared counts; tests/unit/engine_test.cpp has the interleaving.)
+        assert admitted == 25, results
     else:
         # Never more than the limit on shared counts; the degraded ones on local counts.
         assert 25 <= admitted <= 25 + degraded.count(200), (results, degraded)
