@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -11,7 +13,7 @@ from wsgiref.util import setup_testing_defaults
 import pytest
 
 import ratewin
-from ratewin.wsgi import RateLimitMiddleware
+from ratewin.wsgi import Answer, RateLimitMiddleware
 
 
 def hello(environ, start_response):
@@ -43,7 +45,8 @@ def test_limits_per_client_and_path(engine):
     assert call(app, "/a")[0] == "200 OK"
     status, headers, body = call(app, "/a")
     assert status == "429 Too Many Requests"
-    assert body == b"Too Many Requests\n"
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body)["limit"] == "2/60s"
     assert headers["X-RateLimit-Remaining"] == "0"
     assert int(headers["Retry-After"]) >= 1
     assert headers["Content-Length"] == str(len(body))
@@ -124,8 +127,85 @@ def test_behind_wsgiref_server(engine):
             urllib.request.urlopen(url, timeout=10)
         assert rejected.value.code == 429
         assert int(rejected.value.headers["Retry-After"]) >= 1
-        assert rejected.value.read() == b"Too Many Requests\n"
+        assert json.loads(rejected.value.read())["error"] == "rate limited"
+        assert rejected.value.headers["RateLimit-Policy"] == '"3/60s";q=3;w=60'
+        assert rejected.value.headers["RateLimit"] == f'"3/60s";r=0;t={rejected.value.headers["X-RateLimit-Reset"]}'
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+# ---- several limits, strings, per-route limits, stacking, headers and 429 ---------------
+
+def test_limit_strings_and_lists_are_counted_all_or_nothing(engine):
+    app = RateLimitMiddleware(hello, engine, "2/minute; 3/hour")
+    got = [call(app)[0][:3] for _ in range(3)]
+    assert got == ["200", "200", "429"]
+    # The refused one counted against neither: the hour has 1 left.
+    assert engine.try_acquire_all("10.0.0.1", ratewin.parse_many("2/minute; 3/hour"),
+                                  0).decisions[1].remaining == 1
+    status, headers, _ = call(RateLimitMiddleware(hello, engine, [ratewin.Limit(5, per=1),
+                                                                  "10/minute"]), addr="10.0.0.9")
+    assert headers["RateLimit-Policy"] == '"5/1s";q=5;w=1, "10/60s";q=10;w=60'
+    with pytest.raises(ValueError, match="fortnight"):
+        RateLimitMiddleware(hello, engine, "2/fortnight")
+
+
+def test_per_route_limits_never_share_counts(engine):
+    login, api = ratewin.Limit(3, per=60), ratewin.Limit(100, per=60)
+    app = RateLimitMiddleware(hello, engine,
+                              lambda e: login if e["PATH_INFO"] == "/login" else api)
+    for _ in range(5):
+        assert call(app, "/api/items")[0] == "200 OK"
+    status, headers, _ = call(app, "/login")
+    assert status == "200 OK" and headers["X-RateLimit-Remaining"] == "2"
+
+
+def test_stacked_middlewares_refund_and_do_not_duplicate_headers(engine):
+    inner = RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=60, scope="inner"))
+    outer = RateLimitMiddleware(inner, engine, ratewin.Limit(10, per=60, scope="outer"))
+    assert call(outer)[0] == "200 OK"
+    status, headers, _ = call(outer)
+    assert status.startswith("429") and headers["X-RateLimit-Limit"] == "1"
+    # The outer limit counted only the request that got through.
+    outer_limit = ratewin.Limit(10, per=60, scope="outer")
+    assert engine.try_acquire("10.0.0.1", outer_limit, 0).remaining == 9
+
+
+def test_header_styles_and_unix_reset(engine):
+    limit = ratewin.Limit(5, per=60)
+    _, both, _ = call(RateLimitMiddleware(hello, engine, limit), addr="1.1.1.1")
+    assert {"X-RateLimit-Limit", "RateLimit", "RateLimit-Policy"} <= set(both)
+    _, x_only, _ = call(RateLimitMiddleware(hello, engine, limit, headers="x-ratelimit"),
+                        addr="1.1.1.2")
+    assert "RateLimit" not in x_only and "X-RateLimit-Limit" in x_only
+    _, ietf, _ = call(RateLimitMiddleware(hello, engine, limit, headers="ietf"), addr="1.1.1.3")
+    assert "X-RateLimit-Limit" not in ietf and ietf["RateLimit"].startswith('"5/60s";r=4;t=')
+    _, none, _ = call(RateLimitMiddleware(hello, engine, limit, headers="none"), addr="1.1.1.4")
+    assert not any("ratelimit" in h.lower() for h in none)
+    before = time.time()
+    _, unix, _ = call(RateLimitMiddleware(hello, engine, limit, reset="unix"), addr="1.1.1.5")
+    # (the counts leave a subinterval at a time: within the window plus one, 66 s)
+    assert before + 59 <= int(unix["X-RateLimit-Reset"]) <= time.time() + 67
+    with pytest.raises(ValueError, match="headers"):
+        RateLimitMiddleware(hello, engine, limit, headers="all")
+    with pytest.raises(ValueError, match="reset"):
+        RateLimitMiddleware(hello, engine, limit, reset="epoch")
+
+
+def test_on_reject_shapes_the_answer_and_a_cost_above_max_says_why(engine):
+    def teapot(environ, decisions, limits):
+        return Answer(418, [("Content-Type", "text/plain")],
+                      f"slow down: {limits[decisions.index].max}".encode())
+
+    app = RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=60), on_reject=teapot)
+    call(app)
+    status, headers, body = call(app)
+    assert status == "418 I'm a Teapot" and body == b"slow down: 1"
+    assert headers["Content-Length"] == str(len(body)) and "Retry-After" in headers
+    greedy = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60), cost=lambda e: 5)
+    status, headers, body = call(greedy, addr="10.9.9.9")
+    assert status.startswith("429") and "Retry-After" not in headers
+    assert json.loads(body) == {"error": "cost exceeds limit", "limit": "2/60s", "max": 2,
+                                "cost": 5, "retry_after_s": None}

@@ -11,7 +11,8 @@ written to Redis synchronously, and rejections never touch the network.
     if not decision:
         ...  # answer 429 with decision.headers()
 
-Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
+Limits from strings: ``ratewin.parse("10/second")``, ``ratewin.parse_many("10/second;
+1000/day")``. Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,38 @@
-"""ASGI middleware: a limit per client (and per route), with rate-limit headers.
+"""ASGI middleware: limits per client (and per route), with rate-limit headers.
 
     import ratewin
     from ratewin.asgi import RateLimitMiddleware
 
     engine = ratewin.Engine()  # or ratewin.Engine("redis://10.0.0.5:6379")
-    app = RateLimitMiddleware(app, engine, ratewin.Limit(100, per=60))
+    app = RateLimitMiddleware(app, engine, "100/minute; 1000/day")
 
 Starlette / FastAPI: ``app.add_middleware(RateLimitMiddleware, engine=engine,
 limit=limit)``. Django (ASGI): wrap ``get_asgi_application()``.
 
 HTTP requests only (websocket and lifespan events pass through). Every limited
-response carries X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset; a
-rejected request is answered ``429 Too Many Requests`` with Retry-After, without
-calling the application.
+response carries X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset, and
+the IETF RateLimit-Policy and RateLimit; a rejected request is answered ``429 Too Many
+Requests`` with Retry-After and a JSON body, without calling the application.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, MutableMapping, Optional, Union
+from typing import Any, Awaitable, Callable, MutableMapping, Optional
 
-from ._middleware import TOO_MANY_REQUESTS, Charge, PathChoice, RequestLimits
-from ._ratewin import Decision, Engine, Limit
+from ._middleware import (
+    REFUSED_MARK,
+    Answer,
+    Charge,
+    LimitChoice,
+    PathChoice,
+    RejectHook,
+    RequestLimits,
+    Responder,
+    refund,
+    with_length,
+)
+from ._ratewin import Decisions, Engine
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,7 +40,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["RateLimitMiddleware", "client_address"]
+__all__ = ["Answer", "RateLimitMiddleware", "client_address"]
 
 
 def client_address(scope: Scope) -> Optional[str]:
@@ -41,13 +52,24 @@ def client_address(scope: Scope) -> Optional[str]:
     return client[0] if client else None
 
 
+def _encoded(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+
+
 class RateLimitMiddleware:
     """Limits an ASGI application per client key (and per route).
 
-    ``limit`` is a Limit for every request, or a function ``(scope) -> Limit | None``
-    that picks one per request; None leaves the request unlimited. ``key(scope)`` names
-    the client (None: unlimited); ``cost(scope)`` gives the units a request takes
-    (default 1).
+    ``limit`` is what every request counts against: a Limit, a limit string
+    (``"10/second; 1000/day"``, see ratewin.parse_many), or a list of them, all counted
+    at once (a request is admitted only if every limit admits it, and a refused one
+    counts against none); or a function ``(scope) -> limits | None`` that picks them per
+    request; None leaves the request unlimited. Two different limits never share counts,
+    so per-route limits stay apart.
+
+    ``key(scope)`` names the client (None: unlimited). The default is the peer address;
+    a request without one (``uvicorn --uds``: ``scope["client"]`` is None) shares one
+    count with all such requests, and a warning is logged once on the ``ratewin``
+    logger. ``cost(scope)`` gives the units a request takes (default 1).
 
     ``per_path`` splits a client's count: ``False`` (the default) gives a client one count
     for the whole application; a function ``(scope) -> str | None`` gives one count per
@@ -55,6 +77,10 @@ class RateLimitMiddleware:
     ``True`` gives one count per request path, which suits only applications with a
     fixed set of paths: where paths carry ids (``/users/42``) a client escapes the limit
     by varying them, and fills the engine with limiters that crowd out other clients'.
+
+    ``headers``, ``reset`` and ``on_reject(scope, decisions, limits)`` are as in
+    ratewin.wsgi.RateLimitMiddleware. Stacked, an outer ratewin middleware gives its count
+    back when an inner one refuses the request, and leaves the inner one's headers alone.
 
     An admission with Redis waits for one round trip (up to the engine's
     command_timeout); with ``offload`` (the default when the engine uses Redis) the
@@ -67,60 +93,61 @@ class RateLimitMiddleware:
         self,
         app: ASGIApp,
         engine: Engine,
-        limit: Union[Limit, Callable[[Scope], Optional[Limit]]],
+        limit: LimitChoice,
         *,
-        key: Callable[[Scope], Optional[str]] = client_address,
+        key: Optional[Callable[[Scope], Optional[str]]] = None,
         cost: Optional[Callable[[Scope], int]] = None,
         per_path: PathChoice = False,
+        headers: str = "both",
+        reset: str = "delay",
+        on_reject: Optional[RejectHook] = None,
         offload: Optional[bool] = None,
     ) -> None:
         self.app = app
         self.engine = engine
-        self.limits = RequestLimits(limit, key, cost, per_path, "scope")
+        self.limits = RequestLimits(limit, key, client_address, cost, per_path, "scope")
+        self.responder = Responder(headers, reset, on_reject)
         self.offload = engine.redis is not None if offload is None else offload
 
     def __repr__(self) -> str:
         return f"<ratewin.asgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
 
-    async def _decide(self, charge: Charge) -> Decision:
+    async def _decide(self, charge: Charge) -> Decisions:
         if not self.offload:
-            return self.engine.try_acquire(*charge)
+            return self.engine.try_acquire_all(*charge)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.engine.try_acquire, *charge)
+        return await loop.run_in_executor(None, self.engine.try_acquire_all, *charge)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         # ASGI's path is the full path, root_path included.
-        charge = self.limits.charge(scope, scope.get("path", ""))
-        if charge is None:
+        found = self.limits.charge(scope, scope.get("path", ""))
+        if found is None:
             await self.app(scope, receive, send)
             return
-        decision = await self._decide(charge)
-        headers = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in decision.headers().items()
-        ]
-        if not decision.allowed:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 429,
-                    "headers": [
-                        (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"content-length", str(len(TOO_MANY_REQUESTS)).encode("latin-1")),
-                    ]
-                    + headers,
-                }
-            )
-            await send({"type": "http.response.body", "body": TOO_MANY_REQUESTS})
+        charge: Charge = found
+        decisions = await self._decide(charge)
+        headers = self.responder.headers(decisions, charge.limits)
+        if not decisions.allowed:
+            scope[REFUSED_MARK] = True
+            answer = self.responder.refusal(scope, decisions, charge.limits, charge.cost)
+            await send({"type": "http.response.start", "status": answer.status,
+                        "headers": _encoded(with_length(answer, headers))})
+            await send({"type": "http.response.body", "body": answer.body})
             return
+        encoded = _encoded(headers)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = dict(message)
-                message["headers"] = list(message.get("headers", [])) + headers
+                if scope.get(REFUSED_MARK):
+                    # An inner ratewin middleware refused it: this one's count goes back,
+                    # and the headers are the inner one's.
+                    refund(self.engine, charge)
+                else:
+                    message = dict(message)
+                    message["headers"] = list(message.get("headers", [])) + encoded
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

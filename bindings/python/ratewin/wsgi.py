@@ -1,31 +1,44 @@
-"""WSGI middleware: a limit per client (and per route), with rate-limit headers.
+"""WSGI middleware: limits per client (and per route), with rate-limit headers.
 
     import ratewin
     from ratewin.wsgi import RateLimitMiddleware
 
     engine = ratewin.Engine()  # or ratewin.Engine("redis://10.0.0.5:6379")
-    app = RateLimitMiddleware(app, engine, ratewin.Limit(100, per=60))
+    app = RateLimitMiddleware(app, engine, "100/minute; 1000/day")
 
 Flask: ``app.wsgi_app = RateLimitMiddleware(app.wsgi_app, engine, limit)``.
 Django: wrap ``get_wsgi_application()`` in ``wsgi.py`` the same way.
 
 Every limited response carries X-RateLimit-Limit, X-RateLimit-Remaining and
-X-RateLimit-Reset; a rejected request is answered ``429 Too Many Requests`` with
-Retry-After, without calling the application.
+X-RateLimit-Reset, and the IETF RateLimit-Policy and RateLimit; a rejected request is
+answered ``429 Too Many Requests`` with Retry-After and a JSON body, without calling
+the application.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+import http
+from typing import Any, Callable, Dict, Iterable, Optional
 
-from ._middleware import TOO_MANY_REQUESTS, PathChoice, RequestLimits
-from ._ratewin import Engine, Limit
+from ._middleware import (
+    REFUSED_MARK,
+    Answer,
+    Charge,
+    LimitChoice,
+    PathChoice,
+    RejectHook,
+    RequestLimits,
+    Responder,
+    refund,
+    with_length,
+)
+from ._ratewin import Engine
 
 Environ = Dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
-__all__ = ["RateLimitMiddleware", "client_address"]
+__all__ = ["Answer", "RateLimitMiddleware", "client_address"]
 
 
 def client_address(environ: Environ) -> Optional[str]:
@@ -37,13 +50,27 @@ def client_address(environ: Environ) -> Optional[str]:
     return environ.get("REMOTE_ADDR") or None
 
 
+def _status_line(status: int) -> str:
+    try:
+        return f"{status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
+
+
 class RateLimitMiddleware:
     """Limits a WSGI application per client key (and per route).
 
-    ``limit`` is a Limit for every request, or a function ``(environ) -> Limit | None``
-    that picks one per request (per endpoint, per tier, ...); None leaves the request
-    unlimited. ``key(environ)`` names the client (None: unlimited); ``cost(environ)``
-    gives the units a request takes (default 1).
+    ``limit`` is what every request counts against: a Limit, a limit string
+    (``"10/second; 1000/day"``, see ratewin.parse_many), or a list of them, all counted
+    at once (a request is admitted only if every limit admits it, and a refused one
+    counts against none); or a function ``(environ) -> limits | None`` that picks them
+    per request (per endpoint, per tier, ...); None leaves the request unlimited. Two
+    different limits never share counts, so per-route limits stay apart.
+
+    ``key(environ)`` names the client (None: unlimited). The default is the peer
+    address; a request without one (a server on a Unix socket) shares one count with all
+    such requests, and a warning is logged once on the ``ratewin`` logger.
+    ``cost(environ)`` gives the units a request takes (default 1).
 
     ``per_path`` splits a client's count: ``False`` (the default) gives a client one count
     for the whole application; a function ``(environ) -> str | None`` gives one count per
@@ -51,46 +78,62 @@ class RateLimitMiddleware:
     ``True`` gives one count per request path, which suits only applications with a
     fixed set of paths: where paths carry ids (``/users/42``) a client escapes the limit
     by varying them, and fills the engine with limiters that crowd out other clients'.
+
+    ``headers``: ``"both"`` (default: X-RateLimit-* and the IETF RateLimit-Policy and
+    RateLimit), ``"x-ratelimit"``, ``"ietf"`` or ``"none"`` (Retry-After is always sent
+    with a refusal). ``reset``: X-RateLimit-Reset as ``"delay"`` (default: seconds until
+    the window is empty) or ``"unix"`` (that moment as a Unix time, as flask-limiter and
+    slowapi send it). ``on_reject(environ, decisions, limits)`` returns the Answer to a
+    refused request (status, headers, body); the rate-limit headers are added unless it
+    sets them. Default: 429 with a JSON body naming the limit and the wait.
+
+    Stacked, an outer ratewin middleware gives its count back when an inner one refuses
+    the request, and leaves the inner one's headers alone.
     """
 
     def __init__(
         self,
         app: WSGIApp,
         engine: Engine,
-        limit: Union[Limit, Callable[[Environ], Optional[Limit]]],
+        limit: LimitChoice,
         *,
-        key: Callable[[Environ], Optional[str]] = client_address,
+        key: Optional[Callable[[Environ], Optional[str]]] = None,
         cost: Optional[Callable[[Environ], int]] = None,
         per_path: PathChoice = False,
+        headers: str = "both",
+        reset: str = "delay",
+        on_reject: Optional[RejectHook] = None,
     ) -> None:
         self.app = app
         self.engine = engine
-        self.limits = RequestLimits(limit, key, cost, per_path, "environ")
+        self.limits = RequestLimits(limit, key, client_address, cost, per_path, "environ")
+        self.responder = Responder(headers, reset, on_reject)
 
     def __repr__(self) -> str:
         return f"<ratewin.wsgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        charge = self.limits.charge(
+        found = self.limits.charge(
             environ, environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))
-        if charge is None:
+        if found is None:
             return self.app(environ, start_response)
-        decision = self.engine.try_acquire(*charge)
-        headers = list(decision.headers().items())
-        if not decision.allowed:
-            start_response(
-                "429 Too Many Requests",
-                [
-                    ("Content-Type", "text/plain; charset=utf-8"),
-                    ("Content-Length", str(len(TOO_MANY_REQUESTS))),
-                ]
-                + headers,
-            )
-            return [TOO_MANY_REQUESTS]
+        charge: Charge = found
+        decisions = self.engine.try_acquire_all(*charge)
+        headers = self.responder.headers(decisions, charge.limits)
+        if not decisions.allowed:
+            environ[REFUSED_MARK] = True
+            answer = self.responder.refusal(environ, decisions, charge.limits, charge.cost)
+            start_response(_status_line(answer.status), with_length(answer, headers))
+            return [answer.body]
 
         def start_with_headers(
             status: str, response_headers: list[tuple[str, str]], exc_info: Any = None
         ) -> Any:
+            if environ.get(REFUSED_MARK):
+                # An inner ratewin middleware refused it: this one's count goes back, and
+                # the headers are the inner one's (the mark stays for further outer ones).
+                refund(self.engine, charge)
+                return start_response(status, response_headers, exc_info)
             return start_response(status, list(response_headers) + headers, exc_info)
 
         return self.app(environ, start_with_headers)

@@ -26,9 +26,10 @@ void init_engine(py::module_& m);
 struct Decisions {
   std::vector<std::optional<Decision>> decisions;
   std::optional<std::size_t> refused;  // the limit that refused, if one did
-  // The decision that describes the outcome: the refusing limit's, or when all admitted,
-  // the one with the fewest units left.
-  const Decision& shown() const;
+  // The limit whose decision describes the outcome: the refusing one, or when all
+  // admitted, the one with the fewest units left.
+  std::size_t shown_index() const;
+  const Decision& shown() const { return *decisions[shown_index()]; }
 };
 
 // Seconds (an int, a float or a datetime.timedelta) as whole milliseconds. TypeError for

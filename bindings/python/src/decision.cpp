@@ -20,13 +20,13 @@ std::string repr(const Decision& d) {
 
 }  // namespace
 
-const Decision& Decisions::shown() const {
-  if (refused) return *decisions[*refused];
-  const Decision* best = nullptr;
-  for (const std::optional<Decision>& d : decisions) {
-    if (best == nullptr || d->remaining < best->remaining) best = &*d;
+std::size_t Decisions::shown_index() const {
+  if (refused) return *refused;
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < decisions.size(); ++i) {
+    if (decisions[i]->remaining < decisions[best]->remaining) best = i;
   }
-  return *best;
+  return best;
 }
 
 void init_decision(py::module_& m) {
@@ -96,6 +96,10 @@ void init_decision(py::module_& m) {
           },
           "One Decision per limit, in order; None for the limits after the one that refused "
           "(not decided).")
+      .def_property_readonly(
+          "index", &Decisions::shown_index,
+          "The index of the limit `decision` is for: the one that refused, or the one with "
+          "the fewest units left.")
       .def_property_readonly(
           "decision", [](const Decisions& d) { return d.shown(); },
           "The Decision that describes the outcome: the refusing limit's, or when all "
