@@ -31,7 +31,7 @@ class AsyncAcquirer {
  public:
   // `decisions` are the limits' decisions, as try_acquire_all fills them; valid during
   // the call. `refused`: the index of the limit that refused, or decisions.size().
-  using Done = std::function<void(std::size_t refused, std::span<const Decision> decisions)>;
+  using Done = Engine::AsyncDone;
 
   // `loop` must outlive this object, and run until close() has been followed by a turn of
   // the loop (its connections' handles then close).
@@ -46,7 +46,7 @@ class AsyncAcquirer {
   // the writes have their replies or failed (within the engine's command_timeout; a write
   // that fails is decided as Engine::try_acquire_all decides it, by the limit's failure
   // policy). `items` and `out` need not outlive the call.
-  static constexpr std::size_t kPending = ~std::size_t{0};
+  static constexpr std::size_t kPending = Engine::kPending;
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out,
                               Done done);
   // Decisions whose writes are in flight.

@@ -176,6 +176,22 @@ class Engine {
   // limit's decision, including admissions given back.
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
+  // try_acquire_all without waiting on the network, for callers that must not block (an
+  // asyncio loop, a C program with callbacks; code on a libuv loop of its own uses
+  // AsyncAcquirer). When the decision needs no round trip (a refusal on this engine's
+  // own counts, local mode, a store known to be unreachable), it fills `out` and returns
+  // what try_acquire_all would; `done` is not called. Otherwise it returns kPending: the
+  // shared writes go out on the store's own I/O thread, pipelined with other such calls,
+  // and `done(refused, decisions)` runs on that thread once they have their replies or
+  // failed (within command_timeout; then the failure policies decide). `done` must not
+  // block, and may call the engine. `items` and `out` need not outlive the call. An
+  // engine destroyed with calls in flight completes them first, as failed writes.
+  using AsyncDone =
+      std::function<void(std::size_t refused, std::span<const Decision> decisions)>;
+  static constexpr std::size_t kPending = ~std::size_t{0};
+  std::size_t try_acquire_all_async(std::span<const Acquisition> items, std::span<Decision> out,
+                                    AsyncDone done);
+
   // A handle on the limiter of (resource, limit): skips the registry lookup on every
   // call and keeps the limiter from being evicted while the handle lives.
   LimiterHandle limiter(std::uint64_t resource, const Limit& limit);

@@ -22,6 +22,11 @@ std::size_t Engine::try_acquire_all(std::span<const Acquisition> items, std::spa
   return core_->try_acquire_all(items, out);
 }
 
+std::size_t Engine::try_acquire_all_async(std::span<const Acquisition> items,
+                                          std::span<Decision> out, AsyncDone done) {
+  return core_->try_acquire_all_async(items, out, std::move(done));
+}
+
 bool Engine::reset(std::uint64_t resource, const Limit& limit) {
   return core_->reset(resource, limit);
 }

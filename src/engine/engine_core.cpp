@@ -367,6 +367,35 @@ void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint6
   }
 }
 
+std::size_t EngineCore::try_acquire_all_async(std::span<const Acquisition> items,
+                                              std::span<Decision> out, Engine::AsyncDone done) {
+  if (store_ == nullptr) return try_acquire_all(items, out);
+  if (out.size() < items.size()) throw std::invalid_argument("try_acquire_all: out is too short");
+  // One call whose writes are in flight: it owns what its admissions refer to, and does
+  // not move.
+  struct Call {
+    std::vector<Acquisition> items;
+    std::vector<Decision> decisions;
+    std::optional<AcquireAll> all;
+    Engine::AsyncDone done;
+  };
+  auto call = std::make_shared<Call>();
+  call->items.assign(items.begin(), items.end());
+  call->decisions.assign(items.size(), Decision{});
+  call->all.emplace(*this, call->items, call->decisions);
+  if (const std::optional<std::size_t> decided = call->all->begin()) {
+    std::copy(call->decisions.begin(), call->decisions.end(), out.begin());
+    return *decided;
+  }
+  call->done = std::move(done);
+  AcquireAll& all = *call->all;
+  store_->write_async(all.writes(), all.counts(), all.written(), [call](AsyncWriter& writer) {
+    const std::size_t refused = call->all->finish(&writer);
+    call->done(refused, call->decisions);
+  });
+  return Engine::kPending;
+}
+
 bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
   const LimiterKey key = LimiterKey::of(resource, limit);
   const std::uint64_t hash = key.hash();

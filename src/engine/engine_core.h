@@ -35,6 +35,10 @@ class EngineCore final : public SyncTarget {
   // Engine::try_acquire_all.
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
+  // Engine::try_acquire_all_async.
+  std::size_t try_acquire_all_async(std::span<const Acquisition> items, std::span<Decision> out,
+                                    Engine::AsyncDone done);
+
   // Engine::reset and Engine::refund.
   bool reset(std::uint64_t resource, const Limit& limit);
   std::uint64_t refund(std::uint64_t resource, const Limit& limit, std::uint64_t cost);

@@ -28,4 +28,12 @@ std::unique_ptr<AsyncWriter> Store::async_writer(uv_loop_s* /*loop*/) {
   return std::make_unique<SyncWriter>(*this);
 }
 
+void Store::write_async(std::span<const StoreWrite> writes,
+                        std::span<const std::span<std::uint64_t>> counts, std::span<bool> written,
+                        std::function<void(AsyncWriter&)> done) {
+  SyncWriter writer(*this);
+  add_all(writes, counts, written);
+  done(writer);
+}
+
 }  // namespace ratewin::inline v1::detail

@@ -110,6 +110,14 @@ class Store {
   // that writes synchronously on the calling thread (a store without connections of its
   // own, as the tests' ones).
   virtual std::unique_ptr<AsyncWriter> async_writer(uv_loop_s* loop);
+  // Writes for callers without a loop of their own (Engine::try_acquire_all_async): as
+  // AsyncWriter::add_all on a loop of the store's own, so the caller does not wait; `done`
+  // runs on that loop's thread once every write has its reply or failed, with the writer
+  // to give counts back through. The spans must stay valid until then. By default, the
+  // writes are made synchronously on the calling thread.
+  virtual void write_async(std::span<const StoreWrite> writes,
+                           std::span<const std::span<std::uint64_t>> counts,
+                           std::span<bool> written, std::function<void(AsyncWriter&)> done);
   // Ends background work; no SyncTarget call happens after it returns. Idempotent.
   virtual void shutdown() = 0;
 };

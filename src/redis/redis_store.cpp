@@ -2,7 +2,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <future>
+#include <memory>
 #include <random>
 #include <stdexcept>
 
@@ -63,6 +65,8 @@ void RedisStore::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (sentinel_) sentinel_->stop();
   loop_close_result_ = loop_.stop([this] {
+    // write_async's calls in flight complete now, as failed writes.
+    if (loop_writer_ != nullptr) loop_writer_->close();
     boundary_.attach(nullptr);
     for (NodeState& n : nodes_)
       if (n.connection) n.connection->close();
@@ -70,6 +74,7 @@ void RedisStore::shutdown() {
     uv_close(reinterpret_cast<uv_handle_t*>(&clock_timer_), nullptr);
   });
   nodes_.clear();
+  loop_writer_.reset();  // its handles closed with the loop
   if (loop_close_result_ != 0) {
     reporter_.log(LogLevel::error, std::string("the store's loop did not close cleanly: ") +
                                        uv_strerror(loop_close_result_));
@@ -150,6 +155,21 @@ bool RedisStore::connect_now() {
 
 std::unique_ptr<AsyncWriter> RedisStore::async_writer(uv_loop_s* loop) {
   return std::make_unique<AsyncWritePath>(loop, options_, writes_, layout_, topology_, reporter_);
+}
+
+void RedisStore::write_async(std::span<const StoreWrite> writes,
+                             std::span<const std::span<std::uint64_t>> counts,
+                             std::span<bool> written, std::function<void(AsyncWriter&)> done) {
+  auto finish = std::make_shared<std::function<void(AsyncWriter&)>>(std::move(done));
+  const bool posted = loop_.post([this, writes, counts, written, finish] {
+    if (loop_writer_ == nullptr) loop_writer_ = async_writer(loop_.loop());
+    loop_writer_->add_all(writes, counts, written, [this, finish] { (*finish)(*loop_writer_); });
+  });
+  if (!posted) {
+    // Shutting down: the writes fail (the failure policies decide), here.
+    std::fill(written.begin(), written.end(), false);
+    Store::write_async({}, {}, {}, [&](AsyncWriter& writer) { (*finish)(writer); });
+  }
 }
 
 void RedisStore::add_stats(Stats& s) const {

@@ -78,6 +78,10 @@ class RedisStore final : public Store, private ReadRouter {
   void add_stats(Stats& stats) const override;
   // An AsyncWritePath on `loop`.
   std::unique_ptr<AsyncWriter> async_writer(uv_loop_s* loop) override;
+  // On the store's loop thread, through a writer of that loop's own.
+  void write_async(std::span<const StoreWrite> writes,
+                   std::span<const std::span<std::uint64_t>> counts, std::span<bool> written,
+                   std::function<void(AsyncWriter&)> done) override;
   void shutdown() override;
 
   // Reads the whole window of every active limiter now, merges it, and waits. For tests
@@ -146,6 +150,7 @@ class RedisStore final : public Store, private ReadRouter {
   std::atomic<bool> shut_down_{false};
   int loop_close_result_ = 0;
   LoopThread loop_;
+  std::unique_ptr<AsyncWriter> loop_writer_;  // write_async's, made on the loop thread
   std::unique_ptr<SentinelWatch> sentinel_;  // last: its thread stops first
 };
 

@@ -4,9 +4,14 @@
 
 #include <uv.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ratewin/async.h"
@@ -171,6 +176,99 @@ TEST_CASE("async acquire: closing with writes in flight completes them; local mo
   const Acquisition items[] = {{hash("y"), Limit(1, 1s), 1}};
   CHECK(acquirer.try_acquire_all(items, out, [](std::size_t, std::span<const Decision>) {}) == 1);
   CHECK(acquirer.try_acquire_all(items, out, [](std::size_t, std::span<const Decision>) {}) == 0);
+}
+
+}  // namespace ratewin::test
+
+namespace ratewin::test {
+
+TEST_CASE("engine async acquire: refusals at once, admissions on the store's thread, exact") {
+  RedisServer redis;
+  const Options options = async_options(redis.url(), "async4");
+  Engine a(options);
+  Engine b(options);
+  const Limit limit(30, 10s, 1s);
+  std::mutex mutex;
+  std::condition_variable changed;
+  Outcome o;
+  std::set<std::thread::id> threads;
+  std::size_t pending = 0;
+  std::size_t decided_now = 0;
+  std::size_t allowed_now = 0;
+  // 2 engines x 40 calls from 2 threads each, for one resource: 30 admitted in all.
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      Engine& e = t % 2 == 0 ? a : b;
+      for (int i = 0; i < 20; ++i) {
+        const Acquisition items[] = {{hash("shared"), limit, 1}};
+        std::vector<Decision> out(1);
+        const std::size_t r = e.try_acquire_all_async(
+            items, out, [&](std::size_t refused, std::span<const Decision> d) {
+              std::lock_guard lock(mutex);
+              threads.insert(std::this_thread::get_id());
+              o.take(refused, d);
+              changed.notify_all();
+            });
+        std::lock_guard lock(mutex);
+        if (r == Engine::kPending) {
+          ++pending;
+        } else {
+          ++decided_now;
+          if (r == 1) ++allowed_now;
+        }
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  {
+    std::unique_lock lock(mutex);
+    CHECK(changed.wait_for(lock, 5s, [&] { return o.completed == pending; }));
+    CHECK(o.allowed + allowed_now == 30);
+    CHECK(decided_now + pending == 80);
+    CHECK(decided_now > 0);  // refusals on local counts, without a round trip
+    CHECK(o.degraded == 0);
+    for (const std::thread::id& id : threads) CHECK(id != std::this_thread::get_id());
+  }
+  // The refused writes were given back: a new engine sees exactly the 30.
+  Engine c(options);
+  CHECK(c.try_acquire("shared", limit, 0).remaining == 0);
+  CHECK(c.try_acquire("shared", limit.with_max(31), 0).remaining == 1);
+}
+
+TEST_CASE("engine async acquire: an engine closed with calls in flight completes them") {
+  RedisServer redis;
+  Outcome o;
+  std::atomic<int> completed{0};
+  {
+    Engine engine(async_options(redis.url(), "async5"));
+    const Limit limit(1000, 10s, 1s);
+    REQUIRE(engine.try_acquire("warm", limit).allowed);  // connected
+    redis.pause();
+    std::vector<Decision> out(1);
+    for (int i = 0; i < 10; ++i) {
+      const Acquisition items[] = {{hash("k" + std::to_string(i)), limit, 1}};
+      CHECK(engine.try_acquire_all_async(items, out, [&](std::size_t, std::span<const Decision>) {
+        ++completed;
+      }) == Engine::kPending);
+    }
+  }  // the engine closes here, Redis paused
+  redis.resume();
+  CHECK(completed == 10);
+}
+
+TEST_CASE("engine async acquire in local mode decides at once") {
+  Engine engine;
+  const Limit limit(1, 1s, 100ms);
+  std::vector<Decision> out(1);
+  const Acquisition items[] = {{hash("x"), limit, 1}};
+  bool called = false;
+  const auto done = [&](std::size_t, std::span<const Decision>) { called = true; };
+  CHECK(engine.try_acquire_all_async(items, out, done) == 1);
+  CHECK(out[0].allowed);
+  CHECK(engine.try_acquire_all_async(items, out, done) == 0);
+  CHECK_FALSE(out[0].allowed);
+  CHECK_FALSE(called);
 }
 
 }  // namespace ratewin::test
