@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 
 import ratewin
 from ratewin.asgi import RateLimitMiddleware
@@ -26,6 +25,10 @@ async def hello(scope, receive, send):
 
 
 def request(app, path="/", client=("10.0.0.1", 5000), kind="http", **extra):
+    return asyncio.run(run(app, path, client, kind, **extra))
+
+
+async def run(app, path="/", client=("10.0.0.1", 5000), kind="http", **extra):
     scope = {"type": kind, "path": path, "root_path": "", "method": "GET",
              "headers": [], "client": client, **extra}
     sent = []
@@ -38,7 +41,7 @@ def request(app, path="/", client=("10.0.0.1", 5000), kind="http", **extra):
     async def send(message):
         sent.append(message)
 
-    asyncio.run(app(scope, receive, send))
+    await app(scope, receive, send)
     return sent
 
 
@@ -48,7 +51,6 @@ def status_of(sent):
 
 def test_limits_per_client_and_path(engine):
     app = RateLimitMiddleware(hello, engine, ratewin.Limit(2, per=60), per_path=True)
-    assert app.offload is False, "a local engine decides on the event loop"
     first = request(app, "/a")
     assert status_of(first) == 200 and first[1]["body"] == b"hello /a"
     headers = dict(first[0]["headers"])
@@ -105,30 +107,28 @@ def test_no_limit_is_unlimited_and_no_client_address_shares_one_count(engine, ca
     assert [status_of(request(mine)) for _ in range(3)] == [200, 200, 200]
 
 
-def test_offload_decides_off_the_event_loop(engine):
-    loop_threads = set()
-    decided_on = set()
-    real = engine.try_acquire_all
+def test_with_redis_the_loop_keeps_serving_and_no_executor_is_used(redis):
+    """Admissions wait for Redis on the engine's I/O thread: the loop runs other tasks
+    meanwhile, and no thread of the loop's executor is taken."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks = 0
+        stop = False
 
-    class Spy:
-        redis = None
+        async def ticker():
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
 
-        def try_acquire_all(self, *args):
-            decided_on.add(threading.get_ident())
-            return real(*args)
-
-    async def app(scope, receive, send):
-        loop_threads.add(threading.get_ident())
-        await hello(scope, receive, send)
-
-    limited = RateLimitMiddleware(app, Spy(), ratewin.Limit(5, per=60), offload=True,  # type: ignore[arg-type]
-                                  cost=lambda scope: 2)
-    assert [status_of(request(limited)) for _ in range(3)] == [200, 200, 429]
-    assert decided_on and loop_threads and not decided_on & loop_threads
-
-
-def test_offload_is_the_default_with_redis(redis):
-    with ratewin.Engine(redis.url) as engine:
-        app = RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=60))
-        assert app.offload is True
-        assert [status_of(request(app)) for _ in range(2)] == [200, 429]
+        with ratewin.Engine(redis.url, key_prefix="asgi-async") as engine:
+            app = RateLimitMiddleware(hello, engine, ratewin.Limit(20, per=60))
+            assert engine.try_acquire("warm", ratewin.Limit(1, per=60))  # connected
+            task = asyncio.create_task(ticker())
+            results = await asyncio.gather(*[run(app, "/") for _ in range(30)])
+            stop = True
+            await task
+        assert sorted(status_of(r) for r in results) == [200] * 20 + [429] * 10
+        assert ticks > 0
+        assert getattr(loop, "_default_executor", None) is None
+    asyncio.run(main())

@@ -4,6 +4,7 @@ typical user of it type-check strictly against them (mypy, Debian's python3-mypy
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import pathlib
 import subprocess
@@ -88,6 +89,13 @@ def split_top_level(text: str) -> list[str]:
 def runtime_parameters(obj: object, name: str) -> list[tuple[str, object]]:
     """(name, default) of each parameter in pybind11's signature line; '*' marks where
     keyword-only parameters start, and a missing default is the class NoDefault."""
+    if inspect.isfunction(obj):  # written in Python (ratewin/_waiting.py): its own signature
+        out_py: list[tuple[str, object]] = []
+        for p in inspect.signature(obj).parameters.values():
+            if p.kind is p.KEYWORD_ONLY and not any(n == "*" for n, _ in out_py):
+                out_py.append(("*", NoDefault))
+            out_py.append((p.name, NoDefault if p.default is p.empty else p.default))
+        return out_py
     doc = (getattr(obj, "__doc__", None) or "").splitlines()
     assert doc and doc[0].startswith(name + "("), f"{name}: no pybind11 signature line"
     inside = doc[0][len(name) + 1:doc[0].rindex(") -> ")]
@@ -103,7 +111,7 @@ class NoDefault:
     pass
 
 
-def stub_parameters(fn: ast.FunctionDef) -> list[tuple[str, object]]:
+def stub_parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, object]]:
     args = fn.args
     positional = args.posonlyargs + args.args
     defaults = [NoDefault] * (len(positional) - len(args.defaults)) + list(args.defaults)
@@ -133,7 +141,7 @@ def test_stub_signatures_match_the_modules_parameters():
     stub = ast.parse((pathlib.Path(_ratewin.__file__).parent / "_ratewin.pyi").read_text())
     checked = 0
 
-    def compare(fn: ast.FunctionDef, runtime: object, where: str) -> None:
+    def compare(fn: ast.FunctionDef | ast.AsyncFunctionDef, runtime: object, where: str) -> None:
         nonlocal checked
         have = runtime_parameters(runtime, fn.name)
         want = stub_parameters(fn)
@@ -144,7 +152,7 @@ def test_stub_signatures_match_the_modules_parameters():
                 assert h == w, f"{where}: default of {n} is {h!r} in the module"
         checked += 1
 
-    def is_plain(fn: ast.FunctionDef) -> bool:
+    def is_plain(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         decorated = any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
         dunder = fn.name.startswith("__") and fn.name != "__init__"
         return not decorated and not dunder
@@ -157,7 +165,7 @@ def test_stub_signatures_match_the_modules_parameters():
             if issubclass(cls, BaseException):
                 continue
             for fn in node.body:
-                if isinstance(fn, ast.FunctionDef) and is_plain(fn):
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_plain(fn):
                     if fn.name == "__init__" and node.name in {"Decision", "Limiter"}:
                         continue  # not constructible (see stubtest-allowlist.txt)
                     compare(fn, getattr(cls, fn.name), f"{node.name}.{fn.name}")

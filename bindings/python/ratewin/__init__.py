@@ -34,6 +34,9 @@ from ._ratewin import (
 )
 from . import _ratewin
 from ._parse import parse, parse_many
+from . import _waiting
+
+_waiting.install()
 
 __all__ = [
     "ClosedError",

@@ -138,6 +138,39 @@ class Engine:
     def try_acquire_all(
         self, resource: Resource, limits: Iterable[Limit], cost: int = 1
     ) -> Decisions: ...
+    def _try_acquire_all_async(
+        self,
+        resource: Resource,
+        limits: Iterable[Limit],
+        cost: int,
+        callback: Callable[[Decisions], Any],
+    ) -> Optional[Decisions]: ...
+    async def try_acquire_async(
+        self, resource: Resource, limit: Limit, cost: int = 1
+    ) -> Decision: ...
+    async def try_acquire_all_async(
+        self, resource: Resource, limits: Iterable[Limit], cost: int = 1
+    ) -> Decisions: ...
+    def acquire(
+        self, resource: Resource, limit: Limit, cost: int = 1, timeout: Optional[float] = None
+    ) -> Decision: ...
+    def acquire_all(
+        self,
+        resource: Resource,
+        limits: Iterable[Limit],
+        cost: int = 1,
+        timeout: Optional[float] = None,
+    ) -> Decisions: ...
+    async def acquire_async(
+        self, resource: Resource, limit: Limit, cost: int = 1, timeout: Optional[float] = None
+    ) -> Decision: ...
+    async def acquire_all_async(
+        self,
+        resource: Resource,
+        limits: Iterable[Limit],
+        cost: int = 1,
+        timeout: Optional[float] = None,
+    ) -> Decisions: ...
     def reset(self, resource: Resource, limit: Limit) -> bool: ...
     def refund(self, resource: Resource, limit: Limit, cost: int = 1) -> int: ...
     def limiter(self, resource: Resource, limit: Limit) -> Limiter: ...

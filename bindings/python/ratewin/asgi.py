@@ -17,7 +17,6 @@ Requests`` with Retry-After and a JSON body, without calling the application.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Awaitable, Callable, MutableMapping, Optional
 
 from ._middleware import (
@@ -82,11 +81,10 @@ class RateLimitMiddleware:
     ratewin.wsgi.RateLimitMiddleware. Stacked, an outer ratewin middleware gives its count
     back when an inner one refuses the request, and leaves the inner one's headers alone.
 
-    An admission with Redis waits for one round trip (up to the engine's
-    command_timeout); with ``offload`` (the default when the engine uses Redis) the
-    decision is made on the event loop's default executor, so the loop keeps serving
-    meanwhile. In local mode a decision takes well under a microsecond and is made in
-    place.
+    Decisions are awaited (Engine.try_acquire_all_async): an admission with Redis
+    waits for its round trip on the engine's I/O thread while the event loop keeps
+    serving, without an executor thread per request; refusals and local mode are
+    decided in place, in well under a microsecond.
     """
 
     def __init__(
@@ -101,22 +99,14 @@ class RateLimitMiddleware:
         headers: str = "both",
         reset: str = "delay",
         on_reject: Optional[RejectHook] = None,
-        offload: Optional[bool] = None,
     ) -> None:
         self.app = app
         self.engine = engine
         self.limits = RequestLimits(limit, key, client_address, cost, per_path, "scope")
         self.responder = Responder(headers, reset, on_reject)
-        self.offload = engine.redis is not None if offload is None else offload
 
     def __repr__(self) -> str:
         return f"<ratewin.asgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
-
-    async def _decide(self, charge: Charge) -> Decisions:
-        if not self.offload:
-            return self.engine.try_acquire_all(*charge)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.engine.try_acquire_all, *charge)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -128,7 +118,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         charge: Charge = found
-        decisions = await self._decide(charge)
+        decisions: Decisions = await self.engine.try_acquire_all_async(*charge)
         headers = self.responder.headers(decisions, charge.limits)
         if not decisions.allowed:
             scope[REFUSED_MARK] = True

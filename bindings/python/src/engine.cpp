@@ -232,6 +232,36 @@ class Owner {
   void forget() { open().erase(static_cast<Self*>(this)); }
 };
 
+// The acquisitions of one resource under several limits: TypeError or ValueError for
+// what is not an iterable of Limit, or is empty.
+std::vector<Acquisition> acquisitions(py::handle resource, py::handle limits, py::handle cost) {
+  const std::uint64_t id = to_resource(resource);
+  const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+  if (PyUnicode_Check(limits.ptr()) != 0 || !py::isinstance<py::iterable>(limits))
+    throw py::type_error("limits must be an iterable of Limit");
+  std::vector<Acquisition> items;
+  for (const py::handle l : py::iter(limits)) {
+    if (!py::isinstance<Limit>(l)) {
+      throw py::type_error("limits must hold Limit objects, not " +
+                           py::str(py::type::of(l).attr("__name__")).cast<std::string>());
+    }
+    items.push_back({id, l.cast<Limit>(), units});
+  }
+  if (items.empty()) throw py::value_error("limits must not be empty");
+  return items;
+}
+
+// What try_acquire_all answered, as Python sees it: the limits after the one that
+// refused were not decided.
+Decisions decisions_of(std::size_t refused, std::span<const Decision> out) {
+  Decisions result;
+  const std::size_t decided = refused == out.size() ? out.size() : refused + 1;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    result.decisions.push_back(i < decided ? std::optional<Decision>(out[i]) : std::nullopt);
+  if (refused != out.size()) result.refused = refused;
+  return result;
+}
+
 class PyEngine : public Owner<PyEngine, Engine> {
  public:
   explicit PyEngine(Options options) {
@@ -313,30 +343,38 @@ class PyEngine : public Owner<PyEngine, Engine> {
   }
 
   Decisions try_acquire_all(py::handle resource, py::handle limits, py::handle cost) const {
-    const std::uint64_t id = to_resource(resource);
-    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
-    if (PyUnicode_Check(limits.ptr()) != 0 || !py::isinstance<py::iterable>(limits))
-      throw py::type_error("limits must be an iterable of Limit");
-    std::vector<Acquisition> items;
-    for (const py::handle l : py::iter(limits)) {
-      if (!py::isinstance<Limit>(l)) {
-        throw py::type_error("limits must hold Limit objects, not " +
-                             py::str(py::type::of(l).attr("__name__")).cast<std::string>());
-      }
-      items.push_back({id, l.cast<Limit>(), units});
-    }
-    if (items.empty()) throw py::value_error("limits must not be empty");
+    const std::vector<Acquisition> items = acquisitions(resource, limits, cost);
     std::vector<Decision> out(items.size());
     const std::shared_ptr<Engine> e = engine();
     const std::size_t refused = without_gil([&] { return e->try_acquire_all(items, out); });
-    Decisions result;
-    // Decided: every limit when all admitted; else the refusing one and those before it.
-    const std::size_t decided = refused == items.size() ? items.size() : refused + 1;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      result.decisions.push_back(i < decided ? std::optional<Decision>(out[i]) : std::nullopt);
-    }
-    if (refused != items.size()) result.refused = refused;
-    return result;
+    return decisions_of(refused, out);
+  }
+
+  // Engine.try_acquire_all_async's core: the Decisions now, or None and `callback`
+  // (Decisions) called later, on the engine's I/O thread, with the GIL held.
+  py::object try_acquire_all_async(py::handle resource, py::handle limits, py::handle cost,
+                                   const py::function& callback) const {
+    const std::vector<Acquisition> items = acquisitions(resource, limits, cost);
+    std::vector<Decision> out(items.size());
+    // The callback is let go of with the GIL, whichever thread drops it last.
+    std::shared_ptr<py::function> call(new py::function(callback), [](py::function* f) {
+      const py::gil_scoped_acquire gil;
+      delete f;
+    });
+    const std::shared_ptr<Engine> e = engine();
+    const std::size_t refused = without_gil([&] {
+      return e->try_acquire_all_async(
+          items, out, [call](std::size_t refused_at, std::span<const Decision> decisions) {
+            const py::gil_scoped_acquire gil;
+            try {
+              (*call)(decisions_of(refused_at, decisions));
+            } catch (py::error_already_set& error) {
+              error.discard_as_unraisable("ratewin: the callback of an asynchronous decision");
+            }
+          });
+    });
+    if (refused == Engine::kPending) return py::none();
+    return py::cast(decisions_of(refused, out));
   }
 
 
@@ -505,6 +543,10 @@ void init_engine(py::module_& m) {
            "`limits` (an iterable of Limit) admits them, and counts them against each; a "
            "refused request counts against none. Returns Decisions. Limits that refuse on "
            "this engine's own counts refuse without touching the network.")
+      .def("_try_acquire_all_async", &PyEngine::try_acquire_all_async, py::arg("resource"),
+           py::arg("limits"), py::arg("cost"), py::arg("callback"),
+           "The core of try_acquire_all_async: the Decisions now, or None and "
+           "callback(Decisions) later on the engine's I/O thread.")
       .def("capacity", &PyEngine::capacity, py::arg("limit"),
            "How many limiters of `limit`'s window geometry the bounds (max_limiters, "
            "max_memory) hold, were they all of it: 0 when not even one fits.")
