@@ -17,6 +17,20 @@ enum class FailurePolicy {
   closed,  // reject every request (for login-like endpoints)
 };
 
+// Why a limit cannot be made (Limit::problem): each language's bindings say it in their
+// own names and units.
+enum class LimitProblem {
+  none,
+  max_zero,                   // max is 0
+  max_too_large,              // max exceeds Limit::kMaxCount
+  interval_not_positive,      // interval <= 0
+  resolution_not_positive,    // resolution <= 0
+  interval_too_long,          // interval exceeds Limit::kMaxInterval
+  resolution_too_long,        // resolution exceeds Limit::kMaxResolution
+  resolution_does_not_divide, // interval is not a whole number of resolutions
+  too_many_subintervals,      // interval / resolution exceeds Limit::kMaxSubintervals
+};
+
 // A limit: at most `max` units in any sliding `interval`, tracked in subintervals of
 // `resolution` (interval / resolution = N subintervals; more subintervals follow the
 // sliding window more closely and cost 4 bytes each per limiter).
@@ -46,6 +60,13 @@ class Limit {
   // Resolution chosen for you: interval / 10 when that is a whole number of
   // milliseconds, otherwise interval / d for the largest d < 10 that divides it.
   Limit(std::uint64_t max, std::chrono::milliseconds interval);
+
+  // What the constructor would refuse, first problem first; LimitProblem::none when it
+  // would make the limit.
+  static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
+                              std::chrono::milliseconds resolution) noexcept;
+  // The resolution Limit(max, interval) picks.
+  static std::chrono::milliseconds default_resolution(std::chrono::milliseconds interval) noexcept;
 
   std::uint64_t max() const noexcept { return max_; }
   std::chrono::milliseconds interval() const noexcept {

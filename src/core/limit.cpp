@@ -21,41 +21,60 @@ std::string duration_text(std::int64_t ms) {
   throw std::invalid_argument("ratewin::Limit: " + what);
 }
 
-std::chrono::milliseconds default_resolution(std::chrono::milliseconds interval) {
+}  // namespace
+
+std::chrono::milliseconds Limit::default_resolution(std::chrono::milliseconds interval) noexcept {
   const std::int64_t ms = interval.count();
-  if (ms <= 0) return interval;  // rejected by the main constructor with its message
+  if (ms <= 0) return interval;  // refused by the main constructor, with its message
   for (std::int64_t n = 10; n > 1; --n) {
     if (ms % n == 0) return std::chrono::milliseconds(ms / n);
   }
   return interval;
 }
 
-}  // namespace
+LimitProblem Limit::problem(std::uint64_t max, std::chrono::milliseconds interval,
+                            std::chrono::milliseconds resolution) noexcept {
+  if (max == 0) return LimitProblem::max_zero;
+  if (max > kMaxCount) return LimitProblem::max_too_large;
+  if (interval.count() <= 0) return LimitProblem::interval_not_positive;
+  if (resolution.count() <= 0) return LimitProblem::resolution_not_positive;
+  if (interval > kMaxInterval) return LimitProblem::interval_too_long;
+  if (resolution > kMaxResolution) return LimitProblem::resolution_too_long;
+  if (interval.count() % resolution.count() != 0) return LimitProblem::resolution_does_not_divide;
+  if (interval.count() / resolution.count() > kMaxSubintervals)
+    return LimitProblem::too_many_subintervals;
+  return LimitProblem::none;
+}
 
 Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval,
              std::chrono::milliseconds resolution)
     : max_(max), resolution_ms_(resolution.count()), subintervals_(0) {
-  if (max == 0) invalid("max must be at least 1");
-  if (max > kMaxCount)
-    invalid("max " + std::to_string(max) + " exceeds " + std::to_string(kMaxCount));
-  if (interval.count() <= 0)
-    invalid("interval must be positive, got " + std::to_string(interval.count()) + "ms");
-  if (resolution.count() <= 0)
-    invalid("resolution must be positive, got " + std::to_string(resolution.count()) + "ms");
-  if (interval > kMaxInterval)
-    invalid("interval " + duration_text(interval.count()) + " exceeds 366 days");
-  if (resolution > kMaxResolution)
-    invalid("resolution " + duration_text(resolution.count()) + " exceeds 4294967295ms");
-  if (interval.count() % resolution.count() != 0) {
-    invalid("resolution " + std::to_string(resolution.count()) + "ms does not divide interval " +
-            std::to_string(interval.count()) + "ms");
+  switch (problem(max, interval, resolution)) {
+    case LimitProblem::none:
+      break;
+    case LimitProblem::max_zero:
+      invalid("max must be at least 1");
+    case LimitProblem::max_too_large:
+      invalid("max " + std::to_string(max) + " exceeds " + std::to_string(kMaxCount) +
+              (max > static_cast<std::uint64_t>(INT64_MAX)
+                   ? " (a negative number converted to std::uint64_t?)"
+                   : ""));
+    case LimitProblem::interval_not_positive:
+      invalid("interval must be positive, got " + std::to_string(interval.count()) + "ms");
+    case LimitProblem::resolution_not_positive:
+      invalid("resolution must be positive, got " + std::to_string(resolution.count()) + "ms");
+    case LimitProblem::interval_too_long:
+      invalid("interval " + duration_text(interval.count()) + " exceeds 366 days");
+    case LimitProblem::resolution_too_long:
+      invalid("resolution " + duration_text(resolution.count()) + " exceeds 4294967295ms");
+    case LimitProblem::resolution_does_not_divide:
+      invalid("resolution " + std::to_string(resolution.count()) + "ms does not divide interval " +
+              std::to_string(interval.count()) + "ms");
+    case LimitProblem::too_many_subintervals:
+      invalid("interval / resolution = " + std::to_string(interval.count() / resolution.count()) +
+              " subintervals, more than " + std::to_string(kMaxSubintervals));
   }
-  const std::int64_t n = interval.count() / resolution.count();
-  if (n > kMaxSubintervals) {
-    invalid("interval / resolution = " + std::to_string(n) + " subintervals, more than " +
-            std::to_string(kMaxSubintervals));
-  }
-  subintervals_ = static_cast<std::uint32_t>(n);
+  subintervals_ = static_cast<std::uint32_t>(interval.count() / resolution.count());
 }
 
 Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval)

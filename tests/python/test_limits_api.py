@@ -169,3 +169,27 @@ def test_reset_and_refund_reach_redis(redis):
             assert c.refund("alice", limit) == 1
         with ratewin.Engine(redis_url, key_prefix="rr") as d:
             assert d.try_acquire("alice", limit, 0).remaining == 3
+
+
+# ---- errors in Python's terms -----------------------------------------------------------
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: ratewin.Limit(3, per=1, resolution=0.3),
+     "resolution=0.3 s does not divide per=1.0 s"),
+    (lambda: ratewin.Limit(3, per=1, resolution=0.0003), "at least 0.001 s .* got 0.0003"),
+    (lambda: ratewin.Limit(3, per=400 * 86400), "366 days"),
+    (lambda: ratewin.Limit(3, per=100000, resolution=1), "100000 subintervals.*coarser"),
+    (lambda: ratewin.Limit(-1, per=1), "max must be between 1 and 4294967295, got -1"),
+    (lambda: ratewin.Engine(command_timeout=0.0001), "command_timeout .* at least 0.001 s"),
+    (lambda: ratewin.Engine(max_limiters=0), "max_limiters must be 1 or more, got 0"),
+])
+def test_errors_name_python_arguments_in_seconds(make, words):
+    with pytest.raises(ValueError, match=words) as error:
+        make()
+    assert "ms" not in str(error.value).replace("milliseconds", "")
+    assert "ratewin::" not in str(error.value)
+
+
+def test_cost_errors_say_what_was_given(engine):
+    with pytest.raises(ValueError, match="cost must be 0 or more, got -1"):
+        engine.try_acquire("k", ratewin.Limit(1, per=1), cost=-1)

@@ -61,6 +61,23 @@ TEST_CASE("a limit's own scope follows from its max; a named one is shared on pu
   CHECK(a.with_failure_policy(FailurePolicy::open).scope() == a.scope());
 }
 
+TEST_CASE("Limit::problem names what the constructor refuses, for bindings to say it") {
+  CHECK(Limit::problem(1, seconds(1), milliseconds(100)) == LimitProblem::none);
+  CHECK(Limit::problem(0, seconds(1), milliseconds(100)) == LimitProblem::max_zero);
+  CHECK(Limit::problem(Limit::kMaxCount + 1, seconds(1), seconds(1)) ==
+        LimitProblem::max_too_large);
+  CHECK(Limit::problem(1, seconds(1), milliseconds(300)) ==
+        LimitProblem::resolution_does_not_divide);
+  CHECK(Limit::problem(1, seconds(100000), seconds(1)) == LimitProblem::too_many_subintervals);
+  CHECK(Limit::problem(1, hours(24 * 400), hours(24)) == LimitProblem::interval_too_long);
+  CHECK(Limit::problem(1, milliseconds(0), milliseconds(1)) ==
+        LimitProblem::interval_not_positive);
+  CHECK(Limit::default_resolution(seconds(1)) == milliseconds(100));
+  // A negative max converted to unsigned: the message says what probably happened.
+  CHECK_THROWS_WITH(Limit(static_cast<std::uint64_t>(-1), seconds(1)),
+                    doctest::Contains("a negative number converted"));
+}
+
 TEST_CASE("default resolution") {
   CHECK(Limit(10, seconds(60)).resolution() == seconds(6));
   CHECK(Limit(10, seconds(1)).resolution() == milliseconds(100));

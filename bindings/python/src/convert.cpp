@@ -88,9 +88,15 @@ long long to_units(py::handle seconds, const char* what, bool allow_zero, double
                          " must be seconds as an int, a float or a datetime.timedelta, not " +
                          type_name(seconds));
   }
-  if (units < 0 || (units == 0 && !allow_zero)) {
-    throw py::value_error(std::string(what) +
-                          (allow_zero ? " must not be negative" : " must be positive"));
+  const std::string given = py::repr(seconds).cast<std::string>();
+  if (units < 0) {
+    throw py::value_error(std::string(what) + " must be " + (allow_zero ? "0 or more" : "positive") +
+                          " seconds, got " + given);
+  }
+  if (units == 0 && !allow_zero) {
+    throw py::value_error(
+        std::string(what) + " must be positive" +
+        (unit == 1e3 ? ", at least 0.001 s (whole milliseconds)" : "") + ", got " + given);
   }
   if (units > 9.0e18) throw py::value_error(std::string(what) + " is too long");
   return static_cast<long long>(units);
@@ -122,7 +128,8 @@ std::chrono::milliseconds to_milliseconds(py::handle seconds, const char* what, 
   bool whole = true;
   const long long ms = to_units(seconds, what, allow_zero, 1e3, whole);
   if (!whole) {
-    throw py::value_error(std::string(what) + " must be a whole number of milliseconds");
+    throw py::value_error(std::string(what) + " must be a whole number of milliseconds, got " +
+                          py::repr(seconds).cast<std::string>() + " s");
   }
   return std::chrono::milliseconds(ms);
 }
@@ -156,8 +163,14 @@ std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std:
     }
   }
   if (!in_range || v < min || v > max) {
+    const std::string given = py::repr(value).cast<std::string>();
+    if (max == UINT64_MAX) {
+      throw py::value_error(std::string(what) + " must be " +
+                            (min == 0 ? std::string("0 or more") : std::to_string(min) + " or more") +
+                            ", got " + given);
+    }
     throw py::value_error(std::string(what) + " must be between " + std::to_string(min) + " and " +
-                          std::to_string(max));
+                          std::to_string(max) + ", got " + given);
   }
   return v;
 }

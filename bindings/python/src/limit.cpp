@@ -84,6 +84,30 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return py::repr(py::float_(static_cast<double>(ms.count()) / 1000.0)).cast<std::string>();
 }
 
+// Raises ValueError for what Limit's constructor would refuse, in Python's terms (the
+// arguments' names, seconds).
+void check_limit(std::uint64_t max, std::chrono::milliseconds per,
+                 std::chrono::milliseconds resolution) {
+  const auto s = [](std::chrono::milliseconds ms) { return seconds_text(ms) + " s"; };
+  switch (Limit::problem(max, per, resolution)) {
+    case LimitProblem::none:
+      return;
+    case LimitProblem::interval_too_long:
+      throw py::value_error("Limit: per=" + s(per) + " is longer than the longest window, 366 days");
+    case LimitProblem::resolution_does_not_divide:
+      throw py::value_error("Limit: resolution=" + s(resolution) + " does not divide per=" +
+                            s(per) + ": the window must be a whole number of subintervals");
+    case LimitProblem::too_many_subintervals:
+      throw py::value_error("Limit: per / resolution = " +
+                            std::to_string(per.count() / resolution.count()) +
+                            " subintervals, more than " +
+                            std::to_string(Limit::kMaxSubintervals) +
+                            ": choose a coarser resolution");
+    default:  // (max and the durations were checked as they were read)
+      throw py::value_error("Limit: not a valid limit");
+  }
+}
+
 std::string limit_repr(const Limit& l) {
   std::optional<ScopeNames::Name> name;
   if (l.has_scope()) name = ScopeNames::instance().find(l.scope());
@@ -119,10 +143,11 @@ void init_limit(py::module_& m) {
                        py::handle on_failure, py::handle scope) {
              const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
              const auto interval = to_milliseconds(per, "per");
-             Limit limit = resolution.is_none()
-                               ? Limit(count, interval)
-                               : Limit(count, interval, to_milliseconds(resolution, "resolution"));
-             return with_scope_name(limit.with_failure_policy(to_policy(on_failure)), scope);
+             const auto step = resolution.is_none() ? Limit::default_resolution(interval)
+                                                    : to_milliseconds(resolution, "resolution");
+             check_limit(count, interval, step);
+             return with_scope_name(
+                 Limit(count, interval, step).with_failure_policy(to_policy(on_failure)), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
            py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
