@@ -100,7 +100,8 @@ constexpr std::size_t kFirstSize<ratewin_stats> = offsetof(ratewin_stats, clock_
 // compares sizeof with the end of its new last field.)
 static_assert(sizeof(ratewin_options) ==
               offsetof(ratewin_options, max_memory) + sizeof(std::uint64_t));
-static_assert(sizeof(ratewin_limit_options) == kFirstSize<ratewin_limit_options>);
+static_assert(sizeof(ratewin_limit_options) ==
+              offsetof(ratewin_limit_options, scope) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
@@ -381,7 +382,8 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
             ? ratewin::Limit(o.max, interval)
             : ratewin::Limit(o.max, interval,
                              milliseconds(static_cast<std::int64_t>(o.resolution_ms)));
-    *out = new ratewin_limit{limit.with_failure_policy(to_policy(o.failure_policy))};
+    *out = new ratewin_limit{
+        limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
     return RATEWIN_OK;
   });
 }
@@ -398,6 +400,7 @@ int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out) {
     o.interval_ms = static_cast<std::uint64_t>(limit->rep.interval().count());
     o.resolution_ms = static_cast<std::uint64_t>(limit->rep.resolution().count());
     o.failure_policy = from_policy(limit->rep.failure_policy());
+    o.scope = limit->rep.has_scope() ? limit->rep.scope() : 0;
     write_sized(o, out);
     return RATEWIN_OK;
   });

@@ -63,7 +63,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 1
+#define RATEWIN_VERSION_MINOR 2
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -114,7 +114,7 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_LIMIT_MAX_RESOLUTION_MS UINT64_C(4294967295)
 
 /* At most `max` units in any sliding `interval_ms`, tracked in subintervals of
- * `resolution_ms` (interval_ms / resolution_ms of them). */
+ * `resolution_ms` (interval_ms / resolution_ms of them), counted in a scope. */
 typedef struct ratewin_limit_options {
   size_t size;            /* sizeof(ratewin_limit_options) */
   uint64_t max;           /* 1 to RATEWIN_LIMIT_MAX_COUNT; no default (0) */
@@ -125,6 +125,13 @@ typedef struct ratewin_limit_options {
   int32_t failure_policy; /* RATEWIN_FAILURE_*; default RATEWIN_FAILURE_LOCAL */
   int32_t reserved;       /* must be 0: keeps the struct free of padding, so a field
                              added later is never mistaken for padding */
+  /* Since 1.2. Which limits share counts on a resource. Default 0: the limit's own
+   * scope, which follows from its max, so limits with different maxes never share counts
+   * (a login limit of 3 and an API limit of 100 per minute on one client are counted
+   * apart). Otherwise a scope id, most simply ratewin_hash() of the scope's name: limits
+   * with the same scope, interval and resolution share their counts (an override that
+   * raises max keeps what was counted). */
+  uint64_t scope;
 } ratewin_limit_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -141,7 +148,7 @@ RATEWIN_EXPORT int ratewin_limit_new(const ratewin_limit_options* options, ratew
 /* Destroys a limit. Limiters opened with it keep their own copy. NULL is accepted. */
 RATEWIN_EXPORT void ratewin_limit_free(ratewin_limit* limit);
 /* Fills `out` (whose size the caller sets) with the limit's settings, resolution_ms as
- * chosen. */
+ * chosen, scope 0 unless one was given. */
 RATEWIN_EXPORT int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out);
 
 /* ---- Decisions ------------------------------------------------------------------ */

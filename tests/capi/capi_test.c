@@ -122,7 +122,7 @@ static void test_limits(void) {
   ratewin_limit_options_init(&o);
   CHECK(o.size == sizeof o);
   CHECK(o.max == 0 && o.interval_ms == 0 && o.resolution_ms == 0);
-  CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL);
+  CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL && o.scope == 0);
   ratewin_limit_options_init(NULL);
 
   /* The resolution is chosen when 0, and read back. */
@@ -199,9 +199,9 @@ static void test_limits(void) {
   CHECK_ERROR(ratewin_limit_new(&newer.known, &out, &message), RATEWIN_EINVAL, message,
               "does not know");
 
-  /* No padding: the last field is reserved and must be 0, so that a field a newer
-   * header adds there is never taken for padding. */
-  CHECK(sizeof(ratewin_limit_options) ==
+  /* No padding: the field that ended 1.0's struct is reserved and must be 0, so that a
+   * field a newer header adds there is never taken for padding. */
+  CHECK(offsetof(ratewin_limit_options, scope) ==
         offsetof(ratewin_limit_options, reserved) + sizeof(int32_t));
   ratewin_limit_options r;
   ratewin_limit_options_init(&r);
@@ -220,13 +220,16 @@ static void test_limits(void) {
   back.size = sizeof back;
   CHECK(ratewin_limit_get(five, &back) == 0);
   CHECK(back.max == 5 && back.interval_ms == 1000 && back.resolution_ms == 100);
-  CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0);
+  CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0 && back.scope == 0);
   back.size = offsetof(ratewin_limit_options, reserved);
   CHECK(ratewin_limit_get(five, &back) == RATEWIN_EINVAL);
   ratewin_limit_free(five);
 }
 
 /* Every struct is free of padding: each ends where its last field ends. */
+_Static_assert(sizeof(ratewin_limit_options) ==
+                   offsetof(ratewin_limit_options, scope) + sizeof(uint64_t),
+               "ratewin_limit_options has trailing padding");
 _Static_assert(sizeof(ratewin_options) ==
                    offsetof(ratewin_options, max_memory) + sizeof(uint64_t),
                "ratewin_options has trailing padding");
@@ -516,6 +519,102 @@ static void test_handle_limit(void) {
   ratewin_engine_close(engine);
 }
 
+/* ---- Scopes (1.2) ---------------------------------------------------------------- */
+
+static ratewin_limit* make_scoped_limit(uint64_t max, uint64_t interval_ms, uint64_t scope) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  o.max = max;
+  o.interval_ms = interval_ms;
+  o.scope = scope;
+  ratewin_limit* limit = NULL;
+  CHECK(ratewin_limit_new(&o, &limit, NULL) == 0 && limit != NULL);
+  return limit;
+}
+
+/* What `resource` could still take under `limit` now, asked with cost 0. */
+static uint64_t remaining_of(ratewin_engine* engine, uint64_t resource,
+                             const ratewin_limit* limit) {
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  CHECK(ratewin_engine_try_acquire(engine, resource, limit, 0, &d, NULL) == 0);
+  return d.remaining;
+}
+
+static void test_scopes(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+
+  /* By default two limits of one window count apart on a resource; the same limit made
+   * twice is one counter. */
+  ratewin_limit* login = make_scoped_limit(3, 60000, 0);
+  ratewin_limit* api = make_scoped_limit(100, 60000, 0);
+  ratewin_limit* login_again = make_scoped_limit(3, 60000, 0);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ratewin_engine_try_acquire(engine, 1, login, 1, &d, NULL) == 0 && d.allowed == 1);
+  }
+  CHECK(remaining_of(engine, 1, login) == 0);
+  CHECK(remaining_of(engine, 1, api) == 100);
+  CHECK(remaining_of(engine, 1, login_again) == 0);
+
+  /* A named scope: limits with the same scope and window share counts, whatever their
+   * max; another window, or a limit's own scope, counts apart. */
+  const uint64_t tenant = ratewin_hash("tenant", 6);
+  ratewin_limit* small = make_scoped_limit(5, 60000, tenant);
+  ratewin_limit* large = make_scoped_limit(50, 60000, tenant);
+  ratewin_limit* other_window = make_scoped_limit(50, 30000, tenant);
+  CHECK(ratewin_engine_try_acquire(engine, 1, small, 4, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(remaining_of(engine, 1, large) == 46);
+  CHECK(remaining_of(engine, 1, small) == 1);
+  CHECK(remaining_of(engine, 1, other_window) == 50);
+  CHECK(remaining_of(engine, 1, api) == 100);
+  CHECK(remaining_of(engine, 2, large) == 50); /* another resource */
+
+  /* ratewin_limit_get gives the scope back (0: the limit's own), and what it gives makes
+   * a limit that counts with the original. */
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(large, &got) == 0 && got.scope == tenant && got.max == 50);
+  ratewin_limit* remade = NULL;
+  CHECK(ratewin_limit_new(&got, &remade, NULL) == 0 && remade != NULL);
+  CHECK(remaining_of(engine, 1, remade) == 46);
+  ratewin_limit_free(remade);
+  CHECK(ratewin_limit_get(api, &got) == 0 && got.scope == 0 && got.max == 100);
+  got.scope = 0;
+  CHECK(ratewin_limit_new(&got, &remade, NULL) == 0 && remade != NULL);
+  CHECK(remaining_of(engine, 1, remade) == 100);
+  ratewin_limit_free(remade);
+
+  /* A caller built against 1.1 passes the options without scope: the limit has its own
+   * (the same as login's), and ratewin_limit_get writes nothing beyond its size. */
+  ratewin_limit_options old;
+  ratewin_limit_options_init(&old);
+  old.size = offsetof(ratewin_limit_options, scope);
+  old.max = 3;
+  old.interval_ms = 60000;
+  old.scope = tenant; /* beyond the size it gave: not read */
+  ratewin_limit* old_login = NULL;
+  CHECK(ratewin_limit_new(&old, &old_login, NULL) == 0 && old_login != NULL);
+  CHECK(remaining_of(engine, 1, old_login) == 0);
+  memset(&got, 0x5A, sizeof got);
+  got.size = offsetof(ratewin_limit_options, scope);
+  CHECK(ratewin_limit_get(old_login, &got) == 0 && got.max == 3 && got.interval_ms == 60000);
+  CHECK(got.size == offsetof(ratewin_limit_options, scope));
+  CHECK(got.scope == UINT64_C(0x5A5A5A5A5A5A5A5A));
+  got.size = sizeof got;
+  CHECK(ratewin_limit_get(old_login, &got) == 0 && got.scope == 0);
+
+  ratewin_limit_free(old_login);
+  ratewin_limit_free(other_window);
+  ratewin_limit_free(large);
+  ratewin_limit_free(small);
+  ratewin_limit_free(login_again);
+  ratewin_limit_free(api);
+  ratewin_limit_free(login);
+  ratewin_engine_close(engine);
+}
+
 /* ---- Threads: many callers, one exact total -------------------------------------- */
 
 struct worker {
@@ -691,6 +790,7 @@ static void test_redis_shared(void) {
   ratewin_stats_init(&s);
   CHECK(ratewin_engine_stats(b, &s) == 0);
   CHECK(s.store == 1 && s.store_available == 1 && s.writes_ok >= 2 && s.degraded == 0);
+
   pthread_mutex_lock(&log.mutex);
   CHECK(log.warnings == 0);
   pthread_mutex_unlock(&log.mutex);
@@ -706,6 +806,7 @@ int main(void) {
   test_options();
   test_local_engine();
   test_handle_limit();
+  test_scopes();
   test_threads();
   test_redis_unreachable();
   test_redis_shared();
