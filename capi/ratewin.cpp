@@ -478,6 +478,28 @@ int ratewin_engine_try_acquire_name(ratewin_engine* engine, const char* name, si
                                     errmsg);
 }
 
+int ratewin_engine_reset(ratewin_engine* engine, uint64_t resource, const ratewin_limit* limit,
+                         int32_t* shared_cleared, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
+    const bool cleared = engine->rep.reset(resource, limit->rep);
+    if (shared_cleared != nullptr) *shared_cleared = cleared ? 1 : 0;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_refund(ratewin_engine* engine, uint64_t resource, const ratewin_limit* limit,
+                          uint64_t cost, uint64_t* refunded, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
+    const std::uint64_t given_back = engine->rep.refund(resource, limit->rep, cost);
+    if (refunded != nullptr) *refunded = given_back;
+    return RATEWIN_OK;
+  });
+}
+
 void ratewin_stats_init(ratewin_stats* stats) {
   if (stats == nullptr) return;
   *stats = ratewin_stats{};

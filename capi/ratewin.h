@@ -274,6 +274,30 @@ RATEWIN_EXPORT int ratewin_engine_try_acquire_name(ratewin_engine* engine, const
                                                    uint64_t cost, ratewin_decision* decision,
                                                    char** errmsg);
 
+/* Since 1.2. Forgets what `resource` counted under `limit` (under every limit of its
+ * scope, interval and resolution): the shared counts in the store and this engine's own,
+ * so the next request starts a fresh window (a login counter cleared after a successful
+ * login). *shared_cleared, when not NULL, is set to 1 when the store's counts were
+ * deleted or there is no store, to 0 when the store could not be reached (known to be
+ * down, or no answer within command_timeout_ms) or refused (ratewin_engine_last_error
+ * says why): this engine's counts are gone all the same, the shared ones then stay until
+ * they leave the window.
+ * Other engines keep what they had already read of the shared counts until it leaves
+ * their window: reset on the engine that uses the counter. */
+RATEWIN_EXPORT int ratewin_engine_reset(ratewin_engine* engine, uint64_t resource,
+                                        const ratewin_limit* limit, int32_t* shared_cleared,
+                                        char** errmsg);
+/* Since 1.2. Gives back up to `cost` units counted for `resource` under `limit` (work
+ * that turned out not to count, a request that failed before it did anything), newest
+ * subinterval first, in the store and in this engine; never below 0. *refunded, when not
+ * NULL, is set to the units given back: at most what this engine's window holds (its own
+ * counts and the shared ones it has read). A failed store write is not an error: it is
+ * noted for ratewin_engine_last_error, and the shared counts then err high until they
+ * leave the window. */
+RATEWIN_EXPORT int ratewin_engine_refund(ratewin_engine* engine, uint64_t resource,
+                                         const ratewin_limit* limit, uint64_t cost,
+                                         uint64_t* refunded, char** errmsg);
+
 /* Counters since the engine was opened, and gauges of its state now. Durations in
  * nanoseconds. The store fields are all 0 in local mode. */
 typedef struct ratewin_stats {

@@ -519,7 +519,7 @@ static void test_handle_limit(void) {
   ratewin_engine_close(engine);
 }
 
-/* ---- Scopes (1.2) ---------------------------------------------------------------- */
+/* ---- Scopes, reset and refund (1.2) ---------------------------------------------- */
 
 static ratewin_limit* make_scoped_limit(uint64_t max, uint64_t interval_ms, uint64_t scope) {
   ratewin_limit_options o;
@@ -612,6 +612,84 @@ static void test_scopes(void) {
   ratewin_limit_free(login_again);
   ratewin_limit_free(api);
   ratewin_limit_free(login);
+  ratewin_engine_close(engine);
+}
+
+static void test_reset_and_refund(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* limit = make_limit(3, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  const uint64_t user = ratewin_hash("login:alice", 11);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  }
+  CHECK(remaining_of(engine, user, limit) == 0);
+
+  /* Refund: units given back, never more than were counted. */
+  uint64_t refunded = 99;
+  char* message = (char*)"not cleared";
+  CHECK(ratewin_engine_refund(engine, user, limit, 2, &refunded, &message) == 0);
+  CHECK(message == NULL && refunded == 2);
+  CHECK(remaining_of(engine, user, limit) == 2);
+  CHECK(ratewin_engine_refund(engine, user, limit, 5, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(remaining_of(engine, user, limit) == 3);
+  CHECK(ratewin_engine_refund(engine, user, limit, 1, NULL, NULL) == 0);
+  CHECK(ratewin_engine_refund(engine, 12345, limit, 1, &refunded, NULL) == 0 && refunded == 0);
+
+  /* Newest subinterval first: a count a second ago stays, so the window empties 10 s
+   * from now instead of 11. */
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  atomic_fetch_add(&manual_clock, kSecond);
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(d.reset_after_ns == 11 * kSecond && d.remaining == 1);
+  CHECK(ratewin_engine_refund(engine, user, limit, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 0, &d, NULL) == 0);
+  CHECK(d.remaining == 2 && d.reset_after_ns == 10 * kSecond);
+
+  /* Reset: a fresh window. Without a store the shared counts are cleared by definition. */
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 2, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(remaining_of(engine, user, limit) == 0);
+  int32_t cleared = -1;
+  message = (char*)"not cleared";
+  CHECK(ratewin_engine_reset(engine, user, limit, &cleared, &message) == 0);
+  CHECK(message == NULL && cleared == 1);
+  CHECK(remaining_of(engine, user, limit) == 3);
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(ratewin_engine_reset(engine, user, limit, NULL, NULL) == 0);
+  CHECK(remaining_of(engine, user, limit) == 3);
+  CHECK(ratewin_engine_reset(engine, 12345, limit, &cleared, NULL) == 0 && cleared == 1);
+
+  /* Both reach every limit of the scope and window. */
+  const uint64_t scope = ratewin_hash("logins", 6);
+  ratewin_limit* strict = make_scoped_limit(2, 60000, scope);
+  ratewin_limit* lenient = make_scoped_limit(20, 60000, scope);
+  CHECK(ratewin_engine_try_acquire(engine, user, strict, 2, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(remaining_of(engine, user, lenient) == 18);
+  CHECK(ratewin_engine_refund(engine, user, lenient, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(remaining_of(engine, user, strict) == 1);
+  CHECK(ratewin_engine_reset(engine, user, lenient, &cleared, NULL) == 0 && cleared == 1);
+  CHECK(remaining_of(engine, user, strict) == 2);
+
+  /* Argument errors: a code, a message, the outputs untouched. */
+  cleared = -1;
+  refunded = 99;
+  CHECK_ERROR(ratewin_engine_reset(NULL, user, limit, &cleared, &message), RATEWIN_EINVAL,
+              message, "engine");
+  CHECK_ERROR(ratewin_engine_reset(engine, user, NULL, &cleared, &message), RATEWIN_EINVAL,
+              message, "limit");
+  CHECK(ratewin_engine_reset(NULL, user, NULL, NULL, NULL) == RATEWIN_EINVAL);
+  CHECK(cleared == -1);
+  CHECK_ERROR(ratewin_engine_refund(NULL, user, limit, 1, &refunded, &message), RATEWIN_EINVAL,
+              message, "engine");
+  CHECK_ERROR(ratewin_engine_refund(engine, user, NULL, 1, &refunded, &message), RATEWIN_EINVAL,
+              message, "limit");
+  CHECK(ratewin_engine_refund(NULL, user, NULL, 1, NULL, NULL) == RATEWIN_EINVAL);
+  CHECK(refunded == 99);
+
+  ratewin_limit_free(lenient);
+  ratewin_limit_free(strict);
+  ratewin_limit_free(limit);
   ratewin_engine_close(engine);
 }
 
@@ -753,6 +831,16 @@ static void test_redis_unreachable(void) {
   char* last = NULL;
   CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] != '\0');
   ratewin_free(last);
+
+  /* Reset and refund still succeed: this engine's counts go, the store's cannot be
+   * reached, and reset says so. (The last error says why, until the next attempt to
+   * connect replaces it: not checked here.) */
+  uint64_t refunded = 0;
+  CHECK(ratewin_engine_refund(engine, 1, local, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0 && d.allowed == 1);
+  int32_t cleared = -1;
+  CHECK(ratewin_engine_reset(engine, 1, local, &cleared, NULL) == 0 && cleared == 0);
+  CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0 && d.allowed == 1);
   ratewin_limit_free(local);
   ratewin_limit_free(open);
   ratewin_limit_free(closed);
@@ -791,6 +879,24 @@ static void test_redis_shared(void) {
   CHECK(ratewin_engine_stats(b, &s) == 0);
   CHECK(s.store == 1 && s.store_available == 1 && s.writes_ok >= 2 && s.degraded == 0);
 
+  /* Reset deletes the shared counts: an engine that starts now finds none. Refund takes
+   * units back from them too. */
+  const uint64_t shared = ratewin_hash("shared", 6);
+  ratewin_engine* c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, shared, limit, 1, &d, NULL) == 0 && d.allowed == 0);
+  ratewin_engine_close(c);
+  int32_t cleared = -1;
+  CHECK(ratewin_engine_reset(a, shared, limit, &cleared, NULL) == 0 && cleared == 1);
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, shared, limit, 3, &d, NULL) == 0);
+  CHECK(d.allowed == 1 && d.remaining == 2 && d.degraded == 0);
+  uint64_t refunded = 0;
+  CHECK(ratewin_engine_refund(c, shared, limit, 2, &refunded, NULL) == 0 && refunded == 2);
+  ratewin_engine_close(c);
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, shared, limit, 0, &d, NULL) == 0 && d.remaining == 4);
+  ratewin_engine_close(c);
+
   pthread_mutex_lock(&log.mutex);
   CHECK(log.warnings == 0);
   pthread_mutex_unlock(&log.mutex);
@@ -807,6 +913,7 @@ int main(void) {
   test_local_engine();
   test_handle_limit();
   test_scopes();
+  test_reset_and_refund();
   test_threads();
   test_redis_unreachable();
   test_redis_shared();
