@@ -31,6 +31,10 @@
  *   library knows, is accepted when the fields the library does not know are 0 (their
  *   default), and refused with RATEWIN_EINVAL otherwise; on output those fields are left
  *   as the caller set them. No struct has padding: every byte is a field.
+ *   An array of such structs is walked with its first element's size as the stride
+ *   (element i starts i * size bytes after the first): every element must carry that
+ *   same size, as it does when each is set with the struct's *_init() function, or the
+ *   call fails with RATEWIN_EINVAL.
  *
  * Threads.  A ratewin_engine may be used from any number of threads at once, and so may
  *   a ratewin_limiter and a ratewin_limit (which never changes once made). The clock
@@ -273,6 +277,41 @@ RATEWIN_EXPORT int ratewin_engine_try_acquire_name(ratewin_engine* engine, const
                                                    size_t length, const ratewin_limit* limit,
                                                    uint64_t cost, ratewin_decision* decision,
                                                    char** errmsg);
+
+/* Since 1.2. One of the limits a request counts against (ratewin_engine_try_acquire_all). */
+typedef struct ratewin_acquisition {
+  size_t size;                /* sizeof(ratewin_acquisition) */
+  uint64_t resource;          /* default 0 */
+  const ratewin_limit* limit; /* no default (NULL): must be set */
+  uint64_t cost;              /* default 1; 0 asks without counting */
+} ratewin_acquisition;
+
+/* Since 1.2. Sets acquisition->size and every field to its default. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_acquisition_init(ratewin_acquisition* acquisition);
+
+/* Since 1.2. All or nothing, for a request that counts against several limits (per key
+ * and per endpoint, per second and per hour): admitted only if every item admits it,
+ * and a refused request counts against none of them. `items` and `decisions` are arrays
+ * of `count` structs (see Growing structs for their stride); decisions[i] is items[i]'s
+ * decision. *refused is set to the index of the item that refused, or to `count` when
+ * all admitted. Every decision is written: when all admitted each holds its item's
+ * decision; otherwise the refusing item's and those of the items counted before it do,
+ * and every other one is zeroed (as by ratewin_decision_init: allowed 0, limit 0).
+ * Items that refuse on this engine's own counts refuse without any write, and the one
+ * reported is the one whose retry_after_ns is longest. One that refuses only after the
+ * items before it were counted (a concurrent request, or the shared counts in Redis)
+ * has their counts given back, in the store and locally: their decisions keep
+ * allowed == 1 and their `remaining` includes what was given back. The stats count each
+ * item's decision, admissions given back included. count 0 is a request against no
+ * limit: admitted, *refused = 0, and items and decisions may then be NULL. Fails with
+ * RATEWIN_EINVAL when engine, refused, items, decisions or an item's limit is NULL, or
+ * an element's size is not its array's stride (or too small, or not a multiple of the
+ * struct's alignment); RATEWIN_ERANGE when count elements of that size exceed the
+ * address space. */
+RATEWIN_EXPORT int ratewin_engine_try_acquire_all(ratewin_engine* engine,
+                                                  const ratewin_acquisition* items, size_t count,
+                                                  ratewin_decision* decisions, size_t* refused,
+                                                  char** errmsg);
 
 /* Since 1.2. Forgets what `resource` counted under `limit` (under every limit of its
  * scope, interval and resolution): the shared counts in the store and this engine's own,

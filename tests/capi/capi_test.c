@@ -230,6 +230,9 @@ static void test_limits(void) {
 _Static_assert(sizeof(ratewin_limit_options) ==
                    offsetof(ratewin_limit_options, scope) + sizeof(uint64_t),
                "ratewin_limit_options has trailing padding");
+_Static_assert(sizeof(ratewin_acquisition) ==
+                   offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
+               "ratewin_acquisition has trailing padding");
 _Static_assert(sizeof(ratewin_options) ==
                    offsetof(ratewin_options, max_memory) + sizeof(uint64_t),
                "ratewin_options has trailing padding");
@@ -519,7 +522,7 @@ static void test_handle_limit(void) {
   ratewin_engine_close(engine);
 }
 
-/* ---- Scopes, reset and refund (1.2) ---------------------------------------------- */
+/* ---- Scopes, reset, refund, several limits at once (1.2) ------------------------- */
 
 static ratewin_limit* make_scoped_limit(uint64_t max, uint64_t interval_ms, uint64_t scope) {
   ratewin_limit_options o;
@@ -690,6 +693,172 @@ static void test_reset_and_refund(void) {
   ratewin_limit_free(lenient);
   ratewin_limit_free(strict);
   ratewin_limit_free(limit);
+  ratewin_engine_close(engine);
+}
+
+static void test_try_acquire_all(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* per_second = make_limit(2, 1000, 0, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* per_minute = make_limit(3, 60000, 0, RATEWIN_FAILURE_LOCAL);
+  const uint64_t key = ratewin_hash("key:7", 5);
+
+  ratewin_acquisition items[2];
+  ratewin_decision decisions[2];
+  for (size_t i = 0; i < 2; ++i) {
+    ratewin_acquisition_init(&items[i]);
+    ratewin_decision_init(&decisions[i]);
+  }
+  CHECK(items[0].size == sizeof items[0] && items[0].resource == 0);
+  CHECK(items[0].limit == NULL && items[0].cost == 1);
+  ratewin_acquisition_init(NULL);
+  items[0].resource = key;
+  items[0].limit = per_second;
+  items[1].resource = key;
+  items[1].limit = per_minute;
+
+  /* Admitted by both, twice. */
+  size_t refused = 99;
+  char* message = (char*)"not cleared";
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message) == 0);
+  CHECK(message == NULL && refused == 2);
+  CHECK(decisions[0].allowed == 1 && decisions[0].limit == 2 && decisions[0].remaining == 1);
+  CHECK(decisions[1].allowed == 1 && decisions[1].limit == 3 && decisions[1].remaining == 2);
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 2 && decisions[0].remaining == 0 && decisions[1].remaining == 1);
+
+  /* The per-second limit refuses: the per-minute one counts nothing, and its decision,
+   * not made, is zeroed (stale bytes in it are not left there). */
+  memset(&decisions[1], 0xAB, sizeof decisions[1]);
+  decisions[1].size = sizeof decisions[1];
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 0);
+  CHECK(decisions[0].allowed == 0 && decisions[0].limit == 2 && decisions[0].retry_after_ns > 0);
+  CHECK(decisions[1].size == sizeof decisions[1] && decisions[1].allowed == 0);
+  CHECK(decisions[1].limit == 0 && decisions[1].remaining == 0);
+  CHECK(decisions[1].retry_after_ns == 0 && decisions[1].reset_after_ns == 0);
+  CHECK(remaining_of(engine, key, per_minute) == 1);
+
+  /* Two seconds on, the per-minute limit has room for one: admitted; then it refuses,
+   * and the per-second limit keeps no count of the refused request. */
+  atomic_fetch_add(&manual_clock, 2 * kSecond);
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 2 && decisions[0].remaining == 1 && decisions[1].remaining == 0);
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 1 && decisions[1].allowed == 0 && decisions[1].retry_after_ns > 0);
+  CHECK(decisions[0].allowed == 0 && decisions[0].limit == 0);
+  CHECK(remaining_of(engine, key, per_second) == 1);
+
+  /* No limit at all: admitted; the arrays may be NULL. */
+  refused = 99;
+  CHECK(ratewin_engine_try_acquire_all(engine, NULL, 0, NULL, &refused, &message) == 0);
+  CHECK(message == NULL && refused == 0);
+
+  /* Elements from a newer header, larger than this library's: read and written as far as
+   * it knows them, accepted while the rest is 0, with the element's index otherwise. */
+  struct {
+    ratewin_acquisition known;
+    uint64_t newer;
+  } wide_items[3];
+  struct {
+    ratewin_decision known;
+    unsigned char canary[16];
+  } wide_decisions[3];
+  ratewin_limit* roomy = make_limit(10, 1000, 0, RATEWIN_FAILURE_LOCAL);
+  memset(wide_items, 0, sizeof wide_items);
+  for (size_t i = 0; i < 3; ++i) {
+    ratewin_acquisition_init(&wide_items[i].known);
+    wide_items[i].known.size = sizeof wide_items[i];
+    wide_items[i].known.resource = 100 + i;
+    wide_items[i].known.limit = roomy;
+    wide_items[i].known.cost = i + 1;
+    ratewin_decision_init(&wide_decisions[i].known);
+    wide_decisions[i].known.size = sizeof wide_decisions[i];
+    memset(wide_decisions[i].canary, 0xCD, sizeof wide_decisions[i].canary);
+  }
+  CHECK(ratewin_engine_try_acquire_all(engine, &wide_items[0].known, 3, &wide_decisions[0].known,
+                                       &refused, NULL) == 0);
+  CHECK(refused == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(wide_decisions[i].known.size == sizeof wide_decisions[i]);
+    CHECK(wide_decisions[i].known.allowed == 1 && wide_decisions[i].known.limit == 10);
+    CHECK(wide_decisions[i].known.remaining == 10 - (i + 1));
+    for (size_t j = 0; j < sizeof wide_decisions[i].canary; ++j) {
+      CHECK(wide_decisions[i].canary[j] == 0xCD);
+    }
+  }
+  wide_items[2].newer = 1;
+  refused = 99;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, &wide_items[0].known, 3,
+                                             &wide_decisions[0].known, &refused, &message),
+              RATEWIN_EINVAL, message, "items[2]: a field this library version");
+  CHECK(refused == 99);
+  CHECK(remaining_of(engine, 100, roomy) == 9); /* nothing counted by the failed call */
+  wide_items[2].newer = 0;
+
+  /* The stride is the first element's size: every element must carry it. Nothing is
+   * counted and nothing written when one does not. */
+  ratewin_decision before = decisions[0];
+  items[1].size = sizeof items[1] - 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[1].size");
+  items[1].size = sizeof items[1];
+  decisions[1].size = sizeof decisions[1] + 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "decisions[1].size");
+  decisions[1].size = sizeof decisions[1];
+  /* Mixed: wide items with ordinary decisions is fine, each array has its own stride. */
+  CHECK(ratewin_engine_try_acquire_all(engine, &wide_items[0].known, 2, decisions, &refused,
+                                       NULL) == 0);
+  CHECK(refused == 2 && decisions[0].allowed == 1 && decisions[0].remaining == 8);
+  before = decisions[0];
+  items[0].size = 0; /* never initialised */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[0].size");
+  items[0].size = sizeof items[0] + 4; /* no array has elements 4 bytes apart from 8 */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 1, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[0].size");
+  items[0].size = sizeof items[0];
+  decisions[0].size = 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "decisions[0].size");
+  decisions[0].size = sizeof decisions[0];
+  CHECK(memcmp(&decisions[0], &before, sizeof before) == 0);
+  CHECK(refused == 2);
+
+  /* A count whose elements would not fit in memory: refused before any element past the
+   * first is read. */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, SIZE_MAX / 16, decisions, &refused,
+                                             &message),
+              RATEWIN_ERANGE, message, "address space");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, SIZE_MAX, decisions, &refused,
+                                             &message),
+              RATEWIN_ERANGE, message, "address space");
+
+  /* NULL arguments. */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(NULL, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "engine");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(NULL, NULL, 0, NULL, &refused, &message),
+              RATEWIN_EINVAL, message, "engine");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, NULL, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, NULL, &refused, &message),
+              RATEWIN_EINVAL, message, "decisions");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, NULL, &message),
+              RATEWIN_EINVAL, message, "refused");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, NULL, 0, NULL, NULL, &message),
+              RATEWIN_EINVAL, message, "refused");
+  items[1].limit = NULL;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[1].limit");
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) ==
+        RATEWIN_EINVAL);
+  items[1].limit = per_minute;
+  CHECK(memcmp(&decisions[0], &before, sizeof before) == 0);
+  CHECK(refused == 2);
+
+  ratewin_limit_free(roomy);
+  ratewin_limit_free(per_minute);
+  ratewin_limit_free(per_second);
   ratewin_engine_close(engine);
 }
 
@@ -897,6 +1066,32 @@ static void test_redis_shared(void) {
   CHECK(ratewin_engine_try_acquire(c, shared, limit, 0, &d, NULL) == 0 && d.remaining == 4);
   ratewin_engine_close(c);
 
+  /* All or nothing through the store: b's own counts of `tight` are stale (a took them
+   * all since b last looked), so b counts both items, the store's reply refuses `tight`,
+   * and what `roomy` counted is given back. */
+  ratewin_limit* tight = make_limit(2, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* roomy = make_limit(10, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  CHECK(ratewin_engine_try_acquire(b, 77, tight, 0, &d, NULL) == 0 && d.remaining == 2);
+  CHECK(ratewin_engine_try_acquire(a, 77, tight, 2, &d, NULL) == 0 && d.allowed == 1);
+  ratewin_acquisition items[2];
+  ratewin_decision decisions[2];
+  for (size_t i = 0; i < 2; ++i) {
+    ratewin_acquisition_init(&items[i]);
+    items[i].resource = 77;
+    ratewin_decision_init(&decisions[i]);
+  }
+  items[0].limit = roomy;
+  items[1].limit = tight;
+  size_t refused = 99;
+  CHECK(ratewin_engine_try_acquire_all(b, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 1 && decisions[1].allowed == 0);
+  CHECK(decisions[0].allowed == 1 && decisions[0].remaining == 10); /* given back */
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, 77, roomy, 0, &d, NULL) == 0 && d.remaining == 10);
+  ratewin_engine_close(c);
+  ratewin_limit_free(roomy);
+  ratewin_limit_free(tight);
+
   pthread_mutex_lock(&log.mutex);
   CHECK(log.warnings == 0);
   pthread_mutex_unlock(&log.mutex);
@@ -914,6 +1109,7 @@ int main(void) {
   test_handle_limit();
   test_scopes();
   test_reset_and_refund();
+  test_try_acquire_all();
   test_threads();
   test_redis_unreachable();
   test_redis_shared();
