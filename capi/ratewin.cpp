@@ -2,6 +2,7 @@
 // leaves the library, and each one becomes a RATEWIN_E* code and a message.
 #include "ratewin.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +15,9 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ratewin/ratewin.h"
 
@@ -76,9 +79,10 @@ int guarded(char** errmsg, Body&& body) noexcept {
   }
 }
 
-// The size of each struct in the first release of this major version: a caller's size
-// below it cannot be a real struct (most often, size was never set). Written as the end
-// of the last field of that release, so that adding fields later leaves it unchanged.
+// The size of each struct in the release that introduced it (1.0 for all but
+// ratewin_acquisition, which came with 1.2): a caller's size below it cannot be a real
+// struct (most often, size was never set). Written as the end of the last field of that
+// release, so that adding fields later leaves it unchanged.
 template <class T>
 constexpr std::size_t kFirstSize = 0;
 template <>
@@ -94,16 +98,21 @@ constexpr std::size_t kFirstSize<ratewin_decision> = offsetof(ratewin_decision, 
 template <>
 constexpr std::size_t kFirstSize<ratewin_stats> = offsetof(ratewin_stats, clock_rtt_ns) +
                                                   sizeof(std::int64_t);
+template <>
+constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisition, cost) +
+                                                        sizeof(std::uint64_t);
 
 // No struct has padding (the header promises it): a field added later must never land
 // where an older library saw padding it did not check. (A release that adds fields
 // compares sizeof with the end of its new last field.)
 static_assert(sizeof(ratewin_options) ==
               offsetof(ratewin_options, max_memory) + sizeof(std::uint64_t));
-static_assert(sizeof(ratewin_limit_options) == kFirstSize<ratewin_limit_options>);
+static_assert(sizeof(ratewin_limit_options) ==
+              offsetof(ratewin_limit_options, scope) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
+static_assert(sizeof(ratewin_acquisition) == kFirstSize<ratewin_acquisition>);
 
 template <class T>
 bool size_too_small(const T* s) noexcept {
@@ -157,6 +166,66 @@ int check_out(const T* out, const char* what, char** errmsg) noexcept {
   if (size_too_small(out)) {
     return fail(errmsg, RATEWIN_EINVAL, "the output struct's size is too small (call its _init)");
   }
+  return RATEWIN_OK;
+}
+
+// The name of element i of an array, "items[12]", for messages; built without
+// allocating, since it is made for every element read.
+class ElementName {
+ public:
+  ElementName(std::string_view array, std::size_t i) noexcept {
+    const std::size_t n = array.size() < kMaxArrayName ? array.size() : kMaxArrayName;
+    std::memcpy(text_, array.data(), n);
+    char* at = text_ + n;
+    *at++ = '[';
+    at = std::to_chars(at, text_ + sizeof text_ - 2, i).ptr;
+    *at++ = ']';
+    *at = '\0';
+  }
+  const char* c_str() const noexcept { return text_; }
+
+ private:
+  static constexpr std::size_t kMaxArrayName = 16;
+  // The name, '[', at most 20 digits, ']' and the NUL.
+  char text_[kMaxArrayName + 23];
+};
+
+// Element i of a caller's array of size-first structs, `stride` bytes apart.
+template <class T>
+T* element(T* first, std::size_t stride, std::size_t i) noexcept {
+  using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(first) + i * stride);
+}
+
+// Checks a caller's array of `count` size-first structs (count > 0) and gives its stride,
+// the first element's size (the header's "Growing structs"): at least kFirstSize, a
+// multiple of the struct's alignment (so every element is where a T can be), the same in
+// every element, and small enough that `count` of them fit in the address space.
+template <class T>
+int check_array(const T* first, std::size_t count, std::string_view what, std::size_t& stride,
+                char** errmsg) {
+  if (first == nullptr) return fail(errmsg, RATEWIN_EINVAL, std::string(what) + " is NULL");
+  const std::size_t size = first->size;
+  if (size_too_small(first) || size % alignof(T) != 0) {
+    return fail(errmsg, RATEWIN_EINVAL,
+                std::string(what) + "[0].size " + std::to_string(size) +
+                    " is not the size of an element (set each with the struct's _init function)");
+  }
+  if (count > SIZE_MAX / size) {
+    return fail(errmsg, RATEWIN_ERANGE,
+                std::string(what) + ": " + std::to_string(count) + " elements of " +
+                    std::to_string(size) + " bytes exceed the address space");
+  }
+  for (std::size_t i = 1; i < count; ++i) {
+    const std::size_t size_i = element(first, size, i)->size;
+    if (size_i != size) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  ElementName(what, i).c_str() + std::string(".size ") + std::to_string(size_i) +
+                      " differs from " + std::string(what) + "[0].size " + std::to_string(size) +
+                      ": every element must have the same size");
+    }
+  }
+  stride = size;
   return RATEWIN_OK;
 }
 
@@ -381,7 +450,8 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
             ? ratewin::Limit(o.max, interval)
             : ratewin::Limit(o.max, interval,
                              milliseconds(static_cast<std::int64_t>(o.resolution_ms)));
-    *out = new ratewin_limit{limit.with_failure_policy(to_policy(o.failure_policy))};
+    *out = new ratewin_limit{
+        limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
     return RATEWIN_OK;
   });
 }
@@ -398,6 +468,7 @@ int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out) {
     o.interval_ms = static_cast<std::uint64_t>(limit->rep.interval().count());
     o.resolution_ms = static_cast<std::uint64_t>(limit->rep.resolution().count());
     o.failure_policy = from_policy(limit->rep.failure_policy());
+    o.scope = limit->rep.has_scope() ? limit->rep.scope() : 0;
     write_sized(o, out);
     return RATEWIN_OK;
   });
@@ -473,6 +544,79 @@ int ratewin_engine_try_acquire_name(ratewin_engine* engine, const char* name, si
   if (name == nullptr && length != 0) return fail(errmsg, RATEWIN_EINVAL, "name is NULL");
   return ratewin_engine_try_acquire(engine, ratewin_hash(name, length), limit, cost, decision,
                                     errmsg);
+}
+
+void ratewin_acquisition_init(ratewin_acquisition* acquisition) {
+  if (acquisition == nullptr) return;
+  *acquisition = ratewin_acquisition{};
+  acquisition->size = sizeof *acquisition;
+  acquisition->cost = 1;
+}
+
+int ratewin_engine_try_acquire_all(ratewin_engine* engine, const ratewin_acquisition* items,
+                                   size_t count, ratewin_decision* decisions, size_t* refused,
+                                   char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (refused == nullptr) return fail(errmsg, RATEWIN_EINVAL, "refused is NULL");
+    if (count == 0) {  // no limit to refuse: admitted, as by the C++ call
+      *refused = 0;
+      return RATEWIN_OK;
+    }
+    std::size_t item_stride = 0;
+    if (const int rc = check_array(items, count, "items", item_stride, errmsg); rc != 0) {
+      return rc;
+    }
+    std::size_t decision_stride = 0;
+    if (const int rc = check_array(decisions, count, "decisions", decision_stride, errmsg);
+        rc != 0) {
+      return rc;
+    }
+    std::vector<ratewin::Acquisition> acquisitions;
+    acquisitions.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const ElementName name("items", i);
+      ratewin_acquisition a;
+      ratewin_acquisition_init(&a);
+      if (const int rc = read_sized(element(items, item_stride, i), a, name.c_str(), errmsg);
+          rc != 0) {
+        return rc;
+      }
+      if (a.limit == nullptr) {
+        return fail(errmsg, RATEWIN_EINVAL, name.c_str() + std::string(".limit is NULL"));
+      }
+      acquisitions.push_back({a.resource, a.limit->rep, a.cost});
+    }
+    std::vector<ratewin::Decision> out(count);
+    const std::size_t refusing = engine->rep.try_acquire_all(acquisitions, out);
+    for (std::size_t i = 0; i < count; ++i) {
+      write_decision(out[i], element(decisions, decision_stride, i));
+    }
+    *refused = refusing;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_reset(ratewin_engine* engine, uint64_t resource, const ratewin_limit* limit,
+                         int32_t* shared_cleared, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
+    const bool cleared = engine->rep.reset(resource, limit->rep);
+    if (shared_cleared != nullptr) *shared_cleared = cleared ? 1 : 0;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_refund(ratewin_engine* engine, uint64_t resource, const ratewin_limit* limit,
+                          uint64_t cost, uint64_t* refunded, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (limit == nullptr) return fail(errmsg, RATEWIN_EINVAL, "limit is NULL");
+    const std::uint64_t given_back = engine->rep.refund(resource, limit->rep, cost);
+    if (refunded != nullptr) *refunded = given_back;
+    return RATEWIN_OK;
+  });
 }
 
 void ratewin_stats_init(ratewin_stats* stats) {

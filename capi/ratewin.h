@@ -31,6 +31,10 @@
  *   library knows, is accepted when the fields the library does not know are 0 (their
  *   default), and refused with RATEWIN_EINVAL otherwise; on output those fields are left
  *   as the caller set them. No struct has padding: every byte is a field.
+ *   An array of such structs is walked with its first element's size as the stride
+ *   (element i starts i * size bytes after the first): every element must carry that
+ *   same size, as it does when each is set with the struct's *_init() function, or the
+ *   call fails with RATEWIN_EINVAL.
  *
  * Threads.  A ratewin_engine may be used from any number of threads at once, and so may
  *   a ratewin_limiter and a ratewin_limit (which never changes once made). The clock
@@ -63,7 +67,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 1
+#define RATEWIN_VERSION_MINOR 2
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -114,7 +118,7 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_LIMIT_MAX_RESOLUTION_MS UINT64_C(4294967295)
 
 /* At most `max` units in any sliding `interval_ms`, tracked in subintervals of
- * `resolution_ms` (interval_ms / resolution_ms of them). */
+ * `resolution_ms` (interval_ms / resolution_ms of them), counted in a scope. */
 typedef struct ratewin_limit_options {
   size_t size;            /* sizeof(ratewin_limit_options) */
   uint64_t max;           /* 1 to RATEWIN_LIMIT_MAX_COUNT; no default (0) */
@@ -125,6 +129,13 @@ typedef struct ratewin_limit_options {
   int32_t failure_policy; /* RATEWIN_FAILURE_*; default RATEWIN_FAILURE_LOCAL */
   int32_t reserved;       /* must be 0: keeps the struct free of padding, so a field
                              added later is never mistaken for padding */
+  /* Since 1.2. Which limits share counts on a resource. Default 0: the limit's own
+   * scope, which follows from its max, so limits with different maxes never share counts
+   * (a login limit of 3 and an API limit of 100 per minute on one client are counted
+   * apart). Otherwise a scope id, most simply ratewin_hash() of the scope's name: limits
+   * with the same scope, interval and resolution share their counts (an override that
+   * raises max keeps what was counted). */
+  uint64_t scope;
 } ratewin_limit_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -141,7 +152,7 @@ RATEWIN_EXPORT int ratewin_limit_new(const ratewin_limit_options* options, ratew
 /* Destroys a limit. Limiters opened with it keep their own copy. NULL is accepted. */
 RATEWIN_EXPORT void ratewin_limit_free(ratewin_limit* limit);
 /* Fills `out` (whose size the caller sets) with the limit's settings, resolution_ms as
- * chosen. */
+ * chosen, scope 0 unless one was given. */
 RATEWIN_EXPORT int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out);
 
 /* ---- Decisions ------------------------------------------------------------------ */
@@ -266,6 +277,65 @@ RATEWIN_EXPORT int ratewin_engine_try_acquire_name(ratewin_engine* engine, const
                                                    size_t length, const ratewin_limit* limit,
                                                    uint64_t cost, ratewin_decision* decision,
                                                    char** errmsg);
+
+/* Since 1.2. One of the limits a request counts against (ratewin_engine_try_acquire_all). */
+typedef struct ratewin_acquisition {
+  size_t size;                /* sizeof(ratewin_acquisition) */
+  uint64_t resource;          /* default 0 */
+  const ratewin_limit* limit; /* no default (NULL): must be set */
+  uint64_t cost;              /* default 1; 0 asks without counting */
+} ratewin_acquisition;
+
+/* Since 1.2. Sets acquisition->size and every field to its default. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_acquisition_init(ratewin_acquisition* acquisition);
+
+/* Since 1.2. All or nothing, for a request that counts against several limits (per key
+ * and per endpoint, per second and per hour): admitted only if every item admits it,
+ * and a refused request counts against none of them. `items` and `decisions` are arrays
+ * of `count` structs (see Growing structs for their stride); decisions[i] is items[i]'s
+ * decision. *refused is set to the index of the item that refused, or to `count` when
+ * all admitted. Every decision is written: when all admitted each holds its item's
+ * decision; otherwise the refusing item's and those of the items counted before it do,
+ * and every other one is zeroed (as by ratewin_decision_init: allowed 0, limit 0).
+ * Items that refuse on this engine's own counts refuse without any write, and the one
+ * reported is the one whose retry_after_ns is longest. One that refuses only after the
+ * items before it were counted (a concurrent request, or the shared counts in Redis)
+ * has their counts given back, in the store and locally: their decisions keep
+ * allowed == 1 and their `remaining` includes what was given back. The stats count each
+ * item's decision, admissions given back included. count 0 is a request against no
+ * limit: admitted, *refused = 0, and items and decisions may then be NULL. Fails with
+ * RATEWIN_EINVAL when engine, refused, items, decisions or an item's limit is NULL, or
+ * an element's size is not its array's stride (or too small, or not a multiple of the
+ * struct's alignment); RATEWIN_ERANGE when count elements of that size exceed the
+ * address space. */
+RATEWIN_EXPORT int ratewin_engine_try_acquire_all(ratewin_engine* engine,
+                                                  const ratewin_acquisition* items, size_t count,
+                                                  ratewin_decision* decisions, size_t* refused,
+                                                  char** errmsg);
+
+/* Since 1.2. Forgets what `resource` counted under `limit` (under every limit of its
+ * scope, interval and resolution): the shared counts in the store and this engine's own,
+ * so the next request starts a fresh window (a login counter cleared after a successful
+ * login). *shared_cleared, when not NULL, is set to 1 when the store's counts were
+ * deleted or there is no store, to 0 when the store could not be reached (known to be
+ * down, or no answer within command_timeout_ms) or refused (ratewin_engine_last_error
+ * says why): this engine's counts are gone all the same, the shared ones then stay until
+ * they leave the window.
+ * Other engines keep what they had already read of the shared counts until it leaves
+ * their window: reset on the engine that uses the counter. */
+RATEWIN_EXPORT int ratewin_engine_reset(ratewin_engine* engine, uint64_t resource,
+                                        const ratewin_limit* limit, int32_t* shared_cleared,
+                                        char** errmsg);
+/* Since 1.2. Gives back up to `cost` units counted for `resource` under `limit` (work
+ * that turned out not to count, a request that failed before it did anything), newest
+ * subinterval first, in the store and in this engine; never below 0. *refunded, when not
+ * NULL, is set to the units given back: at most what this engine's window holds (its own
+ * counts and the shared ones it has read). A failed store write is not an error: it is
+ * noted for ratewin_engine_last_error, and the shared counts then err high until they
+ * leave the window. */
+RATEWIN_EXPORT int ratewin_engine_refund(ratewin_engine* engine, uint64_t resource,
+                                         const ratewin_limit* limit, uint64_t cost,
+                                         uint64_t* refunded, char** errmsg);
 
 /* Counters since the engine was opened, and gauges of its state now. Durations in
  * nanoseconds. The store fields are all 0 in local mode. */

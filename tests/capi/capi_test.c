@@ -122,7 +122,7 @@ static void test_limits(void) {
   ratewin_limit_options_init(&o);
   CHECK(o.size == sizeof o);
   CHECK(o.max == 0 && o.interval_ms == 0 && o.resolution_ms == 0);
-  CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL);
+  CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL && o.scope == 0);
   ratewin_limit_options_init(NULL);
 
   /* The resolution is chosen when 0, and read back. */
@@ -199,9 +199,9 @@ static void test_limits(void) {
   CHECK_ERROR(ratewin_limit_new(&newer.known, &out, &message), RATEWIN_EINVAL, message,
               "does not know");
 
-  /* No padding: the last field is reserved and must be 0, so that a field a newer
-   * header adds there is never taken for padding. */
-  CHECK(sizeof(ratewin_limit_options) ==
+  /* No padding: the field that ended 1.0's struct is reserved and must be 0, so that a
+   * field a newer header adds there is never taken for padding. */
+  CHECK(offsetof(ratewin_limit_options, scope) ==
         offsetof(ratewin_limit_options, reserved) + sizeof(int32_t));
   ratewin_limit_options r;
   ratewin_limit_options_init(&r);
@@ -220,13 +220,19 @@ static void test_limits(void) {
   back.size = sizeof back;
   CHECK(ratewin_limit_get(five, &back) == 0);
   CHECK(back.max == 5 && back.interval_ms == 1000 && back.resolution_ms == 100);
-  CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0);
+  CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0 && back.scope == 0);
   back.size = offsetof(ratewin_limit_options, reserved);
   CHECK(ratewin_limit_get(five, &back) == RATEWIN_EINVAL);
   ratewin_limit_free(five);
 }
 
 /* Every struct is free of padding: each ends where its last field ends. */
+_Static_assert(sizeof(ratewin_limit_options) ==
+                   offsetof(ratewin_limit_options, scope) + sizeof(uint64_t),
+               "ratewin_limit_options has trailing padding");
+_Static_assert(sizeof(ratewin_acquisition) ==
+                   offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
+               "ratewin_acquisition has trailing padding");
 _Static_assert(sizeof(ratewin_options) ==
                    offsetof(ratewin_options, max_memory) + sizeof(uint64_t),
                "ratewin_options has trailing padding");
@@ -516,6 +522,346 @@ static void test_handle_limit(void) {
   ratewin_engine_close(engine);
 }
 
+/* ---- Scopes, reset, refund, several limits at once (1.2) ------------------------- */
+
+static ratewin_limit* make_scoped_limit(uint64_t max, uint64_t interval_ms, uint64_t scope) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  o.max = max;
+  o.interval_ms = interval_ms;
+  o.scope = scope;
+  ratewin_limit* limit = NULL;
+  CHECK(ratewin_limit_new(&o, &limit, NULL) == 0 && limit != NULL);
+  return limit;
+}
+
+/* What `resource` could still take under `limit` now, asked with cost 0. */
+static uint64_t remaining_of(ratewin_engine* engine, uint64_t resource,
+                             const ratewin_limit* limit) {
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  CHECK(ratewin_engine_try_acquire(engine, resource, limit, 0, &d, NULL) == 0);
+  return d.remaining;
+}
+
+static void test_scopes(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+
+  /* By default two limits of one window count apart on a resource; the same limit made
+   * twice is one counter. */
+  ratewin_limit* login = make_scoped_limit(3, 60000, 0);
+  ratewin_limit* api = make_scoped_limit(100, 60000, 0);
+  ratewin_limit* login_again = make_scoped_limit(3, 60000, 0);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ratewin_engine_try_acquire(engine, 1, login, 1, &d, NULL) == 0 && d.allowed == 1);
+  }
+  CHECK(remaining_of(engine, 1, login) == 0);
+  CHECK(remaining_of(engine, 1, api) == 100);
+  CHECK(remaining_of(engine, 1, login_again) == 0);
+
+  /* A named scope: limits with the same scope and window share counts, whatever their
+   * max; another window, or a limit's own scope, counts apart. */
+  const uint64_t tenant = ratewin_hash("tenant", 6);
+  ratewin_limit* small = make_scoped_limit(5, 60000, tenant);
+  ratewin_limit* large = make_scoped_limit(50, 60000, tenant);
+  ratewin_limit* other_window = make_scoped_limit(50, 30000, tenant);
+  CHECK(ratewin_engine_try_acquire(engine, 1, small, 4, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(remaining_of(engine, 1, large) == 46);
+  CHECK(remaining_of(engine, 1, small) == 1);
+  CHECK(remaining_of(engine, 1, other_window) == 50);
+  CHECK(remaining_of(engine, 1, api) == 100);
+  CHECK(remaining_of(engine, 2, large) == 50); /* another resource */
+
+  /* ratewin_limit_get gives the scope back (0: the limit's own), and what it gives makes
+   * a limit that counts with the original. */
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(large, &got) == 0 && got.scope == tenant && got.max == 50);
+  ratewin_limit* remade = NULL;
+  CHECK(ratewin_limit_new(&got, &remade, NULL) == 0 && remade != NULL);
+  CHECK(remaining_of(engine, 1, remade) == 46);
+  ratewin_limit_free(remade);
+  CHECK(ratewin_limit_get(api, &got) == 0 && got.scope == 0 && got.max == 100);
+  got.scope = 0;
+  CHECK(ratewin_limit_new(&got, &remade, NULL) == 0 && remade != NULL);
+  CHECK(remaining_of(engine, 1, remade) == 100);
+  ratewin_limit_free(remade);
+
+  /* A caller built against 1.1 passes the options without scope: the limit has its own
+   * (the same as login's), and ratewin_limit_get writes nothing beyond its size. */
+  ratewin_limit_options old;
+  ratewin_limit_options_init(&old);
+  old.size = offsetof(ratewin_limit_options, scope);
+  old.max = 3;
+  old.interval_ms = 60000;
+  old.scope = tenant; /* beyond the size it gave: not read */
+  ratewin_limit* old_login = NULL;
+  CHECK(ratewin_limit_new(&old, &old_login, NULL) == 0 && old_login != NULL);
+  CHECK(remaining_of(engine, 1, old_login) == 0);
+  memset(&got, 0x5A, sizeof got);
+  got.size = offsetof(ratewin_limit_options, scope);
+  CHECK(ratewin_limit_get(old_login, &got) == 0 && got.max == 3 && got.interval_ms == 60000);
+  CHECK(got.size == offsetof(ratewin_limit_options, scope));
+  CHECK(got.scope == UINT64_C(0x5A5A5A5A5A5A5A5A));
+  got.size = sizeof got;
+  CHECK(ratewin_limit_get(old_login, &got) == 0 && got.scope == 0);
+
+  ratewin_limit_free(old_login);
+  ratewin_limit_free(other_window);
+  ratewin_limit_free(large);
+  ratewin_limit_free(small);
+  ratewin_limit_free(login_again);
+  ratewin_limit_free(api);
+  ratewin_limit_free(login);
+  ratewin_engine_close(engine);
+}
+
+static void test_reset_and_refund(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* limit = make_limit(3, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  const uint64_t user = ratewin_hash("login:alice", 11);
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  }
+  CHECK(remaining_of(engine, user, limit) == 0);
+
+  /* Refund: units given back, never more than were counted. */
+  uint64_t refunded = 99;
+  char* message = (char*)"not cleared";
+  CHECK(ratewin_engine_refund(engine, user, limit, 2, &refunded, &message) == 0);
+  CHECK(message == NULL && refunded == 2);
+  CHECK(remaining_of(engine, user, limit) == 2);
+  CHECK(ratewin_engine_refund(engine, user, limit, 5, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(remaining_of(engine, user, limit) == 3);
+  CHECK(ratewin_engine_refund(engine, user, limit, 1, NULL, NULL) == 0);
+  CHECK(ratewin_engine_refund(engine, 12345, limit, 1, &refunded, NULL) == 0 && refunded == 0);
+
+  /* Newest subinterval first: a count a second ago stays, so the window empties 10 s
+   * from now instead of 11. */
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  atomic_fetch_add(&manual_clock, kSecond);
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(d.reset_after_ns == 11 * kSecond && d.remaining == 1);
+  CHECK(ratewin_engine_refund(engine, user, limit, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 0, &d, NULL) == 0);
+  CHECK(d.remaining == 2 && d.reset_after_ns == 10 * kSecond);
+
+  /* Reset: a fresh window. Without a store the shared counts are cleared by definition. */
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 2, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(remaining_of(engine, user, limit) == 0);
+  int32_t cleared = -1;
+  message = (char*)"not cleared";
+  CHECK(ratewin_engine_reset(engine, user, limit, &cleared, &message) == 0);
+  CHECK(message == NULL && cleared == 1);
+  CHECK(remaining_of(engine, user, limit) == 3);
+  CHECK(ratewin_engine_try_acquire(engine, user, limit, 1, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(ratewin_engine_reset(engine, user, limit, NULL, NULL) == 0);
+  CHECK(remaining_of(engine, user, limit) == 3);
+  CHECK(ratewin_engine_reset(engine, 12345, limit, &cleared, NULL) == 0 && cleared == 1);
+
+  /* Both reach every limit of the scope and window. */
+  const uint64_t scope = ratewin_hash("logins", 6);
+  ratewin_limit* strict = make_scoped_limit(2, 60000, scope);
+  ratewin_limit* lenient = make_scoped_limit(20, 60000, scope);
+  CHECK(ratewin_engine_try_acquire(engine, user, strict, 2, &d, NULL) == 0 && d.allowed == 1);
+  CHECK(remaining_of(engine, user, lenient) == 18);
+  CHECK(ratewin_engine_refund(engine, user, lenient, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(remaining_of(engine, user, strict) == 1);
+  CHECK(ratewin_engine_reset(engine, user, lenient, &cleared, NULL) == 0 && cleared == 1);
+  CHECK(remaining_of(engine, user, strict) == 2);
+
+  /* Argument errors: a code, a message, the outputs untouched. */
+  cleared = -1;
+  refunded = 99;
+  CHECK_ERROR(ratewin_engine_reset(NULL, user, limit, &cleared, &message), RATEWIN_EINVAL,
+              message, "engine");
+  CHECK_ERROR(ratewin_engine_reset(engine, user, NULL, &cleared, &message), RATEWIN_EINVAL,
+              message, "limit");
+  CHECK(ratewin_engine_reset(NULL, user, NULL, NULL, NULL) == RATEWIN_EINVAL);
+  CHECK(cleared == -1);
+  CHECK_ERROR(ratewin_engine_refund(NULL, user, limit, 1, &refunded, &message), RATEWIN_EINVAL,
+              message, "engine");
+  CHECK_ERROR(ratewin_engine_refund(engine, user, NULL, 1, &refunded, &message), RATEWIN_EINVAL,
+              message, "limit");
+  CHECK(ratewin_engine_refund(NULL, user, NULL, 1, NULL, NULL) == RATEWIN_EINVAL);
+  CHECK(refunded == 99);
+
+  ratewin_limit_free(lenient);
+  ratewin_limit_free(strict);
+  ratewin_limit_free(limit);
+  ratewin_engine_close(engine);
+}
+
+static void test_try_acquire_all(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* per_second = make_limit(2, 1000, 0, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* per_minute = make_limit(3, 60000, 0, RATEWIN_FAILURE_LOCAL);
+  const uint64_t key = ratewin_hash("key:7", 5);
+
+  ratewin_acquisition items[2];
+  ratewin_decision decisions[2];
+  for (size_t i = 0; i < 2; ++i) {
+    ratewin_acquisition_init(&items[i]);
+    ratewin_decision_init(&decisions[i]);
+  }
+  CHECK(items[0].size == sizeof items[0] && items[0].resource == 0);
+  CHECK(items[0].limit == NULL && items[0].cost == 1);
+  ratewin_acquisition_init(NULL);
+  items[0].resource = key;
+  items[0].limit = per_second;
+  items[1].resource = key;
+  items[1].limit = per_minute;
+
+  /* Admitted by both, twice. */
+  size_t refused = 99;
+  char* message = (char*)"not cleared";
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message) == 0);
+  CHECK(message == NULL && refused == 2);
+  CHECK(decisions[0].allowed == 1 && decisions[0].limit == 2 && decisions[0].remaining == 1);
+  CHECK(decisions[1].allowed == 1 && decisions[1].limit == 3 && decisions[1].remaining == 2);
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 2 && decisions[0].remaining == 0 && decisions[1].remaining == 1);
+
+  /* The per-second limit refuses: the per-minute one counts nothing, and its decision,
+   * not made, is zeroed (stale bytes in it are not left there). */
+  memset(&decisions[1], 0xAB, sizeof decisions[1]);
+  decisions[1].size = sizeof decisions[1];
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 0);
+  CHECK(decisions[0].allowed == 0 && decisions[0].limit == 2 && decisions[0].retry_after_ns > 0);
+  CHECK(decisions[1].size == sizeof decisions[1] && decisions[1].allowed == 0);
+  CHECK(decisions[1].limit == 0 && decisions[1].remaining == 0);
+  CHECK(decisions[1].retry_after_ns == 0 && decisions[1].reset_after_ns == 0);
+  CHECK(remaining_of(engine, key, per_minute) == 1);
+
+  /* Two seconds on, the per-minute limit has room for one: admitted; then it refuses,
+   * and the per-second limit keeps no count of the refused request. */
+  atomic_fetch_add(&manual_clock, 2 * kSecond);
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 2 && decisions[0].remaining == 1 && decisions[1].remaining == 0);
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 1 && decisions[1].allowed == 0 && decisions[1].retry_after_ns > 0);
+  CHECK(decisions[0].allowed == 0 && decisions[0].limit == 0);
+  CHECK(remaining_of(engine, key, per_second) == 1);
+
+  /* No limit at all: admitted; the arrays may be NULL. */
+  refused = 99;
+  CHECK(ratewin_engine_try_acquire_all(engine, NULL, 0, NULL, &refused, &message) == 0);
+  CHECK(message == NULL && refused == 0);
+
+  /* Elements from a newer header, larger than this library's: read and written as far as
+   * it knows them, accepted while the rest is 0, with the element's index otherwise. */
+  struct {
+    ratewin_acquisition known;
+    uint64_t newer;
+  } wide_items[3];
+  struct {
+    ratewin_decision known;
+    unsigned char canary[16];
+  } wide_decisions[3];
+  ratewin_limit* roomy = make_limit(10, 1000, 0, RATEWIN_FAILURE_LOCAL);
+  memset(wide_items, 0, sizeof wide_items);
+  for (size_t i = 0; i < 3; ++i) {
+    ratewin_acquisition_init(&wide_items[i].known);
+    wide_items[i].known.size = sizeof wide_items[i];
+    wide_items[i].known.resource = 100 + i;
+    wide_items[i].known.limit = roomy;
+    wide_items[i].known.cost = i + 1;
+    ratewin_decision_init(&wide_decisions[i].known);
+    wide_decisions[i].known.size = sizeof wide_decisions[i];
+    memset(wide_decisions[i].canary, 0xCD, sizeof wide_decisions[i].canary);
+  }
+  CHECK(ratewin_engine_try_acquire_all(engine, &wide_items[0].known, 3, &wide_decisions[0].known,
+                                       &refused, NULL) == 0);
+  CHECK(refused == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(wide_decisions[i].known.size == sizeof wide_decisions[i]);
+    CHECK(wide_decisions[i].known.allowed == 1 && wide_decisions[i].known.limit == 10);
+    CHECK(wide_decisions[i].known.remaining == 10 - (i + 1));
+    for (size_t j = 0; j < sizeof wide_decisions[i].canary; ++j) {
+      CHECK(wide_decisions[i].canary[j] == 0xCD);
+    }
+  }
+  wide_items[2].newer = 1;
+  refused = 99;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, &wide_items[0].known, 3,
+                                             &wide_decisions[0].known, &refused, &message),
+              RATEWIN_EINVAL, message, "items[2]: a field this library version");
+  CHECK(refused == 99);
+  CHECK(remaining_of(engine, 100, roomy) == 9); /* nothing counted by the failed call */
+  wide_items[2].newer = 0;
+
+  /* The stride is the first element's size: every element must carry it. Nothing is
+   * counted and nothing written when one does not. */
+  ratewin_decision before = decisions[0];
+  items[1].size = sizeof items[1] - 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[1].size");
+  items[1].size = sizeof items[1];
+  decisions[1].size = sizeof decisions[1] + 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "decisions[1].size");
+  decisions[1].size = sizeof decisions[1];
+  /* Mixed: wide items with ordinary decisions is fine, each array has its own stride. */
+  CHECK(ratewin_engine_try_acquire_all(engine, &wide_items[0].known, 2, decisions, &refused,
+                                       NULL) == 0);
+  CHECK(refused == 2 && decisions[0].allowed == 1 && decisions[0].remaining == 8);
+  before = decisions[0];
+  items[0].size = 0; /* never initialised */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[0].size");
+  items[0].size = sizeof items[0] + 4; /* no array has elements 4 bytes apart from 8 */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 1, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[0].size");
+  items[0].size = sizeof items[0];
+  decisions[0].size = 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "decisions[0].size");
+  decisions[0].size = sizeof decisions[0];
+  CHECK(memcmp(&decisions[0], &before, sizeof before) == 0);
+  CHECK(refused == 2);
+
+  /* A count whose elements would not fit in memory: refused before any element past the
+   * first is read. */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, SIZE_MAX / 16, decisions, &refused,
+                                             &message),
+              RATEWIN_ERANGE, message, "address space");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, SIZE_MAX, decisions, &refused,
+                                             &message),
+              RATEWIN_ERANGE, message, "address space");
+
+  /* NULL arguments. */
+  CHECK_ERROR(ratewin_engine_try_acquire_all(NULL, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "engine");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(NULL, NULL, 0, NULL, &refused, &message),
+              RATEWIN_EINVAL, message, "engine");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, NULL, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, NULL, &refused, &message),
+              RATEWIN_EINVAL, message, "decisions");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, NULL, &message),
+              RATEWIN_EINVAL, message, "refused");
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, NULL, 0, NULL, NULL, &message),
+              RATEWIN_EINVAL, message, "refused");
+  items[1].limit = NULL;
+  CHECK_ERROR(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, &message),
+              RATEWIN_EINVAL, message, "items[1].limit");
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) ==
+        RATEWIN_EINVAL);
+  items[1].limit = per_minute;
+  CHECK(memcmp(&decisions[0], &before, sizeof before) == 0);
+  CHECK(refused == 2);
+
+  ratewin_limit_free(roomy);
+  ratewin_limit_free(per_minute);
+  ratewin_limit_free(per_second);
+  ratewin_engine_close(engine);
+}
+
 /* ---- Threads: many callers, one exact total -------------------------------------- */
 
 struct worker {
@@ -654,6 +1000,16 @@ static void test_redis_unreachable(void) {
   char* last = NULL;
   CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] != '\0');
   ratewin_free(last);
+
+  /* Reset and refund still succeed: this engine's counts go, the store's cannot be
+   * reached, and reset says so. (The last error says why, until the next attempt to
+   * connect replaces it: not checked here.) */
+  uint64_t refunded = 0;
+  CHECK(ratewin_engine_refund(engine, 1, local, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0 && d.allowed == 1);
+  int32_t cleared = -1;
+  CHECK(ratewin_engine_reset(engine, 1, local, &cleared, NULL) == 0 && cleared == 0);
+  CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0 && d.allowed == 1);
   ratewin_limit_free(local);
   ratewin_limit_free(open);
   ratewin_limit_free(closed);
@@ -691,6 +1047,51 @@ static void test_redis_shared(void) {
   ratewin_stats_init(&s);
   CHECK(ratewin_engine_stats(b, &s) == 0);
   CHECK(s.store == 1 && s.store_available == 1 && s.writes_ok >= 2 && s.degraded == 0);
+
+  /* Reset deletes the shared counts: an engine that starts now finds none. Refund takes
+   * units back from them too. */
+  const uint64_t shared = ratewin_hash("shared", 6);
+  ratewin_engine* c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, shared, limit, 1, &d, NULL) == 0 && d.allowed == 0);
+  ratewin_engine_close(c);
+  int32_t cleared = -1;
+  CHECK(ratewin_engine_reset(a, shared, limit, &cleared, NULL) == 0 && cleared == 1);
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, shared, limit, 3, &d, NULL) == 0);
+  CHECK(d.allowed == 1 && d.remaining == 2 && d.degraded == 0);
+  uint64_t refunded = 0;
+  CHECK(ratewin_engine_refund(c, shared, limit, 2, &refunded, NULL) == 0 && refunded == 2);
+  ratewin_engine_close(c);
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, shared, limit, 0, &d, NULL) == 0 && d.remaining == 4);
+  ratewin_engine_close(c);
+
+  /* All or nothing through the store: b's own counts of `tight` are stale (a took them
+   * all since b last looked), so b counts both items, the store's reply refuses `tight`,
+   * and what `roomy` counted is given back. */
+  ratewin_limit* tight = make_limit(2, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* roomy = make_limit(10, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  CHECK(ratewin_engine_try_acquire(b, 77, tight, 0, &d, NULL) == 0 && d.remaining == 2);
+  CHECK(ratewin_engine_try_acquire(a, 77, tight, 2, &d, NULL) == 0 && d.allowed == 1);
+  ratewin_acquisition items[2];
+  ratewin_decision decisions[2];
+  for (size_t i = 0; i < 2; ++i) {
+    ratewin_acquisition_init(&items[i]);
+    items[i].resource = 77;
+    ratewin_decision_init(&decisions[i]);
+  }
+  items[0].limit = roomy;
+  items[1].limit = tight;
+  size_t refused = 99;
+  CHECK(ratewin_engine_try_acquire_all(b, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 1 && decisions[1].allowed == 0);
+  CHECK(decisions[0].allowed == 1 && decisions[0].remaining == 10); /* given back */
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, 77, roomy, 0, &d, NULL) == 0 && d.remaining == 10);
+  ratewin_engine_close(c);
+  ratewin_limit_free(roomy);
+  ratewin_limit_free(tight);
+
   pthread_mutex_lock(&log.mutex);
   CHECK(log.warnings == 0);
   pthread_mutex_unlock(&log.mutex);
@@ -706,6 +1107,9 @@ int main(void) {
   test_options();
   test_local_engine();
   test_handle_limit();
+  test_scopes();
+  test_reset_and_refund();
+  test_try_acquire_all();
   test_threads();
   test_redis_unreachable();
   test_redis_shared();

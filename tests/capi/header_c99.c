@@ -9,14 +9,17 @@ int ratewin_header_c99_check(void) {
   ratewin_limit_options limit_options;
   ratewin_decision decision;
   ratewin_stats stats;
+  ratewin_acquisition acquisition;
   ratewin_clock_fn clock = 0;
   ratewin_log_fn logger = 0;
   options.size = sizeof options;
   limit_options.size = sizeof limit_options;
   decision.size = sizeof decision;
   stats.size = sizeof stats;
+  acquisition.size = sizeof acquisition;
   (void)clock;
   (void)logger;
-  return (int)(options.size + limit_options.size + decision.size + stats.size) > 0 &&
+  return (int)(options.size + limit_options.size + decision.size + stats.size +
+               acquisition.size) > 0 &&
          RATEWIN_VERSION_HEX > 0 && RATEWIN_NEVER > 0;
 }
