@@ -434,22 +434,46 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
       return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved must be 0");
     }
     // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
+    const std::string where = "ratewin_limit_options: ";
     if (o.interval_ms > RATEWIN_LIMIT_MAX_INTERVAL_MS) {
       return fail(errmsg, RATEWIN_EINVAL,
-                  "ratewin::Limit: interval " + std::to_string(o.interval_ms) +
-                      " ms is longer than " + std::to_string(RATEWIN_LIMIT_MAX_INTERVAL_MS));
+                  where + "interval_ms " + std::to_string(o.interval_ms) + " is longer than " +
+                      std::to_string(RATEWIN_LIMIT_MAX_INTERVAL_MS) + " (366 days)");
     }
     if (o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
       return fail(errmsg, RATEWIN_EINVAL,
-                  "ratewin::Limit: resolution " + std::to_string(o.resolution_ms) +
-                      " ms is longer than " + std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS));
+                  where + "resolution_ms " + std::to_string(o.resolution_ms) + " is longer than " +
+                      std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS));
     }
     const auto interval = milliseconds(static_cast<std::int64_t>(o.interval_ms));
-    ratewin::Limit limit =
-        o.resolution_ms == 0
-            ? ratewin::Limit(o.max, interval)
-            : ratewin::Limit(o.max, interval,
-                             milliseconds(static_cast<std::int64_t>(o.resolution_ms)));
+    const auto resolution = o.resolution_ms == 0
+                                ? ratewin::Limit::default_resolution(interval)
+                                : milliseconds(static_cast<std::int64_t>(o.resolution_ms));
+    // What the Limit would refuse, said with this struct's field names.
+    switch (ratewin::Limit::problem(o.max, interval, resolution)) {
+      case ratewin::LimitProblem::none:
+        break;
+      case ratewin::LimitProblem::max_zero:
+      case ratewin::LimitProblem::max_too_large:
+        return fail(errmsg, RATEWIN_EINVAL,
+                    where + "max must be from 1 to " + std::to_string(RATEWIN_LIMIT_MAX_COUNT) +
+                        ", got " + std::to_string(o.max));
+      case ratewin::LimitProblem::interval_not_positive:
+        return fail(errmsg, RATEWIN_EINVAL, where + "interval_ms must be at least 1");
+      case ratewin::LimitProblem::resolution_does_not_divide:
+        return fail(errmsg, RATEWIN_EINVAL,
+                    where + "resolution_ms " + std::to_string(resolution.count()) +
+                        " does not divide interval_ms " + std::to_string(o.interval_ms));
+      case ratewin::LimitProblem::too_many_subintervals:
+        return fail(errmsg, RATEWIN_EINVAL,
+                    where + "interval_ms / resolution_ms = " +
+                        std::to_string(interval.count() / resolution.count()) +
+                        " subintervals, more than " +
+                        std::to_string(RATEWIN_LIMIT_MAX_SUBINTERVALS));
+      default:  // (the bounds above leave none of the others)
+        return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
+    }
+    const ratewin::Limit limit(o.max, interval, resolution);
     *out = new ratewin_limit{
         limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
     return RATEWIN_OK;
