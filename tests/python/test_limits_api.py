@@ -193,3 +193,19 @@ def test_errors_name_python_arguments_in_seconds(make, words):
 def test_cost_errors_say_what_was_given(engine):
     with pytest.raises(ValueError, match="cost must be 0 or more, got -1"):
         engine.try_acquire("k", ratewin.Limit(1, per=1), cost=-1)
+
+
+def test_signatures_name_real_types():
+    """help() shows what each argument takes, not pybind11's "handle"."""
+    from ratewin import _ratewin
+
+    seen = 0
+    for cls in (ratewin.Engine, ratewin.Limit, ratewin.Limiter, ratewin.ManualClock,
+                ratewin.Decisions):
+        for name, member in vars(cls).items():
+            doc = getattr(member, "__doc__", None) or ""
+            if callable(member) and "(" in doc.split("\n", 1)[0]:
+                seen += 1
+                assert "handle" not in doc.split("\n", 1)[0], f"{cls.__name__}.{name}: {doc}"
+    assert "handle" not in _ratewin.hash.__doc__.split("\n", 1)[0]
+    assert seen >= 15

@@ -53,7 +53,55 @@ bool to_bool(py::handle value, const char* what);
 // A resource: a str (hashed as UTF-8), bytes (hashed as they are) or an int id.
 std::uint64_t to_resource(py::handle resource);
 
+// Arguments taken as any Python object and checked by the conversions above (with
+// messages in Python's terms), named in signatures (help(), the stubs' check) by the
+// types they accept rather than as "handle".
+#define RATEWIN_PYTHON_ARG(Name)                          \
+  struct Name : py::handle {                              \
+    Name() = default;                                     \
+    explicit Name(py::handle h) : py::handle(h) {}        \
+  }
+RATEWIN_PYTHON_ARG(IntArg);
+RATEWIN_PYTHON_ARG(SecondsArg);
+RATEWIN_PYTHON_ARG(OptionalSecondsArg);
+RATEWIN_PYTHON_ARG(ResourceArg);
+RATEWIN_PYTHON_ARG(StrArg);
+RATEWIN_PYTHON_ARG(OptionalStrArg);
+RATEWIN_PYTHON_ARG(BoolArg);
+RATEWIN_PYTHON_ARG(PolicyArg);
+RATEWIN_PYTHON_ARG(LimitsArg);
+RATEWIN_PYTHON_ARG(OptionalClockArg);
+RATEWIN_PYTHON_ARG(OptionalLoggerArg);
+#undef RATEWIN_PYTHON_ARG
+
 // The exception types of the module (set by init_errors).
 extern PyObject* closed_error;
 
 }  // namespace ratewin::python
+
+namespace pybind11::detail {
+#define RATEWIN_PYTHON_ARG_CASTER(Name, Text)                                               \
+  template <>                                                                               \
+  struct type_caster<ratewin::python::Name> {                                               \
+    PYBIND11_TYPE_CASTER(ratewin::python::Name, const_name(Text));                          \
+    bool load(handle source, bool /*convert*/) {                                            \
+      value = ratewin::python::Name(source);                                                \
+      return true;                                                                          \
+    }                                                                                       \
+    static handle cast(const ratewin::python::Name& v, return_value_policy, handle) {       \
+      return v.inc_ref();                                                                   \
+    }                                                                                       \
+  }
+RATEWIN_PYTHON_ARG_CASTER(IntArg, "int");
+RATEWIN_PYTHON_ARG_CASTER(SecondsArg, "float | datetime.timedelta");
+RATEWIN_PYTHON_ARG_CASTER(OptionalSecondsArg, "float | datetime.timedelta | None");
+RATEWIN_PYTHON_ARG_CASTER(ResourceArg, "str | bytes | int");
+RATEWIN_PYTHON_ARG_CASTER(StrArg, "str");
+RATEWIN_PYTHON_ARG_CASTER(OptionalStrArg, "str | None");
+RATEWIN_PYTHON_ARG_CASTER(BoolArg, "bool");
+RATEWIN_PYTHON_ARG_CASTER(PolicyArg, "FailurePolicy | str");
+RATEWIN_PYTHON_ARG_CASTER(LimitsArg, "Iterable[Limit]");
+RATEWIN_PYTHON_ARG_CASTER(OptionalClockArg, "ManualClock | None");
+RATEWIN_PYTHON_ARG_CASTER(OptionalLoggerArg, "Callable[[str, str], object] | None");
+#undef RATEWIN_PYTHON_ARG_CASTER
+}  // namespace pybind11::detail

@@ -25,7 +25,7 @@ void init_clock(py::module_& m) {
       "A clock that moves only when told to, for tests: pass it as Engine(clock=...) and "
       "decisions become deterministic. Times are seconds since the Unix epoch. Safe to use "
       "from several threads.")
-      .def(py::init([](py::handle start) {
+      .def(py::init([](SecondsArg start) {
              return std::make_shared<ManualClock>(checked(to_nanoseconds(start, "start")));
            }),
            py::arg("start") = 1'700'000'000, "Starts at `start` seconds since the Unix epoch.")
@@ -33,11 +33,11 @@ void init_clock(py::module_& m) {
           "now", [](const ManualClock& c) { return to_seconds(c.now()); },
           "The current reading, in seconds since the Unix epoch.")
       .def(
-          "set", [](ManualClock& c, py::handle t) { c.set(checked(to_nanoseconds(t, "t"))); },
+          "set", [](ManualClock& c, SecondsArg t) { c.set(checked(to_nanoseconds(t, "t"))); },
           py::arg("t"), "Sets the reading to `t` seconds since the Unix epoch.")
       .def(
           "advance",
-          [](ManualClock& c, py::handle seconds) {
+          [](ManualClock& c, SecondsArg seconds) {
             const std::chrono::nanoseconds step = to_nanoseconds(seconds, "seconds", true);
             // The reading and the step are each below 2^62, so their sum cannot overflow.
             checked(step);

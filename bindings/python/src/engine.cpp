@@ -279,7 +279,7 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return object_;
   }
 
-  Decision try_acquire(py::handle resource, const Limit& limit, py::handle cost) const {
+  Decision try_acquire(ResourceArg resource, const Limit& limit, IntArg cost) const {
     const std::uint64_t id = to_resource(resource);
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
     const std::shared_ptr<Engine> e = engine();
@@ -329,20 +329,20 @@ class PyEngine : public Owner<PyEngine, Engine> {
 
   std::uint64_t capacity(const Limit& limit) const { return engine()->capacity(limit); }
 
-  bool reset(py::handle resource, const Limit& limit) const {
+  bool reset(ResourceArg resource, const Limit& limit) const {
     const std::uint64_t id = to_resource(resource);
     const std::shared_ptr<Engine> e = engine();
     return without_gil([&] { return e->reset(id, limit); });
   }
 
-  std::uint64_t refund(py::handle resource, const Limit& limit, py::handle cost) const {
+  std::uint64_t refund(ResourceArg resource, const Limit& limit, IntArg cost) const {
     const std::uint64_t id = to_resource(resource);
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
     const std::shared_ptr<Engine> e = engine();
     return without_gil([&] { return e->refund(id, limit, units); });
   }
 
-  Decisions try_acquire_all(py::handle resource, py::handle limits, py::handle cost) const {
+  Decisions try_acquire_all(ResourceArg resource, LimitsArg limits, IntArg cost) const {
     const std::vector<Acquisition> items = acquisitions(resource, limits, cost);
     std::vector<Decision> out(items.size());
     const std::shared_ptr<Engine> e = engine();
@@ -352,7 +352,7 @@ class PyEngine : public Owner<PyEngine, Engine> {
 
   // Engine.try_acquire_all_async's core: the Decisions now, or None and `callback`
   // (Decisions) called later, on the engine's I/O thread, with the GIL held.
-  py::object try_acquire_all_async(py::handle resource, py::handle limits, py::handle cost,
+  py::object try_acquire_all_async(ResourceArg resource, LimitsArg limits, IntArg cost,
                                    const py::function& callback) const {
     const std::vector<Acquisition> items = acquisitions(resource, limits, cost);
     std::vector<Decision> out(items.size());
@@ -387,13 +387,13 @@ class PyEngine : public Owner<PyEngine, Engine> {
 // An open limiter keeps its engine's threads running.
 class PyLimiter : public Owner<PyLimiter, LimiterHandle> {
  public:
-  PyLimiter(const PyEngine& engine, py::handle resource, const Limit& limit)
+  PyLimiter(const PyEngine& engine, ResourceArg resource, const Limit& limit)
       : resource_(to_resource(resource)), limit_(limit) {
     const std::shared_ptr<Engine> e = engine.engine();
     own(deleted_safely(new LimiterHandle(e->limiter(resource_, limit_))));
   }
 
-  Decision try_acquire(py::handle cost) const {
+  Decision try_acquire(IntArg cost) const {
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
     std::shared_ptr<LimiterHandle> h = object_;
     if (!h) {
@@ -447,11 +447,11 @@ void init_engine(py::module_& m) {
       "exit are closed then.");
   def_context_manager(engine_class, "engine");
   engine_class
-      .def(py::init([](py::handle redis, py::handle key_prefix, py::handle max_limiters,
-                       py::handle connect_timeout, py::handle command_timeout,
-                       py::handle max_connections, py::handle sync_settle, py::handle sync_clock,
-                       py::handle clock_sync_interval, py::handle clock, py::handle logger,
-                       py::handle max_memory) {
+      .def(py::init([](OptionalStrArg redis, StrArg key_prefix, IntArg max_limiters,
+                       SecondsArg connect_timeout, SecondsArg command_timeout,
+                       IntArg max_connections, SecondsArg sync_settle, BoolArg sync_clock,
+                       SecondsArg clock_sync_interval, OptionalClockArg clock,
+                       OptionalLoggerArg logger, IntArg max_memory) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
              o.key_prefix = to_utf8(key_prefix, "key_prefix");
@@ -522,7 +522,7 @@ void init_engine(py::module_& m) {
            "one round trip, bounded by command_timeout. Raises ClosedError after close().")
       .def(
           "limiter",
-          [](const PyEngine& e, py::handle resource, const Limit& limit) {
+          [](const PyEngine& e, ResourceArg resource, const Limit& limit) {
             return new PyLimiter(e, resource, limit);
           },
           py::arg("resource"), py::arg("limit"),
@@ -592,7 +592,7 @@ void init_engine(py::module_& m) {
       });
 
   m.def(
-      "hash", [](py::handle name) { return to_resource(name); }, py::arg("name"),
+      "hash", [](ResourceArg name) { return to_resource(name); }, py::arg("name"),
       "The 64-bit resource id of a name: XXH3-64 (seed 0) of its UTF-8 bytes (or of the "
       "bytes given), the id every ratewin API and process computes for that name. An int "
       "is returned as it is.");
@@ -616,7 +616,7 @@ void init_engine(py::module_& m) {
 
   m.def(
       "_cxx_loop",
-      [](const PyEngine& engine, py::handle resource, const Limit& limit, std::uint64_t calls) {
+      [](const PyEngine& engine, ResourceArg resource, const Limit& limit, std::uint64_t calls) {
         // The same call as try_acquire, made `calls` times from C++: the baseline for the
         // Python overhead figure. Returns nanoseconds per call.
         const std::uint64_t id = to_resource(resource);

@@ -139,8 +139,8 @@ void init_limit(py::module_& m) {
                     "At most `max` units in any sliding window of `per` seconds, tracked in "
                     "subintervals of `resolution` seconds (per / resolution of them). Limits "
                     "are immutable values, safe to share between threads.")
-      .def(py::init([](py::handle max, py::handle per, py::handle resolution,
-                       py::handle on_failure, py::handle scope) {
+      .def(py::init([](IntArg max, SecondsArg per, OptionalSecondsArg resolution,
+                       PolicyArg on_failure, OptionalStrArg scope) {
              const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
              const auto interval = to_milliseconds(per, "per");
              const auto step = resolution.is_none() ? Limit::default_resolution(interval)
@@ -174,7 +174,7 @@ void init_limit(py::module_& m) {
                              "limits share counts only within one scope.")
       .def(
           "with_max",
-          [](const Limit& l, py::handle max) {
+          [](const Limit& l, IntArg max) {
             const Limit raised = l.with_max(to_u64(max, "max", 1, Limit::kMaxCount));
             if (!l.has_scope()) {
               ScopeNames::instance().record(l.scope(), std::to_string(l.max()), true);
@@ -185,7 +185,7 @@ void init_limit(py::module_& m) {
           "The same window with another max, in the same scope: it shares counts with this "
           "limit (an override that raises max keeps what was counted).")
       .def(
-          "with_scope", [](const Limit& l, py::handle scope) { return with_scope_name(l, scope); },
+          "with_scope", [](const Limit& l, OptionalStrArg scope) { return with_scope_name(l, scope); },
           py::arg("scope"),
           "The same limit in the scope named `scope`: every limit of that scope and window "
           "shares its counts.")
