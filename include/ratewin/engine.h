@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,13 @@ class Shard;
 }  // namespace detail
 
 enum class LogLevel { debug, info, warning, error };
+
+// Thrown by the Engine constructor with Options::require_store when the shared store
+// cannot be used (unreachable within connect_timeout, or refusing the credentials).
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Engine settings. The Engine constructor checks them and throws std::invalid_argument
 // naming the first one out of range.
@@ -50,8 +58,14 @@ struct Options {
   // "redis-cluster://[user[:password]@]host:port[,host:port...]", or a primary behind
   // Redis Sentinel "redis-sentinel://[user[:password]@]host:port[,...]/master-name
   // [?sentinel_password=...&sentinel_user=...&db=N]". The engine starts whether or not
-  // Redis is up, and connects when it can.
+  // Redis is up, and connects when it can (see require_store). rediss:// (TLS) is refused:
+  // this build's hiredis has no TLS.
   std::string redis;
+  // Fail fast: the Engine constructor throws StoreError when the store cannot be used at
+  // start (no answer within connect_timeout, a password refused or missing), instead of
+  // starting degraded. A store that goes away later is still an outage, decided by the
+  // failure policies.
+  bool require_store = false;
   // Prefix of every Redis key, so several applications can share one Redis. No '{' or '}'
   // (the braces after it mark the part of a key Redis Cluster hashes).
   std::string key_prefix = "ratewin";

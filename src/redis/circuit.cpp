@@ -8,6 +8,12 @@ void CircuitBreaker::start(bool reachable, const std::string& why) {
   open_count_.fetch_add(1, std::memory_order_acq_rel);
   opens_.fetch_add(1, std::memory_order_relaxed);
   down_since_ns_.store(steady_ns(), std::memory_order_relaxed);
+  if (why.find("requires a password") != std::string::npos ||
+      why.find("refused the user or password") != std::string::npos) {
+    // Not an outage that will pass: the configuration is wrong. Said once, as an error.
+    reporter_.log(LogLevel::error, why + "; deciding with local counts until it is fixed");
+    return;
+  }
   reporter_.log(LogLevel::warning, "Redis at " + where_ + " is not reachable yet (" +
                                        why + "); deciding with local counts until it is");
 }

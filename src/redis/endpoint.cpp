@@ -156,6 +156,10 @@ RedisEndpoint RedisEndpoint::parse(std::string_view url) {
     e.unix_path = std::string(rest);
     return e;
   }
+  if (url.starts_with("rediss://") || url.starts_with("rediss-")) {
+    bad(url, "TLS (rediss://) is not supported: this build's hiredis has no TLS; reach Redis "
+             "through a TLS tunnel (stunnel, spiped, a sidecar) with a redis:// URL");
+  }
   if (!url.starts_with(kTcp)) bad(url, "it must start with redis://, unix://, redis-cluster:// or redis-sentinel://");
   std::string_view rest = take_credentials(url, url.substr(kTcp.size()), e);
   const std::size_t slash = rest.find('/');

@@ -40,6 +40,11 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
         [this](const SentinelWatch::Primary& p) { loop_.post([this, p] { follow(p); }); });
   }
   const bool reachable = connect_now();
+  if (!reachable && options_.require_store) {
+    // (Thrown from the constructor: the members made so far stop their threads.)
+    throw StoreError("ratewin: Redis at " + reporter_.where() +
+                     " cannot be used: " + reporter_.last_error());
+  }
   if (!reachable) topology_.node_for_slot(0).circuit().start(false, reporter_.last_error());
   loop_.post([this] {
     uv_timer_init(loop_.loop(), &tick_timer_);
@@ -121,7 +126,8 @@ bool RedisStore::connect_now() {
     RedisPool::Lease lease = node.pool().acquire(
         std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
     if (!lease) {
-      reporter_.note_error(error);
+      const std::string credentials = credentials_problem(reporter_.where(), error);
+      reporter_.note_error(credentials.empty() ? error : credentials);
       continue;
     }
     if (topology_.cluster()) {
@@ -141,7 +147,13 @@ bool RedisStore::connect_now() {
         reporter_.note_error("connecting: " + error);
         continue;
       }
-      if (!refused.empty()) reporter_.note_error("PING refused: " + refused);
+      if (!refused.empty()) {
+        // A server that refuses PING cannot serve this client (no password given, still
+        // loading its data): not reachable, so the engine starts degraded and says why.
+        const std::string credentials = credentials_problem(reporter_.where(), refused);
+        reporter_.note_error(credentials.empty() ? "PING refused: " + refused : credentials);
+        continue;
+      }
     }
     if (options_.sync_clock && !clock_sync_.measure(*lease, 3, error)) {
       reporter_.note_error("reading the Redis clock: " + error);

@@ -9,6 +9,11 @@
 
 namespace ratewin::inline v1::detail {
 
+// When `error` (a failure's text, which may quote Redis's reply) says that Redis refused
+// this client's credentials (NOAUTH, WRONGPASS, or an older server's "invalid
+// password"), the message to give instead, which says what to fix; empty otherwise.
+std::string credentials_problem(const std::string& where, const std::string& error);
+
 // The options' logger and the latest failure (Stats::last_error). Thread-safe: every part
 // of the store reports here, from the application threads and the loop thread.
 class Reporter {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -129,3 +130,50 @@ def test_a_logger_that_raises_does_not_break_the_engine(redis, monkeypatch):
         redis.stop()
         assert engine.try_acquire("a", limit).allowed
     assert reported and all(isinstance(e, RuntimeError) for e in reported)
+
+
+def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
+    """A missing or wrong password is one clear error (not an outage, not a clock problem),
+    store_available is False from the start, and connect='require' fails fast."""
+    server = RedisServer(tmp_path, password="s3cret-pw")
+    server.start()
+    try:
+        limit = ratewin.Limit(1, per=60)
+        for url, words in ((f"unix://{server.socket}", "requires a password and none was given"),
+                           (f"unix://:wrong-pw@{server.socket}", "refused the user or password")):
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="ratewin"):
+                with ratewin.Engine(url) as engine:
+                    assert engine.stats()["store_available"] is False
+                    assert words in engine.stats()["last_error"]
+                    assert engine.try_acquire("x", limit).degraded is True
+            errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert errors and errors[0].levelno == logging.ERROR, errors
+            assert words in errors[0].getMessage()
+            assert not any("TIME" in r.getMessage() for r in caplog.records)
+            with pytest.raises(ratewin.StoreError, match=words):
+                ratewin.Engine(url, connect="require")
+        with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}", connect="require") as engine:
+            assert engine.stats()["store_available"] is True
+    finally:
+        server.stop()
+    with pytest.raises(ratewin.StoreError, match="cannot be used"):
+        ratewin.Engine("redis://127.0.0.1:1", connect="require", connect_timeout=0.05)
+    with pytest.raises(ValueError, match="connect"):
+        ratewin.Engine(connect="eager")
+
+
+def test_tls_urls_say_tls_is_not_supported():
+    with pytest.raises(ValueError, match="TLS"):
+        ratewin.Engine("rediss://127.0.0.1:6380")
+
+
+def test_without_a_logger_records_go_to_the_ratewin_logger(redis, caplog):
+    limit = ratewin.Limit(5, per=3600)
+    with caplog.at_level(logging.INFO, logger="ratewin"):
+        with ratewin.Engine(redis.url, command_timeout=0.2) as engine:
+            engine.try_acquire("a", limit)
+            redis.stop()
+            engine.try_acquire("a", limit)
+    assert any(r.name == "ratewin" and r.levelno == logging.WARNING and "unreachable" in r.getMessage()
+               for r in caplog.records), caplog.records

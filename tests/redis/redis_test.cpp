@@ -491,7 +491,7 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     CHECK(took < 1s);
     const Stats s = engine->stats();
     CHECK_FALSE(s.store_available);
-    CHECK(s.last_error.find("authentication failed") != std::string::npos);
+    CHECK(s.last_error.find("refused the user or password") != std::string::npos);
     CHECK(s.last_error.find("WRONGPASS") != std::string::npos);
     CHECK(logs.contain("WRONGPASS"));
     const Decision d = engine->try_acquire("a", limit);
@@ -500,6 +500,21 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     // The right password works.
     Engine good(redis_options("redis://:right@127.0.0.1:" + std::to_string(redis.port())));
     CHECK_FALSE(good.try_acquire("a", limit).degraded);
+    // Fail fast on request.
+    Options strict = redis_options("redis://:wrong@127.0.0.1:" + std::to_string(redis.port()));
+    strict.require_store = true;
+    CHECK_THROWS_AS(Engine{strict}, StoreError);
+  }
+
+  SUBCASE("no password given: one clear error, not a clock or outage story") {
+    RedisServer redis({"--requirepass", "right"});
+    Logs logs;
+    Engine engine(redis_options("redis://127.0.0.1:" + std::to_string(redis.port()), &logs));
+    const Stats s = engine.stats();
+    CHECK_FALSE(s.store_available);  // from the start
+    CHECK(s.last_error.find("requires a password and none was given") != std::string::npos);
+    CHECK_FALSE(logs.contain("TIME"));
+    CHECK(engine.try_acquire("a", limit).degraded);
   }
 
   SUBCASE("nobody listening") {

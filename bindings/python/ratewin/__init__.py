@@ -29,6 +29,7 @@ from ._ratewin import (
     Limit,
     Limiter,
     ManualClock,
+    StoreError,
     __version__,
     hash,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "Limit",
     "Limiter",
     "ManualClock",
+    "StoreError",
     "__version__",
     "hash",
     "parse",

@@ -16,6 +16,9 @@ class Error(Exception):
 class ClosedError(Error):
     """The engine or limiter was closed before this call."""
 
+class StoreError(Error):
+    """Engine(connect='require'): the shared store cannot be used."""
+
 class FailurePolicy:
     """What a limit does while the shared store (Redis) is unreachable."""
 
@@ -133,6 +136,7 @@ class Engine:
         clock: Optional[ManualClock] = None,
         logger: Optional[Callable[[str, str], Any]] = None,
         max_memory: int = 268435456,
+        connect: str = "lazy",
     ) -> None: ...
     def try_acquire(self, resource: Resource, limit: Limit, cost: int = 1) -> Decision: ...
     def try_acquire_all(

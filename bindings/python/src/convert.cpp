@@ -29,6 +29,10 @@ void init_errors(py::module_& m) {
   static py::exception<void> closed(m, "ClosedError", error.ptr());
   closed.doc() = "The engine or limiter was closed before this call.";
   closed_error = closed.ptr();
+  static py::exception<void> store(m, "StoreError", error.ptr());
+  store.doc() =
+      "Engine(connect='require'): the shared store (Redis) cannot be used (unreachable, or "
+      "a password missing or refused).";
   // Library failures other than bad arguments (a thread or an event loop that could not
   // be created, too many handles on one limiter) become ratewin.Error. Custom
   // translators run before pybind11's own, so Python-side errors pass through untouched.
@@ -39,6 +43,8 @@ void init_errors(py::module_& m) {
       throw;
     } catch (const py::error_already_set&) {
       throw;
+    } catch (const StoreError& e) {
+      PyErr_SetString(store.ptr(), e.what());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::logic_error& e) {

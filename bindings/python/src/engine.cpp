@@ -451,7 +451,7 @@ void init_engine(py::module_& m) {
                        SecondsArg connect_timeout, SecondsArg command_timeout,
                        IntArg max_connections, SecondsArg sync_settle, BoolArg sync_clock,
                        SecondsArg clock_sync_interval, OptionalClockArg clock,
-                       OptionalLoggerArg logger, IntArg max_memory) {
+                       OptionalLoggerArg logger, IntArg max_memory, StrArg connect) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
              o.key_prefix = to_utf8(key_prefix, "key_prefix");
@@ -473,12 +473,21 @@ void init_engine(py::module_& m) {
                }
                o.clock = clock.cast<std::shared_ptr<ManualClock>>();
              }
-             if (!logger.is_none()) {
-               if (PyCallable_Check(logger.ptr()) == 0) {
+             const std::string connect_mode = to_utf8(connect, "connect");
+             if (connect_mode != "lazy" && connect_mode != "require") {
+               throw py::value_error("connect must be 'lazy' or 'require', not '" + connect_mode +
+                                     "'");
+             }
+             o.require_store = connect_mode == "require";
+             // Without a logger of the caller's, records on the "ratewin" logger.
+             py::object sink = logger.is_none()
+                                   ? py::module_::import("ratewin._logsink").attr("emit")
+                                   : py::reinterpret_borrow<py::object>(logger);
+             {
+               if (PyCallable_Check(sink.ptr()) == 0) {
                  throw py::type_error("logger must be a callable (level, message) or None");
                }
-               auto callback =
-                   std::make_shared<PyCallback>(py::reinterpret_borrow<py::object>(logger));
+               auto callback = std::make_shared<PyCallback>(sink);
                o.logger = [callback](LogLevel level, std::string_view message) {
                  if (Py_IsInitialized() == 0 || finalizing()) return;
                  py::gil_scoped_acquire gil;
@@ -498,10 +507,15 @@ void init_engine(py::module_& m) {
            py::arg("sync_settle") = 0.01, py::arg("sync_clock") = true,
            py::arg("clock_sync_interval") = 10.0, py::arg("clock") = py::none(),
            py::arg("logger") = py::none(), py::arg("max_memory") = std::size_t{256} << 20,
+           py::arg("connect") = "lazy",
            "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
            "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
            "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None, "
-           "max_memory=268435456).\n\n"
+           "max_memory=268435456, connect='lazy').\n\n"
+           "connect: 'lazy' (the default) starts whether or not Redis can be used, deciding "
+           "with local counts until it can; 'require' raises StoreError when Redis cannot be "
+           "used at start (unreachable within connect_timeout, or a password missing or "
+           "refused).\n\n"
            "max_limiters and max_memory (bytes, at least 16384) bound the limiters held in "
            "memory. A limiter whose window still holds counts is never dropped to make "
            "room; while the bounds are full of them, new resources share one overflow "
@@ -512,8 +526,9 @@ void init_engine(py::module_& m) {
            "starts whether or not Redis is up. Durations are seconds (int, float or timedelta). "
            "clock: a ManualClock for "
            "tests. logger: a callable(level, message), level one of 'debug', 'info', "
-           "'warning', 'error', called from the engine's threads (default: warnings and "
-           "errors to stderr). Raises ValueError for a bad option or URL.")
+           "'warning', 'error', called from the engine's threads (default: records on the "
+           "'ratewin' logging.Logger). Raises ValueError for a bad option or URL (TLS, "
+           "rediss://, is not supported).")
       .def("try_acquire", &PyEngine::try_acquire, py::arg("resource"), py::arg("limit"),
            py::arg("cost") = 1,
            "Decides whether `cost` units of `resource` (a str, bytes or an int id) fit in "
