@@ -32,8 +32,8 @@ AdminApi::AdminApi(Service& service, Overrides& overrides, std::string token,
       token_(std::move(token)),
       lockout_(lockout_capacity) {}
 
-std::optional<OverrideChange> AdminApi::handle(const Request& request, const IpAddress& client,
-                                               std::string_view path, Response& response) {
+std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddress& client,
+                                          std::string_view path, Response& response) {
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
@@ -104,6 +104,7 @@ std::optional<OverrideChange> AdminApi::handle(const Request& request, const IpA
   if (path == "/admin/overrides" && (method == "POST" || method == "DELETE")) {
     return override_change(request, response);
   }
+  if (path == "/admin/reset" && method == "POST") return reset(request, response);
   json_error(response, 404, "no such admin call");
   return std::nullopt;
 }
@@ -113,28 +114,44 @@ namespace {
 // The override a POST body asks for ({"key": k, "limit": n | "multiplier": x, "ttl_s": t};
 // a DELETE body has the key only), and its key. Throws std::invalid_argument saying
 // what is wrong.
-std::pair<std::string, Override> override_from(std::string_view method, std::string_view body) {
-  using Type = JsonValue::Type;
+// A JSON object body with no fields but `allowed`. Throws std::invalid_argument.
+JsonValue object_body(std::string_view body, std::initializer_list<std::string_view> allowed) {
   std::string error;
-  const std::optional<JsonValue> json = JsonValue::parse(body, error);
+  std::optional<JsonValue> json = JsonValue::parse(body, error);
   if (!json) throw std::invalid_argument("the body is not JSON: " + error);
-  if (!json->is(Type::object)) throw std::invalid_argument("the body must be a JSON object");
-  const bool post = method == "POST";
+  if (!json->is(JsonValue::Type::object))
+    throw std::invalid_argument("the body must be a JSON object");
   for (const std::string& name : json->keys()) {
-    if (name != "key" && !(post && (name == "limit" || name == "multiplier" || name == "ttl_s")))
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
       throw std::invalid_argument("unknown field \"" + name + "\"");
   }
-  const JsonValue* key = json->find("key");
-  if (key == nullptr || !key->is(Type::string))
+  return std::move(*json);
+}
+
+// The body's "key", as clients are known ("ip:" keys canonical). Throws
+// std::invalid_argument.
+std::string key_of(const JsonValue& json) {
+  const JsonValue* key = json.find("key");
+  if (key == nullptr || !key->is(JsonValue::Type::string))
     throw std::invalid_argument("\"key\" (a string) is required");
-  std::pair<std::string, Override> out{key->text(), Override{}};
-  if (out.first.empty()) throw std::invalid_argument("\"key\" is empty");
-  if (out.first.starts_with("ip:")) {
+  std::string out = key->text();
+  if (out.empty()) throw std::invalid_argument("\"key\" is empty");
+  if (out.starts_with("ip:")) {
     // As the rules write addresses, and as clients are known by them.
-    const std::optional<std::string> address = canonical_address(out.first.substr(3));
+    const std::optional<std::string> address = canonical_address(out.substr(3));
     if (!address) throw std::invalid_argument("a key starting \"ip:\" must name an IP address");
-    out.first = "ip:" + *address;
+    out = "ip:" + *address;
   }
+  return out;
+}
+
+std::pair<std::string, Override> override_from(std::string_view method, std::string_view body) {
+  using Type = JsonValue::Type;
+  const bool post = method == "POST";
+  const JsonValue parsed = post ? object_body(body, {"key", "limit", "multiplier", "ttl_s"})
+                                : object_body(body, {"key"});
+  const JsonValue* json = &parsed;
+  std::pair<std::string, Override> out{key_of(parsed), Override{}};
   if (!post) return out;
   const JsonValue* limit = json->find("limit");
   const JsonValue* multiplier = json->find("multiplier");
@@ -164,21 +181,36 @@ std::pair<std::string, Override> override_from(std::string_view method, std::str
 
 }  // namespace
 
-std::optional<OverrideChange> AdminApi::override_change(const Request& request,
-                                                        Response& response) {
+std::optional<AdminWork> AdminApi::override_change(const Request& request, Response& response) {
   try {
     auto [key, value] = override_from(request.method, request.body);
     OverrideChange change{std::move(key), std::nullopt};
     if (request.method == "POST") change.value = value;
-    return change;
+    return AdminWork{std::move(change), {}};
   } catch (const std::invalid_argument& e) {
     json_error(response, 400, e.what());
     return std::nullopt;
   }
 }
 
-void AdminApi::changed(const OverrideChange& change, std::string_view error, Response& response) {
+std::optional<AdminWork> AdminApi::reset(const Request& request, Response& response) {
+  try {
+    return AdminWork{std::nullopt, key_of(object_body(request.body, {"key"}))};
+  } catch (const std::invalid_argument& e) {
+    json_error(response, 400, e.what());
+    return std::nullopt;
+  }
+}
+
+void AdminApi::done(const AdminWork& work, std::string_view error, Response& response) {
   if (!error.empty()) return json_error(response, 503, error);
+  if (!work.change) {
+    response.body = "{\"reset\":";
+    append_json_string(response.body, work.reset_key);
+    response.body += "}\n";
+    return;
+  }
+  const OverrideChange& change = *work.change;
   response.body = change.value ? "{\"override\":" + change.value->to_json(change.key) + "}\n"
                                : std::string("{\"removed\":true}\n");
 }

@@ -17,6 +17,13 @@ namespace ratewin::server {
 
 class Service;
 
+// Work the admin API was asked for that may wait on Redis, for its caller to make off the
+// loop (Overrides::submit, submit_job) and to answer with AdminApi::done().
+struct AdminWork {
+  std::optional<OverrideChange> change;  // an override set or removed; else:
+  std::string reset_key;                 // POST /admin/reset: the key whose counts go
+};
+
 // Constant-time comparison of a presented secret with the expected one.
 bool same_secret(std::string_view presented, std::string_view expected) noexcept;
 
@@ -28,22 +35,23 @@ class AdminApi {
 
   // Answers a request whose path is /admin or under it. `client` is the client's address
   // (the trusted one). Thread-safe. Waits on no network: a change of an override (POST or
-  // DELETE /admin/overrides) that passed its checks is not made here, as with Redis it
-  // waits for a round trip; it is returned instead, `response` untouched, for the caller
-  // to make (Overrides::apply, or Overrides::submit from an event loop) and to answer
-  // with changed(). Otherwise `response` holds the answer and nothing is returned.
-  [[nodiscard]] std::optional<OverrideChange> handle(const Request& request,
-                                                     const IpAddress& client, std::string_view path,
-                                                     Response& response);
-  // The answer to a change handle() returned, made with `error` as the outcome (empty:
-  // made).
-  static void changed(const OverrideChange& change, std::string_view error, Response& response);
+  // DELETE /admin/overrides) or a reset of a key's counts (POST /admin/reset) that passed
+  // its checks is not made here, as with Redis it waits for round trips; it is returned
+  // instead, `response` untouched, for the caller to make (Overrides::submit and
+  // submit_job, with Service::reset_key) and to answer with done(). Otherwise `response`
+  // holds the answer and nothing is returned.
+  [[nodiscard]] std::optional<AdminWork> handle(const Request& request, const IpAddress& client,
+                                                std::string_view path, Response& response);
+  // The answer to work handle() returned, made with `error` as the outcome (empty: made).
+  static void done(const AdminWork& work, std::string_view error, Response& response);
 
   const AdminLockout& lockout() const noexcept { return lockout_; }
 
  private:
   // The change a POST or DELETE asks for, or nothing and the 400 in `response`.
-  static std::optional<OverrideChange> override_change(const Request& request, Response& response);
+  static std::optional<AdminWork> override_change(const Request& request, Response& response);
+  // The key a POST /admin/reset names, or nothing and the 400 in `response`.
+  static std::optional<AdminWork> reset(const Request& request, Response& response);
 
   Service& service_;
   Overrides& overrides_;

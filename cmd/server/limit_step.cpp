@@ -51,6 +51,28 @@ void LimitStep::build(const Match& match, const Client& client, const Override* 
   }
 }
 
+std::vector<Acquisition> LimitStep::key_counters(const Rules& rules, std::string_view key) {
+  std::vector<Acquisition> out;
+  std::vector<std::string> tagged = {std::string(1, static_cast<char>(Client::Kind::api_key))};
+  // An "ip:" key is also how an address client is known.
+  if (key.starts_with("ip:")) tagged.emplace_back(1, static_cast<char>(Client::Kind::address));
+  for (std::string& t : tagged) t += key;
+  std::vector<std::string_view> endpoints = rules.endpoint_names();
+  endpoints.emplace_back();  // requests that match no endpoint
+  std::string resource;
+  for (const LimitRule* rule : rules.limits()) {
+    if (rule->scope == Scope::global) continue;
+    for (const std::string& t : tagged) {
+      const std::size_t n = rule->scope == Scope::endpoint ? endpoints.size() : 1;
+      for (std::size_t i = 0; i < n; ++i) {
+        resource_name(*rule, t, rule->scope == Scope::endpoint ? endpoints[i] : "", resource);
+        out.push_back({ratewin::hash(resource), rule->limit, 0});
+      }
+    }
+  }
+  return out;
+}
+
 LimitOutcome LimitStep::conclude(std::span<const Acquisition> items,
                                  std::span<const Decision> decisions, std::size_t refused) {
   LimitOutcome outcome;

@@ -48,6 +48,11 @@ class LimitStep {
   static LimitOutcome conclude(std::span<const Acquisition> items,
                                std::span<const Decision> decisions, std::size_t refused);
 
+  // Every counter that `key` (as the admin API names clients: an API key, or "ip:<address>")
+  // has under `rules`: each per-key limit's, and each per-key-and-endpoint limit's for
+  // every endpoint and for no endpoint (global limits are nobody's own). Costs are 0.
+  static std::vector<Acquisition> key_counters(const Rules& rules, std::string_view key);
+
  private:
   // The engine's items: each limit counted under its resource name (rule, key,
   // endpoint); the override scales the limits that scale.

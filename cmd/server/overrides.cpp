@@ -157,14 +157,22 @@ std::string Overrides::apply(const OverrideChange& change) {
 }
 
 bool Overrides::submit(OverrideChange change, Done done) {
+  return enqueue({[this, change = std::move(change)] { return apply(change); }, std::move(done)});
+}
+
+bool Overrides::submit_job(std::function<std::string()> job, Done done) {
+  return enqueue({std::move(job), std::move(done)});
+}
+
+bool Overrides::enqueue(Submitted submitted) {
   if (!shared()) {
-    done(apply(change));
+    submitted.done(submitted.job());
     return true;
   }
   {
     std::lock_guard lock(submitted_mutex_);
     if (submitted_.size() >= kMaxQueuedChanges) return false;
-    submitted_.push_back({std::move(change), std::move(done)});
+    submitted_.push_back(std::move(submitted));
   }
   submitted_cv_.notify_one();
   return true;
@@ -180,7 +188,7 @@ void Overrides::write_submitted() {
     lock.unlock();
     std::string error;
     try {
-      error = apply(next.change);
+      error = next.job();
     } catch (const std::exception& e) {  // no exception may end this thread
       error = std::string("not made: ") + e.what();
     }

@@ -80,6 +80,10 @@ class Overrides {
   // The destructor waits for the change being made, if any; those still queued then are
   // not made, and their `done` gets an error saying so. Thread-safe.
   bool submit(OverrideChange change, Done done);
+  // The same for other admin work that waits on Redis (resetting a key's counts): `job`
+  // runs on the writer thread, in turn with the changes, and its result (an error, empty
+  // on success) goes to `done`. Without Redis it runs before this returns.
+  bool submit_job(std::function<std::string()> job, Done done);
   static constexpr std::size_t kMaxQueuedChanges = 16;
 
   const Published<OverrideMap>& current() const noexcept { return current_; }
@@ -115,9 +119,10 @@ class Overrides {
   bool stop_ = false;
   std::thread thread_;
   struct Submitted {
-    OverrideChange change;
+    std::function<std::string()> job;  // the change made by apply(), or other work
     Done done;
   };
+  bool enqueue(Submitted submitted);
   std::mutex submitted_mutex_;
   std::condition_variable submitted_cv_;
   std::deque<Submitted> submitted_;  // not taken by the writer yet

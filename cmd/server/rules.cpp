@@ -86,6 +86,13 @@ std::vector<const LimitRule*> Rules::limits() const {
   for (const LimitRule& rule : data_->rules) out.push_back(&rule);
   return out;
 }
+std::vector<std::string_view> Rules::endpoint_names() const {
+  std::vector<std::string_view> out;
+  out.reserve(data_->endpoints.size());
+  for (const Data::Endpoint& e : data_->endpoints) out.emplace_back(e.name);
+  return out;
+}
+
 std::uint64_t max_from(double count) noexcept {
   const double whole = std::floor(count);
   constexpr auto kMax = static_cast<double>(ratewin::Limit::kMaxCount);

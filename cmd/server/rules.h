@@ -95,6 +95,8 @@ class Rules {
   std::size_t limit_count() const;
   // Every limit the rules define (tiers', endpoints', overrides'), in the file's order.
   std::vector<const LimitRule*> limits() const;
+  // The endpoints' names, in the file's order.
+  std::vector<std::string_view> endpoint_names() const;
 
   struct Data;
 

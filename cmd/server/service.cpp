@@ -71,9 +71,9 @@ class Service::Worker final : public RequestHandler {
     if (path == "/admin" || path.starts_with("/admin/")) {
       if (!service_.admin_) {
         json_error(response, 404, "no admin API (start the server with --admin-token)");
-      } else if (std::optional<OverrideChange> change = service_.admin_->handle(
+      } else if (std::optional<AdminWork> work = service_.admin_->handle(
                      request, clients_.address(request, from, false).address, path, response)) {
-        return change_override(std::move(*change), reply);
+        return admin_work(std::move(*work), reply);
       }
       return count(response.status, "admin");
     }
@@ -100,16 +100,19 @@ class Service::Worker final : public RequestHandler {
     ++it->second;
   }
 
-  // Makes an override change the admin API was asked for. With Redis and a loop, the
-  // change is made on the overrides' writer thread, and the request answered when the
-  // outcome is back on this loop: the loop serves other requests meanwhile. Otherwise it
-  // is made and answered at once (without Redis nothing waits; without a loop there is
-  // nothing else to serve).
-  void change_override(OverrideChange change, Reply& reply) {
+  // Makes what the admin API was asked for (an override changed, a key's counts reset).
+  // With Redis and a loop, it is made on the overrides' writer thread, and the request
+  // answered when the outcome is back on this loop: the loop serves other requests
+  // meanwhile. Otherwise it is made and answered at once (without Redis nothing waits;
+  // without a loop there is nothing else to serve).
+  void admin_work(AdminWork work, Reply& reply) {
     Overrides& overrides = service_.overrides_;
     Response& response = reply.response();
+    const auto make = [this, &overrides](const AdminWork& w) {
+      return w.change ? overrides.apply(*w.change) : service_.reset_key(w.reset_key);
+    };
     if (back_on_loop_ == nullptr) {
-      AdminApi::changed(change, overrides.apply(change), response);
+      AdminApi::done(work, make(work), response);
       return count(response.status, "admin");
     }
     if (back_on_loop_->closed()) {  // the loop is ending: it must not wait on Redis now
@@ -118,16 +121,23 @@ class Service::Worker final : public RequestHandler {
     }
     const std::uint64_t number = next_change_++;
     ChangeInFlight& in_flight = changes_[number];
-    in_flight.change = change;
+    in_flight.work = work;
     // Runs on the writer thread; the outcome's task runs on this loop, while this worker
     // is open (close() refuses later tasks before the worker goes).
     auto done = [this, number, back = back_on_loop_](std::string error) {
       back->post([this, number, error = std::move(error)] { changed(number, error); });
     };
-    if (!overrides.submit(std::move(change), std::move(done))) {
+    const bool queued = work.change
+                            ? overrides.submit(std::move(*work.change), std::move(done))
+                            : overrides.submit_job(
+                                  [this, key = std::move(work.reset_key)] {
+                                    return service_.reset_key(key);
+                                  },
+                                  std::move(done));
+    if (!queued) {
       changes_.erase(number);
       response.headers.emplace_back("Retry-After", "1");
-      json_error(response, 503, "too many override changes are waiting for Redis: try later");
+      json_error(response, 503, "too many admin changes are waiting for Redis: try later");
       return count(503, "admin");
     }
     in_flight.responder = reply.defer();
@@ -138,7 +148,7 @@ class Service::Worker final : public RequestHandler {
     const auto it = changes_.find(number);
     if (it == changes_.end()) return;
     Response response;
-    AdminApi::changed(it->second.change, error, response);
+    AdminApi::done(it->second.work, error, response);
     count(response.status, "admin");
     // Out of the table first: answering may have this worker handle the connection's
     // next request at once.
@@ -319,7 +329,7 @@ class Service::Worker final : public RequestHandler {
   std::vector<Waiting*> idle_;
   // Override changes being made on the overrides' writer thread (change_override()).
   struct ChangeInFlight {
-    OverrideChange change;
+    AdminWork work;
     Responder responder;
   };
   std::shared_ptr<LoopTasks> back_on_loop_;  // with a loop, an admin API and Redis
@@ -373,6 +383,18 @@ Service::~Service() = default;
 
 std::unique_ptr<RequestHandler> Service::worker(uv_loop_s* loop) {
   return std::make_unique<Worker>(*this, loop);
+}
+
+std::string Service::reset_key(std::string_view key) {
+  const std::shared_ptr<const Rules> rules = rules_.get();
+  bool shared = true;
+  for (const Acquisition& counter : LimitStep::key_counters(*rules, key))
+    shared &= engine_.reset(counter.resource, counter.limit);
+  if (!shared) {
+    return "Redis could not be reached: this server's counts were reset, the shared ones "
+           "were not (they leave with their window)";
+  }
+  return {};
 }
 
 bool Service::reload(std::string_view why) {

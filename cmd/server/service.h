@@ -66,6 +66,9 @@ class Service {
   // line) and kept for /admin/rules and /metrics, and the last good rules stay active.
   // Unchanged bytes are not a new version. Thread-safe.
   bool reload(std::string_view why);
+  // Forgets every count `key` has under the rules in force (LimitStep::key_counters), in
+  // Redis and in this server's engine. Waits on Redis: off the loops. The error (empty: done).
+  std::string reset_key(std::string_view key);
   // The rules file, read and checked against the engine's memory bound (throws RulesError).
   Rules load_rules() const;
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }

@@ -400,3 +400,39 @@ def test_admin_override_of_an_address_is_canonical(start_server, tmp_path):
                     body=json.dumps({"key": "ip:0:0:0:0:0:ffff:7f00:9"}))
     assert r.status == 200, r
     assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
+
+
+def post_reset(server, body: dict, headers=AUTH):
+    return server.call("POST", "/admin/reset", headers={**headers, "Content-Type": "application/json"},
+                       body=json.dumps(body))
+
+
+def test_admin_reset_clears_a_keys_own_counts(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    with Client(server.port) as c:
+        assert [c.get("/", {"X-API-Key": "alice"}).status for _ in range(3)] == [200, 200, 429]
+        assert [c.get("/search", {"X-API-Key": "alice"}).status for _ in range(1)] == [429]
+        assert [c.get("/", {"X-API-Key": "bob"}).status for _ in range(3)] == [200, 200, 429]
+        r = post_reset(server, {"key": "alice"})
+        assert r.status == 200 and r.json() == {"reset": "alice"}, r
+        # alice starts afresh, per key and per endpoint; bob's counts and the global
+        # limit's are untouched.
+        assert [c.get("/", {"X-API-Key": "alice"}).status for _ in range(3)] == [200, 200, 429]
+        assert c.get("/", {"X-API-Key": "bob"}).status == 429
+        everyone = c.get("/", {"X-API-Key": "carol"}).headers["ratelimit-policy"]
+        assert "everyone" in everyone
+    # An address is reset as the rules name it.
+    with Client(server.port) as c:
+        assert [c.get("/").status for _ in range(3)] == [200, 200, 429]
+        assert post_reset(server, {"key": "ip:127.0.0.1"}).status == 200
+        assert c.get("/").status == 200
+
+
+def test_admin_reset_bad_requests(start_server, tmp_path):
+    server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
+    for body, words in (({}, "key"), ({"key": ""}, "empty"), ({"key": "a", "limit": 3}, "unknown field"),
+                        ({"key": "ip:nope"}, "IP address")):
+        r = post_reset(server, body)
+        assert r.status == 400 and words in r.json()["error"], (body, r)
+    assert post_reset(server, {"key": "a"}, headers={}).status == 401
+    assert server.call("GET", "/admin/reset", headers=AUTH).status == 404

@@ -204,3 +204,30 @@ def test_drain_deadline_with_an_override_change_in_flight_exits_cleanly(start_se
             pending["result"].status == 503, pending
         assert server.wait(8) == 0, server.log()
     assert "drain deadline" in server.log()
+
+
+def test_admin_reset_with_redis_reaches_every_instance_and_waits_off_the_loop(start_server, redis,
+                                                                              tmp_path):
+    a = following(start_server, redis, tmp_path)
+    b = following(start_server, redis, tmp_path)
+    key = {"X-API-Key": "dave"}
+    assert [a.get("/", key).status for _ in range(2)] == [200, 200]
+    assert b.get("/", key).status == 429  # the shared count
+    r = a.call("POST", "/admin/reset", headers={**AUTH, "Content-Type": "application/json"},
+               body=json.dumps({"key": "dave"}))
+    assert r.status == 200 and r.json() == {"reset": "dave"}, r
+    # A third instance sees the shared counts gone.
+    c = following(start_server, redis, tmp_path)
+    assert c.get("/", key).status == 200
+    # Redis paused: the reset waits on the writer thread, and the loop keeps answering.
+    with Paused(redis):
+        slow = in_background(lambda: a.call("POST", "/admin/reset",
+                                            headers={**AUTH, "Content-Type": "application/json"},
+                                            body=json.dumps({"key": "dave"})))
+        time.sleep(0.05)
+        started = time.monotonic()
+        assert a.get("/healthz").status == 200
+        assert time.monotonic() - started < HEALTHZ_S
+    slow["thread"].join(10)
+    assert "error" not in slow, slow
+    assert slow["result"].status in (200, 503)
