@@ -321,7 +321,7 @@ def test_limiters(engine):
         assert limiter.try_acquire().remaining == 1
         assert engine.try_acquire("hot", limit).remaining == 0  # the same counts
         assert not limiter.try_acquire()
-        assert re.fullmatch(r"<ratewin.Limiter resource=\d+ Limit\(2, .*\)>", repr(limiter))
+        assert re.fullmatch(r"<ratewin.Limiter resource='hot' Limit\(2, .*\)>", repr(limiter))
     assert limiter.closed and engine.stats()["pinned"] == 0
     with pytest.raises(ratewin.ClosedError):
         limiter.try_acquire()

@@ -209,3 +209,26 @@ def test_signatures_name_real_types():
                 assert "handle" not in doc.split("\n", 1)[0], f"{cls.__name__}.{name}: {doc}"
     assert "handle" not in _ratewin.hash.__doc__.split("\n", 1)[0]
     assert seen >= 15
+
+
+# ---- names, not hashes ------------------------------------------------------------------
+
+def test_limiters_keep_the_name_they_were_given(engine):
+    limit = ratewin.Limit(5, per=60)
+    with engine.limiter("tenant:7", limit) as named, engine.limiter(42, limit) as numbered:
+        assert named.name == "tenant:7" and "'tenant:7'" in repr(named)
+        assert named.resource == ratewin.hash("tenant:7")
+        assert numbered.name is None and "resource=42 " in repr(numbered)
+
+
+def test_redis_key_finds_a_names_key(redis):
+    limit = ratewin.Limit(5, per=60)
+    with ratewin.Engine(redis.url, key_prefix="named") as engine:
+        assert engine.try_acquire("alice", limit)
+        key = engine.redis_key("alice", limit)
+        assert key is not None and key.startswith("named:{") and key.endswith(":w")
+        assert redis.cli("EXISTS", key) == "1"
+        assert engine.redis_key("bob", limit) != key
+        assert engine.redis_key("alice", ratewin.Limit(6, per=60)) != key  # another limit
+    with ratewin.Engine() as local:
+        assert local.redis_key("alice", limit) is None

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "ratewin_internal/introspection.h"
 #include "ratewin_internal/redis_client.h"
 
 namespace ratewin::python {
@@ -388,7 +389,10 @@ class PyEngine : public Owner<PyEngine, Engine> {
 class PyLimiter : public Owner<PyLimiter, LimiterHandle> {
  public:
   PyLimiter(const PyEngine& engine, ResourceArg resource, const Limit& limit)
-      : resource_(to_resource(resource)), limit_(limit) {
+      : resource_(to_resource(resource)),
+        name_(py::isinstance<py::int_>(resource) ? py::object(py::none())
+                                                 : py::reinterpret_borrow<py::object>(resource)),
+        limit_(limit) {
     const std::shared_ptr<Engine> e = engine.engine();
     own(deleted_safely(new LimiterHandle(e->limiter(resource_, limit_))));
   }
@@ -403,10 +407,13 @@ class PyLimiter : public Owner<PyLimiter, LimiterHandle> {
     return without_gil([&] { return h->try_acquire(units); });
   }
   std::uint64_t resource() const noexcept { return resource_; }
+  // The name it was made with (a str or bytes), or None for an int id.
+  const py::object& name() const noexcept { return name_; }
   const Limit& limit() const noexcept { return limit_; }
 
  private:
   std::uint64_t resource_;
+  py::object name_;
   Limit limit_;
 };
 
@@ -558,6 +565,16 @@ void init_engine(py::module_& m) {
            "`limits` (an iterable of Limit) admits them, and counts them against each; a "
            "refused request counts against none. Returns Decisions. Limits that refuse on "
            "this engine's own counts refuse without touching the network.")
+      .def(
+          "redis_key",
+          [](const PyEngine& e, ResourceArg resource, const Limit& limit) -> py::object {
+            if (e.redis().empty()) return py::none();
+            return py::str(internal::store_window_key(e.engine()->options().key_prefix,
+                                                      to_resource(resource), limit));
+          },
+          py::arg("resource"), py::arg("limit"),
+          "The Redis key that holds `resource`'s shared counts under `limit` (names are "
+          "hashed into keys: this finds a name's key for redis-cli), or None in local mode.")
       .def("_try_acquire_all_async", &PyEngine::try_acquire_all_async, py::arg("resource"),
            py::arg("limits"), py::arg("cost"), py::arg("callback"),
            "The core of try_acquire_all_async: the Decisions now, or None and "
@@ -601,8 +618,14 @@ void init_engine(py::module_& m) {
           "closed", [](const PyLimiter& l) { return l.closed(); }, "Whether close() was called.")
       .def_property_readonly("resource", &PyLimiter::resource, "The resource's 64-bit id.")
       .def_property_readonly("limit", &PyLimiter::limit, "The Limit.")
+      .def_property_readonly(
+          "name", [](const PyLimiter& l) { return l.name(); },
+          "The resource's name as given (a str or bytes), or None when it was an int id.")
       .def("__repr__", [](const PyLimiter& l) {
-        return "<ratewin.Limiter resource=" + std::to_string(l.resource()) + " " +
+        const std::string resource = l.name().is_none()
+                                         ? std::to_string(l.resource())
+                                         : py::repr(l.name()).cast<std::string>();
+        return "<ratewin.Limiter resource=" + resource + " " +
                py::repr(py::cast(l.limit())).cast<std::string>() + (l.closed() ? " closed>" : ">");
       });
 
