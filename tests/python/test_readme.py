@@ -58,6 +58,22 @@ def test_readme_python_async_example(tmp_path):
     assert lines[1].startswith("late call refused, retry in "), lines
 
 
+def test_readme_python_web_example(tmp_path):
+    example = tmp_path / "web_example.py"
+    subprocess.run(["cmake", f"-DREADME={ROOT / 'README.md'}", "-DNAME=python-web",
+                    f"-DOUT={example}", "-P", str(ROOT / "tests" / "readme" / "extract.cmake")],
+                   check=True, timeout=60)
+    package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(package_root))
+    result = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == '429 Too Many Requests "3/60s";q=3;w=60 slow down', lines
+    assert lines[1] == "200 OK", lines
+    assert lines[2] == "StoreError: True", lines
+
+
 def test_python_overhead_benchmark_runs(tmp_path):
     """cmd/bench/python_overhead.py runs (one short round; figures are not asserted)."""
     package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
