@@ -72,6 +72,29 @@ class RedisServer:
         os.kill(self.process.pid, signal.SIGCONT)
 
 
+async def counting_loop_turns(awaitable):
+    """Awaits `awaitable` while a task counts the turns the event loop makes meanwhile:
+    (its result, the turns). Turns > 0 show the loop kept serving while it waited."""
+    import asyncio
+
+    turns = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    try:
+        result = await awaitable
+    finally:
+        stop = True
+        await task
+    return result, turns
+
+
 @pytest.fixture
 def redis(tmp_path: pathlib.Path):
     if shutil.which("redis-server") is None:

@@ -8,6 +8,7 @@ import logging
 
 import ratewin
 from ratewin.asgi import RateLimitMiddleware
+from conftest import counting_loop_turns
 
 
 async def hello(scope, receive, send):
@@ -112,22 +113,11 @@ def test_with_redis_the_loop_keeps_serving_and_no_executor_is_used(redis):
     meanwhile, and no thread of the loop's executor is taken."""
     async def main():
         loop = asyncio.get_running_loop()
-        ticks = 0
-        stop = False
-
-        async def ticker():
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
         with ratewin.Engine(redis.url, key_prefix="asgi-async") as engine:
             app = RateLimitMiddleware(hello, engine, ratewin.Limit(20, per=60))
             assert engine.try_acquire("warm", ratewin.Limit(1, per=60))  # connected
-            task = asyncio.create_task(ticker())
-            results = await asyncio.gather(*[run(app, "/") for _ in range(30)])
-            stop = True
-            await task
+            results, ticks = await counting_loop_turns(
+                asyncio.gather(*[run(app, "/") for _ in range(30)]))
         assert sorted(status_of(r) for r in results) == [200] * 20 + [429] * 10
         assert ticks > 0
         assert getattr(loop, "_default_executor", None) is None

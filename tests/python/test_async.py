@@ -10,6 +10,7 @@ import time
 import pytest
 
 import ratewin
+from conftest import counting_loop_turns
 
 
 def test_try_acquire_async_in_local_mode_answers_at_once(engine):
@@ -29,22 +30,10 @@ def test_try_acquire_async_with_redis_is_exact_and_keeps_the_loop_free(redis):
     limit = ratewin.Limit(25, per=60)
 
     async def main():
-        ticks = 0
-        stop = False
-
-        async def ticker():
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
         with ratewin.Engine(redis.url, key_prefix="aio") as a, \
                 ratewin.Engine(redis.url, key_prefix="aio") as b:
-            task = asyncio.create_task(ticker())
-            got = await asyncio.gather(*(
-                (a if i % 2 else b).try_acquire_async("shared", limit) for i in range(40)))
-            stop = True
-            await task
+            got, ticks = await counting_loop_turns(asyncio.gather(*(
+                (a if i % 2 else b).try_acquire_async("shared", limit) for i in range(40))))
             assert a.stats()["degraded"] == 0 and b.stats()["degraded"] == 0
             with ratewin.Engine(redis.url, key_prefix="aio") as c:
                 left = c.try_acquire("shared", limit, 0).remaining
