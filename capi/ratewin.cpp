@@ -11,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -355,6 +356,57 @@ int check_acquire(const void* handle, const char* handle_name, const ratewin_dec
   return check_out(decision, "decision is NULL", errmsg);
 }
 
+// The arguments of a try_acquire_all call, checked and read.
+struct AllCall {
+  std::vector<ratewin::Acquisition> items;
+  std::size_t decision_stride = 0;
+};
+
+// Checks the arguments every try_acquire_all takes and reads the items into `call`;
+// nothing is written to the caller's memory but *refused = 0 when count is 0 (no limit to
+// refuse: admitted, as by the C++ call).
+int read_all_call(const ratewin_engine* engine, const ratewin_acquisition* items, std::size_t count,
+                  const ratewin_decision* decisions, std::size_t* refused, AllCall& call,
+                  char** errmsg) {
+  if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+  if (refused == nullptr) return fail(errmsg, RATEWIN_EINVAL, "refused is NULL");
+  if (count == 0) {
+    *refused = 0;
+    return RATEWIN_OK;
+  }
+  std::size_t item_stride = 0;
+  if (const int rc = check_array(items, count, "items", item_stride, errmsg); rc != 0) {
+    return rc;
+  }
+  if (const int rc = check_array(decisions, count, "decisions", call.decision_stride, errmsg);
+      rc != 0) {
+    return rc;
+  }
+  call.items.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const ElementName name("items", i);
+    ratewin_acquisition a;
+    ratewin_acquisition_init(&a);
+    if (const int rc = read_sized(element(items, item_stride, i), a, name.c_str(), errmsg);
+        rc != 0) {
+      return rc;
+    }
+    if (a.limit == nullptr) {
+      return fail(errmsg, RATEWIN_EINVAL, name.c_str() + std::string(".limit is NULL"));
+    }
+    call.items.push_back({a.resource, a.limit->rep, a.cost});
+  }
+  return RATEWIN_OK;
+}
+
+// Writes every decision of a try_acquire_all into the caller's array.
+void write_decisions(std::span<const ratewin::Decision> made, ratewin_decision* decisions,
+                     std::size_t stride) noexcept {
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    write_decision(made[i], element(decisions, stride, i));
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -581,41 +633,14 @@ int ratewin_engine_try_acquire_all(ratewin_engine* engine, const ratewin_acquisi
                                    size_t count, ratewin_decision* decisions, size_t* refused,
                                    char** errmsg) {
   return guarded(errmsg, [&] {
-    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
-    if (refused == nullptr) return fail(errmsg, RATEWIN_EINVAL, "refused is NULL");
-    if (count == 0) {  // no limit to refuse: admitted, as by the C++ call
-      *refused = 0;
-      return RATEWIN_OK;
-    }
-    std::size_t item_stride = 0;
-    if (const int rc = check_array(items, count, "items", item_stride, errmsg); rc != 0) {
+    AllCall call;
+    if (const int rc = read_all_call(engine, items, count, decisions, refused, call, errmsg);
+        rc != RATEWIN_OK || count == 0) {
       return rc;
-    }
-    std::size_t decision_stride = 0;
-    if (const int rc = check_array(decisions, count, "decisions", decision_stride, errmsg);
-        rc != 0) {
-      return rc;
-    }
-    std::vector<ratewin::Acquisition> acquisitions;
-    acquisitions.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const ElementName name("items", i);
-      ratewin_acquisition a;
-      ratewin_acquisition_init(&a);
-      if (const int rc = read_sized(element(items, item_stride, i), a, name.c_str(), errmsg);
-          rc != 0) {
-        return rc;
-      }
-      if (a.limit == nullptr) {
-        return fail(errmsg, RATEWIN_EINVAL, name.c_str() + std::string(".limit is NULL"));
-      }
-      acquisitions.push_back({a.resource, a.limit->rep, a.cost});
     }
     std::vector<ratewin::Decision> out(count);
-    const std::size_t refusing = engine->rep.try_acquire_all(acquisitions, out);
-    for (std::size_t i = 0; i < count; ++i) {
-      write_decision(out[i], element(decisions, decision_stride, i));
-    }
+    const std::size_t refusing = engine->rep.try_acquire_all(call.items, out);
+    write_decisions(out, decisions, call.decision_stride);
     *refused = refusing;
     return RATEWIN_OK;
   });
