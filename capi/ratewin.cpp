@@ -4,13 +4,16 @@
 
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -21,7 +24,77 @@
 
 #include "ratewin/ratewin.h"
 
+namespace {
+
+// The ratewin_engine_try_acquire_all_async calls of one engine, so that closing it is
+// safe for their callbacks: once ratewin_engine_close has begun, no call enters the C++
+// engine (a callback's call gets RATEWIN_ECLOSED), the engine is not destroyed while a
+// call is inside it or a callback that began before the close runs, and the handle is
+// not freed before every callback has returned.
+class AsyncCalls {
+ public:
+  AsyncCalls() = default;
+  AsyncCalls(const AsyncCalls&) = delete;
+  AsyncCalls& operator=(const AsyncCalls&) = delete;
+  // Waits for the callbacks still owed. Destroyed after the engine (declared before it in
+  // ratewin_engine): its destruction has completed the pending calls, unless limiters
+  // keep its store running, and then their replies are awaited here.
+  ~AsyncCalls() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return owed_ == 0; });
+  }
+
+  // A call enters the engine; false once the engine is closing.
+  bool enter() noexcept {
+    const std::lock_guard lock(mutex_);
+    if (closing_) return false;
+    ++inside_;
+    ++owed_;
+    return true;
+  }
+  // It has left the engine, with its callback to come (pending) or not.
+  void leave(bool pending) noexcept {
+    const std::lock_guard lock(mutex_);
+    --inside_;
+    if (!pending) --owed_;
+    if (closing_) changed_.notify_all();
+  }
+  // A callback begins: the status it is given.
+  int callback_begins() noexcept {
+    const std::lock_guard lock(mutex_);
+    ++running_;
+    return closing_ ? RATEWIN_ECLOSED : RATEWIN_OK;
+  }
+  // It has returned. The caller touches nothing of the engine after this.
+  void callback_ends() noexcept {
+    const std::lock_guard lock(mutex_);
+    --running_;
+    --owed_;
+    // Under the lock: once it is released, the closing thread may destroy this object.
+    if (closing_) changed_.notify_all();
+  }
+  // ratewin_engine_close: no call enters any more; waits until none is inside the
+  // engine and every callback that began before has returned.
+  void close() noexcept {
+    std::unique_lock lock(mutex_);
+    closing_ = true;
+    changed_.wait(lock, [this] { return inside_ == 0 && running_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool closing_ = false;
+  std::size_t inside_ = 0;   // calls inside Engine::try_acquire_all_async
+  std::size_t running_ = 0;  // callbacks running
+  std::size_t owed_ = 0;     // callbacks not yet returned, of calls entered
+};
+
+}  // namespace
+
 struct ratewin_engine {
+  explicit ratewin_engine(ratewin::Options options) : rep(std::move(options)) {}
+  AsyncCalls async;  // first: outlives rep
   ratewin::Engine rep;
 };
 struct ratewin_limit {
@@ -355,6 +428,57 @@ int check_acquire(const void* handle, const char* handle_name, const ratewin_dec
   return check_out(decision, "decision is NULL", errmsg);
 }
 
+// The arguments of a try_acquire_all call, checked and read.
+struct AllCall {
+  std::vector<ratewin::Acquisition> items;
+  std::size_t decision_stride = 0;
+};
+
+// Checks the arguments every try_acquire_all takes and reads the items into `call`;
+// nothing is written to the caller's memory but *refused = 0 when count is 0 (no limit to
+// refuse: admitted, as by the C++ call).
+int read_all_call(const ratewin_engine* engine, const ratewin_acquisition* items, std::size_t count,
+                  const ratewin_decision* decisions, std::size_t* refused, AllCall& call,
+                  char** errmsg) {
+  if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+  if (refused == nullptr) return fail(errmsg, RATEWIN_EINVAL, "refused is NULL");
+  if (count == 0) {
+    *refused = 0;
+    return RATEWIN_OK;
+  }
+  std::size_t item_stride = 0;
+  if (const int rc = check_array(items, count, "items", item_stride, errmsg); rc != 0) {
+    return rc;
+  }
+  if (const int rc = check_array(decisions, count, "decisions", call.decision_stride, errmsg);
+      rc != 0) {
+    return rc;
+  }
+  call.items.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const ElementName name("items", i);
+    ratewin_acquisition a;
+    ratewin_acquisition_init(&a);
+    if (const int rc = read_sized(element(items, item_stride, i), a, name.c_str(), errmsg);
+        rc != 0) {
+      return rc;
+    }
+    if (a.limit == nullptr) {
+      return fail(errmsg, RATEWIN_EINVAL, name.c_str() + std::string(".limit is NULL"));
+    }
+    call.items.push_back({a.resource, a.limit->rep, a.cost});
+  }
+  return RATEWIN_OK;
+}
+
+// Writes every decision of a try_acquire_all into the caller's array.
+void write_decisions(std::span<const ratewin::Decision> made, ratewin_decision* decisions,
+                     std::size_t stride) noexcept {
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    write_decision(made[i], element(decisions, stride, i));
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -384,6 +508,10 @@ const char* ratewin_strerror(int code) {
       return "system error";
     case RATEWIN_EINTERNAL:
       return "internal error";
+    case RATEWIN_ECLOSED:
+      return "engine being closed";
+    case RATEWIN_PENDING:
+      return "pending: the outcome comes through the callback";
     default:
       return "unknown error";
   }
@@ -405,6 +533,10 @@ const char* ratewin_err_name(int code) {
       return "RATEWIN_ESYSTEM";
     case RATEWIN_EINTERNAL:
       return "RATEWIN_EINTERNAL";
+    case RATEWIN_ECLOSED:
+      return "RATEWIN_ECLOSED";
+    case RATEWIN_PENDING:
+      return "RATEWIN_PENDING";
     default:
       return "RATEWIN_UNKNOWN";
   }
@@ -542,12 +674,18 @@ int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out, ch
       if (const int rc = read_sized(options, o, "ratewin_options", errmsg); rc != 0) return rc;
     }
     if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_engine_open: out is NULL");
-    *out = new ratewin_engine{ratewin::Engine(to_cxx(o))};
+    *out = new ratewin_engine(to_cxx(o));
     return RATEWIN_OK;
   });
 }
 
-void ratewin_engine_close(ratewin_engine* engine) { delete engine; }
+void ratewin_engine_close(ratewin_engine* engine) {
+  if (engine == nullptr) return;
+  engine->async.close();
+  // The engine's destruction completes its pending asynchronous calls (their writes fail
+  // as the store shuts down); the handle's, their callbacks owed beyond that.
+  delete engine;
+}
 
 int ratewin_engine_try_acquire(ratewin_engine* engine, uint64_t resource,
                                const ratewin_limit* limit, uint64_t cost,
@@ -581,41 +719,54 @@ int ratewin_engine_try_acquire_all(ratewin_engine* engine, const ratewin_acquisi
                                    size_t count, ratewin_decision* decisions, size_t* refused,
                                    char** errmsg) {
   return guarded(errmsg, [&] {
-    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
-    if (refused == nullptr) return fail(errmsg, RATEWIN_EINVAL, "refused is NULL");
-    if (count == 0) {  // no limit to refuse: admitted, as by the C++ call
-      *refused = 0;
-      return RATEWIN_OK;
-    }
-    std::size_t item_stride = 0;
-    if (const int rc = check_array(items, count, "items", item_stride, errmsg); rc != 0) {
+    AllCall call;
+    if (const int rc = read_all_call(engine, items, count, decisions, refused, call, errmsg);
+        rc != RATEWIN_OK || count == 0) {
       return rc;
-    }
-    std::size_t decision_stride = 0;
-    if (const int rc = check_array(decisions, count, "decisions", decision_stride, errmsg);
-        rc != 0) {
-      return rc;
-    }
-    std::vector<ratewin::Acquisition> acquisitions;
-    acquisitions.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      const ElementName name("items", i);
-      ratewin_acquisition a;
-      ratewin_acquisition_init(&a);
-      if (const int rc = read_sized(element(items, item_stride, i), a, name.c_str(), errmsg);
-          rc != 0) {
-        return rc;
-      }
-      if (a.limit == nullptr) {
-        return fail(errmsg, RATEWIN_EINVAL, name.c_str() + std::string(".limit is NULL"));
-      }
-      acquisitions.push_back({a.resource, a.limit->rep, a.cost});
     }
     std::vector<ratewin::Decision> out(count);
-    const std::size_t refusing = engine->rep.try_acquire_all(acquisitions, out);
-    for (std::size_t i = 0; i < count; ++i) {
-      write_decision(out[i], element(decisions, decision_stride, i));
+    const std::size_t refusing = engine->rep.try_acquire_all(call.items, out);
+    write_decisions(out, decisions, call.decision_stride);
+    *refused = refusing;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_try_acquire_all_async(ratewin_engine* engine, const ratewin_acquisition* items,
+                                         size_t count, ratewin_decision* decisions, size_t* refused,
+                                         ratewin_acquire_fn done, void* data, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (done == nullptr) return fail(errmsg, RATEWIN_EINVAL, "done is NULL");
+    AllCall call;
+    if (const int rc = read_all_call(engine, items, count, decisions, refused, call, errmsg);
+        rc != RATEWIN_OK || count == 0) {
+      return rc;
     }
+    if (!engine->async.enter()) {
+      return fail(errmsg, RATEWIN_ECLOSED, "the engine is being closed");
+    }
+    // Left with the callback owed only once the engine has said the call is pending.
+    struct Leave {
+      AsyncCalls& calls;
+      bool pending = false;
+      ~Leave() { calls.leave(pending); }
+    } leave{engine->async};
+    std::vector<ratewin::Decision> out(count);
+    const std::size_t stride = call.decision_stride;
+    const std::size_t refusing = engine->rep.try_acquire_all_async(
+        call.items, out,
+        [engine, decisions, stride, done, data](std::size_t refused_at,
+                                                std::span<const ratewin::Decision> made) noexcept {
+          write_decisions(made, decisions, stride);
+          const int status = engine->async.callback_begins();
+          done(data, status, refused_at, decisions, made.size());
+          engine->async.callback_ends();
+        });
+    if (refusing == ratewin::Engine::kPending) {
+      leave.pending = true;
+      return RATEWIN_PENDING;
+    }
+    write_decisions(out, decisions, stride);
     *refused = refusing;
     return RATEWIN_OK;
   });

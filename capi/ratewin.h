@@ -10,8 +10,10 @@
  *   Destroy functions accept NULL. A handle must not be used after it is destroyed, and
  *   must not be destroyed while another thread is using it.
  *
- * Errors.  Functions that can fail return 0 on success or a negative RATEWIN_E* code;
- *   ratewin_strerror() and ratewin_err_name() turn a code into text. Those that take a
+ * Errors.  Functions that can fail return 0 on success or a negative RATEWIN_E* code
+ *   (ratewin_engine_try_acquire_all_async may also return RATEWIN_PENDING, a positive
+ *   code that is not a failure); ratewin_strerror() and ratewin_err_name() turn a code
+ *   into text. Those that take a
  *   final `char** errmsg` also describe the failure: when errmsg is not NULL, *errmsg is
  *   set to NULL on success and, on failure, to a message the caller frees with
  *   ratewin_free() (or to NULL if even that could not be allocated). NULL or invalid
@@ -42,7 +44,8 @@
  *   by the engine's own threads; the logger by the engine's threads and by the threads
  *   that open and close it. Both may run concurrently, must be thread-safe and must not
  *   call back into the engine. Their data pointers must stay valid until the engine and
- *   every limiter opened from it are closed.
+ *   every limiter opened from it are closed. The completion callbacks of
+ *   ratewin_engine_try_acquire_all_async have rules of their own, given there.
  *
  * Versions.  RATEWIN_VERSION_* give the version of this header, ratewin_version() that
  *   of the library loaded. The same major version means the same ABI: symbols and
@@ -88,6 +91,9 @@ RATEWIN_EXPORT const char* ratewin_version_string(void);
 #define RATEWIN_ENOSPC (-4)    /* the caller's buffer is too small */
 #define RATEWIN_ESYSTEM (-5)   /* the system refused (a thread, an event loop, ...) */
 #define RATEWIN_EINTERNAL (-6) /* an unexpected failure inside the library (a bug) */
+/* Since 1.2. */
+#define RATEWIN_ECLOSED (-7) /* the engine is being closed (ratewin_engine_close) */
+#define RATEWIN_PENDING 1    /* not a failure: the outcome comes later, through a callback */
 
 /* A static English description of an error code ("unknown error" for others). */
 RATEWIN_EXPORT const char* ratewin_strerror(int code);
@@ -261,7 +267,9 @@ RATEWIN_EXPORT int ratewin_engine_open(const ratewin_options* options, ratewin_e
                                        char** errmsg);
 /* Closes an engine. Its threads and connections stop (calls in flight to the store
  * finish or time out first) once the engine and every limiter opened from it are
- * closed: limiters stay usable after their engine is closed. NULL is accepted. */
+ * closed: limiters stay usable after their engine is closed. Its pending
+ * ratewin_engine_try_acquire_all_async calls are completed, their callbacks run, before
+ * it returns (see there). NULL is accepted. */
 RATEWIN_EXPORT void ratewin_engine_close(ratewin_engine* engine);
 
 /* Decides whether `cost` units of `resource` fit in `limit` now and counts them if they
@@ -312,6 +320,67 @@ RATEWIN_EXPORT int ratewin_engine_try_acquire_all(ratewin_engine* engine,
                                                   const ratewin_acquisition* items, size_t count,
                                                   ratewin_decision* decisions, size_t* refused,
                                                   char** errmsg);
+
+/* Since 1.2. The completion of a ratewin_engine_try_acquire_all_async call that returned
+ * RATEWIN_PENDING: `data` as given to it, `decisions` the array given to it, of `count`
+ * elements (its stride still the first element's size), every one written as
+ * ratewin_engine_try_acquire_all writes it, and `refused` the index of the item that
+ * refused or `count` when all admitted. `status` is RATEWIN_OK, or RATEWIN_ECLOSED when
+ * ratewin_engine_close has begun: the decisions are made all the same (degraded ones
+ * when closing cut the writes short), but the engine must no longer be called. */
+typedef void (*ratewin_acquire_fn)(void* data, int status, size_t refused,
+                                   ratewin_decision* decisions, size_t count);
+
+/* Since 1.2. ratewin_engine_try_acquire_all without waiting on the network, for callers
+ * that must not block (an event loop, a server with more requests in flight than
+ * threads). The arguments, their rules and the errors are those of
+ * ratewin_engine_try_acquire_all, and `done` must not be NULL. Then:
+ *  - When the decision needs no round trip (local mode, count 0, a refusal on this
+ *    engine's own counts, a refusal by RATEWIN_FAILURE_CLOSED while the store is
+ *    unreachable), it is made now: the call returns RATEWIN_OK with *refused and the
+ *    decisions written as ratewin_engine_try_acquire_all writes them, and `done` is not
+ *    called.
+ *  - Otherwise (an admission with a store, even one known to be unreachable: its `done`
+ *    then comes without delay, degraded) the writes go out on the engine's I/O thread,
+ *    pipelined with other such calls, and the call returns RATEWIN_PENDING without
+ *    writing *refused or any decision. `done` is then called exactly once, on that
+ *    thread, once the writes have their replies or failed (within command_timeout_ms; a
+ *    failed write is decided by its limit's failure policy, degraded), possibly before
+ *    this call has returned, never from within it.
+ *  - On any error nothing is counted or written, and `done` is never called.
+ * `items` (and the limits they point to) need not outlive the call. `decisions` must:
+ *   after RATEWIN_PENDING the library writes it, and the caller must neither free, read
+ *   nor write it until `done` has been called; the library does not touch it after
+ *   `done` returns.
+ * `done` runs on the engine's I/O thread, which every pending call and the engine's
+ *   background reads share, so it must be short and must not block: it must not call
+ *   what may wait on the network (ratewin_engine_try_acquire, _try_acquire_name,
+ *   _try_acquire_all, _reset, _refund, ratewin_limiter_try_acquire), nor close the
+ *   engine (that would never return). It may call ratewin_engine_try_acquire_all_async
+ *   on the same engine (the new call's `done` runs later, after this one has returned)
+ *   and the functions that never wait (ratewin_engine_stats, _last_error, _capacity, the
+ *   limit, decision and hashing functions). What a refusal gives back of the other
+ *   items' counts is sent to the store without waiting for its reply: other engines may
+ *   see it shortly after `done`.
+ * Closing.  Once ratewin_engine_close has begun, ratewin_engine_try_acquire_all_async
+ *   called from a callback fails with RATEWIN_ECLOSED (no other thread may call an
+ *   engine being closed), and a `done` called with RATEWIN_ECLOSED must not call the
+ *   engine otherwise. ratewin_engine_close completes the calls pending on the engine
+ *   before it returns: the writes still waiting for replies fail at once (each limit's
+ *   failure policy decides, degraded) and their `done` runs, with RATEWIN_ECLOSED, on
+ *   the engine's thread while ratewin_engine_close waits. (A write that thread is making
+ *   synchronously, as it does while its own connection to Redis is being established,
+ *   ends first, within command_timeout_ms. If limiters opened from the engine are still
+ *   open, its store keeps running and ratewin_engine_close waits for the writes'
+ *   replies instead.) A `done` that began before ratewin_engine_close (status
+ *   RATEWIN_OK) may use the engine until it returns: ratewin_engine_close waits for it.
+ *   Once ratewin_engine_close has returned no `done` runs any more, so `data` may be
+ *   freed. */
+RATEWIN_EXPORT int ratewin_engine_try_acquire_all_async(ratewin_engine* engine,
+                                                        const ratewin_acquisition* items,
+                                                        size_t count, ratewin_decision* decisions,
+                                                        size_t* refused, ratewin_acquire_fn done,
+                                                        void* data, char** errmsg);
 
 /* Since 1.2. Forgets what `resource` counted under `limit` (under every limit of its
  * scope, interval and resolution): the shared counts in the store and this engine's own,

@@ -96,14 +96,18 @@ static void test_versions_and_errors(void) {
            RATEWIN_VERSION_PATCH);
   CHECK(strcmp(ratewin_version_string(), expected) == 0);
 
-  const int codes[] = {RATEWIN_OK,     RATEWIN_EINVAL,  RATEWIN_ENOMEM,   RATEWIN_ERANGE,
-                       RATEWIN_ENOSPC, RATEWIN_ESYSTEM, RATEWIN_EINTERNAL};
+  const int codes[] = {RATEWIN_OK,        RATEWIN_EINVAL,  RATEWIN_ENOMEM,
+                       RATEWIN_ERANGE,    RATEWIN_ENOSPC,  RATEWIN_ESYSTEM,
+                       RATEWIN_EINTERNAL, RATEWIN_ECLOSED, RATEWIN_PENDING};
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; ++i) {
     CHECK(strcmp(ratewin_strerror(codes[i]), "unknown error") != 0);
     CHECK(strncmp(ratewin_err_name(codes[i]), "RATEWIN_", 8) == 0);
     CHECK(strcmp(ratewin_err_name(codes[i]), "RATEWIN_UNKNOWN") != 0);
   }
   CHECK(strcmp(ratewin_err_name(RATEWIN_EINVAL), "RATEWIN_EINVAL") == 0);
+  CHECK(strcmp(ratewin_err_name(RATEWIN_PENDING), "RATEWIN_PENDING") == 0);
+  CHECK(strcmp(ratewin_err_name(RATEWIN_ECLOSED), "RATEWIN_ECLOSED") == 0);
+  CHECK(RATEWIN_PENDING > 0 && RATEWIN_ECLOSED < 0); /* not a failure; a failure */
   CHECK(strcmp(ratewin_strerror(-1000), "unknown error") == 0);
   CHECK(strcmp(ratewin_err_name(42), "RATEWIN_UNKNOWN") == 0);
   ratewin_free(NULL);
@@ -862,6 +866,196 @@ static void test_try_acquire_all(void) {
   ratewin_engine_close(engine);
 }
 
+/* ---- Asynchronous decisions (1.2) ------------------------------------------------- */
+
+/* What the callbacks of a group of calls saw, for the main thread to check (CHECK is for
+ * the main thread only). */
+struct tally {
+  pthread_mutex_t mutex;
+  pthread_cond_t cond;
+  int calls;    /* callbacks run */
+  int admitted; /* of those, with every item admitted */
+  int degraded; /* degraded decisions among them */
+  int closed;   /* callbacks given RATEWIN_ECLOSED */
+  int odd;      /* given another status, or not their own array and count */
+};
+
+static void tally_init(struct tally* t) {
+  memset(t, 0, sizeof *t);
+  pthread_mutex_init(&t->mutex, NULL);
+  pthread_cond_init(&t->cond, NULL);
+}
+
+static void tally_destroy(struct tally* t) {
+  pthread_cond_destroy(&t->cond);
+  pthread_mutex_destroy(&t->mutex);
+}
+
+/* Waits (at most `seconds`) until `calls` callbacks have run; 1 if they have. */
+static int wait_calls(struct tally* t, int calls, int seconds) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += seconds;
+  pthread_mutex_lock(&t->mutex);
+  while (t->calls < calls) {
+    if (pthread_cond_timedwait(&t->cond, &t->mutex, &deadline) == ETIMEDOUT) break;
+  }
+  const int reached = t->calls >= calls;
+  pthread_mutex_unlock(&t->mutex);
+  return reached;
+}
+
+static int calls_of(struct tally* t) {
+  pthread_mutex_lock(&t->mutex);
+  const int calls = t->calls;
+  pthread_mutex_unlock(&t->mutex);
+  return calls;
+}
+
+/* One call: its arrays, alive until its callback has run, and what the callback saw
+ * (written under the tally's mutex). */
+struct async_call {
+  struct tally* tally;
+  ratewin_engine* engine;
+  ratewin_acquisition items[2];
+  ratewin_decision decisions[2];
+  size_t count;
+  pthread_t caller;
+  size_t refused_now; /* *refused of the call, when decided at once */
+  int finished;
+  int status;
+  size_t refused;
+  pthread_t thread;
+  /* A call the callback makes on the same engine, before it reports, and what it
+   * returned. */
+  struct async_call* next;
+  int next_rc;
+};
+
+static void prepare_call(struct async_call* c, struct tally* t, ratewin_engine* engine,
+                         uint64_t resource, const ratewin_limit* first,
+                         const ratewin_limit* second) {
+  memset(c, 0, sizeof *c);
+  c->tally = t;
+  c->engine = engine;
+  c->count = second == NULL ? 1 : 2;
+  for (size_t i = 0; i < 2; ++i) {
+    ratewin_acquisition_init(&c->items[i]);
+    c->items[i].resource = resource;
+    ratewin_decision_init(&c->decisions[i]);
+  }
+  c->items[0].limit = first;
+  c->items[1].limit = second;
+  c->refused_now = 99;
+  c->next_rc = 99;
+}
+
+static void on_decided(void* data, int status, size_t refused, ratewin_decision* decisions,
+                       size_t count);
+
+static int start_call(struct async_call* c) {
+  c->caller = pthread_self();
+  return ratewin_engine_try_acquire_all_async(c->engine, c->items, c->count, c->decisions,
+                                              &c->refused_now, on_decided, c, NULL);
+}
+
+static void on_decided(void* data, int status, size_t refused, ratewin_decision* decisions,
+                       size_t count) {
+  struct async_call* c = data;
+  struct tally* t = c->tally;
+  const int next_rc = c->next != NULL ? start_call(c->next) : 99;
+  pthread_mutex_lock(&t->mutex);
+  c->finished = 1;
+  c->status = status;
+  c->refused = refused;
+  c->thread = pthread_self();
+  c->next_rc = next_rc;
+  ++t->calls;
+  if (status == RATEWIN_ECLOSED) {
+    ++t->closed;
+  } else if (status != RATEWIN_OK) {
+    ++t->odd;
+  }
+  if (decisions != c->decisions || count != c->count) {
+    ++t->odd;
+  } else {
+    if (refused == count) ++t->admitted;
+    for (size_t i = 0; i < count; ++i) t->degraded += decisions[i].degraded;
+  }
+  pthread_cond_broadcast(&t->cond);
+  pthread_mutex_unlock(&t->mutex);
+}
+
+/* Local mode: every decision is made at once, and no callback ever runs. */
+static void test_try_acquire_all_async_local(void) {
+  ratewin_engine* engine = open_manual_engine(1000);
+  ratewin_limit* tight = make_limit(2, 10000, 0, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* roomy = make_limit(10, 10000, 0, RATEWIN_FAILURE_LOCAL);
+  struct tally t;
+  tally_init(&t);
+  struct async_call c;
+  prepare_call(&c, &t, engine, 41, tight, roomy);
+  char* message = (char*)"not cleared";
+  CHECK(ratewin_engine_try_acquire_all_async(engine, c.items, 2, c.decisions, &c.refused_now,
+                                             on_decided, &c, &message) == RATEWIN_OK);
+  CHECK(message == NULL && c.refused_now == 2);
+  CHECK(c.decisions[0].allowed == 1 && c.decisions[0].limit == 2 && c.decisions[0].remaining == 1);
+  CHECK(c.decisions[1].allowed == 1 && c.decisions[1].limit == 10 && c.decisions[1].remaining == 9);
+  CHECK(start_call(&c) == RATEWIN_OK && c.refused_now == 2 && c.decisions[0].remaining == 0);
+  CHECK(start_call(&c) == RATEWIN_OK && c.refused_now == 0);
+  CHECK(c.decisions[0].allowed == 0 && c.decisions[0].retry_after_ns > 0);
+  CHECK(c.decisions[1].allowed == 0 && c.decisions[1].limit == 0); /* not made: zeroed */
+  CHECK(remaining_of(engine, 41, roomy) == 8);
+  c.refused_now = 99;
+  CHECK(ratewin_engine_try_acquire_all_async(engine, NULL, 0, NULL, &c.refused_now, on_decided, &c,
+                                             NULL) == RATEWIN_OK);
+  CHECK(c.refused_now == 0);
+
+  /* The arguments of ratewin_engine_try_acquire_all, checked the same way, and `done`:
+   * an error, nothing counted or written. */
+  const ratewin_decision before = c.decisions[0];
+  size_t refused = 7;
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, c.items, 2, c.decisions, &refused, NULL,
+                                                   &c, &message),
+              RATEWIN_EINVAL, message, "done");
+  CHECK_ERROR(
+      ratewin_engine_try_acquire_all_async(engine, NULL, 0, NULL, &refused, NULL, &c, &message),
+      RATEWIN_EINVAL, message, "done");
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(NULL, c.items, 2, c.decisions, &refused,
+                                                   on_decided, &c, &message),
+              RATEWIN_EINVAL, message, "engine");
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, c.items, 2, c.decisions, NULL,
+                                                   on_decided, &c, &message),
+              RATEWIN_EINVAL, message, "refused");
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, NULL, 2, c.decisions, &refused,
+                                                   on_decided, &c, &message),
+              RATEWIN_EINVAL, message, "items");
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, c.items, 2, NULL, &refused, on_decided,
+                                                   &c, &message),
+              RATEWIN_EINVAL, message, "decisions");
+  c.items[1].limit = NULL;
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, c.items, 2, c.decisions, &refused,
+                                                   on_decided, &c, &message),
+              RATEWIN_EINVAL, message, "items[1].limit");
+  c.items[1].limit = roomy;
+  c.decisions[1].size = sizeof c.decisions[1] + 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, c.items, 2, c.decisions, &refused,
+                                                   on_decided, &c, &message),
+              RATEWIN_EINVAL, message, "decisions[1].size");
+  c.decisions[1].size = sizeof c.decisions[1];
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(engine, c.items, SIZE_MAX, c.decisions, &refused,
+                                                   on_decided, &c, &message),
+              RATEWIN_ERANGE, message, "address space");
+  CHECK(refused == 7 && memcmp(&c.decisions[0], &before, sizeof before) == 0);
+  CHECK(remaining_of(engine, 41, roomy) == 8);
+
+  ratewin_engine_close(engine);
+  CHECK(calls_of(&t) == 0);
+  tally_destroy(&t);
+  ratewin_limit_free(roomy);
+  ratewin_limit_free(tight);
+}
+
 /* ---- Threads: many callers, one exact total -------------------------------------- */
 
 struct worker {
@@ -952,9 +1146,11 @@ static int start_redis(void) {
   return 0;
 }
 
-static ratewin_engine* open_redis_engine(const char* url, struct log_record* log) {
+static ratewin_engine* open_redis_engine_timeout(const char* url, struct log_record* log,
+                                                 uint32_t command_timeout_ms) {
   ratewin_options o;
   ratewin_options_init(&o);
+  o.command_timeout_ms = command_timeout_ms;
   o.redis = url;
   o.key_prefix = "capi";
   o.clock = manual_now;
@@ -967,6 +1163,10 @@ static ratewin_engine* open_redis_engine(const char* url, struct log_record* log
   char* message = (char*)&o; /* stale: success must set it to NULL */
   CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
   return engine;
+}
+
+static ratewin_engine* open_redis_engine(const char* url, struct log_record* log) {
+  return open_redis_engine_timeout(url, log, 100);
 }
 
 /* Redis that is not there: the engine opens, says so, and follows each limit's
@@ -1010,6 +1210,23 @@ static void test_redis_unreachable(void) {
   int32_t cleared = -1;
   CHECK(ratewin_engine_reset(engine, 1, local, &cleared, NULL) == 0 && cleared == 0);
   CHECK(ratewin_engine_try_acquire(engine, 1, local, 1, &d, NULL) == 0 && d.allowed == 1);
+
+  /* Asynchronously: the closed policy's refusal is decided at once; an admission goes
+   * through the engine's I/O thread all the same, and comes back degraded. */
+  struct tally t;
+  tally_init(&t);
+  struct async_call c;
+  prepare_call(&c, &t, engine, 4, closed, NULL);
+  CHECK(start_call(&c) == RATEWIN_OK && c.refused_now == 0);
+  CHECK(c.decisions[0].allowed == 0 && c.decisions[0].degraded == 1);
+  prepare_call(&c, &t, engine, 5, local, NULL);
+  CHECK(start_call(&c) == RATEWIN_PENDING);
+  CHECK(wait_calls(&t, 1, 10));
+  pthread_mutex_lock(&t.mutex);
+  CHECK(c.status == RATEWIN_OK && c.refused == 1);
+  CHECK(c.decisions[0].allowed == 1 && c.decisions[0].degraded == 1);
+  pthread_mutex_unlock(&t.mutex);
+  tally_destroy(&t);
   ratewin_limit_free(local);
   ratewin_limit_free(open);
   ratewin_limit_free(closed);
@@ -1101,6 +1318,261 @@ static void test_redis_shared(void) {
   stop_redis();
 }
 
+/* A thread making asynchronous calls without waiting for them. */
+enum { kAsyncCallsPerThread = 100 };
+struct async_caller {
+  ratewin_engine* engine;
+  struct tally* tally;
+  const ratewin_limit* limit;
+  uint64_t resource;
+  struct async_call calls[kAsyncCallsPerThread];
+  int pending, admitted_now, refused_now, errors;
+};
+
+static void* call_async(void* arg) {
+  struct async_caller* w = arg;
+  for (int i = 0; i < kAsyncCallsPerThread; ++i) {
+    struct async_call* c = &w->calls[i];
+    prepare_call(c, w->tally, w->engine, w->resource, w->limit, NULL);
+    const int rc = start_call(c);
+    if (rc == RATEWIN_PENDING) {
+      ++w->pending;
+    } else if (rc == RATEWIN_OK && c->refused_now == 1) {
+      ++w->admitted_now;
+    } else if (rc == RATEWIN_OK && c->refused_now == 0) {
+      ++w->refused_now;
+    } else {
+      ++w->errors;
+    }
+  }
+  return NULL;
+}
+
+static double seconds_since(const struct timespec* start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+}
+
+/* ratewin_engine_try_acquire_all_async with a real Redis: admissions complete on the
+ * engine's thread, exactly, and closing an engine runs every callback owed. */
+static void test_redis_async(void) {
+  if (!start_redis()) {
+    CHECK(!"redis-server started");
+    return;
+  }
+  char url[160];
+  snprintf(url, sizeof url, "unix://%s", redis_socket);
+  struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  ratewin_engine* a = open_redis_engine(url, &log);
+  ratewin_limit* per_key = make_limit(3, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  ratewin_limit* roomy = make_limit(1000, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  struct tally t;
+  tally_init(&t);
+
+  /* An admission waits for the store: pending, *refused untouched, and the callback
+   * brings the decisions, on another thread. */
+  struct async_call c;
+  prepare_call(&c, &t, a, 500, per_key, roomy);
+  char* message = (char*)"not cleared";
+  c.caller = pthread_self();
+  CHECK(ratewin_engine_try_acquire_all_async(a, c.items, 2, c.decisions, &c.refused_now, on_decided,
+                                             &c, &message) == RATEWIN_PENDING);
+  CHECK(message == NULL);
+  CHECK(wait_calls(&t, 1, 10));
+  pthread_mutex_lock(&t.mutex);
+  CHECK(c.refused_now == 99 && c.finished && c.status == RATEWIN_OK && c.refused == 2);
+  CHECK(!pthread_equal(c.thread, pthread_self()));
+  CHECK(c.decisions[0].allowed == 1 && c.decisions[0].limit == 3 && c.decisions[0].remaining == 2);
+  CHECK(c.decisions[1].allowed == 1 && c.decisions[1].limit == 1000);
+  CHECK(c.decisions[1].remaining == 999 && t.degraded == 0 && t.odd == 0);
+  pthread_mutex_unlock(&t.mutex);
+
+  /* A refusal on the engine's own counts needs no round trip: decided at once. */
+  struct async_call refusal;
+  prepare_call(&refusal, &t, a, 500, per_key, roomy);
+  refusal.items[0].cost = 3;
+  CHECK(start_call(&refusal) == RATEWIN_OK && refusal.refused_now == 0);
+  CHECK(refusal.decisions[0].allowed == 0 && refusal.decisions[0].retry_after_ns > 0);
+  CHECK(refusal.decisions[1].allowed == 0 && refusal.decisions[1].limit == 0);
+
+  /* From a callback, more calls on the same engine: each pending, each callback on the
+   * same thread, after the one that made its call. */
+  struct async_call chain[4];
+  for (size_t i = 0; i < 4; ++i) prepare_call(&chain[i], &t, a, 600 + i, roomy, NULL);
+  for (size_t i = 0; i + 1 < 4; ++i) chain[i].next = &chain[i + 1];
+  CHECK(start_call(&chain[0]) == RATEWIN_PENDING);
+  CHECK(wait_calls(&t, 5, 10));
+  pthread_mutex_lock(&t.mutex);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(chain[i].finished && chain[i].status == RATEWIN_OK && chain[i].refused == 1);
+    CHECK(chain[i].decisions[0].allowed == 1 && chain[i].decisions[0].remaining == 999);
+    CHECK(pthread_equal(chain[i].thread, chain[0].thread));
+    CHECK(chain[i].next_rc == (i + 1 < 4 ? RATEWIN_PENDING : 99));
+  }
+  pthread_mutex_unlock(&t.mutex);
+
+  /* Bad arguments on an engine whose admissions would be pending: an error, and never a
+   * callback (callbacks run in order: one owed for them would come before the next). */
+  struct async_call bad;
+  prepare_call(&bad, &t, a, 700, per_key, roomy);
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(a, bad.items, 2, bad.decisions, &bad.refused_now,
+                                                   NULL, &bad, &message),
+              RATEWIN_EINVAL, message, "done");
+  bad.items[1].size = 8;
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(a, bad.items, 2, bad.decisions, &bad.refused_now,
+                                                   on_decided, &bad, &message),
+              RATEWIN_EINVAL, message, "items[1].size");
+  bad.items[1].size = sizeof bad.items[1];
+  bad.items[1].limit = NULL;
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(a, bad.items, 2, bad.decisions, &bad.refused_now,
+                                                   on_decided, &bad, &message),
+              RATEWIN_EINVAL, message, "items[1].limit");
+  bad.items[1].limit = roomy;
+  CHECK_ERROR(ratewin_engine_try_acquire_all_async(a, bad.items, 2, bad.decisions, NULL, on_decided,
+                                                   &bad, &message),
+              RATEWIN_EINVAL, message, "refused");
+  CHECK(bad.refused_now == 99 && bad.decisions[0].limit == 0);
+  CHECK(start_call(&bad) == RATEWIN_PENDING);
+  CHECK(wait_calls(&t, 6, 10));
+  pthread_mutex_lock(&t.mutex);
+  CHECK(bad.finished && bad.refused == 2 && t.calls == 6 && t.odd == 0);
+  pthread_mutex_unlock(&t.mutex);
+  CHECK(remaining_of(a, 700, roomy) == 999); /* only the last call counted */
+
+  /* Exact: two engines, two threads each, 400 calls for one resource, none waiting for
+   * the last: 150 admitted in all, some at once (refusals on local counts). */
+  ratewin_engine* b = open_redis_engine(url, &log);
+  const uint64_t scope = ratewin_hash("exact", 5);
+  ratewin_limit* exact = make_scoped_limit(150, 60000, scope);
+  struct tally exact_tally;
+  tally_init(&exact_tally);
+  enum { kCallers = 4 };
+  struct async_caller* callers = calloc(kCallers, sizeof *callers);
+  CHECK(callers != NULL);
+  if (callers != NULL) {
+    pthread_t threads[kCallers];
+    for (int i = 0; i < kCallers; ++i) {
+      callers[i].engine = i % 2 == 0 ? a : b;
+      callers[i].tally = &exact_tally;
+      callers[i].limit = exact;
+      callers[i].resource = 800;
+      CHECK(pthread_create(&threads[i], NULL, call_async, &callers[i]) == 0);
+    }
+    int pending = 0, admitted = 0, refused_now = 0, errors = 0;
+    for (int i = 0; i < kCallers; ++i) {
+      pthread_join(threads[i], NULL);
+      pending += callers[i].pending;
+      admitted += callers[i].admitted_now;
+      refused_now += callers[i].refused_now;
+      errors += callers[i].errors;
+    }
+    CHECK(errors == 0 && pending + admitted + refused_now == kCallers * kAsyncCallsPerThread);
+    CHECK(refused_now > 0);
+    CHECK(wait_calls(&exact_tally, pending, 20));
+    pthread_mutex_lock(&exact_tally.mutex);
+    admitted += exact_tally.admitted;
+    CHECK(exact_tally.calls == pending && exact_tally.degraded == 0 && exact_tally.odd == 0);
+    pthread_mutex_unlock(&exact_tally.mutex);
+    CHECK(admitted == 150);
+    if (admitted != 150) fprintf(stderr, "  admitted %d of 150\n", admitted);
+    free(callers);
+  }
+  /* What refusals had counted was given back: a new engine finds exactly the 150. (The
+   * give-backs are sent without waiting for their replies, so they may land just after
+   * the callbacks: a new engine looks again until they have, for at most 2 s.) */
+  ratewin_limit* one_more = make_scoped_limit(151, 60000, scope);
+  uint64_t left = 0, left_one_more = 0;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    ratewin_engine* fresh = open_redis_engine(url, &log);
+    left = remaining_of(fresh, 800, exact);
+    left_one_more = remaining_of(fresh, 800, one_more);
+    ratewin_engine_close(fresh);
+    if (left_one_more == 1) break;
+    nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  }
+  CHECK(left == 0 && left_one_more == 1);
+  ratewin_limit_free(one_more);
+  ratewin_limit_free(exact);
+  tally_destroy(&exact_tally);
+
+  /* Closed with calls pending while a limiter keeps its store running: the writes get
+   * their replies, and ratewin_engine_close returns once every callback has run. */
+  enum { kInFlight = 10 };
+  struct tally closing;
+  tally_init(&closing);
+  ratewin_engine* d = open_redis_engine(url, &log);
+  ratewin_limiter* keeper = NULL;
+  CHECK(ratewin_limiter_open(d, 900, roomy, &keeper, NULL) == 0);
+  struct async_call in_flight[kInFlight];
+  int pending = 0;
+  for (int i = 0; i < kInFlight; ++i) {
+    prepare_call(&in_flight[i], &closing, d, 900 + (uint64_t)i, roomy, NULL);
+    pending += start_call(&in_flight[i]) == RATEWIN_PENDING;
+  }
+  CHECK(pending == kInFlight);
+  ratewin_engine_close(d);
+  pthread_mutex_lock(&closing.mutex);
+  CHECK(closing.calls == kInFlight && closing.admitted == kInFlight && closing.odd == 0);
+  pthread_mutex_unlock(&closing.mutex);
+  ratewin_limiter_close(keeper);
+  tally_destroy(&closing);
+
+  /* Closed with calls pending on a Redis that does not answer (stopped): their writes
+   * fail at once instead of waiting out the 10 s deadline, their callbacks run with
+   * RATEWIN_ECLOSED and degraded decisions (the local policy admits), and a call made
+   * from such a callback fails with RATEWIN_ECLOSED, without a callback of its own. */
+  struct log_record paused_log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  tally_init(&closing);
+  ratewin_engine* e = open_redis_engine_timeout(url, &paused_log, 10000);
+  struct async_call warm;
+  prepare_call(&warm, &closing, e, 1000, roomy, NULL);
+  CHECK(start_call(&warm) == RATEWIN_PENDING);
+  CHECK(wait_calls(&closing, 1, 10));
+  /* The engine's I/O thread makes its first writes synchronously, and its own
+   * connection is ready once Redis has answered its PING: give it that time, so that the
+   * writes below are pipelined ones, left waiting for replies. */
+  nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+  struct async_call nested[kInFlight];
+  pending = 0;
+  CHECK(kill(redis_pid, SIGSTOP) == 0);
+  for (int i = 0; i < kInFlight; ++i) {
+    prepare_call(&in_flight[i], &closing, e, 1001 + (uint64_t)i, roomy, NULL);
+    prepare_call(&nested[i], &closing, e, 2001 + (uint64_t)i, roomy, NULL);
+    in_flight[i].next = &nested[i];
+    pending += start_call(&in_flight[i]) == RATEWIN_PENDING;
+  }
+  CHECK(pending == kInFlight);
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  ratewin_engine_close(e);
+  const double took = seconds_since(&start);
+  CHECK(took < 5.0);
+  pthread_mutex_lock(&closing.mutex);
+  CHECK(closing.calls == 1 + kInFlight && closing.closed == kInFlight && closing.odd == 0);
+  CHECK(closing.admitted == 1 + kInFlight && closing.degraded == kInFlight);
+  for (int i = 0; i < kInFlight; ++i) {
+    CHECK(in_flight[i].status == RATEWIN_ECLOSED && in_flight[i].next_rc == RATEWIN_ECLOSED);
+    CHECK(in_flight[i].decisions[0].allowed == 1 && in_flight[i].decisions[0].degraded == 1);
+    CHECK(!nested[i].finished);
+  }
+  pthread_mutex_unlock(&closing.mutex);
+  CHECK(kill(redis_pid, SIGCONT) == 0);
+  nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+  CHECK(calls_of(&closing) == 1 + kInFlight); /* nothing after ratewin_engine_close */
+  tally_destroy(&closing);
+
+  pthread_mutex_lock(&log.mutex);
+  CHECK(log.warnings == 0);
+  pthread_mutex_unlock(&log.mutex);
+  tally_destroy(&t);
+  ratewin_limit_free(roomy);
+  ratewin_limit_free(per_key);
+  ratewin_engine_close(a);
+  ratewin_engine_close(b);
+  stop_redis();
+}
+
 int main(void) {
   test_versions_and_errors();
   test_limits();
@@ -1110,9 +1582,11 @@ int main(void) {
   test_scopes();
   test_reset_and_refund();
   test_try_acquire_all();
+  test_try_acquire_all_async_local();
   test_threads();
   test_redis_unreachable();
   test_redis_shared();
+  test_redis_async();
   if (failures != 0) {
     fprintf(stderr, "capi_test: %d of %d checks failed\n", failures, checks);
     return 1;

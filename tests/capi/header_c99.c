@@ -12,6 +12,7 @@ int ratewin_header_c99_check(void) {
   ratewin_acquisition acquisition;
   ratewin_clock_fn clock = 0;
   ratewin_log_fn logger = 0;
+  ratewin_acquire_fn done = 0;
   options.size = sizeof options;
   limit_options.size = sizeof limit_options;
   decision.size = sizeof decision;
@@ -19,6 +20,7 @@ int ratewin_header_c99_check(void) {
   acquisition.size = sizeof acquisition;
   (void)clock;
   (void)logger;
+  (void)done;
   return (int)(options.size + limit_options.size + decision.size + stats.size +
                acquisition.size) > 0 &&
          RATEWIN_VERSION_HEX > 0 && RATEWIN_NEVER > 0;
