@@ -179,7 +179,7 @@ constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisi
 // where an older library saw padding it did not check. (A release that adds fields
 // compares sizeof with the end of its new last field.)
 static_assert(sizeof(ratewin_options) ==
-              offsetof(ratewin_options, max_memory) + sizeof(std::uint64_t));
+              offsetof(ratewin_options, reserved) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_limit_options) ==
               offsetof(ratewin_limit_options, scope) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
@@ -374,6 +374,10 @@ ratewin::Options to_cxx(const ratewin_options& c) {
                                 " is more than this platform's SIZE_MAX");
   }
   o.max_memory = static_cast<std::size_t>(c.max_memory);
+  if (c.require_store != 0 && c.require_store != 1)
+    throw std::invalid_argument("ratewin_options: require_store must be 0 or 1");
+  if (c.reserved != 0) throw std::invalid_argument("ratewin_options: reserved must be 0");
+  o.require_store = c.require_store == 1;
   if (c.redis != nullptr) o.redis = c.redis;
   if (c.key_prefix != nullptr) o.key_prefix = c.key_prefix;
   o.connect_timeout = milliseconds(c.connect_timeout_ms);
@@ -510,6 +514,8 @@ const char* ratewin_strerror(int code) {
       return "internal error";
     case RATEWIN_ECLOSED:
       return "engine being closed";
+    case RATEWIN_EUNAVAILABLE:
+      return "the shared store cannot be used";
     case RATEWIN_PENDING:
       return "pending: the outcome comes through the callback";
     default:
@@ -535,6 +541,8 @@ const char* ratewin_err_name(int code) {
       return "RATEWIN_EINTERNAL";
     case RATEWIN_ECLOSED:
       return "RATEWIN_ECLOSED";
+    case RATEWIN_EUNAVAILABLE:
+      return "RATEWIN_EUNAVAILABLE";
     case RATEWIN_PENDING:
       return "RATEWIN_PENDING";
     default:
@@ -674,7 +682,11 @@ int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out, ch
       if (const int rc = read_sized(options, o, "ratewin_options", errmsg); rc != 0) return rc;
     }
     if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_engine_open: out is NULL");
-    *out = new ratewin_engine(to_cxx(o));
+    try {
+      *out = new ratewin_engine(to_cxx(o));
+    } catch (const ratewin::StoreError& e) {
+      return fail(errmsg, RATEWIN_EUNAVAILABLE, e.what());
+    }
     return RATEWIN_OK;
   });
 }

@@ -93,6 +93,7 @@ RATEWIN_EXPORT const char* ratewin_version_string(void);
 #define RATEWIN_EINTERNAL (-6) /* an unexpected failure inside the library (a bug) */
 /* Since 1.2. */
 #define RATEWIN_ECLOSED (-7) /* the engine is being closed (ratewin_engine_close) */
+#define RATEWIN_EUNAVAILABLE (-8) /* the shared store cannot be used (require_store) */
 #define RATEWIN_PENDING 1    /* not a failure: the outcome comes later, through a callback */
 
 /* A static English description of an error code ("unknown error" for others). */
@@ -251,6 +252,12 @@ typedef struct ratewin_options {
    * bounds are full of them, new resources share the overflow limiter of their window
    * geometry (ratewin_stats.overflowed counts those decisions). */
   uint64_t max_memory;
+  /* Since 1.2. 1: fail fast: ratewin_engine_open fails with RATEWIN_EUNAVAILABLE (errmsg
+   * says why) when the store cannot be used at start (no answer within
+   * connect_timeout_ms, a password missing or refused), instead of opening degraded.
+   * Default 0. */
+  int32_t require_store;
+  int32_t reserved; /* must be 0: keeps the struct free of padding */
 } ratewin_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */

@@ -193,13 +193,16 @@ class Engine {
   // try_acquire_all without waiting on the network, for callers that must not block (an
   // asyncio loop, a C program with callbacks; code on a libuv loop of its own uses
   // AsyncAcquirer). When the decision needs no round trip (a refusal on this engine's
-  // own counts, local mode, a store known to be unreachable), it fills `out` and returns
-  // what try_acquire_all would; `done` is not called. Otherwise it returns kPending: the
-  // shared writes go out on the store's own I/O thread, pipelined with other such calls,
-  // and `done(refused, decisions)` runs on that thread once they have their replies or
-  // failed (within command_timeout; then the failure policies decide). `done` must not
-  // block, and may call the engine. `items` and `out` need not outlive the call. An
-  // engine destroyed with calls in flight completes them first, as failed writes.
+  // own counts, local mode), it fills `out` and returns what try_acquire_all would; `done`
+  // is not called. Otherwise it returns kPending: the shared writes go out on the store's
+  // own I/O thread, pipelined with other such calls, and `done(refused, decisions)` runs on
+  // that thread once they have their replies or failed (within command_timeout; then the
+  // failure policies decide; while the store is known to be unreachable they fail at once,
+  // and `done` comes back promptly, degraded). `done` must not block, and may call the
+  // engine. `items` and `out` need not outlive the call. An engine destroyed with calls in
+  // flight completes them first, as failed writes. (Until the I/O thread's own connection
+  // to a Redis node is up, its writes to that node are made the blocking way there,
+  // delaying other calls by up to a round trip.)
   using AsyncDone =
       std::function<void(std::size_t refused, std::span<const Decision> decisions)>;
   static constexpr std::size_t kPending = ~std::size_t{0};

@@ -98,7 +98,8 @@ static void test_versions_and_errors(void) {
 
   const int codes[] = {RATEWIN_OK,        RATEWIN_EINVAL,  RATEWIN_ENOMEM,
                        RATEWIN_ERANGE,    RATEWIN_ENOSPC,  RATEWIN_ESYSTEM,
-                       RATEWIN_EINTERNAL, RATEWIN_ECLOSED, RATEWIN_PENDING};
+                       RATEWIN_EINTERNAL, RATEWIN_ECLOSED, RATEWIN_PENDING,
+                       RATEWIN_EUNAVAILABLE};
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; ++i) {
     CHECK(strcmp(ratewin_strerror(codes[i]), "unknown error") != 0);
     CHECK(strncmp(ratewin_err_name(codes[i]), "RATEWIN_", 8) == 0);
@@ -107,6 +108,7 @@ static void test_versions_and_errors(void) {
   CHECK(strcmp(ratewin_err_name(RATEWIN_EINVAL), "RATEWIN_EINVAL") == 0);
   CHECK(strcmp(ratewin_err_name(RATEWIN_PENDING), "RATEWIN_PENDING") == 0);
   CHECK(strcmp(ratewin_err_name(RATEWIN_ECLOSED), "RATEWIN_ECLOSED") == 0);
+  CHECK(strcmp(ratewin_err_name(RATEWIN_EUNAVAILABLE), "RATEWIN_EUNAVAILABLE") == 0);
   CHECK(RATEWIN_PENDING > 0 && RATEWIN_ECLOSED < 0); /* not a failure; a failure */
   CHECK(strcmp(ratewin_strerror(-1000), "unknown error") == 0);
   CHECK(strcmp(ratewin_err_name(42), "RATEWIN_UNKNOWN") == 0);
@@ -238,7 +240,7 @@ _Static_assert(sizeof(ratewin_acquisition) ==
                    offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
                "ratewin_acquisition has trailing padding");
 _Static_assert(sizeof(ratewin_options) ==
-                   offsetof(ratewin_options, max_memory) + sizeof(uint64_t),
+                   offsetof(ratewin_options, reserved) + sizeof(int32_t),
                "ratewin_options has trailing padding");
 _Static_assert(sizeof(ratewin_decision) ==
                    offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
@@ -273,6 +275,7 @@ static void test_options(void) {
   CHECK(o.clock_sync_interval_ms == 10000);
   CHECK(o.clock == NULL && o.logger == NULL);
   CHECK(o.max_memory == 268435456);
+  CHECK(o.require_store == 0 && o.reserved == 0);
   ratewin_options_init(NULL);
 
   /* A caller built against 1.0 passes the options as they were then: max_memory keeps
@@ -303,8 +306,8 @@ static void test_options(void) {
   struct {
     const char* field;
     ratewin_options options;
-  } bad[8];
-  for (size_t i = 0; i < 8; ++i) ratewin_options_init(&bad[i].options);
+  } bad[10];
+  for (size_t i = 0; i < 10; ++i) ratewin_options_init(&bad[i].options);
   bad[0].field = "max_limiters";
   bad[0].options.max_limiters = 0;
   bad[1].field = "command_timeout";
@@ -321,7 +324,11 @@ static void test_options(void) {
   bad[6].options.size = 8;
   bad[7].field = "max_memory";
   bad[7].options.max_memory = 16383;
-  for (size_t i = 0; i < 8; ++i) {
+  bad[8].field = "require_store";
+  bad[8].options.require_store = 2;
+  bad[9].field = "reserved";
+  bad[9].options.reserved = 1;
+  for (size_t i = 0; i < 10; ++i) {
     CHECK_ERROR(ratewin_engine_open(&bad[i].options, &out, &message), RATEWIN_EINVAL, message,
                 bad[i].field);
     CHECK(out == sentinel);
@@ -1231,6 +1238,18 @@ static void test_redis_unreachable(void) {
   ratewin_limit_free(open);
   ratewin_limit_free(closed);
   ratewin_engine_close(engine);
+
+  /* Fail fast on request: no engine, and a message saying why. */
+  ratewin_options strict;
+  ratewin_options_init(&strict);
+  strict.redis = "unix:///nonexistent/ratewin.sock";
+  strict.connect_timeout_ms = 50;
+  strict.require_store = 1;
+  ratewin_engine* none = NULL;
+  char* why = NULL;
+  CHECK_ERROR(ratewin_engine_open(&strict, &none, &why), RATEWIN_EUNAVAILABLE, why,
+              "cannot be used");
+  CHECK(none == NULL);
 }
 
 /* Two engines sharing a real Redis admit exactly max between them. */
