@@ -37,6 +37,8 @@ def test_package_and_its_users_type_check(tmp_path):
         import ratewin
         from ratewin.asgi import RateLimitMiddleware as Asgi
         from ratewin.wsgi import RateLimitMiddleware as Wsgi
+        from ratewin.wsgi import Answer
+        from typing import Any, Sequence
 
         limit = ratewin.Limit(100, per=datetime.timedelta(minutes=1), resolution=5)
         with ratewin.Engine(key_prefix="app") as engine:
@@ -54,6 +56,22 @@ def test_package_and_its_users_type_check(tmp_path):
             shown: ratewin.Decision = both.decision
             cleared: bool = engine.reset("user:42", login)
             given_back: int = engine.refund("user:42", limit, 2)
+            waited: ratewin.Decision = engine.acquire("vendor", limit, timeout=1.5)
+            key: str | None = engine.redis_key("user:42", limit)
+
+        async def handler(engine: ratewin.Engine) -> bool:
+            d: ratewin.Decision = await engine.try_acquire_async("user:42", limit)
+            ds: ratewin.Decisions = await engine.try_acquire_all_async("u", limits)
+            w: ratewin.Decision = await engine.acquire_async("vendor", limit, timeout=2)
+            return bool(d) and bool(ds) and bool(w)
+
+        def slow_down(environ: object, decisions: ratewin.Decisions,
+                      limits: Sequence[ratewin.Limit]) -> Answer:
+            return Answer(429, [("Content-Type", "text/plain")], b"slow down")
+
+        def wrap(app: Any, engine: ratewin.Engine) -> Wsgi:
+            return Wsgi(app, engine, ["10/second", limit], on_reject=slow_down,
+                        headers="ietf", reset="unix")
         """))
     for target in (["-p", "ratewin"], [str(user)]):
         result = mypy(tmp_path, "mypy", "--strict", *target)
