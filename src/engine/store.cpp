@@ -1,5 +1,8 @@
 #include "engine/store.h"
 
+#include <functional>
+#include <utility>
+
 namespace ratewin::inline v1::detail {
 namespace {
 
@@ -33,7 +36,8 @@ void Store::write_async(std::span<const StoreWrite> writes,
                         std::function<void(AsyncWriter&)> done) {
   SyncWriter writer(*this);
   add_all(writes, counts, written);
-  done(writer);
+  const std::function<void(AsyncWriter&)> finish = std::move(done);
+  finish(writer);
 }
 
 }  // namespace ratewin::inline v1::detail
