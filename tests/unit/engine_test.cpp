@@ -46,6 +46,14 @@ struct SharedCounts {
   std::atomic<int> batched{0};       // writes they carried
   std::function<void()> during_add;  // runs inside each write, before it is counted
   std::function<void()> after_add;   // runs inside each write, once it is counted and read
+
+  // Every count held, over all limiters and epochs.
+  std::uint64_t total() {
+    std::lock_guard lock(mutex);
+    std::uint64_t sum = 0;
+    for (const auto& [key, count] : counts) sum += count;
+    return sum;
+  }
 };
 
 class FakeStore final : public detail::Store {
@@ -541,12 +549,7 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
   CHECK(shared->calls == before + 1);  // now decided locally
   // The refused write was given back: the shared count holds the ten admitted.
-  {
-    std::lock_guard lock(shared->mutex);
-    std::uint64_t total = 0;
-    for (const auto& [k, c] : shared->counts) total += c;
-    CHECK(total == 10);
-  }
+  CHECK(shared->total() == 10);
 
   // A store that cannot be reached leaves local decisions, marked degraded.
   shared->down = true;
@@ -583,12 +586,7 @@ TEST_CASE_FIXTURE(Fixture,
   shared->after_add = nullptr;
   CHECK_FALSE(later.allowed);
   CHECK_FALSE(first.allowed);  // its write made 4 of 3
-  std::uint64_t total = 0;
-  {
-    std::lock_guard lock(shared->mutex);
-    for (const auto& [k, c] : shared->counts) total += c;
-  }
-  CHECK(total == 3);
+  CHECK(shared->total() == 3);
   CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
 }
 
@@ -604,12 +602,7 @@ TEST_CASE_FIXTURE(Fixture, "reset forgets a resource's counts, here and in the s
   CHECK(a.try_acquire(hash("bob"), login, 2).allowed);
   CHECK(a.try_acquire(r, Limit(5, 60s, 6s), 2).allowed);
   CHECK(a.reset(r, login));
-  {
-    std::lock_guard lock(shared->mutex);
-    std::uint64_t total = 0;
-    for (const auto& [k, c] : shared->counts) total += c;
-    CHECK(total == 4);  // bob's 2 and the other limit's 2
-  }
+  CHECK(shared->total() == 4);  // bob's 2 and the other limit's 2
   const Decision fresh = a.try_acquire(r, login, 1);
   CHECK(fresh.allowed);
   CHECK(fresh.remaining == 2);
@@ -630,16 +623,10 @@ TEST_CASE_FIXTURE(Fixture, "refund gives counts back, newest first, never below 
   CHECK(a.try_acquire(r, limit, 6).allowed);
   CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
   CHECK(a.refund(r, limit, 7) == 7);  // 6 from this subinterval, 1 from the one before
-  const auto shared_total = [&] {
-    std::lock_guard lock(shared->mutex);
-    std::uint64_t total = 0;
-    for (const auto& [k, c] : shared->counts) total += c;
-    return total;
-  };
-  CHECK(shared_total() == 3);
+  CHECK(shared->total() == 3);
   CHECK(a.try_acquire(r, limit, 0).remaining == 7);
   CHECK(a.refund(r, limit, 100) == 3);  // what there was
-  CHECK(shared_total() == 0);
+  CHECK(shared->total() == 0);
   CHECK(a.try_acquire(r, limit, 0).remaining == 10);
   CHECK(a.refund(hash("nobody"), limit, 5) == 0);
 }
@@ -876,12 +863,7 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all sends its limits' shared writes in o
   CHECK_FALSE(out[2].allowed);
   CHECK(out[0].remaining == 2);  // given back: 1 of 3 used
   CHECK(out[1].remaining == 99);
-  {
-    std::lock_guard lock(shared->mutex);
-    std::uint64_t total = 0;
-    for (const auto& [k, v] : shared->counts) total += v;
-    CHECK(total == 3 + 2);  // the first group, and b's two; the refused group left nothing
-  }
+  CHECK(shared->total() == 3 + 2);  // the first group, and b's two; the refused group left nothing
   // A limit refused by the local counts sends nothing at all.
   const int calls = shared->calls;
   CHECK(a.try_acquire_all(group, out) == 2);
