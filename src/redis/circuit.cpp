@@ -3,13 +3,12 @@
 #include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
-void CircuitBreaker::start(bool reachable, const std::string& why) {
+void CircuitBreaker::start(bool reachable, const std::string& why, bool credentials_refused) {
   if (reachable || !available_.exchange(false, std::memory_order_acq_rel)) return;
   open_count_.fetch_add(1, std::memory_order_acq_rel);
   opens_.fetch_add(1, std::memory_order_relaxed);
   down_since_ns_.store(steady_ns(), std::memory_order_relaxed);
-  if (why.find("requires a password") != std::string::npos ||
-      why.find("refused the user or password") != std::string::npos) {
+  if (credentials_refused) {
     // Not an outage that will pass: the configuration is wrong. Said once, as an error.
     reporter_.log(LogLevel::error, why + "; deciding with local counts until it is fixed");
     return;

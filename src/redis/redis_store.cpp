@@ -45,7 +45,10 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
     throw StoreError("ratewin: Redis at " + reporter_.where() +
                      " cannot be used: " + reporter_.last_error());
   }
-  if (!reachable) topology_.node_for_slot(0).circuit().start(false, reporter_.last_error());
+  if (!reachable) {
+    topology_.node_for_slot(0).circuit().start(false, reporter_.last_error(),
+                                               credentials_refused_);
+  }
   loop_.post([this] {
     uv_timer_init(loop_.loop(), &tick_timer_);
     tick_timer_.data = this;
@@ -119,15 +122,21 @@ bool RedisStore::connect_now() {
     if (node == nullptr) return false;
     topology_.assign(0, kClusterSlots - 1, *node);
   }
+  // A failure's text, or what to fix when Redis refused this client's credentials.
+  const auto failed = [this](const std::string& failure, const std::string& reply) {
+    std::string credentials = credentials_problem(reporter_.where(), reply);
+    credentials_refused_ = !credentials.empty();
+    reporter_.note_error(credentials_refused_ ? std::move(credentials) : failure);
+  };
   const std::size_t seeds = topology_.cluster() ? topology_.size() : 1;
   for (std::size_t i = 0; i < seeds; ++i) {
+    credentials_refused_ = false;  // (of this seed: its failure is the last one noted)
     RedisNode& node = topology_.cluster() ? topology_.node(i) : topology_.node_for_slot(0);
     RedisPool::Failure failure{};
     RedisPool::Lease lease = node.pool().acquire(
         std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
     if (!lease) {
-      const std::string credentials = credentials_problem(reporter_.where(), error);
-      reporter_.note_error(credentials.empty() ? error : credentials);
+      failed(error, error);
       continue;
     }
     if (topology_.cluster()) {
@@ -150,8 +159,7 @@ bool RedisStore::connect_now() {
       if (!refused.empty()) {
         // A server that refuses PING cannot serve this client (no password given, still
         // loading its data): not reachable, so the engine starts degraded and says why.
-        const std::string credentials = credentials_problem(reporter_.where(), refused);
-        reporter_.note_error(credentials.empty() ? "PING refused: " + refused : credentials);
+        failed("PING refused: " + refused, refused);
         continue;
       }
     }

@@ -93,7 +93,8 @@ class RedisStore final : public Store, private ReadRouter {
 
  private:
   // Synchronous start: connect, read the slot map (Cluster), measure the clock. False if
-  // Redis is not reachable now (the background connections keep trying).
+  // Redis is not reachable now (the background connections keep trying); then
+  // credentials_refused_ says whether the last failure was Redis refusing the credentials.
   bool connect_now();
   // On a Cluster: CLUSTER SLOTS on a blocking connection to `node`.
   bool read_slot_map(RedisNode& node, RedisConnection& connection, std::string& error);
@@ -151,6 +152,7 @@ class RedisStore final : public Store, private ReadRouter {
   int loop_close_result_ = 0;
   LoopThread loop_;
   std::unique_ptr<AsyncWriter> loop_writer_;  // write_async's, made on the loop thread
+  bool credentials_refused_ = false;           // see connect_now()
   std::unique_ptr<SentinelWatch> sentinel_;  // last: its thread stops first
 };
 
