@@ -1252,14 +1252,21 @@ static void test_redis_unreachable(void) {
   CHECK(none == NULL);
 }
 
-/* Two engines sharing a real Redis admit exactly max between them. */
-static void test_redis_shared(void) {
+/* Starts a private redis-server (stopped at exit) and writes its URL in `url`; 0, a
+ * failed check, when it cannot start. */
+static int private_redis_url(char* url, size_t size) {
   if (!start_redis()) {
     CHECK(!"redis-server started");
-    return;
+    return 0;
   }
+  snprintf(url, size, "unix://%s", redis_socket);
+  return 1;
+}
+
+/* Two engines sharing a real Redis admit exactly max between them. */
+static void test_redis_shared(void) {
   char url[160];
-  snprintf(url, sizeof url, "unix://%s", redis_socket);
+  if (!private_redis_url(url, sizeof url)) return;
   struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   ratewin_engine* a = open_redis_engine(url, &log);
   ratewin_engine* b = open_redis_engine(url, &log);
@@ -1376,12 +1383,8 @@ static double seconds_since(const struct timespec* start) {
 /* ratewin_engine_try_acquire_all_async with a real Redis: admissions complete on the
  * engine's thread, exactly, and closing an engine runs every callback owed. */
 static void test_redis_async(void) {
-  if (!start_redis()) {
-    CHECK(!"redis-server started");
-    return;
-  }
   char url[160];
-  snprintf(url, sizeof url, "unix://%s", redis_socket);
+  if (!private_redis_url(url, sizeof url)) return;
   struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   ratewin_engine* a = open_redis_engine(url, &log);
   ratewin_limit* per_key = make_limit(3, 10000, 1000, RATEWIN_FAILURE_LOCAL);
