@@ -124,9 +124,9 @@ bool RedisStore::connect_now() {
   }
   // A failure's text, or what to fix when Redis refused this client's credentials.
   const auto failed = [this](const std::string& failure, const std::string& reply) {
-    std::string credentials = credentials_problem(reporter_.where(), reply);
+    const std::string credentials = credentials_problem(reporter_.where(), reply);
     credentials_refused_ = !credentials.empty();
-    reporter_.note_error(credentials_refused_ ? std::move(credentials) : failure);
+    reporter_.note_error(credentials_refused_ ? credentials : failure);
   };
   const std::size_t seeds = topology_.cluster() ? topology_.size() : 1;
   for (std::size_t i = 0; i < seeds; ++i) {
