@@ -17,18 +17,44 @@ enum class FailurePolicy {
   closed,  // reject every request (for login-like endpoints)
 };
 
+// How a limit counts. Every algorithm keeps the same ring of subinterval counts, locally
+// and in the shared store; they differ in how the subinterval that is sliding out of the
+// window (the trailing one) counts.
+enum class Algorithm {
+  // The approximate sliding window (the default): the trailing subinterval counts in
+  // proportion to its overlap with the window. Rejects nothing an exact window would
+  // admit under steady traffic, and may admit more than max in a sliding window after a
+  // burst at a boundary.
+  sliding_window,
+  // The same ring, but the trailing subinterval counts in full until it leaves: never
+  // more than max in any sliding window of `interval`, on one node or across nodes, at
+  // the price of refusing up to one subinterval's worth too early.
+  strict_window,
+  // One counter per window of `interval`, aligned to multiples of it on the shared
+  // clock (resolution = interval): never more than max per fixed window, and up to
+  // 2 x max across a boundary.
+  fixed_window,
+};
+
+// The algorithm's name as the bindings and the server's rules spell it
+// ("sliding_window", ...).
+const char* algorithm_name(Algorithm algorithm) noexcept;
+// The algorithm of a name; false when there is none.
+bool parse_algorithm(std::string_view name, Algorithm& out) noexcept;
+
 // Why a limit cannot be made (Limit::problem): each language's bindings say it in their
 // own names and units.
 enum class LimitProblem {
   none,
-  max_zero,                   // max is 0
-  max_too_large,              // max exceeds Limit::kMaxCount
-  interval_not_positive,      // interval <= 0
-  resolution_not_positive,    // resolution <= 0
-  interval_too_long,          // interval exceeds Limit::kMaxInterval
-  resolution_too_long,        // resolution exceeds Limit::kMaxResolution
-  resolution_does_not_divide, // interval is not a whole number of resolutions
-  too_many_subintervals,      // interval / resolution exceeds Limit::kMaxSubintervals
+  max_zero,                    // max is 0
+  max_too_large,               // max exceeds Limit::kMaxCount
+  interval_not_positive,       // interval <= 0
+  resolution_not_positive,     // resolution <= 0
+  interval_too_long,           // interval exceeds Limit::kMaxInterval
+  resolution_too_long,         // resolution exceeds Limit::kMaxResolution
+  resolution_does_not_divide,  // interval is not a whole number of resolutions
+  too_many_subintervals,       // interval / resolution exceeds Limit::kMaxSubintervals
+  fixed_window_too_long,       // a fixed_window's interval exceeds Limit::kMaxResolution
 };
 
 // A limit: at most `max` units in any sliding `interval`, tracked in subintervals of
@@ -65,6 +91,11 @@ class Limit {
   // would make the limit.
   static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
                               std::chrono::milliseconds resolution) noexcept;
+  // What with_algorithm(algorithm) would refuse on a limit of this max, interval and
+  // resolution: problem(max, interval, resolution), then for fixed_window an interval
+  // longer than kMaxResolution (its one subinterval is the whole interval).
+  static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
+                              std::chrono::milliseconds resolution, Algorithm algorithm) noexcept;
   // The resolution Limit(max, interval) picks.
   static std::chrono::milliseconds default_resolution(std::chrono::milliseconds interval) noexcept;
 
@@ -79,11 +110,12 @@ class Limit {
   std::int64_t resolution_ns() const noexcept { return resolution_ms_ * 1'000'000; }
 
   FailurePolicy failure_policy() const noexcept { return failure_policy_; }
+  Algorithm algorithm() const noexcept { return algorithm_; }
 
   // Which limits count together. Limits share counts on a resource only when they have
-  // the same scope, interval and resolution. A limit's own scope follows from its max,
-  // so two different limits never share counts (a login limit of 3 and an API limit of
-  // 100 on one client are counted apart). with_scope() names a scope, for limits meant
+  // the same scope, interval and resolution. A limit's own scope follows from its max
+  // and algorithm, so two different limits never share counts (a login limit of 3 and an
+  // API limit of 100 on one client are counted apart). with_scope() names a scope, for limits meant
   // to count together; with_max() keeps the scope it is called on.
   std::uint64_t scope() const noexcept;
   // True when the scope was given (with_scope, with_scope_id or with_max), not the
@@ -102,10 +134,17 @@ class Limit {
   // The same window with another max, in the same scope: it shares counts with this
   // limit (an override that raises max keeps what was already counted).
   Limit with_max(std::uint64_t max) const {
-    return Limit(max, interval(), resolution())
-        .with_failure_policy(failure_policy_)
-        .with_scope_id(scope());
+    Limit copy = Limit(max, interval(), resolution()).with_scope_id(scope());
+    copy.failure_policy_ = failure_policy_;
+    copy.algorithm_ = algorithm_;
+    return copy;
   }
+  // The same limit counted by `algorithm`. For fixed_window the resolution becomes the
+  // interval (one counter per window); throws std::invalid_argument when that interval
+  // exceeds kMaxResolution. Limits of one scope and geometry share their counts whatever
+  // their algorithms (each decides from them its own way), so a limit whose algorithm
+  // changes under with_scope (as a server rule does on reload) keeps what was counted.
+  Limit with_algorithm(Algorithm algorithm) const;
   // The same limit with another failure policy.
   Limit with_failure_policy(FailurePolicy policy) const noexcept {
     Limit copy = *this;
@@ -113,14 +152,15 @@ class Limit {
     return copy;
   }
 
-  // "100/60s@5s" style text, for logs and error messages.
+  // "100/60s@5s" style text, for logs and error messages, followed by the algorithm
+  // when it is not the default ("100/60s@60s fixed_window").
   std::string to_string() const;
 
-  // Equal limits: the same max, window, failure policy and scope.
+  // Equal limits: the same max, window, algorithm, failure policy and scope.
   friend bool operator==(const Limit& a, const Limit& b) noexcept {
     return a.max_ == b.max_ && a.resolution_ms_ == b.resolution_ms_ &&
            a.subintervals_ == b.subintervals_ && a.failure_policy_ == b.failure_policy_ &&
-           a.scope() == b.scope();
+           a.algorithm_ == b.algorithm_ && a.scope() == b.scope();
   }
 
  private:
@@ -128,6 +168,7 @@ class Limit {
   std::int64_t resolution_ms_;
   std::uint32_t subintervals_;
   FailurePolicy failure_policy_ = FailurePolicy::local;
+  Algorithm algorithm_ = Algorithm::sliding_window;
   std::uint64_t scope_ = 0;  // 0: the limit's own (see scope())
 };
 

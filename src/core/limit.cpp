@@ -21,7 +21,24 @@ std::string duration_text(std::int64_t ms) {
   throw std::invalid_argument("ratewin::Limit: " + what);
 }
 
+constexpr const char* kAlgorithmNames[] = {"sliding_window", "strict_window", "fixed_window"};
+
 }  // namespace
+
+const char* algorithm_name(Algorithm algorithm) noexcept {
+  const auto i = static_cast<std::size_t>(algorithm);
+  return i < std::size(kAlgorithmNames) ? kAlgorithmNames[i] : "unknown";
+}
+
+bool parse_algorithm(std::string_view name, Algorithm& out) noexcept {
+  for (std::size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
+    if (name == kAlgorithmNames[i]) {
+      out = static_cast<Algorithm>(i);
+      return true;
+    }
+  }
+  return false;
+}
 
 std::chrono::milliseconds Limit::default_resolution(std::chrono::milliseconds interval) noexcept {
   const std::int64_t ms = interval.count();
@@ -43,6 +60,15 @@ LimitProblem Limit::problem(std::uint64_t max, std::chrono::milliseconds interva
   if (interval.count() % resolution.count() != 0) return LimitProblem::resolution_does_not_divide;
   if (interval.count() / resolution.count() > kMaxSubintervals)
     return LimitProblem::too_many_subintervals;
+  return LimitProblem::none;
+}
+
+LimitProblem Limit::problem(std::uint64_t max, std::chrono::milliseconds interval,
+                            std::chrono::milliseconds resolution, Algorithm algorithm) noexcept {
+  const LimitProblem found = problem(max, interval, resolution);
+  if (found != LimitProblem::none) return found;
+  if (algorithm == Algorithm::fixed_window && interval > kMaxResolution)
+    return LimitProblem::fixed_window_too_long;
   return LimitProblem::none;
 }
 
@@ -73,6 +99,8 @@ Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval,
     case LimitProblem::too_many_subintervals:
       invalid("interval / resolution = " + std::to_string(interval.count() / resolution.count()) +
               " subintervals, more than " + std::to_string(kMaxSubintervals));
+    case LimitProblem::fixed_window_too_long:
+      break;  // not a problem of this constructor's arguments
   }
   subintervals_ = static_cast<std::uint32_t>(interval.count() / resolution.count());
 }
@@ -84,16 +112,35 @@ std::uint64_t Limit::scope() const noexcept {
   if (scope_ != 0) return scope_;
   // A limit's own scope: its max, mixed (murmur3's fmix64) so that it looks like no
   // named scope's id. Never 0 (0 is a fixed point of the mix, and max is at least 1).
-  return detail::fmix64(max_ ^ 0x6f776e2073636f70ULL);  // "own scop"
+  // Other algorithms than the default mix in their number, so that a limit's own scope
+  // is its own whatever its algorithm.
+  const auto algorithm = static_cast<std::uint64_t>(algorithm_);
+  return detail::fmix64(max_ ^ 0x6f776e2073636f70ULL ^ (algorithm << 56));  // "own scop"
 }
 
-Limit Limit::with_scope(std::string_view name) const noexcept {
-  return with_scope_id(hash(name));
+Limit Limit::with_algorithm(Algorithm algorithm) const {
+  Limit copy = *this;
+  copy.algorithm_ = algorithm;
+  if (algorithm == Algorithm::fixed_window && subintervals_ != 1) {
+    if (interval() > kMaxResolution)
+      invalid("a fixed_window's interval " + duration_text(interval().count()) +
+              " exceeds its longest, 4294967295ms (its one subinterval is the whole interval)");
+    copy.resolution_ms_ = interval().count();
+    copy.subintervals_ = 1;
+  }
+  return copy;
 }
+
+Limit Limit::with_scope(std::string_view name) const noexcept { return with_scope_id(hash(name)); }
 
 std::string Limit::to_string() const {
-  return std::to_string(max_) + "/" + duration_text(interval().count()) + "@" +
-         duration_text(resolution_ms_);
+  std::string out = std::to_string(max_) + "/" + duration_text(interval().count()) + "@" +
+                    duration_text(resolution_ms_);
+  if (algorithm_ != Algorithm::sliding_window) {
+    out += ' ';
+    out += algorithm_name(algorithm_);
+  }
+  return out;
 }
 
 }  // namespace v1

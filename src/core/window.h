@@ -7,8 +7,29 @@
 #include "core/int128.h"
 #include "core/seqlock_field.h"
 #include "ratewin/decision.h"
+#include "ratewin/limit.h"
 
 namespace ratewin::inline v1::detail {
+
+// How the trailing subinterval (the one sliding out of the window) counts: what sets the
+// ring's algorithms apart (ratewin::Algorithm).
+enum class Trailing : std::uint8_t {
+  interpolated,  // by its overlap with the sliding window (sliding_window)
+  whole,         // in full until it leaves (strict_window)
+  none,          // not at all (fixed_window, whose one subinterval is the window)
+};
+
+constexpr Trailing trailing_of(Algorithm algorithm) noexcept {
+  switch (algorithm) {
+    case Algorithm::strict_window:
+      return Trailing::whole;
+    case Algorithm::fixed_window:
+      return Trailing::none;
+    case Algorithm::sliding_window:
+      break;
+  }
+  return Trailing::interpolated;
+}
 
 // The fixed part of a window. Its N bucket counts live in storage the caller provides
 // (the registry packs them right after its record, so a limiter is one allocation).
@@ -36,6 +57,12 @@ static_assert(sizeof(Bucket) == 4);
 // E(t) * R in 128-bit integers, so they are exact. E(t) is continuous and
 // non-increasing while nothing arrives (at a boundary the newest trailing count enters
 // with weight 1), which is what makes retry_after exact.
+//
+// That is Trailing::interpolated. With Trailing::whole the trailing count has weight 1
+// for its whole epoch (E(t) = sum + trailing, an upper bound of the exact count in
+// (t - N*R, t]); with Trailing::none weight 0 (E(t) = sum, with N = 1 the count of the
+// fixed window t is in). Both are steps that fall at epoch boundaries, so retry_after
+// is then a boundary.
 //
 // Time never moves a window back: a t before the current epoch is treated as the start
 // of the current epoch.
@@ -73,14 +100,15 @@ class SlidingWindow {
   // bounded by N, indexes are checked, arithmetic cannot overflow a signed type. The
   // result is then meaningless, and the reader's validation discards it.
   [[gnu::always_inline]] bool evaluate(std::int64_t t, std::uint64_t max, std::uint64_t cost,
-                                       Decision& out) const noexcept;
+                                       Trailing trailing_weight, Decision& out) const noexcept;
 
   // Decides a request of `cost` against `max` at t and counts it if allowed. cost > max
   // is rejected with retry_after = Decision::kNever.
-  Decision try_acquire(std::int64_t t, std::uint64_t max, std::uint64_t cost) noexcept {
+  Decision try_acquire(std::int64_t t, std::uint64_t max, std::uint64_t cost,
+                       Trailing trailing_weight = Trailing::interpolated) noexcept {
     advance(t);
     Decision d;
-    evaluate(t, max, cost, d);  // cannot fail: the window is at t's epoch or later
+    evaluate(t, max, cost, trailing_weight, d);  // cannot fail: the window is at t's epoch or later
     if (d.allowed) add(cost);
     return d;
   }
@@ -140,7 +168,7 @@ class SlidingWindow {
   void slide(std::int64_t t) noexcept;
   std::int64_t retry_at(std::int64_t at, std::uint64_t allowance, std::int64_t epoch,
                         std::uint64_t sum, std::uint32_t trailing, std::uint32_t head,
-                        std::uint32_t newest) const noexcept;
+                        std::uint32_t newest, Trailing trailing_weight) const noexcept;
   // The k-th count in epoch order: 0 = trailing (epoch e-N), k = 1..N the bucket of
   // epoch e-N+k (so k = N is the newest).
   std::uint32_t in_order(std::uint32_t k) const noexcept;
@@ -153,7 +181,7 @@ class SlidingWindow {
 
 // Inline: the decision path of every request.
 inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint64_t cost,
-                                    Decision& out) const noexcept {
+                                    Trailing trailing_weight, Decision& out) const noexcept {
   // Epoch-derived arithmetic wraps (int128.h): exact on a consistent state, defined on a
   // torn one (where the epoch may belong to a record of another resolution).
   const std::int64_t epoch = state_.epoch;
@@ -166,18 +194,24 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   const std::uint32_t trailing = state_.trailing;
   const auto r = static_cast<std::uint64_t>(resolution_);
   const std::int64_t at = t > start ? t : start;  // never before the current epoch
-  // Overlap of the trailing subinterval with the sliding window, in (0, R].
-  const auto weight =
-      static_cast<std::uint64_t>(wrapping_sub(wrapping_add(start, resolution_), at));
+  // Overlap of the trailing subinterval with the sliding window, in (0, R], as the
+  // trailing count's weight (times R).
+  const std::uint64_t weight =
+      trailing_weight == Trailing::interpolated
+          ? static_cast<std::uint64_t>(wrapping_sub(wrapping_add(start, resolution_), at))
+      : trailing_weight == Trailing::whole ? r
+                                           : 0;
+  // Counts stop counting when they trail (none) or once they have trailed (else).
+  const std::uint32_t lasts = trailing_weight == Trailing::none ? n_ - 1 : n_;
   const u128 scaled = static_cast<u128>(sum) * r + static_cast<u128>(trailing) * weight;
   // The end of the epoch e + k, as an absolute time.
   auto end_of = [&](std::uint32_t k) noexcept {
     return wrapping_mul(wrapping_add(epoch, std::int64_t{k} + 1), resolution_);
   };
   // The window holds nothing from the end of the epoch in which its newest count trails.
-  const std::int64_t reset_at = sum != 0        ? end_of(n_ - age_of(newest, head))
-                                : trailing != 0 ? end_of(0)
-                                                : t;
+  const std::int64_t reset_at = sum != 0 ? end_of(lasts - age_of(newest, head))
+                                : trailing != 0 && weight != 0 ? end_of(0)
+                                                               : t;
   // floor(max - E) = max - sum - ceil(trailing * weight / R), 0 if E > max.
   auto remaining = [&]() noexcept -> std::uint64_t {
     const std::uint64_t trailing_part =
@@ -190,7 +224,8 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   if (cost <= max && scaled <= static_cast<u128>(max - cost) * r) {
     out.allowed = true;
     out.remaining = remaining() - cost;  // E + cost <= max, so floor(max - E) >= cost
-    out.reset_after = std::chrono::nanoseconds(wrapping_sub(cost != 0 ? end_of(n_) : reset_at, t));
+    out.reset_after =
+        std::chrono::nanoseconds(wrapping_sub(cost != 0 ? end_of(lasts) : reset_at, t));
     out.retry_after = std::chrono::nanoseconds(0);
     return true;
   }
@@ -198,10 +233,11 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   // A rejected request of cost 1 has E > max - 1: its remaining is 0 without dividing.
   out.remaining = cost > 1 ? remaining() : 0;
   out.reset_after = std::chrono::nanoseconds(wrapping_sub(reset_at, t));
-  out.retry_after = cost > max
-                        ? Decision::kNever
-                        : std::chrono::nanoseconds(wrapping_sub(
-                              retry_at(at, max - cost, epoch, sum, trailing, head, newest), t));
+  out.retry_after =
+      cost > max
+          ? Decision::kNever
+          : std::chrono::nanoseconds(wrapping_sub(
+                retry_at(at, max - cost, epoch, sum, trailing, head, newest, trailing_weight), t));
   return true;
 }
 
@@ -210,10 +246,15 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
 // and end_k = (e+k+1) * R. S_k only falls with k: find the first k with S_k <= allowance,
 // then solve the linear piece inside epoch e+k. Requires that the request does not fit
 // at `at`; the other arguments are evaluate()'s snapshot of the state.
+//
+// With Trailing::whole the estimate in epoch e+k is S_k + T_k, which falls to S_k at
+// end_k: the answer is end_k. With Trailing::none it is S_k from the start of epoch e+k:
+// the answer is end_k - R.
 inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allowance,
                                             std::int64_t epoch, std::uint64_t sum,
                                             std::uint32_t trailing, std::uint32_t head,
-                                            std::uint32_t newest) const noexcept {
+                                            std::uint32_t newest,
+                                            Trailing trailing_weight) const noexcept {
   std::uint32_t k = 0;
   std::uint64_t rest = sum;
   std::uint64_t relief = trailing;  // T_k
@@ -247,7 +288,10 @@ inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allow
   if (rest > allowance || relief == 0) return end;  // only on an inconsistent state
   // Allowed from t on when T * (end - t) <= (allowance - S) * R; the slack is < R.
   const auto r = static_cast<std::uint64_t>(resolution_);
-  const std::uint64_t slack = std::min(r, mul_div_floor(allowance - rest, r, relief));
+  const std::uint64_t slack = trailing_weight == Trailing::interpolated
+                                  ? std::min(r, mul_div_floor(allowance - rest, r, relief))
+                              : trailing_weight == Trailing::whole ? 0
+                                                                   : r;
   return std::max(at, wrapping_sub(end, static_cast<std::int64_t>(slack)));
 }
 

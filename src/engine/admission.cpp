@@ -66,7 +66,8 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
       window.advance(now_);
       if (store != nullptr) shard_.activity.push_back({key_, now_epoch});
     }
-    window.evaluate(now_, limit_.max(), cost_, d_);  // cannot fail: at now's epoch
+    window.evaluate(now_, limit_.max(), cost_, trailing_of(limit_.algorithm()),
+                    d_);  // cannot fail: at now's epoch
   }
   fits_ = d_.allowed;  // what the counts say
   // The store could not inform this decision: the limit's failure policy rules
@@ -138,23 +139,24 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     if (cost_ == 0) {
       // A question about a cold limiter: answered from the merged counts.
       const bool degraded = d_.degraded;
-      window.evaluate(now_, limit_.max(), 0, d_);
+      window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), d_);
       d_.degraded = degraded;
       return;
     }
     Decision shared;
-    own.evaluate(now_, limit_.max(), 0, shared);  // (counted in it already)
+    own.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()),
+                 shared);  // (counted in it already)
     Decision merged;
     if (shared.allowed) {
       // Admitted. What is left, as the merged window tells it (it may know of later
       // writes), never more than the write's own counts leave.
-      window.evaluate(now_, limit_.max(), 0, merged);
+      window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), merged);
       d_.remaining = std::min(shared.remaining, merged.allowed ? merged.remaining : 0);
       d_.reset_after = std::max(shared.reset_after, merged.reset_after);
     } else {
       refused = true;
       window.remove(epoch_, cost_);  // (the local count, or the write's own if evicted)
-      window.evaluate(now_, limit_.max(), cost_, merged);
+      window.evaluate(now_, limit_.max(), cost_, trailing_of(limit_.algorithm()), merged);
       d_.allowed = false;
       d_.remaining = merged.allowed ? 0 : merged.remaining;
       d_.reset_after = merged.reset_after;

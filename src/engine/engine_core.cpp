@@ -33,6 +33,7 @@ struct LastRead {
   LimiterKey key;
   RecordRef ref;
   std::uint64_t max = 0;
+  Trailing trailing = Trailing::interpolated;                             // the limit's algorithm
   std::int64_t rejects_until = std::numeric_limits<std::int64_t>::min();  // min(retry, epoch end)
   std::int64_t retry_at = 0;
   std::int64_t reset_at = 0;
@@ -96,7 +97,8 @@ EngineCore::~EngineCore() {
   if ((before & 1) != 0) return 1;
   LastRead& last = last_read;
   const bool unchanged = last.engine == id_ && last.version == before && last.key == key;
-  if (unchanged && cost == 1 && now < last.rejects_until && last.max == limit.max()) {
+  if (unchanged && cost == 1 && now < last.rejects_until && last.max == limit.max() &&
+      last.trailing == trailing_of(limit.algorithm())) {
     out.allowed = false;
     out.degraded = false;
     out.limit = last.max;
@@ -110,7 +112,7 @@ EngineCore::~EngineCore() {
     if (!ref) return 1;
   }
   const SlidingWindow window = ref.record->view(key);
-  if (!window.evaluate(now, limit.max(), cost, out)) return 1;
+  if (!window.evaluate(now, limit.max(), cost, trailing_of(limit.algorithm()), out)) return 1;
   const std::int64_t epoch = window.epoch();
   if (!shard.read_valid(before)) return 1;
   // Validated: the values are consistent, the arithmetic below cannot overflow.
@@ -123,6 +125,7 @@ EngineCore::~EngineCore() {
           key,
           ref,
           limit.max(),
+          trailing_of(limit.algorithm()),
           (!out.allowed && cost == 1) ? std::min(retry_at, epoch_end)
                                       : std::numeric_limits<std::int64_t>::min(),
           retry_at,

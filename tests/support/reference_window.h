@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "core/int128.h"
+#include "core/window.h"
 
 namespace ratewin::test {
 
+using detail::Trailing;
 using detail::u128;
 
 struct Admitted {
@@ -24,7 +26,9 @@ inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {
 
 class ReferenceWindow {
  public:
-  ReferenceWindow(std::uint32_t n, std::int64_t resolution_ns) : n_(n), r_(resolution_ns) {}
+  ReferenceWindow(std::uint32_t n, std::int64_t resolution_ns,
+                  Trailing trailing = Trailing::interpolated)
+      : n_(n), r_(resolution_ns), trailing_(trailing) {}
 
   // Sum of the costs admitted in `epoch`.
   std::uint64_t epoch_count(std::int64_t epoch) const {
@@ -35,12 +39,16 @@ class ReferenceWindow {
     return total;
   }
 
-  // E(t) * R = sum of epochs e-N+1..e times R + count of epoch e-N times ((e+1)R - t).
+  // E(t) * R = sum of epochs e-N+1..e times R + count of epoch e-N times its weight:
+  // (e+1)R - t (interpolated), R (whole) or 0 (none).
   u128 scaled_estimate(std::int64_t t) const {
     const std::int64_t e = floor_div(t, r_);
     u128 scaled = 0;
     for (std::int64_t j = e - n_ + 1; j <= e; ++j) scaled += u128{epoch_count(j)} * u128(r_);
-    scaled += u128{epoch_count(e - n_)} * u128((e + 1) * r_ - t);
+    const std::int64_t weight = trailing_ == Trailing::interpolated ? (e + 1) * r_ - t
+                                : trailing_ == Trailing::whole      ? r_
+                                                                    : 0;
+    scaled += u128{epoch_count(e - n_)} * u128(weight);
     return scaled;
   }
 
@@ -54,11 +62,13 @@ class ReferenceWindow {
     return scaled >= cap ? 0 : static_cast<std::uint64_t>((cap - scaled) / u128(r_));
   }
 
-  // When the newest non-zero epoch j stops counting: (j + N + 1) * R; t if none.
+  // When the newest non-zero epoch j stops counting: (j + N + 1) * R, or (j + N) * R when
+  // trailing counts do not count; t if none.
   std::int64_t reset_at(std::int64_t t) const {
     const std::int64_t e = floor_div(t, r_);
-    for (std::int64_t j = e; j >= e - n_; --j) {
-      if (epoch_count(j) != 0) return (j + n_ + 1) * r_;
+    const std::int64_t lasts = trailing_ == Trailing::none ? n_ : n_ + 1;
+    for (std::int64_t j = e; j > e - lasts; --j) {
+      if (epoch_count(j) != 0) return (j + lasts) * r_;
     }
     return t;
   }
@@ -71,6 +81,7 @@ class ReferenceWindow {
  private:
   std::int64_t n_;
   std::int64_t r_;
+  Trailing trailing_;
   std::vector<Admitted> admitted_;
 };
 

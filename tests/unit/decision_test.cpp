@@ -27,9 +27,8 @@ TEST_CASE("headers of an allowed decision") {
   d.limit = 100;
   d.remaining = 99;
   d.reset_after = 59'500ms;
-  const std::vector<HeaderField> expected = {{"X-RateLimit-Limit", "100"},
-                                             {"X-RateLimit-Remaining", "99"},
-                                             {"X-RateLimit-Reset", "60"}};
+  const std::vector<HeaderField> expected = {
+      {"X-RateLimit-Limit", "100"}, {"X-RateLimit-Remaining", "99"}, {"X-RateLimit-Reset", "60"}};
   CHECK(headers(d) == expected);
 }
 
@@ -56,8 +55,8 @@ TEST_CASE("numeric_headers are headers() as numbers") {
   d.limit = 5;
   d.reset_after = 10s;
   std::array<NumericHeader, 4> out;
-  for (const auto retry : {std::chrono::nanoseconds(2'100ms), std::chrono::nanoseconds(0),
-                           Decision::kNever}) {
+  for (const auto retry :
+       {std::chrono::nanoseconds(2'100ms), std::chrono::nanoseconds(0), Decision::kNever}) {
     for (const bool allowed : {false, true}) {
       d.allowed = allowed;
       d.retry_after = allowed ? std::chrono::nanoseconds(0) : retry;

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <functional>
@@ -260,11 +261,14 @@ TEST_CASE_FIXTURE(Fixture, "limiter handles") {
 // for the same sequence of requests.
 TEST_CASE_FIXTURE(Fixture, "engine decisions equal the pure window's, field by field") {
   std::mt19937_64 rng(11);
-  for (int trace = 0; trace < 40; ++trace) {
+  for (int trace = 0; trace < 60; ++trace) {
     Engine engine(options());
-    const Limit base(
-        std::uniform_int_distribution<std::uint64_t>(1, 50)(rng), 1s,
-        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1)(rng) == 0 ? 100 : 250));
+    const Algorithm algorithm = std::array{Algorithm::sliding_window, Algorithm::strict_window,
+                                           Algorithm::fixed_window}[trace % 3];
+    const Limit base = Limit(std::uniform_int_distribution<std::uint64_t>(1, 50)(rng), 1s,
+                             std::chrono::milliseconds(
+                                 std::uniform_int_distribution<int>(0, 1)(rng) == 0 ? 100 : 250))
+                           .with_algorithm(algorithm);
     LimiterHandle handle = engine.limiter("r", base);
     detail::WindowState state;
     std::vector<detail::Bucket> buckets(base.subintervals());
@@ -295,7 +299,8 @@ TEST_CASE_FIXTURE(Fixture, "engine decisions equal the pure window's, field by f
       const Limit limit = base.with_max(max);
       const int shape = std::uniform_int_distribution<int>(0, 9)(rng);
       const std::uint64_t cost = shape == 0 ? 0 : shape == 1 ? 2 : shape == 2 ? max + 1 : 1;
-      const Decision want = model.try_acquire(clock->now().count(), max, cost);
+      const Decision want =
+          model.try_acquire(clock->now().count(), max, cost, detail::trailing_of(algorithm));
       const Decision got =
           via_handle ? handle.try_acquire(cost) : engine.try_acquire("r", limit, cost);
       if (got.allowed != want.allowed) {
@@ -315,6 +320,24 @@ TEST_CASE_FIXTURE(Fixture, "engine decisions equal the pure window's, field by f
       REQUIRE(got.degraded == want.degraded);
     }
   }
+}
+
+// Limits of one scope share counts whatever their algorithms; each decides its own way,
+// and a rejection remembered for one (the lock-free read's cache) is not taken for
+// another's.
+TEST_CASE_FIXTURE(Fixture, "limits of one scope and different algorithms decide their own way") {
+  Engine engine(options());
+  const Limit sliding = Limit(10, 1s, 100ms).with_scope("shared");
+  const Limit strict = sliding.with_algorithm(Algorithm::strict_window);
+  for (int i = 0; i < 10; ++i) REQUIRE(engine.try_acquire("r", strict).allowed);
+  clock->advance(1050ms);  // the 10 trail, half of their subinterval still in the window
+  const Decision refused = engine.try_acquire("r", strict);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.retry_after == 50ms);  // when the trailing subinterval leaves, whole
+  CHECK(engine.try_acquire("r", strict).retry_after == 50ms);  // (from the cache)
+  const Decision half = engine.try_acquire("r", sliding);
+  CHECK(half.allowed);  // 5 of the 10 still count
+  CHECK(half.remaining == 4);
 }
 
 // Threads hammer one resource while time stands still; between phases the clock moves.
@@ -560,8 +583,8 @@ TEST_CASE_FIXTURE(Fixture, "through the store seam, engines merge each other's c
   CHECK(a.stats().degraded == 1);
 }
 
-TEST_CASE_FIXTURE(Fixture,
-                  "an admission stands on its own write's shared counts, whatever was merged since") {
+TEST_CASE_FIXTURE(
+    Fixture, "an admission stands on its own write's shared counts, whatever was merged since") {
   // Seen on two servers sharing a global limit (26 and 27 admitted of 25): a write whose
   // shared counts were over the limit, merged after another thread's reply had already
   // raised the local window as high, changed nothing and was taken as admitted.

@@ -70,8 +70,7 @@ TEST_CASE("Limit::problem names what the constructor refuses, for bindings to sa
         LimitProblem::resolution_does_not_divide);
   CHECK(Limit::problem(1, seconds(100000), seconds(1)) == LimitProblem::too_many_subintervals);
   CHECK(Limit::problem(1, hours(24 * 400), hours(24)) == LimitProblem::interval_too_long);
-  CHECK(Limit::problem(1, milliseconds(0), milliseconds(1)) ==
-        LimitProblem::interval_not_positive);
+  CHECK(Limit::problem(1, milliseconds(0), milliseconds(1)) == LimitProblem::interval_not_positive);
   CHECK(Limit::default_resolution(seconds(1)) == milliseconds(100));
   // A negative max converted to unsigned: the message says what probably happened.
   CHECK_THROWS_WITH(Limit(static_cast<std::uint64_t>(-1), seconds(1)),
@@ -108,6 +107,49 @@ TEST_CASE("invalid limits are clear errors") {
         "ratewin::Limit: interval / resolution = 100000 subintervals, more than 65535");
   CHECK(error_of([] { Limit(1, seconds(0)); }) ==
         "ratewin::Limit: interval must be positive, got 0ms");
+}
+
+TEST_CASE("a limit's algorithm: names, fixed_window's one subinterval, scopes, equality") {
+  const Limit base(100, seconds(60));
+  CHECK(base.algorithm() == Algorithm::sliding_window);
+  const Limit strict = base.with_algorithm(Algorithm::strict_window);
+  CHECK(strict.algorithm() == Algorithm::strict_window);
+  CHECK(strict.resolution() == seconds(6));
+  CHECK(strict.to_string() == "100/1m@6s strict_window");
+  CHECK(base.to_string() == "100/1m@6s");
+  const Limit fixed = base.with_algorithm(Algorithm::fixed_window);
+  CHECK(fixed.resolution() == seconds(60));
+  CHECK(fixed.subintervals() == 1);
+  CHECK(fixed.to_string() == "100/1m@1m fixed_window");
+  // Different algorithms are different limits, with scopes of their own...
+  CHECK_FALSE(strict == base);
+  CHECK(strict.scope() != base.scope());
+  CHECK(fixed.scope() != Limit(100, seconds(60), seconds(60)).scope());
+  CHECK(base.with_algorithm(Algorithm::sliding_window) == base);
+  // ...unless a scope is named; with_max keeps the algorithm and the scope.
+  CHECK(strict.with_scope("api").scope() == base.with_scope("api").scope());
+  CHECK(strict.with_max(7).algorithm() == Algorithm::strict_window);
+  CHECK(strict.with_max(7).scope() == strict.scope());
+  CHECK(fixed.with_max(7).subintervals() == 1);
+  for (const Algorithm a :
+       {Algorithm::sliding_window, Algorithm::strict_window, Algorithm::fixed_window}) {
+    Algorithm parsed{};
+    CHECK(parse_algorithm(algorithm_name(a), parsed));
+    CHECK(parsed == a);
+  }
+  Algorithm untouched = Algorithm::strict_window;
+  CHECK_FALSE(parse_algorithm("token bucket", untouched));
+  CHECK(untouched == Algorithm::strict_window);
+  // A fixed window's interval is its resolution: at most kMaxResolution.
+  CHECK(Limit::problem(1, hours(24 * 60), hours(24), Algorithm::fixed_window) ==
+        LimitProblem::fixed_window_too_long);
+  CHECK(Limit::problem(1, hours(24 * 60), hours(24), Algorithm::strict_window) ==
+        LimitProblem::none);
+  CHECK(error_of([] {
+          (void)Limit(1, hours(24 * 60), hours(24)).with_algorithm(Algorithm::fixed_window);
+        }) ==
+        "ratewin::Limit: a fixed_window's interval 1440h exceeds its longest, 4294967295ms "
+        "(its one subinterval is the whole interval)");
 }
 
 }  // namespace ratewin::test
