@@ -42,7 +42,11 @@ int main(int argc, char** argv) {
      cxxopts::value<double>()->default_value("1"))
     ("steady-seconds", "accuracy: how long scenario (c) runs, before --scale",
      cxxopts::value<double>()->default_value("60"))
+    ("algorithm", "accuracy: the limit's algorithm, a comma-separated list of them, or all",
+     cxxopts::value<std::string>()->default_value("sliding_window"))
     ("csv", "accuracy: also write the figures as CSV to this file",
+     cxxopts::value<std::string>()->default_value(""))
+    ("plot", "accuracy: draw each algorithm's overload run into this .svg or .png (needs gnuplot)",
      cxxopts::value<std::string>()->default_value(""))
     ("h,help", "print this help");
   // clang-format on
