@@ -17,9 +17,9 @@ enum class FailurePolicy {
   closed,  // reject every request (for login-like endpoints)
 };
 
-// How a limit counts. Every algorithm keeps the same ring of subinterval counts, locally
-// and in the shared store; they differ in how the subinterval that is sliding out of the
-// window (the trailing one) counts.
+// How a limit counts. The first three keep the same ring of subinterval counts, locally
+// and in the shared store, and differ in how the subinterval that is sliding out of the
+// window (the trailing one) counts; token_bucket keeps one time.
 enum class Algorithm {
   // The approximate sliding window (the default): the trailing subinterval counts in
   // proportion to its overlap with the window. Rejects nothing an exact window would
@@ -34,6 +34,12 @@ enum class Algorithm {
   // clock (resolution = interval): never more than max per fixed window, and up to
   // 2 x max across a boundary.
   fixed_window,
+  // A token bucket, as GCRA: it refills at max per interval, one unit every
+  // interval / max, and holds at most burst (Limit::with_burst; max by default). Its
+  // state is one theoretical arrival time, with no timer. In any span of time t it admits
+  // at most burst + t x max / interval. The resolution is not used (it becomes the
+  // interval).
+  token_bucket,
 };
 
 // The algorithm's name as the bindings and the server's rules spell it
@@ -55,6 +61,9 @@ enum class LimitProblem {
   resolution_does_not_divide,  // interval is not a whole number of resolutions
   too_many_subintervals,       // interval / resolution exceeds Limit::kMaxSubintervals
   fixed_window_too_long,       // a fixed_window's interval exceeds Limit::kMaxResolution
+  burst_too_large,             // a token_bucket's burst exceeds Limit::kMaxCount
+  bucket_too_slow,             // a token_bucket's refill of its whole burst,
+                               // burst x interval / max, exceeds Limit::kMaxResolution
 };
 
 // A limit: at most `max` units in any sliding `interval`, tracked in subintervals of
@@ -91,11 +100,14 @@ class Limit {
   // would make the limit.
   static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
                               std::chrono::milliseconds resolution) noexcept;
-  // What with_algorithm(algorithm) would refuse on a limit of this max, interval and
-  // resolution: problem(max, interval, resolution), then for fixed_window an interval
-  // longer than kMaxResolution (its one subinterval is the whole interval).
+  // What with_algorithm(algorithm) (and then, for a token_bucket, with_burst(burst))
+  // would refuse on a limit of this max, interval and resolution: problem(max, interval,
+  // resolution), then for fixed_window an interval longer than kMaxResolution (its one
+  // subinterval is the whole interval), for token_bucket a burst above kMaxCount or a
+  // bucket that takes longer than kMaxResolution to refill. burst 0: max.
   static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
-                              std::chrono::milliseconds resolution, Algorithm algorithm) noexcept;
+                              std::chrono::milliseconds resolution, Algorithm algorithm,
+                              std::uint64_t burst = 0) noexcept;
   // The resolution Limit(max, interval) picks.
   static std::chrono::milliseconds default_resolution(std::chrono::milliseconds interval) noexcept;
 
@@ -111,6 +123,15 @@ class Limit {
 
   FailurePolicy failure_policy() const noexcept { return failure_policy_; }
   Algorithm algorithm() const noexcept { return algorithm_; }
+  // The most admitted at once: a token_bucket's burst; max for the other algorithms.
+  std::uint64_t burst() const noexcept { return burst_ != 0 ? burst_ : max_; }
+  // A token_bucket's refill: one unit every emission_ns() (interval / max, rounded up to
+  // a whole nanosecond, so the rate errs low), and the whole burst in tolerance_ns()
+  // (burst() x emission_ns(), at most kMaxResolution).
+  std::int64_t emission_ns() const noexcept;
+  std::int64_t tolerance_ns() const noexcept {
+    return static_cast<std::int64_t>(burst()) * emission_ns();
+  }
 
   // Which limits count together. Limits share counts on a resource only when they have
   // the same scope, interval and resolution. A limit's own scope follows from its max
@@ -133,18 +154,21 @@ class Limit {
 
   // The same window with another max, in the same scope: it shares counts with this
   // limit (an override that raises max keeps what was already counted).
-  Limit with_max(std::uint64_t max) const {
-    Limit copy = Limit(max, interval(), resolution()).with_scope_id(scope());
-    copy.failure_policy_ = failure_policy_;
-    copy.algorithm_ = algorithm_;
-    return copy;
-  }
+  // For a token_bucket it keeps the burst (max, if it was max), and throws when the
+  // bucket would then take longer than kMaxResolution to refill.
+  Limit with_max(std::uint64_t max) const;
   // The same limit counted by `algorithm`. For fixed_window the resolution becomes the
   // interval (one counter per window); throws std::invalid_argument when that interval
   // exceeds kMaxResolution. Limits of one scope and geometry share their counts whatever
   // their algorithms (each decides from them its own way), so a limit whose algorithm
   // changes under with_scope (as a server rule does on reload) keeps what was counted.
+  // For token_bucket likewise (its resolution is not used), with the burst at max;
+  // throws when the bucket would take longer than kMaxResolution to refill.
   Limit with_algorithm(Algorithm algorithm) const;
+  // A token_bucket with room for `burst` at once (0: max). Throws std::invalid_argument
+  // for another algorithm, a burst above kMaxCount, or a bucket that would take longer
+  // than kMaxResolution to refill.
+  Limit with_burst(std::uint64_t burst) const;
   // The same limit with another failure policy.
   Limit with_failure_policy(FailurePolicy policy) const noexcept {
     Limit copy = *this;
@@ -153,14 +177,15 @@ class Limit {
   }
 
   // "100/60s@5s" style text, for logs and error messages, followed by the algorithm
-  // when it is not the default ("100/60s@60s fixed_window").
+  // when it is not the default ("100/60s@60s fixed_window"), and a token_bucket's burst
+  // when it is not max ("100/1m@1m token_bucket burst 20").
   std::string to_string() const;
 
-  // Equal limits: the same max, window, algorithm, failure policy and scope.
+  // Equal limits: the same max, window, algorithm, burst, failure policy and scope.
   friend bool operator==(const Limit& a, const Limit& b) noexcept {
     return a.max_ == b.max_ && a.resolution_ms_ == b.resolution_ms_ &&
            a.subintervals_ == b.subintervals_ && a.failure_policy_ == b.failure_policy_ &&
-           a.algorithm_ == b.algorithm_ && a.scope() == b.scope();
+           a.algorithm_ == b.algorithm_ && a.burst() == b.burst() && a.scope() == b.scope();
   }
 
  private:
@@ -169,6 +194,7 @@ class Limit {
   std::uint32_t subintervals_;
   FailurePolicy failure_policy_ = FailurePolicy::local;
   Algorithm algorithm_ = Algorithm::sliding_window;
+  std::uint64_t burst_ = 0;  // a token_bucket's; 0: max
   std::uint64_t scope_ = 0;  // 0: the limit's own (see scope())
 };
 

@@ -21,7 +21,26 @@ std::string duration_text(std::int64_t ms) {
   throw std::invalid_argument("ratewin::Limit: " + what);
 }
 
-constexpr const char* kAlgorithmNames[] = {"sliding_window", "strict_window", "fixed_window"};
+constexpr const char* kAlgorithmNames[] = {"sliding_window", "strict_window", "fixed_window",
+                                           "token_bucket"};
+
+constexpr std::int64_t kMaxResolutionNs = Limit::kMaxResolution.count() * 1'000'000;
+
+std::int64_t emission_of(std::uint64_t max, std::chrono::milliseconds interval) noexcept {
+  const auto ns = static_cast<std::uint64_t>(interval.count()) * 1'000'000;
+  return static_cast<std::int64_t>((ns + max - 1) / max);
+}
+
+// A token bucket's own problems (max and interval are valid).
+LimitProblem bucket_problem(std::uint64_t max, std::chrono::milliseconds interval,
+                            std::uint64_t burst) noexcept {
+  if (burst > Limit::kMaxCount) return LimitProblem::burst_too_large;
+  const std::int64_t emission = emission_of(max, interval);
+  const std::uint64_t b = burst != 0 ? burst : max;
+  if (emission > kMaxResolutionNs / static_cast<std::int64_t>(b))
+    return LimitProblem::bucket_too_slow;
+  return LimitProblem::none;
+}
 
 }  // namespace
 
@@ -64,11 +83,13 @@ LimitProblem Limit::problem(std::uint64_t max, std::chrono::milliseconds interva
 }
 
 LimitProblem Limit::problem(std::uint64_t max, std::chrono::milliseconds interval,
-                            std::chrono::milliseconds resolution, Algorithm algorithm) noexcept {
+                            std::chrono::milliseconds resolution, Algorithm algorithm,
+                            std::uint64_t burst) noexcept {
   const LimitProblem found = problem(max, interval, resolution);
   if (found != LimitProblem::none) return found;
   if (algorithm == Algorithm::fixed_window && interval > kMaxResolution)
     return LimitProblem::fixed_window_too_long;
+  if (algorithm == Algorithm::token_bucket) return bucket_problem(max, interval, burst);
   return LimitProblem::none;
 }
 
@@ -100,7 +121,9 @@ Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval,
       invalid("interval / resolution = " + std::to_string(interval.count() / resolution.count()) +
               " subintervals, more than " + std::to_string(kMaxSubintervals));
     case LimitProblem::fixed_window_too_long:
-      break;  // not a problem of this constructor's arguments
+    case LimitProblem::burst_too_large:
+    case LimitProblem::bucket_too_slow:
+      break;  // not problems of this constructor's arguments
   }
   subintervals_ = static_cast<std::uint32_t>(interval.count() / resolution.count());
 }
@@ -114,20 +137,65 @@ std::uint64_t Limit::scope() const noexcept {
   // named scope's id. Never 0 (0 is a fixed point of the mix, and max is at least 1).
   // Other algorithms than the default mix in their number, so that a limit's own scope
   // is its own whatever its algorithm.
+  // (and a token bucket its burst), so that a limit's own scope is its own whatever its
+  // algorithm.
   const auto algorithm = static_cast<std::uint64_t>(algorithm_);
-  return detail::fmix64(max_ ^ 0x6f776e2073636f70ULL ^ (algorithm << 56));  // "own scop"
+  const std::uint64_t own = detail::fmix64(max_ ^ 0x6f776e2073636f70ULL ^ (algorithm << 56));
+  return burst_ == 0 ? own : detail::fmix64(own ^ burst_);  // "own scop"
+}
+
+std::int64_t Limit::emission_ns() const noexcept { return emission_of(max_, interval()); }
+
+namespace {
+
+// Throws what bucket_problem() found.
+void check_bucket(std::uint64_t max, std::chrono::milliseconds interval, std::uint64_t burst) {
+  switch (bucket_problem(max, interval, burst)) {
+    case LimitProblem::burst_too_large:
+      invalid("burst " + std::to_string(burst) + " exceeds " + std::to_string(Limit::kMaxCount));
+    case LimitProblem::bucket_too_slow:
+      invalid("a token_bucket of " + std::to_string(max) + " per " +
+              duration_text(interval.count()) + " takes longer than 4294967295ms to refill " +
+              std::to_string(burst != 0 ? burst : max) + " (burst x interval / max)");
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+Limit Limit::with_max(std::uint64_t max) const {
+  Limit copy = Limit(max, interval(), resolution()).with_scope_id(scope());
+  copy.failure_policy_ = failure_policy_;
+  copy.algorithm_ = algorithm_;
+  copy.burst_ = burst_;
+  if (algorithm_ == Algorithm::token_bucket) check_bucket(max, interval(), burst_);
+  return copy;
 }
 
 Limit Limit::with_algorithm(Algorithm algorithm) const {
   Limit copy = *this;
   copy.algorithm_ = algorithm;
-  if (algorithm == Algorithm::fixed_window && subintervals_ != 1) {
-    if (interval() > kMaxResolution)
+  copy.burst_ = 0;
+  const bool one_subinterval =
+      algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket;
+  if (one_subinterval && subintervals_ != 1) {
+    if (algorithm == Algorithm::fixed_window && interval() > kMaxResolution)
       invalid("a fixed_window's interval " + duration_text(interval().count()) +
               " exceeds its longest, 4294967295ms (its one subinterval is the whole interval)");
     copy.resolution_ms_ = interval().count();
     copy.subintervals_ = 1;
   }
+  if (algorithm == Algorithm::token_bucket) check_bucket(max_, interval(), 0);
+  return copy;
+}
+
+Limit Limit::with_burst(std::uint64_t burst) const {
+  if (algorithm_ != Algorithm::token_bucket)
+    invalid(std::string("burst applies to a token_bucket, not a ") + algorithm_name(algorithm_));
+  check_bucket(max_, interval(), burst);
+  Limit copy = *this;
+  copy.burst_ = burst == max_ ? 0 : burst;
   return copy;
 }
 
@@ -140,6 +208,7 @@ std::string Limit::to_string() const {
     out += ' ';
     out += algorithm_name(algorithm_);
   }
+  if (burst_ != 0) out += " burst " + std::to_string(burst_);
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/mix.h"
 #include "core/seqlock_field.h"
+#include "core/token_bucket.h"
 #include "core/window.h"
 #include "ratewin/limit.h"
 
@@ -29,9 +30,15 @@ struct LimiterKey {
     return counted(counter_of(resource, limit.scope()), limit);
   }
   // The limiter of a counter (a record's or the store's) under `limit`'s geometry.
+  // A token bucket's geometry is resolution 0 (no ring has it) and one subinterval (a
+  // record with 0 is one being evicted): token buckets of one scope share their TAT
+  // whatever their rates.
   static LimiterKey counted(std::uint64_t counter, const Limit& limit) noexcept {
+    if (limit.algorithm() == Algorithm::token_bucket) return {counter, 0, 1};
     return {counter, static_cast<std::uint32_t>(limit.resolution().count()), limit.subintervals()};
   }
+  // A token bucket's, not a ring's.
+  bool bucket() const noexcept { return resolution_ms == 0; }
   friend bool operator==(const LimiterKey&, const LimiterKey&) = default;
 
   std::int64_t resolution_ns() const noexcept {
@@ -107,6 +114,28 @@ struct Record {
   // readers, which must not trust a second read of the stored geometry.
   SlidingWindow view(const LimiterKey& key) noexcept {
     return SlidingWindow(window, buckets(), key.subintervals, key.resolution_ns());
+  }
+  // A token bucket's record (LimiterKey::bucket): its TAT, in the window's state.
+  bool is_bucket() const noexcept { return resolution_ms == 0; }
+  TokenBucket bucket() noexcept { return TokenBucket(window); }
+
+  // What the registry asks of either kind (under the lock). Empty, as new: for a ring
+  // positioned at t's epoch.
+  void clear(std::int64_t t) noexcept {
+    if (is_bucket()) {
+      bucket().reset();
+    } else {
+      view().reset(t);
+    }
+  }
+  // First used at t since it last moved on: a ring whose window must move to a new
+  // epoch, a bucket that is full again. (The LRU order is kept at that grain.)
+  bool moved_on(std::int64_t t) noexcept {
+    return is_bucket() ? bucket().tat() <= t : !view().current_at(t);
+  }
+  // The time from which it holds nothing if nothing more is counted.
+  std::int64_t empty_from() noexcept {
+    return is_bucket() ? bucket().empty_from() : view().empty_from();
   }
 };
 static_assert(sizeof(Record) == 48, "the per-limiter memory target depends on this header");

@@ -226,7 +226,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   if (RecordRef found = find(key, hash)) {
     // The LRU order is kept per subinterval: a record moves to the newest end the first
     // time it is used in a new one, so a hot record costs no list update per call.
-    if (!found.record->view().current_at(now_ns)) touch(found);
+    if (found.record->moved_on(now_ns)) touch(found);
     return found;
   }
   const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
@@ -247,7 +247,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->resolution_ms = key.resolution_ms;
   r->subintervals = static_cast<std::uint16_t>(key.subintervals);
   r->pins = 0;
-  r->view().reset(cold ? 0 : now_ns);
+  r->clear(cold ? 0 : now_ns);
   if (marked_) r->store_mark() = 0;
   try {
     lru_of(*r);  // made now, so that linking it cannot throw
@@ -330,7 +330,7 @@ bool Shard::evict_one(std::int64_t now_ns) {
     RecordId id = l.oldest;
     for (int i = 0; i < kEmptyScan && id != kNoRecord; ++i) {
       Record* r = record(id);
-      const std::int64_t empty_from = r->view().empty_from();
+      const std::int64_t empty_from = r->empty_from();
       if (empty_from <= now_ns) {
         ++evictions;
         unlink({id, r});

@@ -26,6 +26,7 @@ constexpr Trailing trailing_of(Algorithm algorithm) noexcept {
     case Algorithm::fixed_window:
       return Trailing::none;
     case Algorithm::sliding_window:
+    case Algorithm::token_bucket:  // (no ring: never asked)
       break;
   }
   return Trailing::interpolated;

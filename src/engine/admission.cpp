@@ -52,6 +52,7 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     overflowed_ = true;
     return;
   }
+  if (key_.bucket()) return decide_bucket(unchanged, section);
   SlidingWindow window = ref_.record->view();
   if (!unchanged) {
     const std::int64_t now_epoch = SlidingWindow::epoch_of(now_, key_.resolution_ns());
@@ -86,6 +87,54 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   }
 }
 
+void Admission::decide_bucket(bool unchanged, Shard::WriteSection& section) {
+  TokenBucket bucket = ref_.record->bucket();
+  // A question always reads the shared bucket: nothing else brings this engine other
+  // nodes' counts (buckets have no boundary reads).
+  cold_ = engine_.store_ != nullptr;
+  if (!unchanged) bucket.evaluate(now_, rule_, cost_, d_);
+  fits_ = d_.allowed;
+  if (degraded_ && limit_.failure_policy() == FailurePolicy::open && !d_.allowed) {
+    d_.allowed = true;  // not counted: it did not fit
+    d_.retry_after = std::chrono::nanoseconds(0);
+  }
+  if (fits_ && d_.allowed && cost_ != 0) {
+    section.open();
+    bucket.add(now_, cost_, rule_);
+  }
+  epoch_ = now_;
+}
+
+void Admission::share_bucket(std::span<const std::uint64_t> counts) {
+  // The store decided: the request counted there only if it fit the shared bucket, so
+  // nothing is ever given back to it here.
+  const bool admitted = counts[BucketReply::kAdmitted] != 0;
+  const std::int64_t shared_tat = now_ + static_cast<std::int64_t>(counts[BucketReply::kBacklog]);
+  std::lock_guard lock(shard_.mutex);
+  Shard::WriteSection section(shard_);
+  const RecordRef record = live();
+  WindowState evicted;  // the shared bucket alone, if the limiter was evicted meanwhile
+  TokenBucket bucket = record ? record.record->bucket() : TokenBucket(evicted);
+  const bool degraded = d_.degraded;
+  if (cost_ != 0 && !admitted) d_.allowed = false;  // the shared bucket was full
+  bucket.assign(shared_tat);
+  if (cost_ == 0 || !d_.allowed) {
+    // A question, or a refusal: answered from the merged bucket.
+    bucket.evaluate(now_, rule_, cost_, d_);
+    d_.allowed = cost_ == 0 && d_.allowed;
+    if (cost_ != 0 && d_.retry_after == std::chrono::nanoseconds(0))
+      d_.retry_after = std::chrono::milliseconds(1);  // never "retry now" to a refusal
+  } else {
+    // Admitted: what is left, as the shared bucket after this request tells it.
+    Decision after;
+    TokenBucket::decide(shared_tat, now_, rule_, 0, after);
+    d_.remaining = after.remaining;
+    d_.reset_after = after.reset_after;
+  }
+  d_.degraded = degraded;
+  counted_ = {epoch_, record && d_.allowed && cost_ != 0, d_.allowed && cost_ != 0};
+}
+
 void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
   Store& store = *engine_.store_;
   const std::int64_t r = key_.resolution_ns();
@@ -99,13 +148,20 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       // Counted nowhere but here: take it back, and refuse.
       std::lock_guard lock(shard_.mutex);
       Shard::WriteSection section(shard_);
-      if (const RecordRef record = live()) record.record->view().remove(epoch_, cost_);
+      if (const RecordRef record = live()) {
+        if (key_.bucket()) {
+          record.record->bucket().remove(now_, cost_, rule_);
+        } else {
+          record.record->view().remove(epoch_, cost_);
+        }
+      }
       counted_.local = false;
       d_.allowed = false;
       d_.retry_after = std::max(store.retry_hint(), std::chrono::nanoseconds(1));
     }
     return;
   }
+  if (key_.bucket()) return share_bucket(counts);
   bool refused = false;
   {
     // What decides: this write's own shared counts, the whole window as of the write
@@ -170,9 +226,9 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
   // The shared count took this request although it does not fit: give it back.
   if (refused) {
     if (async != nullptr) {
-      async->remove(key_, epoch_, cost_);
+      async->remove(write());
     } else {
-      store.remove(key_, epoch_, cost_);
+      store.remove(write());
     }
   }
 }

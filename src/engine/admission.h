@@ -43,7 +43,8 @@ class Admission {
         now_(now),
         limit_(limit),
         cost_(cost),
-        degraded_(degraded) {}
+        degraded_(degraded),
+        rule_(BucketRule::of(limit)) {}
 
   // `known`: the record the caller holds pinned, if any. `read_ref`, `version` and
   // `read`: what the lock-free read established (version odd: nothing).
@@ -59,13 +60,20 @@ class Admission {
   // due; if so, write() is that write, and finish() takes its result (the window read
   // back) through step 3; if not, conclude() ends it.
   bool begin(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
-  StoreWrite write() const noexcept { return {key_, epoch_, cost_, first_}; }
+  StoreWrite write() const noexcept {
+    if (key_.bucket()) return {key_, epoch_, cost_, false, rule_.emission, rule_.tolerance};
+    return {key_, epoch_, cost_, first_};
+  }
   // A give-back it makes goes through `async` when given, without waiting.
   Decision finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async = nullptr);
   Decision conclude();
 
  private:
   void decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version);
+  // decide_locked()'s decision and count on a token bucket (under the lock).
+  void decide_bucket(bool unchanged, Shard::WriteSection& section);
+  // share() for a token bucket's write that was made (the store decided it).
+  void share_bucket(std::span<const std::uint64_t> counts);
   // Steps 2 and 3 after the write: `written` and the counts it read back.
   void share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async);
   // The limiter's record if it still holds this key (under the lock).
@@ -80,11 +88,12 @@ class Admission {
   const std::int64_t now_;
   const Limit& limit_;
   const std::uint64_t cost_;
-  const bool degraded_;  // the store was known to be unreachable when the call began
+  const bool degraded_;    // the store was known to be unreachable when the call began
+  const BucketRule rule_;  // a token bucket's (key_.bucket())
 
   Decision d_;
   RecordRef ref_;
-  std::int64_t epoch_ = 0;  // the epoch the cost was counted in
+  std::int64_t epoch_ = 0;  // the epoch the cost was counted in (a bucket's: now_)
   bool fits_ = false;       // what the local counts said
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
   bool first_ = false;      // this engine's first write to the limiter in epoch_

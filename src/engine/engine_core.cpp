@@ -26,17 +26,25 @@ std::atomic<std::uint64_t> next_engine_id{1};
 // read rejected a request of cost 1, the same request keeps being rejected, with the
 // same absolute retry and reset times, until its retry time. The cached answer is used
 // only until the end of the record's epoch, so that a call in a later epoch still moves
-// the window forward (exactly as SlidingWindow::try_acquire does).
+// the window forward (exactly as SlidingWindow::try_acquire does). It holds for the same
+// limit only: limits of one scope share a limiter however they decide.
 struct LastRead {
   std::uint64_t engine = 0;
   std::uint64_t version = 0;
   LimiterKey key;
   RecordRef ref;
-  std::uint64_t max = 0;
-  Trailing trailing = Trailing::interpolated;                             // the limit's algorithm
+  std::uint64_t max = 0;  // the limit's, with its algorithm, burst and interval
+  Algorithm algorithm = Algorithm::sliding_window;
+  std::uint64_t burst = 0;
+  std::int64_t interval_ms = 0;
   std::int64_t rejects_until = std::numeric_limits<std::int64_t>::min();  // min(retry, epoch end)
   std::int64_t retry_at = 0;
   std::int64_t reset_at = 0;
+
+  bool decides_as(const Limit& limit) const noexcept {
+    return max == limit.max() && algorithm == limit.algorithm() && burst == limit.burst() &&
+           interval_ms == limit.interval().count();
+  }
 };
 thread_local LastRead last_read;
 
@@ -97,11 +105,10 @@ EngineCore::~EngineCore() {
   if ((before & 1) != 0) return 1;
   LastRead& last = last_read;
   const bool unchanged = last.engine == id_ && last.version == before && last.key == key;
-  if (unchanged && cost == 1 && now < last.rejects_until && last.max == limit.max() &&
-      last.trailing == trailing_of(limit.algorithm())) {
+  if (unchanged && cost == 1 && now < last.rejects_until && last.decides_as(limit)) {
     out.allowed = false;
     out.degraded = false;
-    out.limit = last.max;
+    out.limit = limit.burst();
     out.remaining = 0;
     out.reset_after = std::chrono::nanoseconds(last.reset_at - now);
     out.retry_after = std::chrono::nanoseconds(last.retry_at - now);
@@ -111,12 +118,19 @@ EngineCore::~EngineCore() {
     ref = unchanged ? last.ref : shard.find_racy(key, hash);
     if (!ref) return 1;
   }
-  const SlidingWindow window = ref.record->view(key);
-  if (!window.evaluate(now, limit.max(), cost, trailing_of(limit.algorithm()), out)) return 1;
-  const std::int64_t epoch = window.epoch();
-  if (!shard.read_valid(before)) return 1;
-  // Validated: the values are consistent, the arithmetic below cannot overflow.
-  const std::int64_t epoch_end = (epoch + 1) * key.resolution_ns();
+  std::int64_t epoch_end = std::numeric_limits<std::int64_t>::max();
+  if (key.bucket()) {
+    // (A bucket has no epochs: its rejection holds until its retry time.)
+    TokenBucket(ref.record->window).evaluate(now, BucketRule::of(limit), cost, out);
+    if (!shard.read_valid(before)) return 1;
+  } else {
+    const SlidingWindow window = ref.record->view(key);
+    if (!window.evaluate(now, limit.max(), cost, trailing_of(limit.algorithm()), out)) return 1;
+    const std::int64_t epoch = window.epoch();
+    if (!shard.read_valid(before)) return 1;
+    // Validated: the values are consistent, the arithmetic below cannot overflow.
+    epoch_end = (epoch + 1) * key.resolution_ns();
+  }
   const std::int64_t retry_at = out.retry_after == Decision::kNever
                                     ? std::numeric_limits<std::int64_t>::max()
                                     : now + out.retry_after.count();
@@ -125,7 +139,9 @@ EngineCore::~EngineCore() {
           key,
           ref,
           limit.max(),
-          trailing_of(limit.algorithm()),
+          limit.algorithm(),
+          limit.burst(),
+          limit.interval().count(),
           (!out.allowed && cost == 1) ? std::min(retry_at, epoch_end)
                                       : std::numeric_limits<std::int64_t>::min(),
           retry_at,
@@ -145,7 +161,7 @@ EngineCore::~EngineCore() {
   if (degraded && limit.failure_policy() != FailurePolicy::local) {
     if (limit.failure_policy() == FailurePolicy::closed) {
       // Nothing can be vouched for without the store: reject, without counting.
-      d.limit = limit.max();
+      d.limit = limit.burst();
       d.degraded = true;
       d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
       counters_.add(DecisionCounters::kRejected);
@@ -336,7 +352,8 @@ std::size_t AcquireAll::finish(AsyncWriter* async) {
 void AcquireAll::give_back_all_but(std::size_t refusing, AsyncWriter* async) {
   for (std::size_t j = 0; j < items_.size(); ++j) {
     if (j == refusing || !out_[j].allowed) continue;
-    engine_.give_back(state_[j].key, state_[j].hash, items_[j].cost, state_[j].counted, async);
+    engine_.give_back(state_[j].key, state_[j].hash, items_[j].limit, items_[j].cost,
+                      state_[j].counted, async);
     out_[j].remaining = std::min(out_[j].remaining + items_[j].cost, out_[j].limit);
   }
 }
@@ -349,15 +366,23 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   return call.finish();
 }
 
-void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
-                           const Counted& counted, AsyncWriter* async) {
+StoreWrite EngineCore::give_back_write(const LimiterKey& key, std::int64_t epoch,
+                                       std::uint64_t cost, const Limit& limit) const noexcept {
+  // A bucket gives back from its TAT as of now.
+  if (key.bucket()) return {key, now_ns(), cost, false, limit.emission_ns(), limit.tolerance_ns()};
+  return {key, epoch, cost, false};
+}
+
+void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit,
+                           std::uint64_t cost, const Counted& counted, AsyncWriter* async) {
   // The store first: a merge racing with this (another thread's write returning the
   // shared counts) then cannot bring the local count back from a stale shared one.
   if (counted.store) {
+    const StoreWrite write = give_back_write(key, counted.epoch, cost, limit);
     if (async != nullptr) {
-      async->remove(key, counted.epoch, cost);
+      async->remove(write);
     } else {
-      store_->remove(key, counted.epoch, cost);
+      store_->remove(write);
     }
   }
   if (counted.local) {
@@ -365,7 +390,11 @@ void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, std::uint6
     std::lock_guard lock(shard.mutex);
     if (const RecordRef found = shard.find(key, hash)) {
       Shard::WriteSection section(shard);
-      found.record->view().remove(counted.epoch, cost);
+      if (key.bucket()) {
+        found.record->bucket().remove(now_ns(), cost, BucketRule::of(limit));
+      } else {
+        found.record->view().remove(counted.epoch, cost);
+      }
     }
   }
 }
@@ -408,7 +437,7 @@ bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
   std::lock_guard lock(shard.mutex);
   if (const RecordRef found = shard.find(key, hash)) {
     Shard::WriteSection section(shard);
-    found.record->view().reset(now_ns());
+    found.record->clear(now_ns());
   }
   return shared;
 }
@@ -417,6 +446,7 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
   const LimiterKey key = LimiterKey::of(resource, limit);
   const std::uint64_t hash = key.hash();
   Shard& shard = registry_.shard_for(hash);
+  if (key.bucket()) return refund_bucket(shard, key, hash, limit, cost);
   // What to take back, newest subinterval first, from the counts this engine holds (its
   // own and the shared ones it has seen); the trailing subinterval, on its way out, is
   // left alone.
@@ -438,7 +468,7 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
   }
   // The store first, as give_back() does.
   if (store_ != nullptr) {
-    for (const EpochCount& t : taken) store_->remove(key, t.epoch, t.count);
+    for (const EpochCount& t : taken) store_->remove({key, t.epoch, t.count, false});
   }
   std::lock_guard lock(shard.mutex);
   if (const RecordRef found = shard.find(key, hash)) {
@@ -447,6 +477,31 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
     for (const EpochCount& t : taken) window.remove(t.epoch, t.count);
   }
   return total;
+}
+
+std::uint64_t EngineCore::refund_bucket(Shard& shard, const LimiterKey& key, std::uint64_t hash,
+                                        const Limit& limit, std::uint64_t cost) {
+  const BucketRule rule = BucketRule::of(limit);
+  const std::int64_t now = now_ns();
+  // What the bucket holds of what was counted (its backlog, in units, rounded up), taken
+  // from a copy first: the store is told before the local TAT moves, as give_back() does.
+  std::uint64_t taken = 0;
+  {
+    std::lock_guard lock(shard.mutex);
+    const RecordRef found = shard.find(key, hash);
+    if (!found) return 0;
+    WindowState copy;
+    copy.epoch = found.record->bucket().tat();
+    taken = TokenBucket(copy).remove(now, cost, rule);
+  }
+  if (taken == 0) return 0;
+  if (store_ != nullptr) store_->remove({key, now, taken, false, rule.emission, rule.tolerance});
+  std::lock_guard lock(shard.mutex);
+  if (const RecordRef found = shard.find(key, hash)) {
+    Shard::WriteSection section(shard);
+    found.record->bucket().remove(now, taken, rule);
+  }
+  return taken;
 }
 
 void EngineCore::take_activity(std::vector<Activity>& out) {
@@ -480,7 +535,7 @@ void EngineCore::merge(std::span<const SharedCounts> windows) {
     Shard& shard = registry_.shard_for(hashes[i]);
     std::lock_guard lock(shard.mutex);
     const RecordRef found = shard.find(windows[i].key, hashes[i]);
-    if (!found) continue;
+    if (!found || found.record->is_bucket()) continue;  // (buckets are not read at boundaries)
     Shard::WriteSection section(shard);
     SlidingWindow window = found.record->view();
     for (const EpochCount& c : windows[i].counts) window.merge(c.epoch, c.count);

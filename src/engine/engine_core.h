@@ -96,8 +96,15 @@ class EngineCore final : public SyncTarget {
                                       std::optional<Admission>* defer);
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
   // With `async`, the store's part goes through it, without waiting.
-  void give_back(const LimiterKey& key, std::uint64_t hash, std::uint64_t cost,
+  void give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit, std::uint64_t cost,
                  const Counted& counted, AsyncWriter* async = nullptr);
+  // The store's give-back of `cost` counted at `epoch` (a ring's subinterval, a bucket's
+  // time of decision).
+  StoreWrite give_back_write(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
+                             const Limit& limit) const noexcept;
+  // refund() for a token bucket.
+  std::uint64_t refund_bucket(Shard& shard, const LimiterKey& key, std::uint64_t hash,
+                              const Limit& limit, std::uint64_t cost);
   // Reads the limiter and decides without the lock or any shared write. Returns the
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a

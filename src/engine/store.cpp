@@ -16,9 +16,7 @@ class SyncWriter final : public AsyncWriter {
     store_.add_all(writes, counts, written);
     done();
   }
-  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
-    store_.remove(key, epoch, cost);
-  }
+  void remove(const StoreWrite& give_back) override { store_.remove(give_back); }
   void close() override {}
 
  private:

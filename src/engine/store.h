@@ -35,13 +35,27 @@ class SyncTarget {
 };
 
 // One write to the shared store, as the engine asks for it.
+//
+// A token bucket's write (key.bucket()) is a decision the store makes, atomically: it
+// counts `cost` at time `epoch` only if it fits the shared bucket, whose refill is
+// `emission` per unit and `tolerance` for the whole burst.
 struct StoreWrite {
   LimiterKey key;
-  std::int64_t epoch = 0;  // the subinterval the cost counts in, on the store's clock
+  // The subinterval the cost counts in, on the store's clock; a token bucket's: the time
+  // of the decision (ns, on the store's clock).
+  std::int64_t epoch = 0;
   std::uint64_t cost = 0;  // 0: a question, which only reads
   // This engine's first write to the limiter in `epoch`: the store does its
-  // once-per-subinterval bookkeeping with it.
+  // once-per-subinterval bookkeeping with it. (Not for a token bucket.)
   bool first = false;
+  std::int64_t emission = 0;   // a token bucket's: ns per unit
+  std::int64_t tolerance = 0;  // a token bucket's: ns for the whole burst
+};
+
+// What a token bucket's write fills in its counts (two of them).
+struct BucketReply {
+  static constexpr std::size_t kAdmitted = 0;  // 1: counted; 0: it did not fit
+  static constexpr std::size_t kBacklog = 1;   // the shared TAT after it, minus `epoch` (>= 0)
 };
 
 // A store's writes from one event loop (Store::async_writer): they go out without
@@ -58,7 +72,7 @@ class AsyncWriter {
                        std::span<const std::span<std::uint64_t>> counts, std::span<bool> written,
                        std::function<void()> done) = 0;
   // As Store::remove, without waiting for the reply.
-  virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
+  virtual void remove(const StoreWrite& give_back) = 0;
   // Fails what is in flight (their `done` run now) and closes the connections; the loop
   // then ends their handles, after which the writer may be destroyed. Idempotent.
   virtual void close() = 0;
@@ -83,6 +97,9 @@ class Store {
   // epoch - N after it, so the caller can take in the whole shared window. cost 0 only
   // reads. False when the store could not be reached in time or refused (a write that
   // timed out may still land later: the shared counts then err high).
+  //
+  // A token bucket's write counts only what fits (see StoreWrite) and fills counts[0..1]
+  // as BucketReply says; cost 0 only reads its TAT.
   virtual bool add(const StoreWrite& write, std::span<std::uint64_t> counts) = 0;
   // Several writes at once (try_acquire_all), as add() each: written[i] and counts[i] are
   // what add(writes[i], counts[i]) would give. A store may send them in one round trip.
@@ -92,8 +109,10 @@ class Store {
   }
   // Takes back `cost` that add() counted at `epoch` (never below 0), best effort: a
   // failure (the store unreachable included) is noted in Stats::last_error, not reported;
-  // the shared count then errs high until its subinterval leaves the window.
-  virtual void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) = 0;
+  // the shared count then errs high until its subinterval leaves the window. A token
+  // bucket's takes back cost x emission from its TAT (never before `epoch`, the time of
+  // the give-back).
+  virtual void remove(const StoreWrite& give_back) = 0;
   // Deletes the limiter's shared counts (Engine::reset). False when the store could not
   // be reached in time or refused (noted in Stats::last_error as well).
   virtual bool reset(const LimiterKey& key) = 0;

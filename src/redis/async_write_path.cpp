@@ -142,6 +142,16 @@ void AsyncWritePath::take(Batch& bb, std::size_t k, const redisReply* r) {
     return send(bb, k);
   }
   it.asking = false;
+  if (r->type == REDIS_REPLY_ERROR &&
+      StoreLayout::load_instead(bb.plans[it.write].commands[it.index],
+                                std::string_view(r->str, r->len))) {
+    // The script's text instead of its SHA, as WritePath does.
+    if (it.rounds >= kRounds) {
+      if (bb.error.empty()) bb.error = "NOSCRIPT after loading the script";
+      return settle(bb, k, CommandEnd::kFailed);
+    }
+    return send(bb, k);
+  }
   if (server_unavailable(*r)) {
     // As WritePath: a server that cannot serve is as good as unreachable.
     topology_.want_refresh();
@@ -150,7 +160,7 @@ void AsyncWritePath::take(Batch& bb, std::size_t k, const redisReply* r) {
     from.circuit().open("write: " + why);
     return settle(bb, k, CommandEnd::kFailed);
   }
-  bb.replies[it.write].take(it.index, bb.writes[it.write].cost != 0, *r);
+  bb.replies[it.write].take(bb.writes[it.write], it.index, *r);
   settle(bb, k, CommandEnd::kAnswered);
 }
 
@@ -194,13 +204,19 @@ void AsyncWritePath::fire(RedisNode& node, const std::vector<std::string>& comma
                  reporter_.note_error("write: a correction failed: " + error);
                  return;
                }
-               if (r->type == REDIS_REPLY_ERROR)
+               // (A NOSCRIPT that `then` answers by loading the script is not an error.)
+               const bool reloads = then && r->type == REDIS_REPLY_ERROR &&
+                                    std::string_view(r->str, r->len).starts_with("NOSCRIPT");
+               if (r->type == REDIS_REPLY_ERROR && !reloads)
                  reporter_.note_error("write: a correction: " + reply_text(*r));
                if (then) then(r);
              });
 }
 
-void AsyncWritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) {
+void AsyncWritePath::remove(const StoreWrite& give_back) {
+  const LimiterKey& key = give_back.key;
+  const std::int64_t epoch = give_back.epoch;
+  const std::uint64_t cost = give_back.cost;
   RedisNode& home = topology_.node_for_resource(key.resource);
   if (!home.circuit().available()) {
     reporter_.note_error("giving back a count: Redis unavailable");
@@ -208,7 +224,18 @@ void AsyncWritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint
   }
   const AsyncRedis* c = connection(home);
   if (c == nullptr || !c->ready()) {
-    path_.remove(key, epoch, cost);
+    path_.remove(give_back);
+    return;
+  }
+  if (key.bucket()) {
+    Command command = layout_.bucket_command(key, epoch, give_back.emission, give_back.tolerance,
+                                             -static_cast<std::int64_t>(cost));
+    RedisNode* node = &home;
+    fire(home, command, [this, node, command](const redisReply* r) mutable {
+      if (r->type == REDIS_REPLY_ERROR &&
+          StoreLayout::load_instead(command, std::string_view(r->str, r->len)))
+        fire(*node, command);
+    });
     return;
   }
   const std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);

@@ -43,7 +43,7 @@ class AsyncWritePath final : public AsyncWriter {
 
   void add_all(std::span<const StoreWrite> writes, std::span<const std::span<std::uint64_t>> counts,
                std::span<bool> written, std::function<void()> done) override;
-  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override;
+  void remove(const StoreWrite& give_back) override;
   void close() override;
 
  private:

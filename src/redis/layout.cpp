@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "engine/store.h"
 #include "redis/slot.h"
 
 namespace ratewin::inline v1::detail {
@@ -47,10 +48,77 @@ std::string StoreLayout::window_key(const LimiterKey& key) const {
   std::string out = prefix_;
   out += ":{";
   append_hex16(out, key.resource);
+  if (key.bucket()) {
+    out += "}:tb";
+    return out;
+  }
   out += "}:";
   out += geometry(key.resolution_ms, key.subintervals);
   out += ":w";
   return out;
+}
+
+const std::string& StoreLayout::bucket_script() {
+  // ARGV: now's seconds and nanoseconds, emission, tolerance (ns), cost (< 0: given back).
+  static const std::string script =
+      "local now_s = tonumber(ARGV[1])\n"
+      "local now = tonumber(ARGV[2])\n"
+      "local tat = now\n"
+      "local v = redis.call('GET', KEYS[1])\n"
+      "if v then\n"
+      "  local s, ns = struct.unpack('>I4I4', v)\n"
+      "  local stored = (s - now_s) * 1e9 + ns\n"
+      "  if stored > tat then tat = stored end\n"
+      "end\n"
+      "local cost = tonumber(ARGV[5])\n"
+      "if cost == 0 then return tat - now end\n"
+      "local new = tat + cost * tonumber(ARGV[3])\n"
+      "if cost > 0 and new - now > tonumber(ARGV[4]) then return -1 - (tat - now) end\n"
+      "if new <= now then\n"
+      "  redis.call('DEL', KEYS[1])\n"
+      "  return 0\n"
+      "end\n"
+      "local s = math.floor(new / 1e9)\n"
+      "redis.call('SET', KEYS[1], struct.pack('>I4I4', now_s + s, new - s * 1e9), 'PX',\n"
+      "           math.floor((new - now) / 1e6) + 1)\n"
+      "return new - now\n";
+  return script;
+}
+
+const std::string& StoreLayout::bucket_script_sha() {
+  // SHA-1 of bucket_script(): checked against Redis' SCRIPT LOAD by the Redis tests.
+  static const std::string sha = "988f383165cba5233bb9407131b74d82bb8007c8";
+  return sha;
+}
+
+Command StoreLayout::bucket_command(const LimiterKey& key, std::int64_t epoch,
+                                    std::int64_t emission, std::int64_t tolerance,
+                                    std::int64_t cost) const {
+  const std::int64_t seconds = epoch / 1'000'000'000;
+  return {"EVALSHA",
+          bucket_script_sha(),
+          "1",
+          window_key(key),
+          std::to_string(seconds),
+          std::to_string(epoch - seconds * 1'000'000'000),
+          std::to_string(emission),
+          std::to_string(tolerance),
+          std::to_string(cost)};
+}
+
+void StoreLayout::bucket_reply(long long reply, std::span<std::uint64_t> counts) noexcept {
+  if (counts.size() <= BucketReply::kBacklog) return;
+  counts[BucketReply::kAdmitted] = reply >= 0 ? 1 : 0;
+  counts[BucketReply::kBacklog] = static_cast<std::uint64_t>(reply >= 0 ? reply : -1 - reply);
+}
+
+bool StoreLayout::load_instead(Command& command, std::string_view error) {
+  if (!error.starts_with("NOSCRIPT") || command.size() < 2 || command[0] != "EVALSHA" ||
+      command[1] != bucket_script_sha())
+    return false;
+  command[0] = "EVAL";
+  command[1] = bucket_script();
+  return true;
 }
 
 namespace {
@@ -90,9 +158,7 @@ std::string StoreLayout::change_set_key(std::uint32_t resolution_ms, std::uint32
   return out;
 }
 
-std::uint16_t StoreLayout::change_set_slot(unsigned shard) {
-  return key_slot(shard_tags()[shard]);
-}
+std::uint16_t StoreLayout::change_set_slot(unsigned shard) { return key_slot(shard_tags()[shard]); }
 
 std::uint32_t StoreLayout::slot_of(std::int64_t epoch, std::uint32_t subintervals) noexcept {
   return static_cast<std::uint32_t>(floor_mod(epoch, ring_slots(subintervals)));

@@ -78,6 +78,17 @@ inline std::string marked(char mark, std::uint64_t n) {
 // retry after a failure) reads every active window instead. At a boundary, a node reads
 // the change sets of the epoch that closed (only the shards where it has active
 // limiters) and then only the windows that other nodes wrote.
+//
+// A token bucket (LimiterKey::bucket) is one string too,
+//
+//     <prefix>:{<resource as 16 hex digits>}:tb
+//
+// of 8 bytes: its TAT's seconds and nanoseconds (Unix time, on the shared clock), each a
+// big-endian u32, expiring when the bucket is full again. A Lua script (bucket_script(),
+// sent by EVALSHA; see bucket_command) decides and counts atomically: the TAT is a
+// compare-and-set, which native commands cannot do in one round trip. Its arithmetic is
+// on times relative to the caller's second, so that Lua's doubles hold every value
+// exactly (a bucket refills in at most 2^32 ms, well under 2^53 ns).
 class StoreLayout {
  public:
   static constexpr std::uint32_t kSlotBytes = 6;
@@ -139,6 +150,23 @@ class StoreLayout {
   std::vector<Command> write_commands(const Write& write) const;
   // Claims the slot of `epoch` (as a first write does), adding nothing.
   Command claim_command(const LimiterKey& key, std::int64_t epoch) const;
+  // A token bucket's write (StoreWrite, key.bucket()): EVALSHA <bucket_script_sha> 1
+  // <key> <epoch's seconds> <its nanoseconds> <emission> <tolerance> <cost>, with -cost
+  // for a give-back. Its reply is one integer: the TAT after it minus epoch if it counted
+  // (cost 0: read only), -1 minus that if it did not fit (bucket_reply).
+  Command bucket_command(const LimiterKey& key, std::int64_t epoch, std::int64_t emission,
+                         std::int64_t tolerance, std::int64_t cost) const;
+  // The script and its SHA-1 (hex), as Redis names it.
+  static const std::string& bucket_script();
+  static const std::string& bucket_script_sha();
+  // What a bucket command's integer reply says, as BucketReply fills a write's counts.
+  static void bucket_reply(long long reply, std::span<std::uint64_t> counts) noexcept;
+  // A command that an error reply `error` says to send again differently: an EVALSHA of
+  // the bucket script that Redis does not hold (NOSCRIPT: after SCRIPT FLUSH, a restart,
+  // a failover, or on a node not used before) becomes the EVAL of the script's text,
+  // which also loads it for the next EVALSHA. True when `command` was changed.
+  static bool load_instead(Command& command, std::string_view error);
+
   // Takes back `cost` from the count of `epoch` (never below 0), reading the slot's tag
   // in the same command, and refreshes the key's expiry:
   //   BITFIELD <window> GET u16 <tag> OVERFLOW FAIL INCRBY u32 <count> -cost

@@ -63,8 +63,8 @@ class RedisStore final : public Store, private ReadRouter {
                std::span<bool> written) override {
     writes_.add_all(writes, counts, written);
   }
-  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
-    writes_.remove(key, epoch, cost);
+  void remove(const StoreWrite& give_back) override {
+    writes_.remove(give_back);
   }
   bool reset(const LimiterKey& key) override { return writes_.reset(key); }
   bool available(std::uint64_t resource) const noexcept override {

@@ -33,11 +33,18 @@ struct BitfieldReply {
 
 }  // namespace
 
-void WriteReplies::take(std::size_t i, bool counted, const redisReply& r) {
+void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply& r) {
   if (r.type == REDIS_REPLY_ERROR) {
     if (server_unavailable(r)) unavailable = true;
     if (refused.empty()) refused = reply_text(r);
   }
+  if (write.key.bucket()) {
+    bucket_read = r.type == REDIS_REPLY_INTEGER;
+    bucket = bucket_read ? r.integer : 0;
+    if (!bucket_read && refused.empty()) refused = "unexpected reply: " + reply_text(r);
+    return;
+  }
+  const bool counted = write.cost != 0;
   if (counted && i == 0 && r.type != REDIS_REPLY_ERROR) {
     BitfieldReply b;
     if (b.read(r)) {
@@ -83,7 +90,9 @@ struct WritePath::Exchange {
     if (error.empty()) error = std::move(why);
   }
 
-  void run(const std::vector<Command>& commands, const RedisConnection::ReplyFn& on_reply) {
+  // A command that Redis asks to send differently (StoreLayout::load_instead) is changed
+  // in `commands`.
+  void run(std::vector<Command>& commands, const RedisConnection::ReplyFn& on_reply) {
     struct Leg {
       RedisNode* node;
       std::vector<std::size_t> which;
@@ -157,6 +166,10 @@ struct WritePath::Exchange {
                 return;  // pending: sent again in the next round
               }
               item.asking = false;
+              if (r.type == REDIS_REPLY_ERROR &&
+                  StoreLayout::load_instead(commands[index], std::string_view(r.str, r.len))) {
+                return;  // pending: sent again, as the script's text, in the next round
+              }
               if (server_unavailable(r)) {
                 if (unavailable.empty()) unavailable = reply_text(r);
                 item.end = End::kFailed;
@@ -205,6 +218,13 @@ bool WritePath::plan(const StoreWrite& w, WritePlan& out) {
     if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  if (w.key.bucket()) {
+    out.commands = {layout_.bucket_command(w.key, w.epoch, w.emission, w.tolerance,
+                                           static_cast<std::int64_t>(w.cost))};
+    out.home = &home;
+    out.sets = &home;
+    return true;
+  }
   out.commands = layout_.write_commands({w.key, w.epoch, w.cost, w.first && counted});
   out.home = &home;
   out.sets = out.commands.size() > 2 ? &topology_.node_for_slot(StoreLayout::change_set_slot(
@@ -242,7 +262,7 @@ void WritePath::add_all(std::span<const StoreWrite> writes,
   if (all.empty()) return;
   x.run(all, [&](std::size_t index, const redisReply& r) {
     const std::size_t j = owner[index];
-    parts[j].replies.take(index - parts[j].first, writes[j].cost != 0, r);
+    parts[j].replies.take(writes[j], index - parts[j].first, r);
   });
   std::vector<CommandEnd> ends;
   std::vector<Command> repair;
@@ -268,6 +288,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
                          std::span<std::uint64_t> counts, std::int64_t started,
                          std::vector<Command>& repair) {
   const bool counted = write.cost != 0;
+  if (write.key.bucket()) return conclude_bucket(write, call, items[0], error, counts, started);
   const std::size_t window_reply = counted ? 1 : 0;
   for (std::size_t i = 0; i <= window_reply; ++i) {
     if (items[i] == CommandEnd::kAnswered) continue;
@@ -319,6 +340,30 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
   return true;
 }
 
+bool WritePath::conclude_bucket(const StoreWrite& write, const WriteReplies& call, CommandEnd end,
+                                const std::string& error, std::span<std::uint64_t> counts,
+                                std::int64_t started) {
+  const bool counted = write.cost != 0;
+  if (end != CommandEnd::kAnswered) {
+    if (counted) {
+      (end == CommandEnd::kSkipped ? writes_skipped_ : writes_failed_)
+          .fetch_add(1, std::memory_order_relaxed);
+    }
+    reporter_.note_error("write: " + error);
+    return false;
+  }
+  if (!call.refused.empty() || !call.bucket_read) {
+    if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
+    reporter_.note_error("write refused by Redis: " +
+                         (call.refused.empty() ? std::string("unexpected reply") : call.refused));
+    return false;
+  }
+  StoreLayout::bucket_reply(call.bucket, counts);
+  if (counted && call.bucket >= 0) writes_ok_.fetch_add(1, std::memory_order_relaxed);
+  latency_.record(nanoseconds(steady_ns() - started));
+  return true;
+}
+
 std::vector<Command> WritePath::give_back_repair(const LimiterKey& key, std::int64_t epoch,
                                                  std::uint64_t cost, const redisReply& r) {
   BitfieldReply reply;
@@ -332,15 +377,31 @@ std::vector<Command> WritePath::give_back_repair(const LimiterKey& key, std::int
   return layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost));
 }
 
-void WritePath::remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost) {
+void WritePath::remove(const StoreWrite& give_back) {
+  const LimiterKey& key = give_back.key;
+  const std::int64_t epoch = give_back.epoch;
+  const std::uint64_t cost = give_back.cost;
   RedisNode& home = topology_.node_for_resource(key.resource);
   if (!home.circuit().available()) {
     reporter_.note_error("giving back a count: Redis unavailable");
     return;
   }
+  if (key.bucket()) {
+    std::vector<Command> commands = {layout_.bucket_command(
+        key, epoch, give_back.emission, give_back.tolerance, -static_cast<std::int64_t>(cost))};
+    Exchange x(*this, 1);
+    x.items.assign(1, {&home});
+    std::string refused;
+    x.run(commands, [&](std::size_t, const redisReply& r) {
+      if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
+    });
+    if (x.items[0].end != Exchange::End::kAnswered || !refused.empty())
+      reporter_.note_error("giving back a count: " + (refused.empty() ? x.error : refused));
+    return;
+  }
   // Not fatal if it fails: the count stays (the shared estimate errs on the safe side)
   // and leaves the window with its subinterval.
-  const std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);
+  std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);
   Exchange x(*this, commands.size());
   x.items.assign(commands.size(), {&home});
   std::vector<Command> repair;
@@ -369,7 +430,7 @@ bool WritePath::reset(const LimiterKey& key) {
     reporter_.note_error("resetting counts: Redis unavailable");
     return false;
   }
-  const std::vector<Command> commands = {{"DEL", layout_.window_key(key)}};
+  std::vector<Command> commands = {{"DEL", layout_.window_key(key)}};
   Exchange x(*this, commands.size());
   x.items.assign(commands.size(), {&home});
   std::string refused;

@@ -43,9 +43,11 @@ struct WriteReplies {
   std::size_t bitfield_size = 0;
   std::string window;  // the window string read back (empty: no key)
   bool window_read = false;
+  long long bucket = 0;  // a token bucket's reply (StoreLayout::bucket_command)
+  bool bucket_read = false;
 
   // The final reply to the write's command `i` (a write of cost 0 only reads).
-  void take(std::size_t i, bool counted, const redisReply& r);
+  void take(const StoreWrite& write, std::size_t i, const redisReply& r);
 };
 
 // One round trip per admitted request, of native commands (see StoreLayout): the cost
@@ -79,7 +81,7 @@ class WritePath {
   void add_all(std::span<const StoreWrite> writes, std::span<const std::span<std::uint64_t>> counts,
                std::span<bool> written);
   // Store::remove.
-  void remove(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost);
+  void remove(const StoreWrite& give_back);
   // Store::reset: deletes the limiter's window key.
   bool reset(const LimiterKey& key);
   void add_stats(Stats& stats) const;
@@ -99,6 +101,10 @@ class WritePath {
                 std::span<const CommandEnd> ends, const std::string& error,
                 std::span<std::uint64_t> counts, std::int64_t started,
                 std::vector<Command>& repair);
+  // conclude() for a token bucket's write, whose one command ended as `end`.
+  bool conclude_bucket(const StoreWrite& write, const WriteReplies& replies, CommandEnd end,
+                       const std::string& error, std::span<std::uint64_t> counts,
+                       std::int64_t started);
   // After a give-back's replies ([the slot's tag, its count after the decrement]): the
   // commands that put the count back where the slot had moved on, if it had.
   std::vector<Command> give_back_repair(const LimiterKey& key, std::int64_t epoch,

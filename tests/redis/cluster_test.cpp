@@ -166,6 +166,38 @@ TEST_CASE("three engines share limits exactly on a cluster, over every primary")
   CHECK(engines[0]->stats().last_error.empty());
 }
 
+TEST_CASE("token buckets on a cluster: shared exactly over every primary, scripts loaded there") {
+  RedisCluster& c = cluster();
+  REQUIRE(c.wait_healthy(30'000));
+  for (RedisServer* p : c.primaries()) p->command({"SCRIPT", "FLUSH"});
+  const Options options = cluster_options(c.url());
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int i = 0; i < 3; ++i) engines.push_back(std::make_unique<Engine>(options));
+  // 20 at once, refilling one every 3 minutes: nothing refills while this runs.
+  const Limit limit = Limit(20, std::chrono::hours(1)).with_algorithm(Algorithm::token_bucket);
+  constexpr int kResources = 48;
+  std::vector<std::vector<int>> per_engine(3, std::vector<int>(kResources, 0));
+  std::vector<std::thread> threads;
+  for (int e = 0; e < 3; ++e) {
+    threads.emplace_back([&, e] {
+      for (int round = 0; round < 15; ++round)
+        for (int r = 0; r < kResources; ++r) {
+          const Decision d = engines[e]->try_acquire(5000 + r, limit);
+          CHECK_FALSE(d.degraded);
+          if (d.allowed) ++per_engine[e][r];
+        }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kResources; ++r) {
+    INFO("resource " << r);
+    CHECK(per_engine[0][r] + per_engine[1][r] + per_engine[2][r] == 20);
+  }
+  // Each primary was asked for the script by SHA, and loaded it from its text.
+  for (RedisServer* p : c.primaries()) CHECK(p->calls("eval") >= 1);
+  for (const auto& engine : engines) CHECK(engine->stats().writes_failed == 0);
+}
+
 TEST_CASE("boundary reads on a cluster bring other engines' counts from every primary") {
   RedisCluster& c = cluster();
   REQUIRE(c.wait_healthy(30'000));

@@ -222,7 +222,7 @@ TEST_CASE("the ring native commands keep in Redis matches an exact model on rand
       bool& wrote = written[{node, epoch}];
       if (kind == 0 && model[epoch] > 0) {
         const std::uint64_t cost = 1 + pick(std::min<std::uint64_t>(model[epoch], 3));
-        path.remove(key, epoch, cost);
+        path.remove({key, epoch, cost, false});
         model[epoch] -= cost;
       } else if (kind == 1) {
         // A timed-out write: its first write's claim, or a later write of a node that
@@ -295,7 +295,7 @@ TEST_CASE("commands a whole ring late never take counts away") {
       if (pick(2) == 0) {
         writers.send_unread(redis, key, late, 1 + pick(3), true);
       } else {
-        writers.nodes[1]->remove(key, late, 1 + pick(3));
+        writers.nodes[1]->remove({key, late, 1 + pick(3), false});
       }
     }
     counts = writers.read(redis, key, now);

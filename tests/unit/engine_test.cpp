@@ -40,6 +40,7 @@ struct SharedCounts {
   std::mutex mutex;
   std::map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t, std::int64_t>, std::uint64_t>
       counts;
+  std::map<std::uint64_t, std::int64_t> tats;  // token buckets' TATs, by counter
   std::atomic<bool> down{false};
   std::atomic<int> calls{0};
   std::atomic<int> first_writes{0};  // writes marked as an engine's first in their epoch
@@ -67,7 +68,18 @@ class FakeStore final : public detail::Store {
     if (shared_->during_add) shared_->during_add();
     if (write.first) ++shared_->first_writes;
     if (shared_->down) return false;
-    {
+    if (write.key.bucket()) {
+      // What the Redis store's script does: counts only what fits.
+      std::lock_guard lock(shared_->mutex);
+      std::int64_t& stored = shared_->tats[write.key.resource];
+      const std::int64_t tat = std::max(stored, write.epoch);
+      const std::int64_t next = tat + static_cast<std::int64_t>(write.cost) * write.emission;
+      const bool fits = write.cost == 0 || next - write.epoch <= write.tolerance;
+      if (fits) stored = next;
+      counts[detail::BucketReply::kAdmitted] = fits ? 1 : 0;
+      counts[detail::BucketReply::kBacklog] =
+          static_cast<std::uint64_t>((fits ? next : tat) - write.epoch);
+    } else {
       std::lock_guard lock(shared_->mutex);
       const detail::LimiterKey& key = write.key;
       auto count = [&](std::int64_t e) -> std::uint64_t& {
@@ -86,15 +98,22 @@ class FakeStore final : public detail::Store {
     shared_->batched += static_cast<int>(writes.size());
     for (std::size_t i = 0; i < writes.size(); ++i) written[i] = add(writes[i], counts[i]);
   }
-  void remove(const detail::LimiterKey& key, std::int64_t epoch, std::uint64_t cost) override {
+  void remove(const detail::StoreWrite& w) override {
     if (shared_->down) return;
     std::lock_guard lock(shared_->mutex);
-    std::uint64_t& c = shared_->counts[{key.resource, key.resolution_ms, key.subintervals, epoch}];
-    c -= std::min(c, cost);
+    if (w.key.bucket()) {
+      std::int64_t& tat = shared_->tats[w.key.resource];
+      tat = std::max(tat - static_cast<std::int64_t>(w.cost) * w.emission, w.epoch);
+      return;
+    }
+    std::uint64_t& c =
+        shared_->counts[{w.key.resource, w.key.resolution_ms, w.key.subintervals, w.epoch}];
+    c -= std::min(c, w.cost);
   }
   bool reset(const detail::LimiterKey& key) override {
     if (shared_->down) return false;
     std::lock_guard lock(shared_->mutex);
+    if (key.bucket()) shared_->tats.erase(key.resource);
     std::erase_if(shared_->counts, [&](const auto& entry) {
       const auto& [resource, resolution_ms, subintervals, epoch] = entry.first;
       return resource == key.resource && resolution_ms == key.resolution_ms &&
@@ -891,6 +910,123 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all sends its limits' shared writes in o
   const int calls = shared->calls;
   CHECK(a.try_acquire_all(group, out) == 2);
   CHECK(shared->calls == calls);
+}
+
+}  // namespace ratewin::test
+
+namespace ratewin::test {
+
+// The token bucket through every decision path of the engine (the cached rejection, the
+// lock-free read, the locked path, a handle), against the pure bucket.
+TEST_CASE_FIXTURE(Fixture, "token bucket: engine decisions equal the pure bucket's") {
+  std::mt19937_64 rng(5);
+  for (int trace = 0; trace < 30; ++trace) {
+    Engine engine(options());
+    const Limit limit = Limit(std::uniform_int_distribution<std::uint64_t>(1, 50)(rng), 1s)
+                            .with_algorithm(Algorithm::token_bucket)
+                            .with_burst(std::uniform_int_distribution<std::uint64_t>(1, 60)(rng));
+    const detail::BucketRule rule = detail::BucketRule::of(limit);
+    LimiterHandle handle = engine.limiter("r", limit);
+    detail::WindowState state;
+    detail::TokenBucket model(state);
+    model.reset();
+    for (int i = 0; i < 2000; ++i) {
+      switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
+        case 0:
+          clock->advance(
+              std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+          break;
+        case 1:
+        case 2:
+          clock->advance(
+              std::chrono::microseconds(std::uniform_int_distribution<int>(0, 30000)(rng)));
+          break;
+        default:
+          break;  // same instant: repeated requests hit the cached rejection
+      }
+      const int shape = std::uniform_int_distribution<int>(0, 9)(rng);
+      const std::uint64_t cost = shape == 0 ? 0 : shape == 1 ? 2 : shape == 2 ? rule.burst + 1 : 1;
+      const std::int64_t now = clock->now().count();
+      Decision want;
+      model.evaluate(now, rule, cost, want);
+      if (want.allowed && cost != 0) model.add(now, cost, rule);
+      const Decision got =
+          i % 3 == 0 ? handle.try_acquire(cost) : engine.try_acquire("r", limit, cost);
+      CAPTURE(trace);
+      CAPTURE(i);
+      REQUIRE(got.allowed == want.allowed);
+      REQUIRE(got.limit == want.limit);
+      REQUIRE(got.remaining == want.remaining);
+      REQUIRE(got.reset_after == want.reset_after);
+      REQUIRE(got.retry_after == want.retry_after);
+    }
+  }
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "token bucket: engines sharing a store admit exactly what one bucket does") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  // 10 per second, room for 5 at once.
+  const Limit limit = Limit(10, 1s).with_algorithm(Algorithm::token_bucket).with_burst(5);
+  const std::uint64_t r = hash("tenant");
+  int admitted = 0;
+  for (int i = 0; i < 4; ++i) admitted += a.try_acquire(r, limit, 1).allowed ? 1 : 0;
+  // b knows nothing yet: it asks the store, which admits one and refuses the next.
+  const Decision last = b.try_acquire(r, limit, 1);
+  CHECK(last.allowed);
+  CHECK(last.remaining == 0);
+  const int before = shared->calls;
+  const Decision refused = b.try_acquire(r, limit, 1);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.retry_after == 100ms);
+  CHECK(shared->calls == before);  // decided locally: b learned the shared TAT
+  // a thinks it has room for one more; the store refuses, and a learns.
+  const Decision late = a.try_acquire(r, limit, 1);
+  CHECK_FALSE(late.allowed);
+  CHECK(late.retry_after == 100ms);
+  CHECK(shared->calls == before + 1);
+  CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
+  CHECK(shared->calls == before + 1);
+  CHECK(admitted == 4);
+  // 250 ms later, 2.5 units have refilled: two pass, in all.
+  clock->advance(250ms);
+  int later = 0;
+  for (int i = 0; i < 3; ++i) later += a.try_acquire(r, limit, 1).allowed ? 1 : 0;
+  for (int i = 0; i < 3; ++i) later += b.try_acquire(r, limit, 1).allowed ? 1 : 0;
+  CHECK(later == 2);
+
+  // try_acquire_all gives a bucket's count back when another limit refuses.
+  const Limit none = Limit(1, 1s);
+  CHECK(a.try_acquire(hash("other"), none, 1).allowed);
+  clock->advance(1s);  // the bucket is full again; "other" is still full
+  CHECK(a.try_acquire(hash("other"), none, 1).allowed == false);
+  const Acquisition both[] = {{r, limit}, {hash("other"), none}};
+  Decision out[2];
+  CHECK(a.try_acquire_all(both, out) == 1);
+  Decision peek = b.try_acquire(r, limit, 0);
+  CHECK(peek.remaining == 5);  // nothing left counted in the shared bucket
+
+  // refund and reset.
+  CHECK(a.try_acquire(r, limit, 3).allowed);
+  CHECK(a.refund(r, limit, 2) == 2);
+  CHECK(b.try_acquire(r, limit, 0).remaining == 4);
+  CHECK(a.reset(r, limit));
+  CHECK(b.try_acquire(r, limit, 0).remaining == 5);
+  CHECK(a.try_acquire(r, limit, 0).remaining == 5);
+
+  // An unreachable store: the failure policy decides, on local state.
+  shared->down = true;
+  for (int i = 0; i < 5; ++i) {
+    const Decision local = a.try_acquire(r, limit, 1);
+    CHECK(local.allowed);
+    CHECK(local.degraded);
+  }
+  CHECK_FALSE(a.try_acquire(r, limit, 1).allowed);
+  const Decision closed = b.try_acquire(r, limit.with_failure_policy(FailurePolicy::closed), 1);
+  CHECK_FALSE(closed.allowed);
+  CHECK(closed.degraded);
 }
 
 }  // namespace ratewin::test
