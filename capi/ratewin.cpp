@@ -181,7 +181,7 @@ constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisi
 static_assert(sizeof(ratewin_options) ==
               offsetof(ratewin_options, reserved) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_limit_options) ==
-              offsetof(ratewin_limit_options, scope) + sizeof(std::uint64_t));
+              offsetof(ratewin_limit_options, reserved2) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
@@ -411,6 +411,25 @@ ratewin::FailurePolicy to_policy(std::int32_t policy) {
   }
 }
 
+static_assert(RATEWIN_ALGORITHM_SLIDING_WINDOW ==
+              static_cast<int>(ratewin::Algorithm::sliding_window));
+static_assert(RATEWIN_ALGORITHM_STRICT_WINDOW ==
+              static_cast<int>(ratewin::Algorithm::strict_window));
+static_assert(RATEWIN_ALGORITHM_FIXED_WINDOW == static_cast<int>(ratewin::Algorithm::fixed_window));
+
+// A RATEWIN_ALGORITHM_* value as the Algorithm it names; false for an unknown one.
+bool to_algorithm(std::int32_t value, ratewin::Algorithm& out) noexcept {
+  switch (value) {
+    case RATEWIN_ALGORITHM_SLIDING_WINDOW:
+    case RATEWIN_ALGORITHM_STRICT_WINDOW:
+    case RATEWIN_ALGORITHM_FIXED_WINDOW:
+      out = static_cast<ratewin::Algorithm>(value);
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::int32_t from_policy(ratewin::FailurePolicy policy) noexcept {
   switch (policy) {
     case ratewin::FailurePolicy::open:
@@ -562,6 +581,7 @@ void ratewin_limit_options_init(ratewin_limit_options* options) {
   *options = ratewin_limit_options{};
   options->size = sizeof *options;
   options->failure_policy = RATEWIN_FAILURE_LOCAL;
+  options->algorithm = RATEWIN_ALGORITHM_SLIDING_WINDOW;
 }
 
 int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out, char** errmsg) {
@@ -573,24 +593,45 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
     if (o.reserved != 0) {
       return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved must be 0");
     }
-    // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
+    if (o.reserved2 != 0) {
+      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved2 must be 0");
+    }
     const std::string where = "ratewin_limit_options: ";
+    ratewin::Algorithm algorithm{};
+    if (!to_algorithm(o.algorithm, algorithm)) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  where + "unknown algorithm " + std::to_string(o.algorithm) +
+                      " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW or _FIXED_WINDOW)");
+    }
+    const bool fixed = algorithm == ratewin::Algorithm::fixed_window;
+    // A fixed window's one subinterval is the whole interval: a resolution_ms that says
+    // otherwise is refused rather than ignored.
+    if (fixed && o.resolution_ms != 0 && o.resolution_ms != o.interval_ms) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  where + "resolution_ms " + std::to_string(o.resolution_ms) +
+                      " with RATEWIN_ALGORITHM_FIXED_WINDOW: a fixed window's resolution_ms is "
+                      "its interval_ms " +
+                      std::to_string(o.interval_ms) + " (or 0)");
+    }
+    // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
     if (o.interval_ms > RATEWIN_LIMIT_MAX_INTERVAL_MS) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "interval_ms " + std::to_string(o.interval_ms) + " is longer than " +
                       std::to_string(RATEWIN_LIMIT_MAX_INTERVAL_MS) + " (366 days)");
     }
-    if (o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
+    if (!fixed && o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "resolution_ms " + std::to_string(o.resolution_ms) + " is longer than " +
                       std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS));
     }
     const auto interval = milliseconds(static_cast<std::int64_t>(o.interval_ms));
-    const auto resolution = o.resolution_ms == 0
+    // (A fixed window's resolution is its interval: the Limit is made with the default
+    // resolution, then with_algorithm makes it one subinterval.)
+    const auto resolution = o.resolution_ms == 0 || fixed
                                 ? ratewin::Limit::default_resolution(interval)
                                 : milliseconds(static_cast<std::int64_t>(o.resolution_ms));
     // What the Limit would refuse, said with this struct's field names.
-    switch (ratewin::Limit::problem(o.max, interval, resolution)) {
+    switch (ratewin::Limit::problem(o.max, interval, resolution, algorithm)) {
       case ratewin::LimitProblem::none:
         break;
       case ratewin::LimitProblem::max_zero:
@@ -610,10 +651,23 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                         std::to_string(interval.count() / resolution.count()) +
                         " subintervals, more than " +
                         std::to_string(RATEWIN_LIMIT_MAX_SUBINTERVALS));
+      case ratewin::LimitProblem::resolution_too_long:
+        // Only a resolution chosen for interval_ms can be (a given one was checked above).
+        // For a fixed window, whose one subinterval is the interval, that interval is too
+        // long whatever resolution was chosen first.
+        if (!fixed) return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
+        [[fallthrough]];
+      case ratewin::LimitProblem::fixed_window_too_long:
+        return fail(errmsg, RATEWIN_EINVAL,
+                    where + "interval_ms " + std::to_string(o.interval_ms) + " is longer than " +
+                        std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS) +
+                        ", the longest fixed window (RATEWIN_ALGORITHM_FIXED_WINDOW's one "
+                        "subinterval is the whole interval)");
       default:  // (the bounds above leave none of the others)
         return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
     }
-    const ratewin::Limit limit(o.max, interval, resolution);
+    const ratewin::Limit limit =
+        ratewin::Limit(o.max, interval, resolution).with_algorithm(algorithm);
     *out = new ratewin_limit{
         limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
     return RATEWIN_OK;
@@ -633,6 +687,7 @@ int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out) {
     o.resolution_ms = static_cast<std::uint64_t>(limit->rep.resolution().count());
     o.failure_policy = from_policy(limit->rep.failure_policy());
     o.scope = limit->rep.has_scope() ? limit->rep.scope() : 0;
+    o.algorithm = static_cast<std::int32_t>(limit->rep.algorithm());
     write_sized(o, out);
     return RATEWIN_OK;
   });

@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 2
+#define RATEWIN_VERSION_MINOR 3
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -118,6 +118,22 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_FAILURE_OPEN 1   /* allow every request */
 #define RATEWIN_FAILURE_CLOSED 2 /* reject every request */
 
+/* Since 1.3. How a limit counts (ratewin_limit_options.algorithm). Each keeps the same
+ * ring of interval_ms / resolution_ms subinterval counts; they differ in how the
+ * subinterval sliding out of the window counts. */
+/* The approximate sliding window (the default): the trailing subinterval counts in
+ * proportion to its overlap with the window. May admit more than max in a sliding
+ * window after a burst at a subinterval boundary. */
+#define RATEWIN_ALGORITHM_SLIDING_WINDOW 0
+/* The trailing subinterval counts in full until it leaves: never more than max in any
+ * sliding window of interval_ms, at the price of refusing up to one subinterval's
+ * worth too early. */
+#define RATEWIN_ALGORITHM_STRICT_WINDOW 1
+/* One counter per window of interval_ms, aligned to multiples of it on the shared clock
+ * (resolution_ms is interval_ms): never more than max per fixed window, up to 2 x max
+ * across a boundary. */
+#define RATEWIN_ALGORITHM_FIXED_WINDOW 2
+
 /* Largest max, largest interval / resolution, longest interval and resolution. */
 #define RATEWIN_LIMIT_MAX_COUNT UINT64_C(4294967295)
 #define RATEWIN_LIMIT_MAX_SUBINTERVALS 65535u
@@ -125,7 +141,8 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_LIMIT_MAX_RESOLUTION_MS UINT64_C(4294967295)
 
 /* At most `max` units in any sliding `interval_ms`, tracked in subintervals of
- * `resolution_ms` (interval_ms / resolution_ms of them), counted in a scope. */
+ * `resolution_ms` (interval_ms / resolution_ms of them), counted in a scope by an
+ * algorithm. */
 typedef struct ratewin_limit_options {
   size_t size;            /* sizeof(ratewin_limit_options) */
   uint64_t max;           /* 1 to RATEWIN_LIMIT_MAX_COUNT; no default (0) */
@@ -137,12 +154,20 @@ typedef struct ratewin_limit_options {
   int32_t reserved;       /* must be 0: keeps the struct free of padding, so a field
                              added later is never mistaken for padding */
   /* Since 1.2. Which limits share counts on a resource. Default 0: the limit's own
-   * scope, which follows from its max, so limits with different maxes never share counts
-   * (a login limit of 3 and an API limit of 100 per minute on one client are counted
-   * apart). Otherwise a scope id, most simply ratewin_hash() of the scope's name: limits
-   * with the same scope, interval and resolution share their counts (an override that
-   * raises max keeps what was counted). */
+   * scope, which follows from its max (and its algorithm), so limits with different
+   * maxes never share counts (a login limit of 3 and an API limit of 100 per minute on
+   * one client are counted apart). Otherwise a scope id, most simply ratewin_hash() of
+   * the scope's name: limits with the same scope, interval and resolution share their
+   * counts (an override that raises max keeps what was counted). */
   uint64_t scope;
+  /* Since 1.3. How the limit counts: RATEWIN_ALGORITHM_*; default
+   * RATEWIN_ALGORITHM_SLIDING_WINDOW. RATEWIN_ALGORITHM_FIXED_WINDOW counts in one
+   * subinterval, the whole interval: resolution_ms must then be 0 or interval_ms, and
+   * interval_ms at most RATEWIN_LIMIT_MAX_RESOLUTION_MS. Limits of one scope, interval
+   * and resolution share their counts whatever their algorithms (each decides from them
+   * its own way); a limit's own scope (scope 0) follows from its max and algorithm. */
+  int32_t algorithm;
+  int32_t reserved2; /* must be 0: keeps the struct free of padding */
 } ratewin_limit_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -153,13 +178,16 @@ typedef struct ratewin_limit ratewin_limit;
 /* Validates `options` and makes a limit in *out. Fails with RATEWIN_EINVAL, *out
  * untouched, when max is 0 or too large, interval_ms is 0 or too long, resolution_ms
  * does not divide interval_ms, there would be more than RATEWIN_LIMIT_MAX_SUBINTERVALS
- * subintervals, or the failure policy is unknown; errmsg names the problem. */
+ * subintervals, the failure policy or the algorithm is unknown, or a fixed window's
+ * resolution_ms is neither 0 nor interval_ms or its interval_ms is longer than
+ * RATEWIN_LIMIT_MAX_RESOLUTION_MS; errmsg names the problem. */
 RATEWIN_EXPORT int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                                      char** errmsg);
 /* Destroys a limit. Limiters opened with it keep their own copy. NULL is accepted. */
 RATEWIN_EXPORT void ratewin_limit_free(ratewin_limit* limit);
 /* Fills `out` (whose size the caller sets) with the limit's settings, resolution_ms as
- * chosen, scope 0 unless one was given. */
+ * chosen (interval_ms for a fixed window), scope 0 unless one was given, and (since 1.3)
+ * the algorithm. */
 RATEWIN_EXPORT int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out);
 
 /* ---- Decisions ------------------------------------------------------------------ */

@@ -129,6 +129,7 @@ static void test_limits(void) {
   CHECK(o.size == sizeof o);
   CHECK(o.max == 0 && o.interval_ms == 0 && o.resolution_ms == 0);
   CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL && o.scope == 0);
+  CHECK(o.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && o.reserved2 == 0);
   ratewin_limit_options_init(NULL);
 
   /* The resolution is chosen when 0, and read back. */
@@ -227,6 +228,7 @@ static void test_limits(void) {
   CHECK(ratewin_limit_get(five, &back) == 0);
   CHECK(back.max == 5 && back.interval_ms == 1000 && back.resolution_ms == 100);
   CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0 && back.scope == 0);
+  CHECK(back.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && back.reserved2 == 0);
   back.size = offsetof(ratewin_limit_options, reserved);
   CHECK(ratewin_limit_get(five, &back) == RATEWIN_EINVAL);
   ratewin_limit_free(five);
@@ -234,8 +236,11 @@ static void test_limits(void) {
 
 /* Every struct is free of padding: each ends where its last field ends. */
 _Static_assert(sizeof(ratewin_limit_options) ==
-                   offsetof(ratewin_limit_options, scope) + sizeof(uint64_t),
+                   offsetof(ratewin_limit_options, reserved2) + sizeof(int32_t),
                "ratewin_limit_options has trailing padding");
+_Static_assert(offsetof(ratewin_limit_options, algorithm) ==
+                   offsetof(ratewin_limit_options, scope) + sizeof(uint64_t),
+               "ratewin_limit_options has padding before algorithm");
 _Static_assert(sizeof(ratewin_acquisition) ==
                    offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
                "ratewin_acquisition has trailing padding");
@@ -870,6 +875,235 @@ static void test_try_acquire_all(void) {
   ratewin_limit_free(roomy);
   ratewin_limit_free(per_minute);
   ratewin_limit_free(per_second);
+  ratewin_engine_close(engine);
+}
+
+/* ---- Algorithms (1.3) ------------------------------------------------------------ */
+
+static ratewin_limit* make_algorithm_limit(uint64_t max, uint64_t interval_ms,
+                                           uint64_t resolution_ms, int32_t algorithm) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  o.max = max;
+  o.interval_ms = interval_ms;
+  o.resolution_ms = resolution_ms;
+  o.algorithm = algorithm;
+  ratewin_limit* limit = NULL;
+  char* message = NULL;
+  CHECK(ratewin_limit_new(&o, &limit, &message) == 0 && limit != NULL && message == NULL);
+  if (message != NULL) fprintf(stderr, "  message: %s\n", message);
+  ratewin_free(message);
+  return limit;
+}
+
+/* One request of cost 1 for `resource` under `limit` now. */
+static ratewin_decision acquire_one(ratewin_engine* engine, uint64_t resource,
+                                    const ratewin_limit* limit) {
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  CHECK(ratewin_engine_try_acquire(engine, resource, limit, 1, &d, NULL) == 0);
+  return d;
+}
+
+static void test_algorithms(void) {
+  /* Each algorithm made and read back; a fixed window's resolution is its interval. */
+  const int32_t algorithms[] = {RATEWIN_ALGORITHM_SLIDING_WINDOW, RATEWIN_ALGORITHM_STRICT_WINDOW,
+                                RATEWIN_ALGORITHM_FIXED_WINDOW};
+  ratewin_limit* limits[3];
+  for (size_t i = 0; i < 3; ++i) {
+    limits[i] = make_algorithm_limit(10, 1000, 0, algorithms[i]);
+    ratewin_limit_options got;
+    memset(&got, 0x5A, sizeof got);
+    got.size = sizeof got;
+    CHECK(ratewin_limit_get(limits[i], &got) == 0);
+    CHECK(got.algorithm == algorithms[i] && got.reserved2 == 0);
+    CHECK(got.max == 10 && got.interval_ms == 1000 && got.scope == 0);
+    CHECK(got.resolution_ms == (algorithms[i] == RATEWIN_ALGORITHM_FIXED_WINDOW ? 1000 : 100));
+    /* What ratewin_limit_get gives makes the same limit again. */
+    ratewin_limit* remade = NULL;
+    CHECK(ratewin_limit_new(&got, &remade, NULL) == 0 && remade != NULL);
+    ratewin_limit_options again;
+    ratewin_limit_options_init(&again);
+    CHECK(ratewin_limit_get(remade, &again) == 0 && memcmp(&again, &got, sizeof got) == 0);
+    ratewin_limit_free(remade);
+  }
+  ratewin_limit* const sliding = limits[0];
+  ratewin_limit* const strict = limits[1];
+  ratewin_limit* const fixed = limits[2];
+  /* A fixed window given its interval as resolution_ms is the same limit. */
+  ratewin_limit* fixed_explicit =
+      make_algorithm_limit(10, 1000, 1000, RATEWIN_ALGORITHM_FIXED_WINDOW);
+
+  /* The same burst, then the same requests at the same times: the algorithms differ in
+   * how the subinterval leaving the window counts. On a clock at a whole number of
+   * seconds, the burst fills the first 100 ms subinterval of a fixed window. */
+  ratewin_engine* engine = open_manual_engine(1000);
+  const int64_t t0 = (atomic_load(&manual_clock) / (10 * kSecond) + 1) * (10 * kSecond);
+  atomic_store(&manual_clock, t0);
+  const int64_t ms = kSecond / 1000;
+  ratewin_decision d;
+  for (size_t i = 0; i < 3; ++i) {
+    for (int n = 0; n < 10; ++n) CHECK(acquire_one(engine, 1, limits[i]).allowed == 1);
+    d = acquire_one(engine, 1, limits[i]);
+    CHECK(d.allowed == 0 && d.remaining == 0);
+  }
+  /* Limits of different algorithms have scopes of their own: the same resource counts
+   * apart under each. */
+  CHECK(remaining_of(engine, 2, sliding) == 10);
+  /* The fixed window given resolution_ms is the same limit: the same counter. */
+  CHECK(remaining_of(engine, 1, fixed_explicit) == 0);
+
+  /* 1 ms before the fixed window ends: every algorithm refuses; the fixed window opens
+   * again at its end. */
+  atomic_store(&manual_clock, t0 + 999 * ms);
+  CHECK(acquire_one(engine, 1, sliding).allowed == 0);
+  CHECK(acquire_one(engine, 1, strict).allowed == 0);
+  d = acquire_one(engine, 1, fixed);
+  CHECK(d.allowed == 0 && d.retry_after_ns == 1 * ms && d.reset_after_ns == 1 * ms);
+
+  /* At the window's end: the fixed window starts afresh; the burst's subinterval has
+   * just begun to leave the sliding window (its full count still weighs), and the
+   * strict window counts it in full until it has left, 100 ms on. */
+  atomic_store(&manual_clock, t0 + 1000 * ms);
+  d = acquire_one(engine, 1, fixed);
+  CHECK(d.allowed == 1 && d.remaining == 9 && d.reset_after_ns == 1000 * ms);
+  d = acquire_one(engine, 1, sliding);
+  CHECK(d.allowed == 0 && d.retry_after_ns == 10 * ms); /* 9 of 10 weigh 10 ms on */
+  d = acquire_one(engine, 1, strict);
+  CHECK(d.allowed == 0 && d.retry_after_ns == 100 * ms);
+
+  /* Half of the burst's subinterval has left: the sliding window counts 5 of the 10 and
+   * admits; the strict window still refuses, until the subinterval has left. */
+  atomic_store(&manual_clock, t0 + 1050 * ms);
+  d = acquire_one(engine, 1, sliding);
+  CHECK(d.allowed == 1 && d.remaining == 4);
+  d = acquire_one(engine, 1, strict);
+  CHECK(d.allowed == 0 && d.retry_after_ns == 50 * ms);
+  atomic_store(&manual_clock, t0 + 1100 * ms);
+  d = acquire_one(engine, 1, strict);
+  CHECK(d.allowed == 1 && d.remaining == 9);
+
+  /* Limits of one named scope and window share counts whatever their algorithms, each
+   * deciding its own way. */
+  const uint64_t shared = ratewin_hash("shared", 6);
+  ratewin_limit_options so;
+  ratewin_limit_options_init(&so);
+  so.max = 10;
+  so.interval_ms = 1000;
+  so.scope = shared;
+  ratewin_limit* shared_sliding = NULL;
+  CHECK(ratewin_limit_new(&so, &shared_sliding, NULL) == 0 && shared_sliding != NULL);
+  so.algorithm = RATEWIN_ALGORITHM_STRICT_WINDOW;
+  ratewin_limit* shared_strict = NULL;
+  CHECK(ratewin_limit_new(&so, &shared_strict, NULL) == 0 && shared_strict != NULL);
+  for (int n = 0; n < 10; ++n) CHECK(acquire_one(engine, 3, shared_strict).allowed == 1);
+  atomic_fetch_add(&manual_clock, 1050 * ms);
+  CHECK(acquire_one(engine, 3, shared_strict).allowed == 0);
+  d = acquire_one(engine, 3, shared_sliding);
+  CHECK(d.allowed == 1 && d.remaining == 4);
+
+  /* Refused: an unknown algorithm, a reserved2 that is not 0, a fixed window's
+   * resolution_ms that is not its interval_ms, a fixed window longer than its longest
+   * (its one subinterval) though the same interval is a valid sliding window. */
+  ratewin_limit* out = (ratewin_limit*)&so; /* a sentinel that must not change */
+  ratewin_limit* const sentinel = out;
+  char* message = NULL;
+  struct {
+    uint64_t interval_ms, resolution_ms;
+    int32_t algorithm, reserved2;
+    const char* word;
+  } bad[] = {
+      {1000, 0, 3, 0, "unknown algorithm 3"},
+      {1000, 0, -1, 0, "unknown algorithm -1"},
+      {1000, 0, INT32_MAX, 0, "algorithm"},
+      {1000, 0, RATEWIN_ALGORITHM_SLIDING_WINDOW, 1, "reserved2"},
+      {1000, 100, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "resolution_ms 100"},
+      {1000, 2000, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "resolution_ms 2000"},
+      {RATEWIN_LIMIT_MAX_RESOLUTION_MS + 1, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0,
+       "interval_ms 4294967296 is longer than 4294967295, the longest fixed window"},
+      {RATEWIN_LIMIT_MAX_RESOLUTION_MS + 1, RATEWIN_LIMIT_MAX_RESOLUTION_MS + 1,
+       RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "the longest fixed window"},
+      {UINT64_C(60) * 86400000, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "longest fixed window"},
+      {RATEWIN_LIMIT_MAX_INTERVAL_MS + 1, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "366 days"},
+      {0, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "interval_ms"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    ratewin_limit_options b;
+    ratewin_limit_options_init(&b);
+    b.max = 10;
+    b.interval_ms = bad[i].interval_ms;
+    b.resolution_ms = bad[i].resolution_ms;
+    b.algorithm = bad[i].algorithm;
+    b.reserved2 = bad[i].reserved2;
+    CHECK_ERROR(ratewin_limit_new(&b, &out, &message), RATEWIN_EINVAL, message, bad[i].word);
+    CHECK(out == sentinel);
+  }
+  /* The longest fixed window is accepted, and so is the 60-day window as a sliding or
+   * strict one. */
+  ratewin_limit* longest =
+      make_algorithm_limit(1, RATEWIN_LIMIT_MAX_RESOLUTION_MS, 0, RATEWIN_ALGORITHM_FIXED_WINDOW);
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(longest, &got) == 0);
+  CHECK(got.resolution_ms == RATEWIN_LIMIT_MAX_RESOLUTION_MS &&
+        got.interval_ms == got.resolution_ms);
+  ratewin_limit_free(longest);
+  ratewin_limit* sixty_days =
+      make_algorithm_limit(1, UINT64_C(60) * 86400000, 0, RATEWIN_ALGORITHM_STRICT_WINDOW);
+  ratewin_limit_free(sixty_days);
+
+  /* A caller built against 1.2 passes the options without algorithm: a sliding window,
+   * and ratewin_limit_get writes nothing beyond its size. */
+  ratewin_limit_options old;
+  ratewin_limit_options_init(&old);
+  old.size = offsetof(ratewin_limit_options, algorithm);
+  old.max = 10;
+  old.interval_ms = 1000;
+  old.algorithm = RATEWIN_ALGORITHM_FIXED_WINDOW; /* beyond the size it gave: not read */
+  old.reserved2 = 1;                              /* (nor this) */
+  ratewin_limit* old_limit = NULL;
+  CHECK(ratewin_limit_new(&old, &old_limit, NULL) == 0 && old_limit != NULL);
+  memset(&got, 0x5A, sizeof got);
+  got.size = offsetof(ratewin_limit_options, algorithm);
+  CHECK(ratewin_limit_get(old_limit, &got) == 0 && got.max == 10 && got.resolution_ms == 100);
+  CHECK(got.size == offsetof(ratewin_limit_options, algorithm) && got.scope == 0);
+  CHECK(got.algorithm == 0x5A5A5A5A && got.reserved2 == 0x5A5A5A5A);
+  got.size = sizeof got;
+  CHECK(ratewin_limit_get(old_limit, &got) == 0);
+  CHECK(got.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && got.resolution_ms == 100);
+  /* It is the sliding limit: the same counter. */
+  CHECK(remaining_of(engine, 2, old_limit) == remaining_of(engine, 2, sliding));
+  CHECK(acquire_one(engine, 2, old_limit).allowed == 1);
+  CHECK(remaining_of(engine, 2, sliding) == 9);
+  ratewin_limit_free(old_limit);
+
+  /* A caller built against a newer header: its algorithm is applied while the fields
+   * this library does not know are 0, and the struct refused when one is set. */
+  struct {
+    ratewin_limit_options known;
+    uint64_t newer[2];
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  ratewin_limit_options_init(&newer.known);
+  newer.known.size = sizeof newer;
+  newer.known.max = 10;
+  newer.known.interval_ms = 1000;
+  newer.known.algorithm = RATEWIN_ALGORITHM_STRICT_WINDOW;
+  ratewin_limit* grown = NULL;
+  CHECK(ratewin_limit_new(&newer.known, &grown, &message) == 0 && grown != NULL);
+  CHECK(message == NULL);
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(grown, &got) == 0 && got.algorithm == RATEWIN_ALGORITHM_STRICT_WINDOW);
+  ratewin_limit_free(grown);
+  newer.newer[0] = 1;
+  CHECK_ERROR(ratewin_limit_new(&newer.known, &out, &message), RATEWIN_EINVAL, message,
+              "does not know");
+  CHECK(out == sentinel);
+
+  ratewin_limit_free(shared_strict);
+  ratewin_limit_free(shared_sliding);
+  ratewin_limit_free(fixed_explicit);
+  for (size_t i = 0; i < 3; ++i) ratewin_limit_free(limits[i]);
   ratewin_engine_close(engine);
 }
 
@@ -1604,6 +1838,7 @@ int main(void) {
   test_scopes();
   test_reset_and_refund();
   test_try_acquire_all();
+  test_algorithms();
   test_try_acquire_all_async_local();
   test_threads();
   test_redis_unreachable();

@@ -124,10 +124,17 @@ def test_limits_are_values():
 def test_limit_repr_reads_back():
     for limit in (ratewin.Limit(100, per=60), ratewin.Limit(3, 1.5, 0.25, on_failure="closed"),
                   ratewin.Limit(3, per=60, scope="login"),
-                  ratewin.Limit(3, per=10, on_failure="open").with_max(9)):
+                  ratewin.Limit(3, per=10, on_failure="open").with_max(9),
+                  ratewin.Limit(3, per=10, algorithm="strict_window"),
+                  ratewin.Limit(3, per=10, algorithm="fixed_window", scope="login"),
+                  ratewin.Limit(3, per=10, on_failure="closed",
+                                algorithm=ratewin.Algorithm.FIXED_WINDOW).with_max(9)):
         text = repr(limit)
         assert text.startswith("Limit(")
         assert eval(text, {"Limit": ratewin.Limit}) == limit
+        assert ("algorithm=" in text) == (limit.algorithm != "sliding_window")
+    assert repr(ratewin.Limit(3, per=10, algorithm="fixed_window")) == \
+        "Limit(3, per=10.0, resolution=10.0, algorithm='fixed_window')"
 
 
 def test_failure_policies():

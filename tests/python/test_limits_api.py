@@ -44,6 +44,105 @@ def test_scope_must_be_a_nonempty_str():
         ratewin.Limit(1, per=1, scope="")
 
 
+# ---- algorithms -------------------------------------------------------------------------
+
+ALGORITHMS = ("sliding_window", "strict_window", "fixed_window")
+
+
+def test_each_algorithm_decides_its_own_way(engine, clock):
+    # The same burst at the start of a second (the manual clock starts on one), then the
+    # same requests at the same times: the algorithms differ in how the subinterval
+    # leaving the window counts.
+    sliding, strict, fixed = (ratewin.Limit(10, per=1, algorithm=a) for a in ALGORITHMS)
+    assert (sliding.resolution, strict.resolution, fixed.resolution) == (0.1, 0.1, 1.0)
+    for limit in (sliding, strict, fixed):
+        for _ in range(10):
+            assert engine.try_acquire("k", limit)
+        assert not engine.try_acquire("k", limit)
+    # Limits of different algorithms count apart (each has its own scope).
+    assert engine.try_acquire("other", sliding, 0).remaining == 10
+    # 1 ms before the fixed window ends, every one refuses; the fixed window opens again
+    # at its end.
+    clock.advance(0.999)
+    assert not engine.try_acquire("k", sliding) and not engine.try_acquire("k", strict)
+    refused = engine.try_acquire("k", fixed)
+    assert not refused and refused.retry_after == pytest.approx(0.001, abs=1e-9)
+    # At its end the fixed window starts afresh; the burst's subinterval has only begun
+    # to leave the sliding window (9 of its 10 weigh for 10 ms more), and the strict
+    # window counts it in full until it has left, 100 ms on.
+    clock.advance(0.001)
+    fresh = engine.try_acquire("k", fixed)
+    assert fresh and fresh.remaining == 9 and fresh.reset_after == pytest.approx(1.0)
+    assert engine.try_acquire("k", sliding).retry_after == pytest.approx(0.01, abs=1e-9)
+    assert engine.try_acquire("k", strict).retry_after == pytest.approx(0.1, abs=1e-9)
+    # Half of it has left: the sliding window counts 5 of the 10 and admits; the strict
+    # window refuses until it has left.
+    clock.advance(0.05)
+    half = engine.try_acquire("k", sliding)
+    assert half and half.remaining == 4
+    assert engine.try_acquire("k", strict).retry_after == pytest.approx(0.05, abs=1e-9)
+    clock.advance(0.05)
+    assert engine.try_acquire("k", strict).remaining == 9
+
+
+def test_a_named_scope_counts_together_whatever_the_algorithms(engine, clock):
+    strict = ratewin.Limit(10, per=1, scope="shared", algorithm="strict_window")
+    sliding = ratewin.Limit(10, per=1, scope="shared")
+    assert engine.try_acquire("k", strict, 10)
+    clock.advance(1.05)
+    assert not engine.try_acquire("k", strict)
+    assert engine.try_acquire("k", sliding).remaining == 4
+
+
+def test_algorithms_by_name_or_enum():
+    assert ratewin.Limit(10, per=60).algorithm == "sliding_window"
+    assert [a.value for a in ratewin.Algorithm] == list(ALGORITHMS)
+    for member in ratewin.Algorithm:
+        limit = ratewin.Limit(10, per=60, algorithm=member)
+        assert limit.algorithm == member.value and limit.algorithm == member
+        assert type(limit.algorithm) is str
+        assert limit == ratewin.Limit(10, per=60, algorithm=member.value)
+        assert str(member) == member.value and f"{member}" == member.value
+    assert ratewin.Algorithm("strict_window") is ratewin.Algorithm.STRICT_WINDOW
+    # A fixed window's resolution is its window, given or not.
+    fixed = ratewin.Limit(10, per=60, algorithm="fixed_window")
+    assert (fixed.resolution, fixed.subintervals) == (60.0, 1)
+    assert fixed == ratewin.Limit(10, per=60, resolution=60, algorithm="fixed_window")
+    assert ratewin.Limit(1, per=4294967.295, algorithm="fixed_window").per == 4294967.295
+    # The same window with another algorithm is another limit; with_max keeps it.
+    assert ratewin.Limit(10, per=60, algorithm="strict_window") != ratewin.Limit(10, per=60)
+    assert ratewin.Limit(10, per=60, algorithm="strict_window").with_max(5).algorithm == \
+        "strict_window"
+    assert len({ratewin.Limit(10, per=60, algorithm=a) for a in ALGORITHMS * 2}) == 3
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"algorithm": "token_bucket"}, ValueError,
+     "^algorithm must be one of sliding_window, strict_window, fixed_window, got "
+     "'token_bucket'$"),
+    ({"algorithm": "Sliding_Window"}, ValueError, "got 'Sliding_Window'"),
+    ({"algorithm": ""}, ValueError, "got ''$"),
+    ({"algorithm": 1}, TypeError, "algorithm must be a str, not int"),
+    ({"algorithm": None}, TypeError, "algorithm must be a str"),
+    ({"algorithm": "fixed_window", "resolution": 6}, ValueError,
+     r"fixed_window's resolution is its window, per=60.0 s, not resolution=6.0 s"),
+    ({"algorithm": "fixed_window", "per": 60 * 86400}, ValueError,
+     r"per=5184000.0 s is longer than the longest fixed_window, 4294967.295 s"),
+    ({"algorithm": "fixed_window", "per": 4294967.296, "resolution": 4294967.296},
+     ValueError, "longest fixed_window"),
+])
+def test_algorithm_errors_in_pythons_terms(kwargs, error, words):
+    kwargs.setdefault("per", 60)
+    with pytest.raises(error, match=words) as raised:
+        ratewin.Limit(10, **kwargs)
+    assert "ms" not in str(raised.value) and "ratewin::" not in str(raised.value)
+    # The same window as a sliding or strict window is fine.
+    if "longest" in words:
+        del kwargs["algorithm"]
+        kwargs.pop("resolution", None)
+        assert ratewin.Limit(10, algorithm="strict_window", **kwargs)
+
+
 # ---- limit strings ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, max, per", [

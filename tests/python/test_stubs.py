@@ -50,6 +50,10 @@ def test_package_and_its_users_type_check(tmp_path):
             limits: list[ratewin.Limit] = ratewin.parse_many("10/second; 1000/day")
             login: ratewin.Limit = ratewin.parse("3/minute", scope="login")
             scope: str | int | None = login.scope
+            strict = ratewin.Limit(3, per=60, algorithm=ratewin.Algorithm.STRICT_WINDOW)
+            fixed = ratewin.Limit(3, per=60, algorithm="fixed_window")
+            algorithm: str = strict.algorithm
+            same: bool = fixed.algorithm == ratewin.Algorithm.FIXED_WINDOW
             both: ratewin.Decisions = engine.try_acquire_all("user:42", limits, cost=1)
             refused: int | None = both.refused
             each: list[ratewin.Decision | None] = both.decisions

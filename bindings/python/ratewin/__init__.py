@@ -34,12 +34,14 @@ from ._ratewin import (
     hash,
 )
 from . import _ratewin
+from ._algorithm import Algorithm
 from ._parse import parse, parse_many
 from . import _waiting
 
 _waiting.install()
 
 __all__ = [
+    "Algorithm",
     "ClosedError",
     "Decision",
     "Decisions",

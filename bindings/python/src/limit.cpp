@@ -22,6 +22,18 @@ FailurePolicy to_policy(py::handle value) {
   throw py::type_error("on_failure must be a FailurePolicy or one of 'local', 'open', 'closed'");
 }
 
+// An algorithm's name (a str, or a ratewin.Algorithm, which is one) as the Algorithm.
+Algorithm to_algorithm(py::handle value) {
+  const std::string text = to_utf8(value, "algorithm");
+  Algorithm algorithm{};
+  if (!parse_algorithm(text, algorithm)) {
+    throw py::value_error(
+        "algorithm must be one of sliding_window, strict_window, fixed_window, got " +
+        py::repr(py::str(text)).cast<std::string>());
+  }
+  return algorithm;
+}
+
 const char* policy_name(FailurePolicy p) {
   switch (p) {
     case FailurePolicy::open:
@@ -84,14 +96,27 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return py::repr(py::float_(static_cast<double>(ms.count()) / 1000.0)).cast<std::string>();
 }
 
-// Raises ValueError for what Limit's constructor would refuse, in Python's terms (the
-// arguments' names, seconds).
+// Raises ValueError for what Limit's constructor and with_algorithm would refuse, in
+// Python's terms (the arguments' names, seconds). For a fixed window, `resolution` is the
+// one chosen for per (its own, the whole window, comes with with_algorithm).
 void check_limit(std::uint64_t max, std::chrono::milliseconds per,
-                 std::chrono::milliseconds resolution) {
+                 std::chrono::milliseconds resolution, Algorithm algorithm) {
   const auto s = [](std::chrono::milliseconds ms) { return seconds_text(ms) + " s"; };
-  switch (Limit::problem(max, per, resolution)) {
+  const bool fixed = algorithm == Algorithm::fixed_window;
+  switch (Limit::problem(max, per, resolution, algorithm)) {
     case LimitProblem::none:
       return;
+    case LimitProblem::resolution_too_long:
+      if (!fixed) {
+        throw py::value_error("Limit: resolution=" + s(resolution) +
+                              " is longer than the longest, " + s(Limit::kMaxResolution));
+      }
+      // (A fixed window's resolution was chosen for per: per itself is too long.)
+      [[fallthrough]];
+    case LimitProblem::fixed_window_too_long:
+      throw py::value_error("Limit: per=" + s(per) + " is longer than the longest fixed_window, " +
+                            s(Limit::kMaxResolution) +
+                            " (its one subinterval is the whole window)");
     case LimitProblem::interval_too_long:
       throw py::value_error("Limit: per=" + s(per) + " is longer than the longest window, 366 days");
     case LimitProblem::resolution_does_not_divide:
@@ -120,6 +145,9 @@ std::string limit_repr(const Limit& l) {
     text += std::string(", on_failure='") + policy_name(l.failure_policy()) + "'";
   }
   if (l.has_scope() && !derived) text += ", scope=" + py::repr(scope_object(l)).cast<std::string>();
+  if (l.algorithm() != Algorithm::sliding_window) {
+    text += std::string(", algorithm='") + algorithm_name(l.algorithm()) + "'";
+  }
   text += ")";
   if (derived) text += ".with_max(" + std::to_string(l.max()) + ")";
   return text;
@@ -140,23 +168,41 @@ void init_limit(py::module_& m) {
                     "subintervals of `resolution` seconds (per / resolution of them). Limits "
                     "are immutable values, safe to share between threads.")
       .def(py::init([](IntArg max, SecondsArg per, OptionalSecondsArg resolution,
-                       PolicyArg on_failure, OptionalStrArg scope) {
+                       PolicyArg on_failure, OptionalStrArg scope, StrArg algorithm) {
              const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
              const auto interval = to_milliseconds(per, "per");
-             const auto step = resolution.is_none() ? Limit::default_resolution(interval)
-                                                    : to_milliseconds(resolution, "resolution");
-             check_limit(count, interval, step);
-             return with_scope_name(
-                 Limit(count, interval, step).with_failure_policy(to_policy(on_failure)), scope);
+             const auto given = resolution.is_none() ? std::optional<std::chrono::milliseconds>()
+                                                     : to_milliseconds(resolution, "resolution");
+             const Algorithm how = to_algorithm(algorithm);
+             const bool fixed = how == Algorithm::fixed_window;
+             // A fixed window's one subinterval is the window: a resolution that says
+             // otherwise is refused rather than ignored.
+             if (fixed && given && *given != interval) {
+               throw py::value_error("Limit: a fixed_window's resolution is its window, per=" +
+                                     seconds_text(interval) + " s, not resolution=" +
+                                     seconds_text(*given) + " s: leave resolution out");
+             }
+             const auto step = given && !fixed ? *given : Limit::default_resolution(interval);
+             check_limit(count, interval, step, how);
+             return with_scope_name(Limit(count, interval, step)
+                                        .with_algorithm(how)
+                                        .with_failure_policy(to_policy(on_failure)),
+                                    scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
            py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
+           py::arg("algorithm") = "sliding_window",
            "Limit(100, per=60) allows 100 units a minute. `per` and `resolution` are seconds "
            "(int, float or datetime.timedelta, whole milliseconds); resolution must divide "
            "per and defaults to per / 10 (or the nearest coarser divisor). `on_failure` is a "
            "FailurePolicy or 'local', 'open', 'closed'. Two different limits never share counts "
            "on a resource; limits given the same `scope` name (and the same per and resolution) "
-           "do. Raises ValueError for a bad limit.")
+           "do. `algorithm` (a str, or a ratewin.Algorithm) says how the limit counts: "
+           "'sliding_window' (the default) weighs the subinterval leaving the window by its "
+           "overlap; 'strict_window' counts it in full until it has left, so that no sliding "
+           "window of per seconds ever holds more than max; 'fixed_window' counts windows of "
+           "per seconds aligned on the clock (its resolution is per; up to 2 x max across a "
+           "boundary). Raises ValueError for a bad limit.")
       .def_property_readonly("max", &Limit::max, "Units allowed per window.")
       .def_property_readonly(
           "per", [](const Limit& l) { return static_cast<double>(l.interval().count()) / 1000; },
@@ -169,6 +215,9 @@ void init_limit(py::module_& m) {
                              "per / resolution: subintervals in the window.")
       .def_property_readonly("on_failure", &Limit::failure_policy,
                              "The FailurePolicy applied while Redis is unreachable.")
+      .def_property_readonly(
+          "algorithm", [](const Limit& l) { return algorithm_name(l.algorithm()); },
+          "How the limit counts: 'sliding_window', 'strict_window' or 'fixed_window'.")
       .def_property_readonly("scope", &scope_object,
                              "The scope name given (or its id), None for the limit's own: "
                              "limits share counts only within one scope.")
@@ -194,7 +243,8 @@ void init_limit(py::module_& m) {
       .def("__hash__",
            [](const Limit& l) {
              return py::hash(py::make_tuple(l.max(), l.interval().count(), l.resolution().count(),
-                                            static_cast<int>(l.failure_policy()), l.scope()));
+                                            static_cast<int>(l.failure_policy()),
+                                            static_cast<int>(l.algorithm()), l.scope()));
            })
       .def("__repr__", &limit_repr);
 }
