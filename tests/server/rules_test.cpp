@@ -71,7 +71,7 @@ constexpr std::string_view kHead =
 TEST_CASE("the shipped example parses and does what its comments say") {
   const Rules rules = Rules::load(RATEWIN_RULES_EXAMPLE);
   CHECK(rules.version().starts_with("2024-06-example@"));
-  CHECK(rules.limit_count() == 12);
+  CHECK(rules.limit_count() == 13);
 
   // The default tier, no endpoint.
   Match m = match(rules, "someone", "GET", "/other");
@@ -98,9 +98,13 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   CHECK(m.limits.back()->cost == 10);
   CHECK(match(rules, "pro-legacy-abcde").tier == "free");
 
+  CHECK(m.limits[0]->limit.algorithm() == Algorithm::sliding_window);
+
   m = match(rules, "x", "POST", "/auth/login");
   CHECK(m.endpoint == "login");
   CHECK(m.limits[2]->limit.failure_policy() == FailurePolicy::closed);
+  CHECK(m.limits[2]->limit.algorithm() == Algorithm::strict_window);
+  CHECK(m.limits[2]->limit.subintervals() == 10);
   CHECK(m.limits[3]->scope == Scope::global);
   CHECK(match(rules, "x", "GET", "/auth/login").endpoint == "");
   CHECK(match(rules, "x", "GET", "/healthz").endpoint == "health");
@@ -108,6 +112,11 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   m = match(rules, "pro_acme");
   CHECK(m.multiplier == 3.0);
   CHECK(match(rules, "partner-42").tier == "enterprise");
+  m = match(rules, "ent_x");
+  CHECK(names(m) == Names{"tier:enterprise/per-second", "tier:enterprise/per-day"});
+  CHECK(m.limits[1]->limit == Limit(10'000'000, std::chrono::hours(24), std::chrono::hours(24))
+                                  .with_algorithm(Algorithm::fixed_window)
+                                  .with_scope("tier:enterprise/per-day"));
   CHECK(names(match(rules, "free-batch-job")) == Names{"override:free-batch-job/per-minute"});
   CHECK(match(rules, "internal-metrics").action == Action::allow);
   CHECK(match(rules, "internal-compromised").action == Action::deny);
