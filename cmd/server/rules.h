@@ -35,7 +35,7 @@ enum class Scope {
 struct LimitRule {
   std::string name;      // unique in the file: "tier:free/per-second", "endpoint:search/burst",
                          // "override:<key>/<name>"
-  ratewin::Limit limit;  // carries its failure policy
+  ratewin::Limit limit;  // carries its algorithm and failure policy
   Scope scope = Scope::key;
   std::uint64_t cost = 1;
   // Whether Match::multiplier applies: true for a tier's or an override's limit counted per

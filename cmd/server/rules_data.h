@@ -50,6 +50,7 @@ struct Rules::Data {
 
   std::string version;
   FailurePolicy default_policy = FailurePolicy::local;
+  Algorithm default_algorithm = Algorithm::sliding_window;
   std::deque<LimitRule> rules;  // a deque: the pointers below stay valid while it grows
   std::vector<Tier> tiers;
   std::optional<std::size_t> default_tier;
@@ -117,6 +118,12 @@ inline constexpr std::array<std::pair<std::string_view, FailurePolicy>, 3> kPoli
     {"local", FailurePolicy::local},
     {"open", FailurePolicy::open},
     {"closed", FailurePolicy::closed},
+}};
+// Spelled by the library (algorithm_name), as the bindings spell them.
+inline const std::array<std::pair<std::string_view, Algorithm>, 3> kAlgorithms{{
+    {algorithm_name(Algorithm::sliding_window), Algorithm::sliding_window},
+    {algorithm_name(Algorithm::strict_window), Algorithm::strict_window},
+    {algorithm_name(Algorithm::fixed_window), Algorithm::fixed_window},
 }};
 
 // "<label>@<XXH3-64 of the bytes, 16 hex digits>".

@@ -22,6 +22,7 @@ void append_limits(std::string& out, const std::vector<const LimitRule*>& rules)
     out += ",\"max\":" + std::to_string(r->limit.max());
     out += ",\"window_ms\":" + std::to_string(r->limit.interval().count());
     out += ",\"subintervals\":" + std::to_string(r->limit.subintervals());
+    out += ",\"algorithm\":\"" + std::string(name_of(kAlgorithms, r->limit.algorithm())) + "\"";
     out += ",\"per\":\"" + std::string(name_of(kScopes, r->scope)) + "\"";
     out += ",\"failure_policy\":\"" + std::string(name_of(kPolicies, r->limit.failure_policy())) +
            "\"";
@@ -48,7 +49,8 @@ std::string Rules::describe_json() const {
   std::string out = "{\"version\":";
   append_json_string(out, d.version);
   out += ",\"defaults\":{\"failure_policy\":\"" +
-         std::string(name_of(kPolicies, d.default_policy)) + "\"}";
+         std::string(name_of(kPolicies, d.default_policy)) + "\",\"algorithm\":\"" +
+         std::string(name_of(kAlgorithms, d.default_algorithm)) + "\"}";
   out += ",\"tiers\":{";
   for (const Data::Tier& t : d.tiers) {
     if (out.back() != '{') out += ',';

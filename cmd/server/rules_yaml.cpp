@@ -340,29 +340,61 @@ std::string Parser::endpoint_path(const Item& item) const {
 
 const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable,
                                Seen& names) {
-  const Fields f(*this, item,
-                 {"name", "max", "window", "subintervals", "per", "failure_policy", "cost"});
+  const Fields f(
+      *this, item,
+      {"name", "max", "window", "subintervals", "algorithm", "per", "failure_policy", "cost"});
   const Item name_item = f.need("name");
   const std::string short_name = name(name_item);
   check_unique(names, short_name, name_item, "limit name");
   const std::uint64_t max = integer(f.need("max"), 1, ratewin::Limit::kMaxCount);
   const Item window_item = f.need("window");
   const std::chrono::milliseconds window = duration(window_item);
+  const std::optional<Item> algorithm_item = f.get("algorithm");
+  const Algorithm algorithm =
+      algorithm_item ? choice(*algorithm_item, kAlgorithms) : data_->default_algorithm;
 
   const std::optional<Item> subintervals_item = f.get("subintervals");
-  const std::uint64_t subintervals =
-      subintervals_item ? integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals)
-                        : kDefaultSubintervals;
-  if (static_cast<std::uint64_t>(window.count()) % subintervals != 0) {
+  std::chrono::milliseconds resolution{};
+  if (algorithm == Algorithm::fixed_window) {
+    const std::string by_default = algorithm_item ? "" : " (set by defaults.algorithm)";
+    // One counter per window: the Limit is made with the default resolution (any that
+    // divides the window would do), and with_algorithm makes the window its one
+    // subinterval.
     if (subintervals_item) {
-      fail(*subintervals_item, "the window of " + std::to_string(window.count()) +
-                                   "ms does not divide into " + std::to_string(subintervals) +
-                                   " subintervals of whole milliseconds");
+      const std::uint64_t subintervals =
+          integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals);
+      if (subintervals != 1) {
+        fail(*subintervals_item, "a fixed_window" + by_default +
+                                     " counts each window in one counter, not " +
+                                     std::to_string(subintervals) +
+                                     " subintervals: leave subintervals out, or set it to 1");
+      }
     }
-    fail(window_item,
-         "the window of " + std::to_string(window.count()) +
-             "ms does not divide into the default " + std::to_string(kDefaultSubintervals) +
-             " subintervals of whole milliseconds; set subintervals to a divisor of it");
+    resolution = ratewin::Limit::default_resolution(window);
+    if (ratewin::Limit::problem(max, window, resolution, algorithm) ==
+        ratewin::LimitProblem::fixed_window_too_long) {
+      fail(window_item, quoted(window_item.node.Scalar()) + " is too long for a fixed_window" +
+                            by_default + ", whose one counter spans the whole window: at most " +
+                            std::to_string(ratewin::Limit::kMaxResolution.count()) +
+                            "ms (about 49.7 days)");
+    }
+  } else {
+    const std::uint64_t subintervals =
+        subintervals_item ? integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals)
+                          : kDefaultSubintervals;
+    if (static_cast<std::uint64_t>(window.count()) % subintervals != 0) {
+      if (subintervals_item) {
+        fail(*subintervals_item, "the window of " + std::to_string(window.count()) +
+                                     "ms does not divide into " + std::to_string(subintervals) +
+                                     " subintervals of whole milliseconds");
+      }
+      fail(window_item,
+           "the window of " + std::to_string(window.count()) +
+               "ms does not divide into the default " + std::to_string(kDefaultSubintervals) +
+               " subintervals of whole milliseconds; set subintervals to a divisor of it");
+    }
+    resolution =
+        std::chrono::milliseconds(window.count() / static_cast<std::int64_t>(subintervals));
   }
 
   const std::optional<Item> per = f.get("per");
@@ -379,14 +411,18 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
     }
   }
 
-  const std::chrono::milliseconds resolution(window.count() /
-                                             static_cast<std::int64_t>(subintervals));
   try {
     std::string name = owner + "/" + short_name;
     // Scoped by its name: a reload that changes max keeps what the rule counted (its
-    // resources hold the name as well, so rules never share counts).
-    const ratewin::Limit l =
-        ratewin::Limit(max, window, resolution).with_failure_policy(policy).with_scope(name);
+    // resources hold the name as well, so rules never share counts). So does a reload
+    // that changes the algorithm but not the window and subintervals (sliding_window and
+    // strict_window, or fixed_window and a window of one subinterval): limits of one
+    // scope and geometry share their counts whatever their algorithms, and each decides
+    // from them its own way. Another geometry starts from nothing.
+    const ratewin::Limit l = ratewin::Limit(max, window, resolution)
+                                 .with_algorithm(algorithm)
+                                 .with_failure_policy(policy)
+                                 .with_scope(name);
     return data_->rules.emplace_back(
         LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global});
   } catch (const std::invalid_argument& e) {
@@ -553,9 +589,12 @@ std::unique_ptr<const Rules::Data> Parser::run() {
       }
     }
     if (const std::optional<Item> d = f.get("defaults"); d && !d->node.IsNull()) {
-      const Fields defaults(*this, *d, {"failure_policy"});
+      const Fields defaults(*this, *d, {"failure_policy", "algorithm"});
       if (const std::optional<Item> p = defaults.get("failure_policy")) {
         data_->default_policy = choice(*p, kPolicies);
+      }
+      if (const std::optional<Item> a = defaults.get("algorithm")) {
+        data_->default_algorithm = choice(*a, kAlgorithms);
       }
     }
     if (const std::optional<Item> t = f.get("tiers")) tiers(*t);

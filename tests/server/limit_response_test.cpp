@@ -55,6 +55,34 @@ TEST_CASE("a request costing more than the limit's max is told so, with no wait"
   CHECK(r.fields.find("Retry-After") == std::string::npos);
 }
 
+TEST_CASE("RateLimit-Policy is a quota per window whatever the limit's algorithm") {
+  // Every algorithm admits at most max per window (a fixed_window's windows are aligned):
+  // q and w describe each of them. A fixed_window's one subinterval changes nothing.
+  for (const Algorithm algorithm :
+       {Algorithm::sliding_window, Algorithm::strict_window, Algorithm::fixed_window}) {
+    CAPTURE(algorithm_name(algorithm));
+    const LimitRule rule{"tier:free/per-minute",
+                         Limit(5, std::chrono::minutes(1)).with_algorithm(algorithm), Scope::key, 1,
+                         true};
+    Match match;
+    match.limits = {&rule};
+    const std::array<Acquisition, 1> items{Acquisition{42, rule.limit, 1}};
+    Decision d;
+    d.allowed = true;
+    d.limit = 5;
+    d.remaining = 4;
+    d.reset_after = seconds(60);
+    LimitOutcome outcome;
+    outcome.allowed = true;
+    LimitResponses responses;
+    Response r;
+    responses.write(1, match, items, std::span<const Decision>(&d, 1), outcome, r);
+    CHECK(r.fields.find("\r\nRateLimit-Policy: \"tier:free/per-minute\";q=5;w=60\r\n") !=
+          std::string::npos);
+    CHECK(r.fields.find("\r\nRateLimit: \"tier:free/per-minute\";r=4;t=60") != std::string::npos);
+  }
+}
+
 TEST_CASE("a degraded refusal says so in the body and the headers") {
   const Response r = refusal(milliseconds(50), 1, true);
   CHECK(r.body.find(",\"degraded\":true}") != std::string::npos);

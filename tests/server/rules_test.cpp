@@ -71,7 +71,7 @@ constexpr std::string_view kHead =
 TEST_CASE("the shipped example parses and does what its comments say") {
   const Rules rules = Rules::load(RATEWIN_RULES_EXAMPLE);
   CHECK(rules.version().starts_with("2024-06-example@"));
-  CHECK(rules.limit_count() == 12);
+  CHECK(rules.limit_count() == 13);
 
   // The default tier, no endpoint.
   Match m = match(rules, "someone", "GET", "/other");
@@ -98,9 +98,13 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   CHECK(m.limits.back()->cost == 10);
   CHECK(match(rules, "pro-legacy-abcde").tier == "free");
 
+  CHECK(m.limits[0]->limit.algorithm() == Algorithm::sliding_window);
+
   m = match(rules, "x", "POST", "/auth/login");
   CHECK(m.endpoint == "login");
   CHECK(m.limits[2]->limit.failure_policy() == FailurePolicy::closed);
+  CHECK(m.limits[2]->limit.algorithm() == Algorithm::strict_window);
+  CHECK(m.limits[2]->limit.subintervals() == 10);
   CHECK(m.limits[3]->scope == Scope::global);
   CHECK(match(rules, "x", "GET", "/auth/login").endpoint == "");
   CHECK(match(rules, "x", "GET", "/healthz").endpoint == "health");
@@ -108,6 +112,11 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   m = match(rules, "pro_acme");
   CHECK(m.multiplier == 3.0);
   CHECK(match(rules, "partner-42").tier == "enterprise");
+  m = match(rules, "ent_x");
+  CHECK(names(m) == Names{"tier:enterprise/per-second", "tier:enterprise/per-day"});
+  CHECK(m.limits[1]->limit == Limit(10'000'000, std::chrono::hours(24), std::chrono::hours(24))
+                                  .with_algorithm(Algorithm::fixed_window)
+                                  .with_scope("tier:enterprise/per-day"));
   CHECK(names(match(rules, "free-batch-job")) == Names{"override:free-batch-job/per-minute"});
   CHECK(match(rules, "internal-metrics").action == Action::allow);
   CHECK(match(rules, "internal-compromised").action == Action::deny);
@@ -234,6 +243,121 @@ TEST_CASE("defaults.failure_policy applies where a limit says nothing") {
   const Match m = match(rules, "k");
   CHECK(m.limits[0]->limit.failure_policy() == FailurePolicy::closed);
   CHECK(m.limits[1]->limit.failure_policy() == FailurePolicy::local);
+}
+
+TEST_CASE("algorithm per limit: sliding_window by default, strict_window, fixed_window") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  t:\n"
+      "    limits:\n"
+      "      - {name: plain, max: 5, window: 1s}\n"
+      "      - {name: sliding, max: 5, window: 1s, algorithm: sliding_window}\n"
+      "      - {name: strict, max: 5, window: 1s, subintervals: 4, algorithm: strict_window}\n"
+      "      - {name: fixed, max: 5, window: 1m, algorithm: fixed_window}\n"
+      "      - {name: fixed-1, max: 5, window: 15ms, subintervals: 1, algorithm: fixed_window}\n"
+      "      - {name: longest, max: 5, window: 49d, algorithm: fixed_window}\n"
+      "default_tier: t\n"
+      "endpoints: [{name: e, path: /e, limits: [{name: x, max: 2, window: 10s, algorithm: "
+      "strict_window}]}]\n"
+      "overrides: [{key: o, limits: [{name: y, max: 3, window: 1h, algorithm: fixed_window}]}]\n");
+  const Match m = match(rules, "k", "GET", "/e");
+  REQUIRE(m.limits.size() == 7);
+  const auto limit = [&](std::size_t i) { return m.limits[i]->limit; };
+  CHECK(limit(0).algorithm() == Algorithm::sliding_window);
+  CHECK(limit(0).subintervals() == 10);
+  CHECK(limit(1) == limit(0).with_scope("tier:t/sliding"));
+  CHECK(limit(2) == Limit(5, milliseconds(1000), milliseconds(250))
+                        .with_algorithm(Algorithm::strict_window)
+                        .with_scope("tier:t/strict"));
+  // A fixed_window's one subinterval is its window, whatever the window divides into.
+  CHECK(limit(3) == Limit(5, std::chrono::minutes(1), std::chrono::minutes(1))
+                        .with_algorithm(Algorithm::fixed_window)
+                        .with_scope("tier:t/fixed"));
+  CHECK(limit(3).to_string() == "5/1m@1m fixed_window");
+  CHECK(limit(4).algorithm() == Algorithm::fixed_window);
+  CHECK(limit(4).subintervals() == 1);
+  CHECK(limit(4).resolution() == milliseconds(15));
+  CHECK(limit(5).interval() == std::chrono::hours(49 * 24));
+  CHECK(limit(5).subintervals() == 1);
+  CHECK(limit(6).algorithm() == Algorithm::strict_window);
+  const Match o = match(rules, "o");
+  REQUIRE(o.limits.size() == 1);
+  CHECK(o.limits[0]->limit.algorithm() == Algorithm::fixed_window);
+  CHECK(o.limits[0]->limit.resolution() == std::chrono::hours(1));
+
+  // GET /admin/rules says which.
+  const YAML::Node doc = YAML::Load(rules.describe_json());
+  CHECK(doc["defaults"]["algorithm"].as<std::string>() == "sliding_window");
+  const YAML::Node t = doc["tiers"]["t"]["limits"];
+  CHECK(t[0]["algorithm"].as<std::string>() == "sliding_window");
+  CHECK(t[2]["algorithm"].as<std::string>() == "strict_window");
+  CHECK(t[2]["subintervals"].as<int>() == 4);
+  CHECK(t[3]["algorithm"].as<std::string>() == "fixed_window");
+  CHECK(t[3]["subintervals"].as<int>() == 1);
+  CHECK(t[3]["window_ms"].as<int>() == 60000);
+  CHECK(t[3]["limit"].as<std::string>() == "5/1m@1m fixed_window");
+  CHECK(doc["endpoints"][0]["limits"][0]["algorithm"].as<std::string>() == "strict_window");
+  CHECK(doc["overrides"][0]["limits"][0]["algorithm"].as<std::string>() == "fixed_window");
+}
+
+TEST_CASE("a rule whose algorithm changes keeps its counts while its window stays the same") {
+  // Counts are shared by limits of one scope (the rule's name) and geometry, whatever
+  // their algorithms: what a reloaded rule asks the engine for.
+  const auto rule = [](std::string_view fields) {
+    const Rules rules = Rules::parse("tiers: {t: {limits: [{name: r, max: 5, window: 1m, " +
+                                     std::string(fields) + "}]}}\ndefault_tier: t\n");
+    return match(rules, "k").limits.at(0)->limit;
+  };
+  const Limit sliding = rule("algorithm: sliding_window");
+  const Limit strict = rule("algorithm: strict_window");
+  CHECK(strict != sliding);
+  CHECK(strict.scope() == sliding.scope());
+  CHECK(strict.interval() == sliding.interval());
+  CHECK(strict.resolution() == sliding.resolution());
+  // A fixed_window is a window of one subinterval: the same geometry as that.
+  const Limit fixed = rule("algorithm: fixed_window");
+  const Limit one = rule("subintervals: 1");
+  CHECK(fixed.scope() == one.scope());
+  CHECK(fixed.resolution() == one.resolution());
+  CHECK(fixed.resolution() != sliding.resolution());
+}
+
+TEST_CASE("defaults.algorithm applies where a limit says nothing") {
+  const Rules rules = Rules::parse(
+      "defaults: {algorithm: strict_window}\n"
+      "tiers: {t: {limits: [{name: a, max: 1, window: 1s}, {name: b, max: 1, window: 1s, "
+      "algorithm: sliding_window}]}}\n"
+      "default_tier: t\n");
+  const Match m = match(rules, "k");
+  CHECK(m.limits[0]->limit.algorithm() == Algorithm::strict_window);
+  CHECK(m.limits[1]->limit.algorithm() == Algorithm::sliding_window);
+  CHECK(YAML::Load(rules.describe_json())["defaults"]["algorithm"].as<std::string>() ==
+        "strict_window");
+
+  // A fixed_window by default: no subintervals but 1, unless the limit says otherwise.
+  const std::string fixed = "defaults: {failure_policy: open, algorithm: fixed_window}\n";
+  const Rules by_default = Rules::parse(
+      fixed + "tiers: {t: {limits: [{name: a, max: 1, window: 15ms}, {name: b, max: 1, " +
+      "window: 1s, subintervals: 4, algorithm: strict_window}]}}\ndefault_tier: t\n");
+  const Match d = match(by_default, "k");
+  CHECK(d.limits[0]->limit.algorithm() == Algorithm::fixed_window);
+  CHECK(d.limits[0]->limit.subintervals() == 1);
+  CHECK(d.limits[0]->limit.failure_policy() == FailurePolicy::open);
+  CHECK(d.limits[1]->limit.algorithm() == Algorithm::strict_window);
+  CHECK(d.limits[1]->limit.subintervals() == 4);
+  const Failure f = failure_of(fixed +
+                               "tiers:\n"
+                               "  t:\n"
+                               "    limits:\n"
+                               "      - {name: a, max: 1, window: 1s, subintervals: 4}\n");
+  CHECK(f.line == 5);
+  CHECK(f.problem ==
+        "tiers.t.limits[0].subintervals: a fixed_window (set by defaults.algorithm) counts each "
+        "window in one counter, not 4 subintervals: leave subintervals out, or set it to 1");
+  CHECK(failure_of(fixed + "tiers: {t: {limits: [{name: a, max: 1, window: 50d}]}}\n").problem ==
+        "tiers.t.limits[0].window: \"50d\" is too long for a fixed_window (set by "
+        "defaults.algorithm), whose one counter spans the whole window: at most 4294967295ms "
+        "(about 49.7 days)");
 }
 
 TEST_CASE("overrides: tier, multiplier, limits") {
@@ -432,6 +556,11 @@ TEST_CASE("every kind of invalid input names its line") {
        "defaults: unknown field \"policy\""},
       {"defaults: {failure_policy: sometimes}\n", 1,
        "defaults.failure_policy: \"sometimes\" is not one of local, open, closed"},
+      {"defaults: {algorithm: token_bucket}\n", 1,
+       "defaults.algorithm: \"token_bucket\" is not one of sliding_window, strict_window, "
+       "fixed_window"},
+      {"defaults:\n  algorithm: [fixed_window]\n", 2,
+       "defaults.algorithm: expected a string, got a list"},
       {"version: [1]\n", 1, "version: expected a string, got a list"},
       {"version: \"a\\tb\"\n", 1, "version: \"a\\u0009b\" contains a control character"},
       {"version: " + std::string(129, 'v') + "\n", 1,
@@ -488,6 +617,27 @@ TEST_CASE("every kind of invalid input names its line") {
        "per: \"user\" is not one of key, endpoint, global"},
       {limit("        max: 5\n        window: 1s\n        failure_policy: fail\n"), 15,
        "failure_policy: \"fail\" is not one of local, open, closed"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: leaky_bucket\n"), 15,
+       "endpoints[0].limits[0].algorithm: \"leaky_bucket\" is not one of sliding_window, "
+       "strict_window, fixed_window"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: Fixed_Window\n"), 15,
+       "algorithm: \"Fixed_Window\" is not one of"},
+      {limit("        max: 5\n        window: 1s\n        algorithm:\n"), 15,
+       "endpoints[0].limits[0].algorithm: expected a string, got nothing"},
+      {limit("        max: 5\n        window: 1m\n        algorithm: fixed_window\n"
+             "        subintervals: 4\n"),
+       16,
+       "endpoints[0].limits[0].subintervals: a fixed_window counts each window in one counter, "
+       "not 4 subintervals: leave subintervals out, or set it to 1"},
+      {limit("        max: 5\n        window: 1m\n        subintervals: 0\n"
+             "        algorithm: fixed_window\n"),
+       15, "subintervals: \"0\" is not a whole number from 1 to 65535"},
+      {limit("        max: 5\n        window: 50d\n        algorithm: fixed_window\n"), 14,
+       "endpoints[0].limits[0].window: \"50d\" is too long for a fixed_window, whose one counter "
+       "spans the whole window: at most 4294967295ms (about 49.7 days)"},
+      {limit("        max: 5\n        window: 50d\n        subintervals: 1\n"
+             "        algorithm: fixed_window\n"),
+       14, "\"50d\" is too long for a fixed_window"},
       {limit("        max: 5\n        window: 1s\n        cost: 0\n"), 15,
        "cost: \"0\" is not a whole number"},
       {limit("        max: 5\n        window: 1s\n        cost: 6\n"), 15,

@@ -488,7 +488,11 @@ def test_shipped_example_rules_load_and_apply(start_server):
     assert r.headers["ratelimit-policy"] == (
         '"tier:pro/per-second";q=150;w=1, "tier:pro/per-hour";q=150000;w=3600, '
         '"tier:pro/all-pro-keys";q=2000;w=1')
-    assert server.get("/", {"X-API-Key": "ent_x"}).json()["tier"] == "enterprise"
+    r = server.get("/", {"X-API-Key": "ent_x"})
+    assert r.json()["tier"] == "enterprise"
+    # A fixed_window's policy is a quota per window like any other.
+    assert r.headers["ratelimit-policy"] == (
+        '"tier:enterprise/per-second";q=500;w=1, "tier:enterprise/per-day";q=10000000;w=86400')
     assert server.get("/", {"X-API-Key": "partner-42"}).json()["tier"] == "enterprise"
     assert server.get("/", {"X-API-Key": "revoked_1"}).status == 403
     assert server.get("/", {"X-API-Key": "internal-compromised"}).status == 403

@@ -158,6 +158,63 @@ def test_sighup_and_admin_reload(start_server, tmp_path):
     assert server.alive()
 
 
+def test_switching_algorithm_keeps_counts_while_the_window_stays(start_server, tmp_path):
+    """The rule is counted under its name: a reload from sliding_window to strict_window
+    with the same window and subintervals decides from what was already counted; a
+    fixed_window (one subinterval: another geometry) starts from nothing."""
+
+    def text(version: str, algorithm: str, subintervals: str = "") -> str:
+        return f"""
+            version: "{version}"
+            tiers:
+              free:
+                limits:
+                  - name: burst
+                    max: 3
+                    window: 1m
+                    {algorithm}
+                    {subintervals}
+            default_tier: free
+            """
+
+    def limit(server) -> dict:
+        return admin_rules(server)["rules"]["tiers"]["free"]["limits"][0]
+
+    path = write_rules(tmp_path / "rules.yaml", text("v1", ""))
+    server = start_server(rules=path, admin_token=TOKEN)
+    assert limit(server)["algorithm"] == "sliding_window"
+    assert admin_rules(server)["rules"]["defaults"]["algorithm"] == "sliding_window"
+    with Client(server.port) as c:
+        assert [c.get("/", {"X-API-Key": "k"}).headers["x-ratelimit-remaining"]
+                for _ in range(2)] == ["2", "1"]
+
+        write_rules(path, text("v2", "algorithm: strict_window"), atomic=True)
+        assert wait_until(lambda: admin_rules(server)["version"].startswith("v2@"), 3)
+        assert limit(server)["algorithm"] == "strict_window"
+        assert limit(server)["subintervals"] == 10
+        got = [c.get("/", {"X-API-Key": "k"}) for _ in range(2)]
+        assert [r.status for r in got] == [200, 429], got
+        assert got[0].headers["x-ratelimit-remaining"] == "0"
+        assert got[0].headers["ratelimit-policy"] == '"tier:free/burst";q=3;w=60'
+
+        # fixed_window refuses subintervals other than 1: rejected, the strict rule stays.
+        write_rules(path, text("v3", "algorithm: fixed_window", "subintervals: 4"), atomic=True)
+        assert wait_until(
+            lambda: server.metric('ratewin_server_rules_reloads_total{result="rejected"}') == 1, 3)
+        assert admin_rules(server)["last_error"].startswith(
+            f"{path}:9:23: tiers.free.limits[0].subintervals: a fixed_window counts each window "
+            "in one counter, not 4 subintervals"), admin_rules(server)
+        assert c.get("/", {"X-API-Key": "k"}).status == 429
+
+        write_rules(path, text("v4", "algorithm: fixed_window"), atomic=True)
+        assert wait_until(lambda: admin_rules(server)["version"].startswith("v4@"), 3)
+        assert limit(server)["algorithm"] == "fixed_window"
+        assert limit(server)["subintervals"] == 1
+        r = c.get("/", {"X-API-Key": "k"})
+        assert r.status == 200 and r.headers["x-ratelimit-remaining"] == "2", r
+        assert r.headers["ratelimit-policy"] == '"tier:free/burst";q=3;w=60'
+
+
 def test_invalid_rules_at_startup_exit_1_naming_the_line(server_binary, tmp_path):
     path = write_rules(tmp_path / "rules.yaml", """
         endpoints:

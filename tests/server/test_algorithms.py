@@ -1,0 +1,134 @@
+"""The algorithm of a limit (rules' `algorithm:`) through ratewin-server in local mode:
+strict_window refuses until the oldest subinterval has left the window where
+sliding_window already admits again, and fixed_window counts per window aligned on the
+clock, so its Retry-After reaches to the end of that window and it admits max again at
+once. The server reads the real clock (CLOCK_REALTIME, as time.time() does): the windows
+here are 1 s, and each test sleeps less than two of them."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from server_support import Client, write_rules
+
+KEY = {"X-API-Key": "k"}
+
+
+def timed(c: Client, path: str):
+    """The reply, and the clock just before and just after it (the server decided in
+    between)."""
+    before = time.time()
+    r = c.get(path, KEY)
+    return r, before, time.time()
+
+
+def retry_window(reply, before: float, after: float) -> tuple[float, float]:
+    """Where the refused request's retry time (decision + retry_after) lies: the body gives
+    the wait rounded up to the millisecond."""
+    wait = reply.json()["retry_after_s"]
+    return before + wait - 0.001, after + wait
+
+
+def on_multiple(lo: float, hi: float, period: float, slack: float = 0.003) -> float | None:
+    """A multiple of period in [lo - slack, hi + slack], if there is one."""
+    k = math.ceil((lo - slack) / period)
+    return k * period if k * period <= hi + slack else None
+
+
+def sleep_until(t: float) -> None:
+    time.sleep(max(0.0, t - time.time()))
+
+
+def test_strict_window_refuses_until_the_oldest_subinterval_has_left(start_server, tmp_path):
+    # The same limit twice, 4 per second in two subintervals of 500 ms.
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: sliding
+            path: /sliding
+            limits:
+              - {name: l, max: 4, window: 1s, subintervals: 2}
+          - name: strict
+            path: /strict
+            limits:
+              - {name: l, max: 4, window: 1s, subintervals: 2, algorithm: strict_window}
+        """)
+    server = start_server(rules=rules)
+    with Client(server.port) as c:
+        got = {p: [timed(c, p) for _ in range(5)] for p in ("/sliding", "/strict")}
+        for path, replies in got.items():
+            assert [r.status for r, _, _ in replies] == [200] * 4 + [429], path
+            assert [r.headers["x-ratelimit-remaining"] for r, _, _ in replies] == \
+                ["3", "2", "1", "0", "0"], path
+            # The same quota per window, whatever the algorithm.
+            assert replies[0][0].headers["ratelimit-policy"] == f'"endpoint:{path[1:]}/l";q=4;w=1'
+            refused = replies[4][0]
+            assert refused.json()["limit"] == f"endpoint:{path[1:]}/l"
+            assert refused.headers["retry-after"] == \
+                str(max(1, math.ceil(refused.json()["retry_after_s"]))), refused
+        # strict_window: the counts weigh in full until their subinterval has left the
+        # window, so the retry time is a subinterval boundary, a window and at most one
+        # subinterval after the first request.
+        lo, hi = retry_window(*got["/strict"][4])
+        strict_at = on_multiple(lo, hi, 0.5)
+        assert strict_at is not None, (lo, hi)
+        _, first_before, first_after = got["/strict"][0]
+        assert first_before + 1.0 < strict_at <= first_after + 1.5 + 0.003, (got, strict_at)
+        # sliding_window lets the oldest subinterval's counts in as it slides out: earlier.
+        sliding_lo, sliding_hi = retry_window(*got["/sliding"][4])
+        assert sliding_hi < strict_at - 0.05, (sliding_hi, strict_at)
+
+        # Between the two, one admits and the other still refuses.
+        sleep_until((sliding_hi + strict_at) / 2)
+        assert c.get("/sliding", KEY).status == 200
+        r, before, after = timed(c, "/strict")
+        assert r.status == 429, r
+        assert r.headers["x-ratelimit-remaining"] == "0"
+        assert on_multiple(*retry_window(r, before, after), 0.5) == strict_at
+        sleep_until(strict_at + 0.02)
+        assert c.get("/strict", KEY).status == 200
+
+
+def test_fixed_window_resets_all_at_once_at_the_window_boundary(start_server, tmp_path):
+    # 3 per second, fixed windows; the same as sliding_window for contrast.
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: fixed
+            path: /fixed
+            limits:
+              - {name: l, max: 3, window: 1s, algorithm: fixed_window}
+          - name: sliding
+            path: /sliding
+            limits:
+              - {name: l, max: 3, window: 1s}
+        """)
+    server = start_server(rules=rules)
+    # Start well inside a second (the fixed windows are the clock's seconds).
+    if not 0.1 <= time.time() % 1.0 <= 0.7:
+        sleep_until(math.floor(time.time()) + 1.15)
+    with Client(server.port) as c:
+        first = time.time()
+        end = math.floor(first) + 1.0  # the end of the fixed window
+        replies = [timed(c, "/fixed") for _ in range(4)]
+        assert [r.status for r, _, _ in replies] == [200, 200, 200, 429], replies
+        assert [r.headers["x-ratelimit-remaining"] for r, _, _ in replies] == ["2", "1", "0", "0"]
+        for r, _, _ in replies:
+            # Every count is gone at the end of the fixed window: at most 1 s away.
+            assert r.headers["x-ratelimit-reset"] == "1", r
+            assert r.headers["ratelimit-policy"] == '"endpoint:fixed/l";q=3;w=1', r
+            assert r.headers["ratelimit"].endswith(";t=1"), r
+        refused = replies[3][0]
+        assert refused.headers["retry-after"] == "1", refused
+        # The wait reaches exactly to the end of the fixed window.
+        assert on_multiple(*retry_window(*replies[3]), 1.0) == end, (replies[3], end)
+        assert [c.get("/sliding", KEY).status for _ in range(4)] == [200, 200, 200, 429]
+
+        # Just after the boundary: the fixed window admits max again at once (2 x max
+        # within a second), while the sliding window still holds what it counted.
+        sleep_until(end + 0.02)
+        again = [timed(c, "/fixed") for _ in range(4)]
+        assert [r.status for r, _, _ in again] == [200, 200, 200, 429], again
+        assert again[0][0].headers["x-ratelimit-remaining"] == "2"
+        assert again[2][2] - first < 1.0
+        assert on_multiple(*retry_window(*again[3]), 1.0) == end + 1.0
+        assert c.get("/sliding", KEY).status == 429
