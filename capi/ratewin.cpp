@@ -181,6 +181,8 @@ constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisi
 static_assert(sizeof(ratewin_options) ==
               offsetof(ratewin_options, reserved) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_limit_options) ==
+              offsetof(ratewin_limit_options, burst) + sizeof(std::uint64_t));
+static_assert(offsetof(ratewin_limit_options, burst) ==
               offsetof(ratewin_limit_options, reserved2) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
@@ -416,6 +418,7 @@ static_assert(RATEWIN_ALGORITHM_SLIDING_WINDOW ==
 static_assert(RATEWIN_ALGORITHM_STRICT_WINDOW ==
               static_cast<int>(ratewin::Algorithm::strict_window));
 static_assert(RATEWIN_ALGORITHM_FIXED_WINDOW == static_cast<int>(ratewin::Algorithm::fixed_window));
+static_assert(RATEWIN_ALGORITHM_TOKEN_BUCKET == static_cast<int>(ratewin::Algorithm::token_bucket));
 
 // A RATEWIN_ALGORITHM_* value as the Algorithm it names; false for an unknown one.
 bool to_algorithm(std::int32_t value, ratewin::Algorithm& out) noexcept {
@@ -423,11 +426,27 @@ bool to_algorithm(std::int32_t value, ratewin::Algorithm& out) noexcept {
     case RATEWIN_ALGORITHM_SLIDING_WINDOW:
     case RATEWIN_ALGORITHM_STRICT_WINDOW:
     case RATEWIN_ALGORITHM_FIXED_WINDOW:
+    case RATEWIN_ALGORITHM_TOKEN_BUCKET:
       out = static_cast<ratewin::Algorithm>(value);
       return true;
     default:
       return false;
   }
+}
+
+// The macro naming an algorithm, for messages.
+const char* algorithm_macro(ratewin::Algorithm algorithm) noexcept {
+  switch (algorithm) {
+    case ratewin::Algorithm::strict_window:
+      return "RATEWIN_ALGORITHM_STRICT_WINDOW";
+    case ratewin::Algorithm::fixed_window:
+      return "RATEWIN_ALGORITHM_FIXED_WINDOW";
+    case ratewin::Algorithm::token_bucket:
+      return "RATEWIN_ALGORITHM_TOKEN_BUCKET";
+    case ratewin::Algorithm::sliding_window:
+      break;
+  }
+  return "RATEWIN_ALGORITHM_SLIDING_WINDOW";
 }
 
 std::int32_t from_policy(ratewin::FailurePolicy policy) noexcept {
@@ -601,17 +620,28 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
     if (!to_algorithm(o.algorithm, algorithm)) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "unknown algorithm " + std::to_string(o.algorithm) +
-                      " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW or _FIXED_WINDOW)");
+                      " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW, _FIXED_WINDOW or "
+                      "_TOKEN_BUCKET)");
     }
     const bool fixed = algorithm == ratewin::Algorithm::fixed_window;
-    // A fixed window's one subinterval is the whole interval: a resolution_ms that says
-    // otherwise is refused rather than ignored.
-    if (fixed && o.resolution_ms != 0 && o.resolution_ms != o.interval_ms) {
+    const bool bucket = algorithm == ratewin::Algorithm::token_bucket;
+    // Refused rather than ignored: a burst for an algorithm that has none.
+    if (!bucket && o.burst != 0) {
       return fail(errmsg, RATEWIN_EINVAL,
-                  where + "resolution_ms " + std::to_string(o.resolution_ms) +
-                      " with RATEWIN_ALGORITHM_FIXED_WINDOW: a fixed window's resolution_ms is "
-                      "its interval_ms " +
-                      std::to_string(o.interval_ms) + " (or 0)");
+                  where + "burst " + std::to_string(o.burst) + " with " +
+                      algorithm_macro(algorithm) +
+                      ": burst applies to RATEWIN_ALGORITHM_TOKEN_BUCKET only (leave it 0)");
+    }
+    // A fixed window's one subinterval is the whole interval, and a token bucket has
+    // none (its resolution is its interval): a resolution_ms that says otherwise is
+    // refused rather than ignored.
+    const bool one_subinterval = fixed || bucket;
+    if (one_subinterval && o.resolution_ms != 0 && o.resolution_ms != o.interval_ms) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  where + "resolution_ms " + std::to_string(o.resolution_ms) + " with " +
+                      algorithm_macro(algorithm) + ": a " +
+                      (fixed ? "fixed window" : "token bucket") + "'s resolution_ms is its " +
+                      "interval_ms " + std::to_string(o.interval_ms) + " (or 0)");
     }
     // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
     if (o.interval_ms > RATEWIN_LIMIT_MAX_INTERVAL_MS) {
@@ -619,19 +649,41 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                   where + "interval_ms " + std::to_string(o.interval_ms) + " is longer than " +
                       std::to_string(RATEWIN_LIMIT_MAX_INTERVAL_MS) + " (366 days)");
     }
-    if (!fixed && o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
+    if (!one_subinterval && o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "resolution_ms " + std::to_string(o.resolution_ms) + " is longer than " +
                       std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS));
     }
     const auto interval = milliseconds(static_cast<std::int64_t>(o.interval_ms));
-    // (A fixed window's resolution is its interval: the Limit is made with the default
-    // resolution, then with_algorithm makes it one subinterval.)
-    const auto resolution = o.resolution_ms == 0 || fixed
+    // (A fixed window's or a token bucket's resolution is its interval: the Limit is made
+    // with the default resolution, then with_algorithm makes it one subinterval.)
+    const auto resolution = o.resolution_ms == 0 || one_subinterval
                                 ? ratewin::Limit::default_resolution(interval)
                                 : milliseconds(static_cast<std::int64_t>(o.resolution_ms));
+    // A token bucket too slow to refill its burst (`what`: "burst N" or "max N").
+    const auto too_slow = [&](const std::string& what, const char* why) {
+      return where + "a token bucket of max " + std::to_string(o.max) + " per interval_ms " +
+             std::to_string(o.interval_ms) + " takes longer than " +
+             std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS) + " ms to refill " + what + " (" +
+             why + ")";
+    };
+    // ... its max, with burst 0 or whatever its burst.
+    const auto max_too_slow_text = [&] {
+      const char* why =
+          o.burst == 0 ? "burst 0: max" : "the refill of max must fit too, whatever the burst";
+      return too_slow("max " + std::to_string(o.max), why);
+    };
+    ratewin::LimitProblem problem =
+        ratewin::Limit::problem(o.max, interval, resolution, algorithm, o.burst);
+    // with_algorithm makes a token bucket with its burst at max before with_burst sets
+    // it: the refill of max must fit too, whatever the burst.
+    bool max_too_slow = false;
+    if (problem == ratewin::LimitProblem::none && bucket && o.burst != 0) {
+      problem = ratewin::Limit::problem(o.max, interval, resolution, algorithm);
+      max_too_slow = problem == ratewin::LimitProblem::bucket_too_slow;
+    }
     // What the Limit would refuse, said with this struct's field names.
-    switch (ratewin::Limit::problem(o.max, interval, resolution, algorithm)) {
+    switch (problem) {
       case ratewin::LimitProblem::none:
         break;
       case ratewin::LimitProblem::max_zero:
@@ -654,7 +706,9 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
       case ratewin::LimitProblem::resolution_too_long:
         // Only a resolution chosen for interval_ms can be (a given one was checked above).
         // For a fixed window, whose one subinterval is the interval, that interval is too
-        // long whatever resolution was chosen first.
+        // long whatever resolution was chosen first; a token bucket that long would take
+        // longer than that to refill max.
+        if (bucket) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
         if (!fixed) return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
         [[fallthrough]];
       case ratewin::LimitProblem::fixed_window_too_long:
@@ -663,11 +717,19 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                         std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS) +
                         ", the longest fixed window (RATEWIN_ALGORITHM_FIXED_WINDOW's one "
                         "subinterval is the whole interval)");
+      case ratewin::LimitProblem::burst_too_large:
+        return fail(errmsg, RATEWIN_EINVAL,
+                    where + "burst must be at most " + std::to_string(RATEWIN_LIMIT_MAX_COUNT) +
+                        ", got " + std::to_string(o.burst));
+      case ratewin::LimitProblem::bucket_too_slow:
+        if (max_too_slow || o.burst == 0) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
+        return fail(errmsg, RATEWIN_EINVAL,
+                    too_slow("burst " + std::to_string(o.burst), "burst x interval_ms / max"));
       default:  // (the bounds above leave none of the others)
         return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
     }
-    const ratewin::Limit limit =
-        ratewin::Limit(o.max, interval, resolution).with_algorithm(algorithm);
+    ratewin::Limit limit = ratewin::Limit(o.max, interval, resolution).with_algorithm(algorithm);
+    if (bucket) limit = limit.with_burst(o.burst);
     *out = new ratewin_limit{
         limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
     return RATEWIN_OK;
@@ -688,6 +750,8 @@ int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out) {
     o.failure_policy = from_policy(limit->rep.failure_policy());
     o.scope = limit->rep.has_scope() ? limit->rep.scope() : 0;
     o.algorithm = static_cast<std::int32_t>(limit->rep.algorithm());
+    // The burst in effect; 0 (the only value accepted) for the algorithms without one.
+    o.burst = limit->rep.algorithm() == ratewin::Algorithm::token_bucket ? limit->rep.burst() : 0;
     write_sized(o, out);
     return RATEWIN_OK;
   });

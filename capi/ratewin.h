@@ -118,9 +118,9 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_FAILURE_OPEN 1   /* allow every request */
 #define RATEWIN_FAILURE_CLOSED 2 /* reject every request */
 
-/* Since 1.3. How a limit counts (ratewin_limit_options.algorithm). Each keeps the same
- * ring of interval_ms / resolution_ms subinterval counts; they differ in how the
- * subinterval sliding out of the window counts. */
+/* Since 1.3. How a limit counts (ratewin_limit_options.algorithm). The first three keep
+ * the same ring of interval_ms / resolution_ms subinterval counts and differ in how the
+ * subinterval sliding out of the window counts; the token bucket keeps one time. */
 /* The approximate sliding window (the default): the trailing subinterval counts in
  * proportion to its overlap with the window. May admit more than max in a sliding
  * window after a burst at a subinterval boundary. */
@@ -133,6 +133,15 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
  * (resolution_ms is interval_ms): never more than max per fixed window, up to 2 x max
  * across a boundary. */
 #define RATEWIN_ALGORITHM_FIXED_WINDOW 2
+/* A token bucket, as GCRA: it refills at max per interval_ms, one unit every
+ * interval_ms / max, and holds at most ratewin_limit_options.burst (max by default), so
+ * in any span of time t it admits at most burst + t x max / interval_ms. resolution_ms is
+ * not used (it is interval_ms). Its decisions (ratewin_decision) say: limit, its burst
+ * (the most admitted at once, so X-RateLimit-Limit too); remaining, the units that would
+ * pass now; reset_after_ns, the time until the bucket is full again; retry_after_ns, the
+ * exact time until the same request would pass (RATEWIN_NEVER when its cost exceeds the
+ * burst). */
+#define RATEWIN_ALGORITHM_TOKEN_BUCKET 3
 
 /* Largest max, largest interval / resolution, longest interval and resolution. */
 #define RATEWIN_LIMIT_MAX_COUNT UINT64_C(4294967295)
@@ -163,11 +172,22 @@ typedef struct ratewin_limit_options {
   /* Since 1.3. How the limit counts: RATEWIN_ALGORITHM_*; default
    * RATEWIN_ALGORITHM_SLIDING_WINDOW. RATEWIN_ALGORITHM_FIXED_WINDOW counts in one
    * subinterval, the whole interval: resolution_ms must then be 0 or interval_ms, and
-   * interval_ms at most RATEWIN_LIMIT_MAX_RESOLUTION_MS. Limits of one scope, interval
+   * interval_ms at most RATEWIN_LIMIT_MAX_RESOLUTION_MS. RATEWIN_ALGORITHM_TOKEN_BUCKET
+   * likewise takes resolution_ms 0 or interval_ms, and its bucket must refill within
+   * RATEWIN_LIMIT_MAX_RESOLUTION_MS (see burst). Window limits of one scope, interval
    * and resolution share their counts whatever their algorithms (each decides from them
-   * its own way); a limit's own scope (scope 0) follows from its max and algorithm. */
+   * its own way); token buckets of one scope share their one time whatever their max,
+   * interval and burst, and never share with a window. A limit's own scope (scope 0)
+   * follows from its max and algorithm (and a token bucket's burst). */
   int32_t algorithm;
   int32_t reserved2; /* must be 0: keeps the struct free of padding */
+  /* Since 1.3. A token bucket's room for requests at once: a full bucket passes up to
+   * burst units together, then refills at max per interval_ms. Default 0: max. At most
+   * RATEWIN_LIMIT_MAX_COUNT, and the bucket's refill, burst x interval_ms / max, at most
+   * RATEWIN_LIMIT_MAX_RESOLUTION_MS ms; that of max must fit too, so a token bucket's
+   * interval_ms is at most about RATEWIN_LIMIT_MAX_RESOLUTION_MS whatever its burst.
+   * Must be 0 for the other algorithms. */
+  uint64_t burst;
 } ratewin_limit_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -178,32 +198,40 @@ typedef struct ratewin_limit ratewin_limit;
 /* Validates `options` and makes a limit in *out. Fails with RATEWIN_EINVAL, *out
  * untouched, when max is 0 or too large, interval_ms is 0 or too long, resolution_ms
  * does not divide interval_ms, there would be more than RATEWIN_LIMIT_MAX_SUBINTERVALS
- * subintervals, the failure policy or the algorithm is unknown, or a fixed window's
+ * subintervals, the failure policy or the algorithm is unknown, a fixed window's
  * resolution_ms is neither 0 nor interval_ms or its interval_ms is longer than
- * RATEWIN_LIMIT_MAX_RESOLUTION_MS; errmsg names the problem. */
+ * RATEWIN_LIMIT_MAX_RESOLUTION_MS, a token bucket's resolution_ms is neither 0 nor
+ * interval_ms, its burst is too large or it would take longer than
+ * RATEWIN_LIMIT_MAX_RESOLUTION_MS to refill, or burst is set for another algorithm;
+ * errmsg names the problem. */
 RATEWIN_EXPORT int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                                      char** errmsg);
 /* Destroys a limit. Limiters opened with it keep their own copy. NULL is accepted. */
 RATEWIN_EXPORT void ratewin_limit_free(ratewin_limit* limit);
 /* Fills `out` (whose size the caller sets) with the limit's settings, resolution_ms as
- * chosen (interval_ms for a fixed window), scope 0 unless one was given, and (since 1.3)
- * the algorithm. */
+ * chosen (interval_ms for a fixed window and a token bucket), scope 0 unless one was
+ * given, and (since 1.3) the algorithm and the burst: a token bucket's burst in effect
+ * (max when it was given as 0), 0 for the other algorithms. What it fills in makes the
+ * same limit again. */
 RATEWIN_EXPORT int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out);
 
 /* ---- Decisions ------------------------------------------------------------------ */
 
-/* retry_after_ns of a request that can never pass (its cost exceeds the limit's max). */
+/* retry_after_ns of a request that can never pass (its cost exceeds the limit's max, a
+ * token bucket's burst). */
 #define RATEWIN_NEVER INT64_MAX
 
 /* The outcome of a try-acquire. Durations are in nanoseconds from the engine's clock
- * reading used for the decision. */
+ * reading used for the decision. A token bucket's decisions read as given at
+ * RATEWIN_ALGORITHM_TOKEN_BUCKET. */
 typedef struct ratewin_decision {
   size_t size;            /* sizeof(ratewin_decision) */
   int32_t allowed;        /* 1: admitted and counted; 0: turned away */
   int32_t degraded;       /* 1: the store was unreachable; the failure policy decided */
-  uint64_t limit;         /* the limit's max */
+  uint64_t limit;         /* the limit's max (a token bucket's burst) */
   uint64_t remaining;     /* units that could still be admitted now */
-  int64_t reset_after_ns; /* until the window holds nothing of the counts made so far */
+  int64_t reset_after_ns; /* until the window holds nothing of the counts made so far
+                             (a token bucket: until it is full) */
   int64_t retry_after_ns; /* 0 when allowed; else until the same request would pass if
                              nothing else arrived; RATEWIN_NEVER if it never can */
 } ratewin_decision;

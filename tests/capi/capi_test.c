@@ -129,7 +129,7 @@ static void test_limits(void) {
   CHECK(o.size == sizeof o);
   CHECK(o.max == 0 && o.interval_ms == 0 && o.resolution_ms == 0);
   CHECK(o.failure_policy == RATEWIN_FAILURE_LOCAL && o.scope == 0);
-  CHECK(o.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && o.reserved2 == 0);
+  CHECK(o.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && o.reserved2 == 0 && o.burst == 0);
   ratewin_limit_options_init(NULL);
 
   /* The resolution is chosen when 0, and read back. */
@@ -229,6 +229,7 @@ static void test_limits(void) {
   CHECK(back.max == 5 && back.interval_ms == 1000 && back.resolution_ms == 100);
   CHECK(back.failure_policy == RATEWIN_FAILURE_OPEN && back.reserved == 0 && back.scope == 0);
   CHECK(back.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && back.reserved2 == 0);
+  CHECK(back.burst == 0);
   back.size = offsetof(ratewin_limit_options, reserved);
   CHECK(ratewin_limit_get(five, &back) == RATEWIN_EINVAL);
   ratewin_limit_free(five);
@@ -236,8 +237,11 @@ static void test_limits(void) {
 
 /* Every struct is free of padding: each ends where its last field ends. */
 _Static_assert(sizeof(ratewin_limit_options) ==
-                   offsetof(ratewin_limit_options, reserved2) + sizeof(int32_t),
+                   offsetof(ratewin_limit_options, burst) + sizeof(uint64_t),
                "ratewin_limit_options has trailing padding");
+_Static_assert(offsetof(ratewin_limit_options, burst) ==
+                   offsetof(ratewin_limit_options, reserved2) + sizeof(int32_t),
+               "ratewin_limit_options has padding before burst");
 _Static_assert(offsetof(ratewin_limit_options, algorithm) ==
                    offsetof(ratewin_limit_options, scope) + sizeof(uint64_t),
                "ratewin_limit_options has padding before algorithm");
@@ -916,7 +920,7 @@ static void test_algorithms(void) {
     memset(&got, 0x5A, sizeof got);
     got.size = sizeof got;
     CHECK(ratewin_limit_get(limits[i], &got) == 0);
-    CHECK(got.algorithm == algorithms[i] && got.reserved2 == 0);
+    CHECK(got.algorithm == algorithms[i] && got.reserved2 == 0 && got.burst == 0);
     CHECK(got.max == 10 && got.interval_ms == 1000 && got.scope == 0);
     CHECK(got.resolution_ms == (algorithms[i] == RATEWIN_ALGORITHM_FIXED_WINDOW ? 1000 : 100));
     /* What ratewin_limit_get gives makes the same limit again. */
@@ -1013,7 +1017,7 @@ static void test_algorithms(void) {
     int32_t algorithm, reserved2;
     const char* word;
   } bad[] = {
-      {1000, 0, 3, 0, "unknown algorithm 3"},
+      {1000, 0, 4, 0, "unknown algorithm 4"},
       {1000, 0, -1, 0, "unknown algorithm -1"},
       {1000, 0, INT32_MAX, 0, "algorithm"},
       {1000, 0, RATEWIN_ALGORITHM_SLIDING_WINDOW, 1, "reserved2"},
@@ -1104,6 +1108,312 @@ static void test_algorithms(void) {
   ratewin_limit_free(shared_sliding);
   ratewin_limit_free(fixed_explicit);
   for (size_t i = 0; i < 3; ++i) ratewin_limit_free(limits[i]);
+  ratewin_engine_close(engine);
+}
+
+/* ---- Token buckets (1.3) --------------------------------------------------------- */
+
+/* A token bucket of max per interval_ms with room for `burst` at once (0: max). */
+static ratewin_limit* make_bucket(uint64_t max, uint64_t interval_ms, uint64_t burst) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  o.max = max;
+  o.interval_ms = interval_ms;
+  o.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET;
+  o.burst = burst;
+  ratewin_limit* limit = NULL;
+  char* message = NULL;
+  CHECK(ratewin_limit_new(&o, &limit, &message) == 0 && limit != NULL && message == NULL);
+  if (message != NULL) fprintf(stderr, "  message: %s\n", message);
+  ratewin_free(message);
+  return limit;
+}
+
+/* A request of `cost` for `resource` under `limit` now. */
+static ratewin_decision acquire_cost(ratewin_engine* engine, uint64_t resource,
+                                     const ratewin_limit* limit, uint64_t cost) {
+  ratewin_decision d;
+  ratewin_decision_init(&d);
+  CHECK(ratewin_engine_try_acquire(engine, resource, limit, cost, &d, NULL) == 0);
+  return d;
+}
+
+/* The value of the decision's header `name`, "" when it has none (a static buffer). */
+static const char* header_of(const ratewin_decision* d, const char* wanted) {
+  static char value[RATEWIN_HEADER_VALUE_SIZE];
+  const char* name = NULL;
+  for (size_t i = 0; ratewin_decision_header(d, i, &name, value, sizeof value) == 0; ++i) {
+    if (strcmp(name, wanted) == 0) return value;
+  }
+  return "";
+}
+
+static void test_token_bucket(void) {
+  /* Made and read back: one unit every 100 ms, 4 at once; resolution_ms is the interval,
+   * burst the one in effect. */
+  ratewin_limit* bucket = make_bucket(10, 1000, 4);
+  ratewin_limit_options got;
+  memset(&got, 0x5A, sizeof got);
+  got.size = sizeof got;
+  CHECK(ratewin_limit_get(bucket, &got) == 0);
+  CHECK(got.algorithm == RATEWIN_ALGORITHM_TOKEN_BUCKET && got.burst == 4 && got.max == 10);
+  CHECK(got.interval_ms == 1000 && got.resolution_ms == 1000 && got.reserved2 == 0);
+  CHECK(got.scope == 0 && got.failure_policy == RATEWIN_FAILURE_LOCAL);
+  /* What ratewin_limit_get gives makes the same limit again. */
+  ratewin_limit* remade = NULL;
+  CHECK(ratewin_limit_new(&got, &remade, NULL) == 0 && remade != NULL);
+  ratewin_limit_options again;
+  ratewin_limit_options_init(&again);
+  CHECK(ratewin_limit_get(remade, &again) == 0 && memcmp(&again, &got, sizeof got) == 0);
+  ratewin_limit_free(remade);
+  /* burst 0 is max, and reads back as max: the same limit as burst == max, given its
+   * interval as resolution_ms or not. */
+  ratewin_limit* full = make_bucket(10, 1000, 0);
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(full, &got) == 0 && got.burst == 10 && got.resolution_ms == 1000);
+  ratewin_limit* full_explicit = NULL;
+  got.resolution_ms = 1000;
+  CHECK(ratewin_limit_new(&got, &full_explicit, NULL) == 0 && full_explicit != NULL);
+
+  /* On the manual clock: the burst passes at once, then one every interval / max. */
+  ratewin_engine* engine = open_manual_engine(1000);
+  const int64_t ms = kSecond / 1000;
+  ratewin_decision d;
+  for (uint64_t n = 0; n < 4; ++n) {
+    d = acquire_one(engine, 1, bucket);
+    CHECK(d.allowed == 1 && d.limit == 4 && d.remaining == 3 - n);
+    CHECK(d.reset_after_ns == (int64_t)(n + 1) * 100 * ms && d.retry_after_ns == 0);
+  }
+  d = acquire_one(engine, 1, bucket);
+  CHECK(d.allowed == 0 && d.limit == 4 && d.remaining == 0);
+  CHECK(d.retry_after_ns == 100 * ms && d.reset_after_ns == 400 * ms);
+  /* Its headers: X-RateLimit-Limit is the burst (not max), the delays rounded up. */
+  CHECK(strcmp(header_of(&d, "X-RateLimit-Limit"), "4") == 0);
+  CHECK(strcmp(header_of(&d, "X-RateLimit-Remaining"), "0") == 0);
+  CHECK(strcmp(header_of(&d, "X-RateLimit-Reset"), "1") == 0);
+  CHECK(strcmp(header_of(&d, "Retry-After"), "1") == 0);
+  /* retry_after is exact: 1 ms early it still refuses, saying 1 ms; then one passes, and
+   * the next one 100 ms later. */
+  atomic_fetch_add(&manual_clock, 99 * ms);
+  d = acquire_one(engine, 1, bucket);
+  CHECK(d.allowed == 0 && d.retry_after_ns == 1 * ms && d.reset_after_ns == 301 * ms);
+  atomic_fetch_add(&manual_clock, 1 * ms);
+  d = acquire_one(engine, 1, bucket);
+  CHECK(d.allowed == 1 && d.remaining == 0 && d.reset_after_ns == 400 * ms);
+  d = acquire_one(engine, 1, bucket);
+  CHECK(d.allowed == 0 && d.retry_after_ns == 100 * ms);
+  atomic_fetch_add(&manual_clock, 100 * ms);
+  CHECK(acquire_one(engine, 1, bucket).allowed == 1);
+  CHECK(acquire_one(engine, 1, bucket).allowed == 0);
+  /* 250 ms on, 2 units have come back and a half: a cost of 3 waits exactly 50 ms, a
+   * cost of 2 passes. */
+  atomic_fetch_add(&manual_clock, 250 * ms);
+  d = acquire_cost(engine, 1, bucket, 3);
+  CHECK(d.allowed == 0 && d.remaining == 2 && d.retry_after_ns == 50 * ms);
+  CHECK(strcmp(header_of(&d, "Retry-After"), "1") == 0);
+  d = acquire_cost(engine, 1, bucket, 2);
+  CHECK(d.allowed == 1 && d.remaining == 0 && d.reset_after_ns == 350 * ms);
+  /* More than the burst never passes, though it is within max. */
+  d = acquire_cost(engine, 1, bucket, 5);
+  CHECK(d.allowed == 0 && d.retry_after_ns == RATEWIN_NEVER && d.limit == 4);
+  CHECK(strcmp(header_of(&d, "Retry-After"), "") == 0);
+  /* Once full again, it has its burst and nothing to wait for. */
+  atomic_fetch_add(&manual_clock, 350 * ms);
+  d = acquire_cost(engine, 1, bucket, 0);
+  CHECK(d.allowed == 1 && d.remaining == 4 && d.reset_after_ns == 0);
+
+  /* Refund and reset: units given back pass again; a reset fills the bucket. */
+  CHECK(acquire_cost(engine, 1, bucket, 4).allowed == 1);
+  uint64_t refunded = 0;
+  CHECK(ratewin_engine_refund(engine, 1, bucket, 1, &refunded, NULL) == 0 && refunded == 1);
+  CHECK(remaining_of(engine, 1, bucket) == 1);
+  int32_t cleared = -1;
+  CHECK(ratewin_engine_reset(engine, 1, bucket, &cleared, NULL) == 0 && cleared == 1);
+  CHECK(remaining_of(engine, 1, bucket) == 4);
+
+  /* burst == max: max at once, then refused; the same limit as burst 0 (one bucket). */
+  for (int n = 0; n < 10; ++n) CHECK(acquire_one(engine, 2, full).allowed == 1);
+  d = acquire_one(engine, 2, full_explicit);
+  CHECK(d.allowed == 0 && d.limit == 10 && d.retry_after_ns == 100 * ms);
+  /* A bucket and a window of the same max count apart (each in its own scope). */
+  ratewin_limit* window = make_limit(10, 1000, 100, RATEWIN_FAILURE_LOCAL);
+  CHECK(remaining_of(engine, 2, window) == 10);
+
+  /* Token buckets of one named scope share their one time whatever their rates (a
+   * backlog of 1 s is the whole of both), and never share with a window. */
+  const uint64_t shared = ratewin_hash("buckets", 7);
+  ratewin_limit_options so;
+  ratewin_limit_options_init(&so);
+  so.max = 10;
+  so.interval_ms = 1000;
+  so.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET;
+  so.scope = shared;
+  ratewin_limit* slow_shared = NULL;
+  CHECK(ratewin_limit_new(&so, &slow_shared, NULL) == 0 && slow_shared != NULL);
+  so.max = 20;
+  ratewin_limit* fast_shared = NULL;
+  CHECK(ratewin_limit_new(&so, &fast_shared, NULL) == 0 && fast_shared != NULL);
+  so.algorithm = RATEWIN_ALGORITHM_FIXED_WINDOW;
+  ratewin_limit* window_shared = NULL;
+  CHECK(ratewin_limit_new(&so, &window_shared, NULL) == 0 && window_shared != NULL);
+  CHECK(acquire_cost(engine, 4, slow_shared, 10).allowed == 1);
+  d = acquire_one(engine, 4, fast_shared);
+  CHECK(d.allowed == 0 && d.limit == 20 && d.retry_after_ns == 50 * ms);
+  CHECK(remaining_of(engine, 4, window_shared) == 20);
+  ratewin_limit_free(window_shared);
+  ratewin_limit_free(fast_shared);
+  ratewin_limit_free(slow_shared);
+
+  /* All or nothing: the bucket refuses, and the window counts nothing. */
+  ratewin_acquisition items[2];
+  ratewin_decision decisions[2];
+  for (size_t i = 0; i < 2; ++i) {
+    ratewin_acquisition_init(&items[i]);
+    ratewin_decision_init(&decisions[i]);
+    items[i].resource = 2;
+  }
+  items[0].limit = window;
+  items[1].limit = full;
+  size_t refused = 9;
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
+  CHECK(refused == 1 && decisions[1].allowed == 0 && decisions[1].limit == 10);
+  CHECK(decisions[1].retry_after_ns == 100 * ms);
+  CHECK(remaining_of(engine, 2, window) == 10);
+
+  /* Refused, *out untouched, in the struct's terms. */
+  ratewin_limit* out = (ratewin_limit*)&so; /* a sentinel that must not change */
+  ratewin_limit* const sentinel = out;
+  char* message = NULL;
+  struct {
+    uint64_t max, interval_ms, resolution_ms, burst;
+    int32_t algorithm;
+    const char* word;
+  } bad[] = {
+      {10, 1000, 0, 4, RATEWIN_ALGORITHM_SLIDING_WINDOW,
+       "burst 4 with RATEWIN_ALGORITHM_SLIDING_WINDOW: burst applies to "
+       "RATEWIN_ALGORITHM_TOKEN_BUCKET only"},
+      {10, 1000, 0, 10, RATEWIN_ALGORITHM_STRICT_WINDOW, "RATEWIN_ALGORITHM_STRICT_WINDOW"},
+      {10, 1000, 0, 1, RATEWIN_ALGORITHM_FIXED_WINDOW, "RATEWIN_ALGORITHM_FIXED_WINDOW"},
+      {10, 1000, 100, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET,
+       "resolution_ms 100 with RATEWIN_ALGORITHM_TOKEN_BUCKET: a token bucket's resolution_ms "
+       "is its interval_ms 1000 (or 0)"},
+      {10, 1000, 2000, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET, "resolution_ms 2000"},
+      {10, 1000, 0, RATEWIN_LIMIT_MAX_COUNT + 1, RATEWIN_ALGORITHM_TOKEN_BUCKET,
+       "burst must be at most 4294967295, got 4294967296"},
+      {10, 1000, 0, UINT64_MAX, RATEWIN_ALGORITHM_TOKEN_BUCKET, "burst must be at most"},
+      /* One unit every 6 s: 715828 of them take longer than 4294967295 ms. */
+      {10, 60000, 0, 715828, RATEWIN_ALGORITHM_TOKEN_BUCKET,
+       "a token bucket of max 10 per interval_ms 60000 takes longer than 4294967295 ms to "
+       "refill burst 715828 (burst x interval_ms / max)"},
+      {10, 60000, 0, 1000000000, RATEWIN_ALGORITHM_TOKEN_BUCKET, "refill burst 1000000000"},
+      /* 60 days: refilling max takes that long, whatever the burst. */
+      {1000, UINT64_C(60) * 86400000, 0, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET,
+       "takes longer than 4294967295 ms to refill max 1000 (burst 0: max)"},
+      {1000, UINT64_C(60) * 86400000, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET,
+       "per interval_ms 5184000000 takes longer than 4294967295 ms to refill max 1000 (the "
+       "refill of max must fit too, whatever the burst)"},
+      {1000, RATEWIN_LIMIT_MAX_INTERVAL_MS + 1, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET, "366 days"},
+      {0, 1000, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET, "max must be from 1"},
+      {10, 0, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET, "interval_ms"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    ratewin_limit_options b;
+    ratewin_limit_options_init(&b);
+    b.max = bad[i].max;
+    b.interval_ms = bad[i].interval_ms;
+    b.resolution_ms = bad[i].resolution_ms;
+    b.burst = bad[i].burst;
+    b.algorithm = bad[i].algorithm;
+    CHECK_ERROR(ratewin_limit_new(&b, &out, &message), RATEWIN_EINVAL, message, bad[i].word);
+    CHECK(out == sentinel);
+  }
+  /* At the bounds: the slowest bucket of 10 per minute, a burst above max, a burst of 1
+   * on a bucket whose max refills within the bound. */
+  ratewin_limit* slowest = make_bucket(10, 60000, 715827);
+  ratewin_limit_free(slowest);
+  ratewin_limit* above = make_bucket(3, 1000, 5);
+  d = acquire_cost(engine, 3, above, 5);
+  CHECK(d.allowed == 1 && d.limit == 5 && d.reset_after_ns == 1666666670); /* 5 x 1/3 s, up */
+  ratewin_limit_free(above);
+  ratewin_limit* one = make_bucket(1000, UINT64_C(49) * 86400000, 1);
+  ratewin_limit_free(one);
+
+  /* A caller built against 1.2 passes the options without algorithm nor burst: a sliding
+   * window, whatever lies beyond its size. */
+  ratewin_limit_options old;
+  ratewin_limit_options_init(&old);
+  old.size = offsetof(ratewin_limit_options, algorithm);
+  old.max = 10;
+  old.interval_ms = 1000;
+  old.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET; /* beyond the size it gave: not read */
+  old.burst = 4;                                  /* (nor this) */
+  ratewin_limit* old_limit = NULL;
+  CHECK(ratewin_limit_new(&old, &old_limit, NULL) == 0 && old_limit != NULL);
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(old_limit, &got) == 0);
+  CHECK(got.algorithm == RATEWIN_ALGORITHM_SLIDING_WINDOW && got.burst == 0);
+  CHECK(got.resolution_ms == 100);
+  ratewin_limit_free(old_limit);
+  /* ... and reads a token bucket's settings as far as its size goes. */
+  memset(&got, 0x5A, sizeof got);
+  got.size = offsetof(ratewin_limit_options, algorithm);
+  CHECK(ratewin_limit_get(bucket, &got) == 0 && got.max == 10 && got.interval_ms == 1000);
+  CHECK(got.resolution_ms == 1000 && got.scope == 0);
+  CHECK(got.algorithm == 0x5A5A5A5A && got.burst == UINT64_C(0x5A5A5A5A5A5A5A5A));
+
+  /* A caller whose struct ends before burst (a 1.3 header without it) makes a token bucket
+   * with burst max, whatever lies beyond its size. */
+  ratewin_limit_options early;
+  ratewin_limit_options_init(&early);
+  early.size = offsetof(ratewin_limit_options, burst);
+  early.max = 10;
+  early.interval_ms = 1000;
+  early.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET;
+  early.burst = 4; /* beyond the size it gave: not read */
+  ratewin_limit* early_limit = NULL;
+  CHECK(ratewin_limit_new(&early, &early_limit, NULL) == 0 && early_limit != NULL);
+  memset(&got, 0x5A, sizeof got);
+  got.size = offsetof(ratewin_limit_options, burst);
+  CHECK(ratewin_limit_get(early_limit, &got) == 0);
+  CHECK(got.size == offsetof(ratewin_limit_options, burst));
+  CHECK(got.algorithm == RATEWIN_ALGORITHM_TOKEN_BUCKET && got.reserved2 == 0);
+  CHECK(got.resolution_ms == 1000 && got.burst == UINT64_C(0x5A5A5A5A5A5A5A5A));
+  got.size = sizeof got;
+  CHECK(ratewin_limit_get(early_limit, &got) == 0 && got.burst == 10);
+  /* It is the full bucket: the same one. */
+  CHECK(remaining_of(engine, 2, early_limit) == 0);
+  /* Without burst, a window's options from such a caller still work. */
+  early.algorithm = RATEWIN_ALGORITHM_FIXED_WINDOW;
+  ratewin_limit* early_fixed = NULL;
+  CHECK(ratewin_limit_new(&early, &early_fixed, NULL) == 0 && early_fixed != NULL);
+  ratewin_limit_free(early_fixed);
+  ratewin_limit_free(early_limit);
+
+  /* A caller built against a newer header: its burst is applied while the fields this
+   * library does not know are 0. */
+  struct {
+    ratewin_limit_options known;
+    uint64_t newer[2];
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  ratewin_limit_options_init(&newer.known);
+  newer.known.size = sizeof newer;
+  newer.known.max = 10;
+  newer.known.interval_ms = 1000;
+  newer.known.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET;
+  newer.known.burst = 4;
+  ratewin_limit* grown = NULL;
+  CHECK(ratewin_limit_new(&newer.known, &grown, &message) == 0 && grown != NULL);
+  CHECK(message == NULL);
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(grown, &got) == 0 && got.burst == 4);
+  CHECK(remaining_of(engine, 1, grown) == remaining_of(engine, 1, bucket));
+  ratewin_limit_free(grown);
+
+  ratewin_limit_free(window);
+  ratewin_limit_free(full_explicit);
+  ratewin_limit_free(full);
+  ratewin_limit_free(bucket);
   ratewin_engine_close(engine);
 }
 
@@ -1839,6 +2149,7 @@ int main(void) {
   test_reset_and_refund();
   test_try_acquire_all();
   test_algorithms();
+  test_token_bucket();
   test_try_acquire_all_async_local();
   test_threads();
   test_redis_unreachable();

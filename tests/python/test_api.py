@@ -128,13 +128,27 @@ def test_limit_repr_reads_back():
                   ratewin.Limit(3, per=10, algorithm="strict_window"),
                   ratewin.Limit(3, per=10, algorithm="fixed_window", scope="login"),
                   ratewin.Limit(3, per=10, on_failure="closed",
-                                algorithm=ratewin.Algorithm.FIXED_WINDOW).with_max(9)):
+                                algorithm=ratewin.Algorithm.FIXED_WINDOW).with_max(9),
+                  ratewin.Limit(3, per=10, algorithm="token_bucket"),
+                  ratewin.Limit(3, per=10, algorithm="token_bucket", burst=3),
+                  ratewin.Limit(3, per=10, algorithm="token_bucket", burst=5, scope="login"),
+                  ratewin.Limit(3, per=10, algorithm="token_bucket", burst=2).with_max(9),
+                  ratewin.Limit(3, per=10, algorithm="token_bucket", burst=9).with_max(9),
+                  ratewin.Limit(3, per=10, algorithm="token_bucket").with_max(9)):
         text = repr(limit)
         assert text.startswith("Limit(")
-        assert eval(text, {"Limit": ratewin.Limit}) == limit
+        back = eval(text, {"Limit": ratewin.Limit})
+        assert back == limit and back.scope == limit.scope and back.burst == limit.burst
         assert ("algorithm=" in text) == (limit.algorithm != "sliding_window")
     assert repr(ratewin.Limit(3, per=10, algorithm="fixed_window")) == \
         "Limit(3, per=10.0, resolution=10.0, algorithm='fixed_window')"
+    # A token bucket's burst shows when it is not max.
+    assert repr(ratewin.Limit(3, per=10, algorithm="token_bucket", burst=3)) == \
+        "Limit(3, per=10.0, resolution=10.0, algorithm='token_bucket')"
+    assert repr(ratewin.Limit(3, per=10, algorithm="token_bucket", burst=5)) == \
+        "Limit(3, per=10.0, resolution=10.0, algorithm='token_bucket', burst=5)"
+    assert repr(ratewin.Limit(3, per=10, algorithm="token_bucket", burst=9).with_max(9)) == \
+        "Limit(3, per=10.0, resolution=10.0, algorithm='token_bucket', burst=9).with_max(9)"
 
 
 def test_failure_policies():

@@ -46,14 +46,15 @@ def test_scope_must_be_a_nonempty_str():
 
 # ---- algorithms -------------------------------------------------------------------------
 
-ALGORITHMS = ("sliding_window", "strict_window", "fixed_window")
+WINDOWS = ("sliding_window", "strict_window", "fixed_window")
+ALGORITHMS = WINDOWS + ("token_bucket",)
 
 
 def test_each_algorithm_decides_its_own_way(engine, clock):
     # The same burst at the start of a second (the manual clock starts on one), then the
     # same requests at the same times: the algorithms differ in how the subinterval
     # leaving the window counts.
-    sliding, strict, fixed = (ratewin.Limit(10, per=1, algorithm=a) for a in ALGORITHMS)
+    sliding, strict, fixed = (ratewin.Limit(10, per=1, algorithm=a) for a in WINDOWS)
     assert (sliding.resolution, strict.resolution, fixed.resolution) == (0.1, 0.1, 1.0)
     for limit in (sliding, strict, fixed):
         for _ in range(10):
@@ -113,13 +114,13 @@ def test_algorithms_by_name_or_enum():
     assert ratewin.Limit(10, per=60, algorithm="strict_window") != ratewin.Limit(10, per=60)
     assert ratewin.Limit(10, per=60, algorithm="strict_window").with_max(5).algorithm == \
         "strict_window"
-    assert len({ratewin.Limit(10, per=60, algorithm=a) for a in ALGORITHMS * 2}) == 3
+    assert len({ratewin.Limit(10, per=60, algorithm=a) for a in ALGORITHMS * 2}) == 4
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
-    ({"algorithm": "token_bucket"}, ValueError,
-     "^algorithm must be one of sliding_window, strict_window, fixed_window, got "
-     "'token_bucket'$"),
+    ({"algorithm": "leaky_bucket"}, ValueError,
+     "^algorithm must be one of sliding_window, strict_window, fixed_window, token_bucket, "
+     "got 'leaky_bucket'$"),
     ({"algorithm": "Sliding_Window"}, ValueError, "got 'Sliding_Window'"),
     ({"algorithm": ""}, ValueError, "got ''$"),
     ({"algorithm": 1}, TypeError, "algorithm must be a str, not int"),
@@ -141,6 +142,158 @@ def test_algorithm_errors_in_pythons_terms(kwargs, error, words):
         del kwargs["algorithm"]
         kwargs.pop("resolution", None)
         assert ratewin.Limit(10, algorithm="strict_window", **kwargs)
+
+
+# ---- token buckets ----------------------------------------------------------------------
+
+def test_a_token_bucket_passes_its_burst_then_one_every_per_over_max(engine, clock):
+    # 10 a second, 4 at once: one unit comes back every 100 ms.
+    bucket = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=4)
+    assert (bucket.max, bucket.burst, bucket.algorithm) == (10, 4, "token_bucket")
+    for n in range(4):
+        d = engine.try_acquire("k", bucket)
+        assert d and d.limit == 4 and d.remaining == 3 - n
+        assert d.reset_after == pytest.approx(0.1 * (n + 1), abs=1e-9)
+    refused = engine.try_acquire("k", bucket)
+    assert not refused and refused.limit == 4 and refused.remaining == 0
+    assert refused.retry_after == pytest.approx(0.1, abs=1e-9)
+    assert refused.reset_after == pytest.approx(0.4, abs=1e-9)
+    # X-RateLimit-Limit is the burst, the most admitted at once, not max.
+    assert refused.headers() == {"X-RateLimit-Limit": "4", "X-RateLimit-Remaining": "0",
+                                 "X-RateLimit-Reset": "1", "Retry-After": "1"}
+    # retry_after is exact: 1 ms early it says 1 ms; then one passes, and the next one
+    # 100 ms later.
+    clock.advance(0.099)
+    assert engine.try_acquire("k", bucket).retry_after == pytest.approx(0.001, abs=1e-9)
+    clock.advance(0.001)
+    assert engine.try_acquire("k", bucket)
+    assert engine.try_acquire("k", bucket).retry_after == pytest.approx(0.1, abs=1e-9)
+    clock.advance(0.1)
+    assert engine.try_acquire("k", bucket)
+    assert not engine.try_acquire("k", bucket)
+    # 250 ms on, two and a half units are back: a cost of 3 waits exactly 50 ms, 2 pass.
+    clock.advance(0.25)
+    three = engine.try_acquire("k", bucket, 3)
+    assert not three and three.remaining == 2
+    assert three.retry_after == pytest.approx(0.05, abs=1e-9)
+    assert engine.try_acquire("k", bucket, 2)
+    # More than the burst never passes, though it is within max.
+    never = engine.try_acquire("k", bucket, 5)
+    assert not never and not never.can_ever_pass and never.retry_after == math.inf
+    assert "Retry-After" not in never.headers()
+    # Full again: the whole burst, nothing to wait for.
+    clock.advance(0.35)
+    full = engine.try_acquire("k", bucket, 0)
+    assert full.remaining == 4 and full.reset_after == 0
+    # Refund and reset work on a bucket too.
+    assert engine.try_acquire("k", bucket, 4)
+    assert engine.refund("k", bucket, 1) == 1
+    assert engine.try_acquire("k", bucket, 0).remaining == 1
+    assert engine.reset("k", bucket)
+    assert engine.try_acquire("k", bucket, 0).remaining == 4
+
+
+def test_a_token_buckets_burst_defaults_to_max(engine):
+    bucket = ratewin.Limit(10, per=1, algorithm=ratewin.Algorithm.TOKEN_BUCKET)
+    assert bucket.burst == 10 and bucket.algorithm == ratewin.Algorithm.TOKEN_BUCKET
+    # Its resolution is its window, given or not.
+    assert (bucket.resolution, bucket.subintervals) == (1.0, 1)
+    assert bucket == ratewin.Limit(10, per=1, resolution=1, algorithm="token_bucket")
+    # burst=max is the default: the same limit, the same hash, the same bucket.
+    same = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=10)
+    assert same == bucket and hash(same) == hash(bucket)
+    assert engine.try_acquire("k", bucket, 10)
+    refused = engine.try_acquire("k", same)
+    assert not refused and refused.limit == 10
+    assert refused.retry_after == pytest.approx(0.1, abs=1e-9)
+    # Another burst is another limit, counted apart; so is a window of the same max.
+    other = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=4)
+    assert other != bucket and hash(other) != hash(bucket)
+    assert engine.try_acquire("k", other, 0).remaining == 4
+    assert engine.try_acquire("k", ratewin.Limit(10, per=1), 0).remaining == 10
+    # A burst may exceed max: more at once, the same rate after.
+    big = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=25)
+    assert big.burst == 25 and engine.try_acquire("k", big, 25).limit == 25
+    # The windows' burst is their max.
+    assert [ratewin.Limit(7, per=60, algorithm=a).burst for a in WINDOWS] == [7, 7, 7]
+
+
+def test_with_max_keeps_a_token_buckets_burst():
+    small = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=4)
+    assert small.with_max(20).burst == 4 and small.with_max(20).max == 20
+    assert small.with_max(20).algorithm == "token_bucket"
+    # A burst left at max follows max.
+    assert ratewin.Limit(10, per=1, algorithm="token_bucket").with_max(20).burst == 20
+    # A new max that would make the bucket too slow to refill is refused.
+    slowest = ratewin.Limit(10, per=60, algorithm="token_bucket", burst=715827)
+    with pytest.raises(ValueError, match=r"^Limit.with_max: a token_bucket of 9 per 60.0 s "
+                       r"takes longer than 4294967.295 s to refill its burst"):
+        slowest.with_max(9)
+
+
+def test_token_buckets_of_a_named_scope_share_their_time(engine, clock):
+    slow = ratewin.Limit(10, per=1, algorithm="token_bucket", scope="buckets")
+    fast = ratewin.Limit(20, per=1, algorithm="token_bucket", scope="buckets")
+    window = ratewin.Limit(20, per=1, algorithm="fixed_window", scope="buckets")
+    assert engine.try_acquire("k", slow, 10)
+    # A backlog of 1 s is the whole of either bucket: the fast one waits one of its units.
+    refused = engine.try_acquire("k", fast)
+    assert not refused and refused.retry_after == pytest.approx(0.05, abs=1e-9)
+    # A window of that scope counts apart.
+    assert engine.try_acquire("k", window, 0).remaining == 20
+
+
+def test_try_acquire_all_with_a_token_bucket(engine):
+    window = ratewin.Limit(100, per=60)
+    bucket = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=2)
+    assert engine.try_acquire_all("k", [window, bucket], cost=2)
+    refused = engine.try_acquire_all("k", [window, bucket])
+    assert refused.refused == 1 and refused.decision.limit == 2
+    assert refused.headers()["X-RateLimit-Limit"] == "2"
+    assert refused.retry_after == pytest.approx(0.1, abs=1e-9)
+    # The refused request counted against neither.
+    assert engine.try_acquire("k", window, 0).remaining == 98
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"burst": 4, "algorithm": "sliding_window"}, ValueError,
+     "^Limit: burst applies to algorithm='token_bucket', not algorithm='sliding_window'$"),
+    ({"burst": 4, "algorithm": "fixed_window"}, ValueError, "not algorithm='fixed_window'"),
+    ({"burst": None, "algorithm": "strict_window", "resolution": 7}, ValueError,
+     "resolution=7.0 s does not divide per=60.0 s"),
+    ({"burst": 0}, ValueError, "^burst must be between 1 and 4294967295, got 0$"),
+    ({"burst": -1}, ValueError, "burst must be between 1 and 4294967295, got -1"),
+    ({"burst": 2**32}, ValueError, "burst must be between 1 and 4294967295, got 4294967296"),
+    ({"burst": "4"}, TypeError, "^burst must be an int, not str$"),
+    ({"burst": True}, TypeError, "burst must be an int, not bool"),
+    ({"burst": 4.0}, TypeError, "burst must be an int, not float"),
+    ({"resolution": 6}, ValueError,
+     r"^Limit: a token_bucket has no subintervals: its resolution is per=60.0 s, not "
+     r"resolution=6.0 s: leave resolution out$"),
+    # One unit every 6 s: 715828 of them take longer than 2^32 - 1 ms to come back.
+    ({"burst": 715828}, ValueError,
+     r"^Limit: a token_bucket of 10 per 60.0 s takes longer than 4294967.295 s to refill "
+     r"burst=715828 \(burst x per / max\)$"),
+    ({"per": 60 * 86400}, ValueError,
+     r"^Limit: a token_bucket of 10 per 5184000.0 s takes longer than 4294967.295 s to "
+     r"refill max=10 \(burst=None: max\)$"),
+    # The refill of max must fit whatever the burst.
+    ({"per": 60 * 86400, "burst": 1}, ValueError,
+     r"to refill max=10 \(the refill of max must fit too, whatever the burst\)$"),
+    ({"per": 367 * 86400, "burst": 1}, ValueError, "366 days"),
+])
+def test_token_bucket_errors_in_pythons_terms(kwargs, error, words):
+    kwargs.setdefault("per", 60)
+    kwargs.setdefault("algorithm", "token_bucket")
+    with pytest.raises(error, match=words) as raised:
+        ratewin.Limit(10, **kwargs)
+    assert "ms" not in str(raised.value) and "ratewin::" not in str(raised.value)
+
+
+def test_the_slowest_token_buckets():
+    assert ratewin.Limit(10, per=60, algorithm="token_bucket", burst=715827).burst == 715827
+    assert ratewin.Limit(1000, per=49 * 86400, algorithm="token_bucket", burst=1).burst == 1
+    assert ratewin.Limit(1, per=4294967.295, algorithm="token_bucket").per == 4294967.295
 
 
 # ---- limit strings ----------------------------------------------------------------------

@@ -26,6 +26,18 @@ def test_two_engines_share_one_limit_exactly(redis):
     assert keys, "the counts live in Redis under the key prefix"
 
 
+def test_two_engines_share_one_token_bucket_exactly(redis):
+    # One unit back every 6 minutes: the burst is all the two engines admit between them.
+    bucket = ratewin.Limit(10, per=3600, algorithm="token_bucket", burst=4)
+    with ratewin.Engine(redis.url) as a, ratewin.Engine(redis.url) as b:
+        decisions = [(a if i % 2 else b).try_acquire("shared", bucket) for i in range(30)]
+        assert sum(1 for d in decisions if d) == 4
+        assert not any(d.degraded for d in decisions)
+        assert all(d.limit == 4 for d in decisions)
+        refused = b.try_acquire("shared", bucket)
+        assert not refused and 0 < refused.retry_after <= 360
+
+
 def test_key_prefix_separates_applications(redis):
     limit = ratewin.Limit(3, per=3600)
     with ratewin.Engine(redis.url, key_prefix="app1") as a, \

@@ -54,6 +54,9 @@ def test_package_and_its_users_type_check(tmp_path):
             fixed = ratewin.Limit(3, per=60, algorithm="fixed_window")
             algorithm: str = strict.algorithm
             same: bool = fixed.algorithm == ratewin.Algorithm.FIXED_WINDOW
+            bucket = ratewin.Limit(10, per=1, algorithm=ratewin.Algorithm.TOKEN_BUCKET, burst=4)
+            full = ratewin.Limit(10, per=1, algorithm="token_bucket", burst=None)
+            burst: int = bucket.burst + full.burst
             both: ratewin.Decisions = engine.try_acquire_all("user:42", limits, cost=1)
             refused: int | None = both.refused
             each: list[ratewin.Decision | None] = both.decisions

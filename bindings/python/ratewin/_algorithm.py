@@ -18,6 +18,10 @@ class Algorithm(str, enum.Enum):
     #: Windows of ``per`` seconds aligned on the clock, one counter each (resolution is
     #: per): never more than max per window, up to 2 x max across a boundary.
     FIXED_WINDOW = "fixed_window"
+    #: A token bucket (GCRA): refills at max per ``per`` seconds, one unit every per / max,
+    #: and holds ``burst`` units (max unless given): ``burst`` at once, then that rate. Its
+    #: decisions' ``limit`` is the burst.
+    TOKEN_BUCKET = "token_bucket"
 
     def __str__(self) -> str:
         return str(self.value)

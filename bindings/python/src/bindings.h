@@ -62,6 +62,7 @@ std::uint64_t to_resource(py::handle resource);
     explicit Name(py::handle h) : py::handle(h) {}        \
   }
 RATEWIN_PYTHON_ARG(IntArg);
+RATEWIN_PYTHON_ARG(OptionalIntArg);
 RATEWIN_PYTHON_ARG(SecondsArg);
 RATEWIN_PYTHON_ARG(OptionalSecondsArg);
 RATEWIN_PYTHON_ARG(ResourceArg);
@@ -93,6 +94,7 @@ namespace pybind11::detail {
     }                                                                                       \
   }
 RATEWIN_PYTHON_ARG_CASTER(IntArg, "int");
+RATEWIN_PYTHON_ARG_CASTER(OptionalIntArg, "int | None");
 RATEWIN_PYTHON_ARG_CASTER(SecondsArg, "float | datetime.timedelta");
 RATEWIN_PYTHON_ARG_CASTER(OptionalSecondsArg, "float | datetime.timedelta | None");
 RATEWIN_PYTHON_ARG_CASTER(ResourceArg, "str | bytes | int");

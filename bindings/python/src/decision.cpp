@@ -37,11 +37,13 @@ void init_decision(py::module_& m) {
       .def_readonly("degraded", &Decision::degraded,
                     "Redis was unreachable: the decision followed the limit's on_failure "
                     "policy.")
-      .def_readonly("limit", &Decision::limit, "The limit's max.")
+      .def_readonly("limit", &Decision::limit,
+                    "The limit's max (a token_bucket's burst: the most admitted at once).")
       .def_readonly("remaining", &Decision::remaining, "Units that could still be admitted now.")
       .def_property_readonly(
           "reset_after", [](const Decision& d) { return to_seconds(d.reset_after); },
-          "Seconds until the window holds nothing of the counts made so far.")
+          "Seconds until the window holds nothing of the counts made so far (a token_bucket: "
+          "until it is full).")
       .def_property_readonly(
           "retry_after",
           [](const Decision& d) {
@@ -49,9 +51,11 @@ void init_decision(py::module_& m) {
                                      : std::numeric_limits<double>::infinity();
           },
           "0 when allowed; else seconds until the same request would be allowed if nothing "
-          "else arrived; math.inf if it never can (its cost exceeds max).")
-      .def_property_readonly("can_ever_pass", &Decision::can_ever_pass,
-                             "False when the cost exceeds the limit's max.")
+          "else arrived; math.inf if it never can (its cost exceeds max, a token_bucket's "
+          "burst).")
+      .def_property_readonly(
+          "can_ever_pass", &Decision::can_ever_pass,
+          "False when the cost exceeds the limit's max (a token_bucket's burst).")
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def(
           "headers",

@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 
@@ -28,7 +29,8 @@ Algorithm to_algorithm(py::handle value) {
   Algorithm algorithm{};
   if (!parse_algorithm(text, algorithm)) {
     throw py::value_error(
-        "algorithm must be one of sliding_window, strict_window, fixed_window, got " +
+        "algorithm must be one of sliding_window, strict_window, fixed_window, token_bucket, "
+        "got " +
         py::repr(py::str(text)).cast<std::string>());
   }
   return algorithm;
@@ -57,10 +59,13 @@ class ScopeNames {
   struct Name {
     std::string text;  // the scope's name, or the max of the limit whose own scope it is
     bool derived;      // the own scope of another limit (Limit.with_max)
+    // That limit's token_bucket burst when it is not its max (0 otherwise): its own scope
+    // follows from it, and Limit.with_max keeps it.
+    std::uint64_t burst = 0;
   };
-  void record(std::uint64_t id, std::string text, bool derived) {
+  void record(std::uint64_t id, std::string text, bool derived, std::uint64_t burst = 0) {
     std::lock_guard lock(mutex_);
-    if (names_.size() < kMax) names_.try_emplace(id, Name{std::move(text), derived});
+    if (names_.size() < kMax) names_.try_emplace(id, Name{std::move(text), derived, burst});
   }
   std::optional<Name> find(std::uint64_t id) const {
     std::lock_guard lock(mutex_);
@@ -96,17 +101,41 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return py::repr(py::float_(static_cast<double>(ms.count()) / 1000.0)).cast<std::string>();
 }
 
-// Raises ValueError for what Limit's constructor and with_algorithm would refuse, in
-// Python's terms (the arguments' names, seconds). For a fixed window, `resolution` is the
-// one chosen for per (its own, the whole window, comes with with_algorithm).
+// Raises ValueError for what Limit's constructor, with_algorithm and with_burst would
+// refuse, in Python's terms (the arguments' names, seconds). For a fixed window or a token
+// bucket, `resolution` is the one chosen for per (its own, the whole window, comes with
+// with_algorithm). burst 0: burst=None (max).
 void check_limit(std::uint64_t max, std::chrono::milliseconds per,
-                 std::chrono::milliseconds resolution, Algorithm algorithm) {
+                 std::chrono::milliseconds resolution, Algorithm algorithm, std::uint64_t burst) {
   const auto s = [](std::chrono::milliseconds ms) { return seconds_text(ms) + " s"; };
   const bool fixed = algorithm == Algorithm::fixed_window;
-  switch (Limit::problem(max, per, resolution, algorithm)) {
+  const bool bucket = algorithm == Algorithm::token_bucket;
+  // A token bucket too slow to refill `what` ("burst=N" or "max=N").
+  const auto too_slow = [&](const std::string& what, const char* why) {
+    return py::value_error("Limit: a token_bucket of " + std::to_string(max) + " per " + s(per) +
+                           " takes longer than " + s(Limit::kMaxResolution) + " to refill " + what +
+                           " (" + why + ")");
+  };
+  // ... its max, with burst=None or whatever the burst.
+  const auto max_too_slow = [&] {
+    const char* why =
+        burst == 0 ? "burst=None: max" : "the refill of max must fit too, whatever the burst";
+    return too_slow("max=" + std::to_string(max), why);
+  };
+  LimitProblem problem = Limit::problem(max, per, resolution, algorithm, burst);
+  // with_algorithm makes a token bucket with its burst at max before with_burst sets it:
+  // the refill of max must fit too, whatever the burst.
+  if (problem == LimitProblem::none && bucket && burst != 0) {
+    problem = Limit::problem(max, per, resolution, algorithm);
+    if (problem == LimitProblem::bucket_too_slow) throw max_too_slow();
+  }
+  switch (problem) {
     case LimitProblem::none:
       return;
     case LimitProblem::resolution_too_long:
+      // (A token bucket's resolution was chosen for per: a per that long takes longer
+      // than that to refill max.)
+      if (bucket) throw max_too_slow();
       if (!fixed) {
         throw py::value_error("Limit: resolution=" + s(resolution) +
                               " is longer than the longest, " + s(Limit::kMaxResolution));
@@ -117,6 +146,12 @@ void check_limit(std::uint64_t max, std::chrono::milliseconds per,
       throw py::value_error("Limit: per=" + s(per) + " is longer than the longest fixed_window, " +
                             s(Limit::kMaxResolution) +
                             " (its one subinterval is the whole window)");
+    case LimitProblem::burst_too_large:  // (burst was checked as it was read)
+      throw py::value_error("Limit: burst=" + std::to_string(burst) + " is more than " +
+                            std::to_string(Limit::kMaxCount));
+    case LimitProblem::bucket_too_slow:
+      if (burst == 0) throw max_too_slow();
+      throw too_slow("burst=" + std::to_string(burst), "burst x per / max");
     case LimitProblem::interval_too_long:
       throw py::value_error("Limit: per=" + s(per) + " is longer than the longest window, 366 days");
     case LimitProblem::resolution_does_not_divide:
@@ -148,6 +183,12 @@ std::string limit_repr(const Limit& l) {
   if (l.algorithm() != Algorithm::sliding_window) {
     text += std::string(", algorithm='") + algorithm_name(l.algorithm()) + "'";
   }
+  // A token bucket's burst when it is not max (for a limit made by with_max, when it was
+  // not the max of the limit it was made from).
+  const std::uint64_t burst = derived ? name->burst : l.burst() != l.max() ? l.burst() : 0;
+  if (l.algorithm() == Algorithm::token_bucket && burst != 0) {
+    text += ", burst=" + std::to_string(burst);
+  }
   text += ")";
   if (derived) text += ".with_max(" + std::to_string(l.max()) + ")";
   return text;
@@ -168,30 +209,46 @@ void init_limit(py::module_& m) {
                     "subintervals of `resolution` seconds (per / resolution of them). Limits "
                     "are immutable values, safe to share between threads.")
       .def(py::init([](IntArg max, SecondsArg per, OptionalSecondsArg resolution,
-                       PolicyArg on_failure, OptionalStrArg scope, StrArg algorithm) {
+                       PolicyArg on_failure, OptionalStrArg scope, StrArg algorithm,
+                       OptionalIntArg burst) {
              const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
              const auto interval = to_milliseconds(per, "per");
              const auto given = resolution.is_none() ? std::optional<std::chrono::milliseconds>()
                                                      : to_milliseconds(resolution, "resolution");
              const Algorithm how = to_algorithm(algorithm);
              const bool fixed = how == Algorithm::fixed_window;
-             // A fixed window's one subinterval is the window: a resolution that says
-             // otherwise is refused rather than ignored.
+             const bool bucket = how == Algorithm::token_bucket;
+             // A fixed window's one subinterval is the window, and a token bucket has none:
+             // a resolution that says otherwise is refused rather than ignored.
              if (fixed && given && *given != interval) {
                throw py::value_error("Limit: a fixed_window's resolution is its window, per=" +
                                      seconds_text(interval) + " s, not resolution=" +
                                      seconds_text(*given) + " s: leave resolution out");
              }
-             const auto step = given && !fixed ? *given : Limit::default_resolution(interval);
-             check_limit(count, interval, step, how);
-             return with_scope_name(Limit(count, interval, step)
-                                        .with_algorithm(how)
-                                        .with_failure_policy(to_policy(on_failure)),
-                                    scope);
+             if (bucket && given && *given != interval) {
+               throw py::value_error(
+                   "Limit: a token_bucket has no subintervals: its resolution is per=" +
+                   seconds_text(interval) + " s, not resolution=" + seconds_text(*given) +
+                   " s: leave resolution out");
+             }
+             // A burst, for a token bucket only; 0: None, max.
+             if (!burst.is_none() && !bucket) {
+               throw py::value_error(std::string("Limit: burst applies to "
+                                                 "algorithm='token_bucket', not algorithm='") +
+                                     algorithm_name(how) + "'");
+             }
+             const std::uint64_t room =
+                 burst.is_none() ? 0 : to_u64(burst, "burst", 1, Limit::kMaxCount);
+             const auto step =
+                 given && !fixed && !bucket ? *given : Limit::default_resolution(interval);
+             check_limit(count, interval, step, how, room);
+             Limit limit = Limit(count, interval, step).with_algorithm(how);
+             if (bucket) limit = limit.with_burst(room);
+             return with_scope_name(limit.with_failure_policy(to_policy(on_failure)), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
            py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
-           py::arg("algorithm") = "sliding_window",
+           py::arg("algorithm") = "sliding_window", py::arg("burst") = py::none(),
            "Limit(100, per=60) allows 100 units a minute. `per` and `resolution` are seconds "
            "(int, float or datetime.timedelta, whole milliseconds); resolution must divide "
            "per and defaults to per / 10 (or the nearest coarser divisor). `on_failure` is a "
@@ -202,7 +259,10 @@ void init_limit(py::module_& m) {
            "overlap; 'strict_window' counts it in full until it has left, so that no sliding "
            "window of per seconds ever holds more than max; 'fixed_window' counts windows of "
            "per seconds aligned on the clock (its resolution is per; up to 2 x max across a "
-           "boundary). Raises ValueError for a bad limit.")
+           "boundary); 'token_bucket' refills at max per `per` seconds, one unit every per / "
+           "max, and holds `burst` units (an int; None, the default, is max), so a full bucket "
+           "admits burst at once and then one unit every per / max (its decisions' limit is "
+           "the burst; burst is for token_bucket only). Raises ValueError for a bad limit.")
       .def_property_readonly("max", &Limit::max, "Units allowed per window.")
       .def_property_readonly(
           "per", [](const Limit& l) { return static_cast<double>(l.interval().count()) / 1000; },
@@ -217,24 +277,44 @@ void init_limit(py::module_& m) {
                              "The FailurePolicy applied while Redis is unreachable.")
       .def_property_readonly(
           "algorithm", [](const Limit& l) { return algorithm_name(l.algorithm()); },
-          "How the limit counts: 'sliding_window', 'strict_window' or 'fixed_window'.")
+          "How the limit counts: 'sliding_window', 'strict_window', 'fixed_window' or "
+          "'token_bucket'.")
+      .def_property_readonly("burst", &Limit::burst,
+                             "The most admitted at once: a token_bucket's burst (max unless "
+                             "given), max for the other algorithms.")
       .def_property_readonly("scope", &scope_object,
                              "The scope name given (or its id), None for the limit's own: "
                              "limits share counts only within one scope.")
       .def(
           "with_max",
           [](const Limit& l, IntArg max) {
-            const Limit raised = l.with_max(to_u64(max, "max", 1, Limit::kMaxCount));
-            if (!l.has_scope()) {
-              ScopeNames::instance().record(l.scope(), std::to_string(l.max()), true);
+            const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
+            std::optional<Limit> raised;
+            try {
+              raised = l.with_max(count);
+            } catch (const std::invalid_argument&) {
+              // (Only a token bucket's refill can be refused: max was checked.)
+              throw py::value_error("Limit.with_max: a token_bucket of " + std::to_string(count) +
+                                    " per " + seconds_text(l.interval()) + " s takes longer than " +
+                                    seconds_text(Limit::kMaxResolution) +
+                                    " s to refill its burst (burst x per / max)");
             }
-            return raised;
+            if (!l.has_scope()) {
+              // (A limit of its own scope was made by Limit(): its burst is 0, max, unless
+              // it differs from max.)
+              ScopeNames::instance().record(l.scope(), std::to_string(l.max()), true,
+                                            l.burst() != l.max() ? l.burst() : 0);
+            }
+            return *raised;
           },
           py::arg("max"),
           "The same window with another max, in the same scope: it shares counts with this "
-          "limit (an override that raises max keeps what was counted).")
+          "limit (an override that raises max keeps what was counted). A token_bucket keeps "
+          "its burst (max, if it was max); ValueError when it would then take too long to "
+          "refill.")
       .def(
-          "with_scope", [](const Limit& l, OptionalStrArg scope) { return with_scope_name(l, scope); },
+          "with_scope",
+          [](const Limit& l, OptionalStrArg scope) { return with_scope_name(l, scope); },
           py::arg("scope"),
           "The same limit in the scope named `scope`: every limit of that scope and window "
           "shares its counts.")
@@ -244,7 +324,7 @@ void init_limit(py::module_& m) {
            [](const Limit& l) {
              return py::hash(py::make_tuple(l.max(), l.interval().count(), l.resolution().count(),
                                             static_cast<int>(l.failure_policy()),
-                                            static_cast<int>(l.algorithm()), l.scope()));
+                                            static_cast<int>(l.algorithm()), l.burst(), l.scope()));
            })
       .def("__repr__", &limit_repr);
 }
