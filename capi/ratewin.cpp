@@ -667,21 +667,10 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
              std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS) + " ms to refill " + what + " (" +
              why + ")";
     };
-    // ... its max, with burst 0 or whatever its burst.
-    const auto max_too_slow_text = [&] {
-      const char* why =
-          o.burst == 0 ? "burst 0: max" : "the refill of max must fit too, whatever the burst";
-      return too_slow("max " + std::to_string(o.max), why);
-    };
-    ratewin::LimitProblem problem =
+    // ... its max, with burst 0.
+    const auto max_too_slow_text = [&] { return too_slow("max " + std::to_string(o.max), "burst 0: max"); };
+    const ratewin::LimitProblem problem =
         ratewin::Limit::problem(o.max, interval, resolution, algorithm, o.burst);
-    // with_algorithm makes a token bucket with its burst at max before with_burst sets
-    // it: the refill of max must fit too, whatever the burst.
-    bool max_too_slow = false;
-    if (problem == ratewin::LimitProblem::none && bucket && o.burst != 0) {
-      problem = ratewin::Limit::problem(o.max, interval, resolution, algorithm);
-      max_too_slow = problem == ratewin::LimitProblem::bucket_too_slow;
-    }
     // What the Limit would refuse, said with this struct's field names.
     switch (problem) {
       case ratewin::LimitProblem::none:
@@ -722,14 +711,14 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                     where + "burst must be at most " + std::to_string(RATEWIN_LIMIT_MAX_COUNT) +
                         ", got " + std::to_string(o.burst));
       case ratewin::LimitProblem::bucket_too_slow:
-        if (max_too_slow || o.burst == 0) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
+        if (o.burst == 0) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
         return fail(errmsg, RATEWIN_EINVAL,
                     too_slow("burst " + std::to_string(o.burst), "burst x interval_ms / max"));
       default:  // (the bounds above leave none of the others)
         return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
     }
-    ratewin::Limit limit = ratewin::Limit(o.max, interval, resolution).with_algorithm(algorithm);
-    if (bucket) limit = limit.with_burst(o.burst);
+    const ratewin::Limit limit = ratewin::Limit(o.max, interval, resolution)
+                                     .with_algorithm(algorithm, bucket ? o.burst : 0);
     *out = new ratewin_limit{
         limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
     return RATEWIN_OK;

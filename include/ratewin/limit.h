@@ -162,9 +162,10 @@ class Limit {
   // exceeds kMaxResolution. Limits of one scope and geometry share their counts whatever
   // their algorithms (each decides from them its own way), so a limit whose algorithm
   // changes under with_scope (as a server rule does on reload) keeps what was counted.
-  // For token_bucket likewise (its resolution is not used), with the burst at max;
-  // throws when the bucket would take longer than kMaxResolution to refill.
-  Limit with_algorithm(Algorithm algorithm) const;
+  // For token_bucket likewise (its resolution is not used), with room for `burst` at once
+  // (0: max; as with_burst); throws when the bucket would take longer than kMaxResolution
+  // to refill, and for a burst with another algorithm.
+  Limit with_algorithm(Algorithm algorithm, std::uint64_t burst = 0) const;
   // A token_bucket with room for `burst` at once (0: max). Throws std::invalid_argument
   // for another algorithm, a burst above kMaxCount, or a bucket that would take longer
   // than kMaxResolution to refill.

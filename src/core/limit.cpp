@@ -135,10 +135,8 @@ std::uint64_t Limit::scope() const noexcept {
   if (scope_ != 0) return scope_;
   // A limit's own scope: its max, mixed (murmur3's fmix64) so that it looks like no
   // named scope's id. Never 0 (0 is a fixed point of the mix, and max is at least 1).
-  // Other algorithms than the default mix in their number, so that a limit's own scope
-  // is its own whatever its algorithm.
-  // (and a token bucket its burst), so that a limit's own scope is its own whatever its
-  // algorithm.
+  // Other algorithms than the default mix in their number (and a token bucket its
+  // burst), so that a limit's own scope is its own whatever its algorithm.
   const auto algorithm = static_cast<std::uint64_t>(algorithm_);
   const std::uint64_t own = detail::fmix64(max_ ^ 0x6f776e2073636f70ULL ^ (algorithm << 56));
   return burst_ == 0 ? own : detail::fmix64(own ^ burst_);  // "own scop"
@@ -173,20 +171,26 @@ Limit Limit::with_max(std::uint64_t max) const {
   return copy;
 }
 
-Limit Limit::with_algorithm(Algorithm algorithm) const {
+Limit Limit::with_algorithm(Algorithm algorithm, std::uint64_t burst) const {
+  if (burst != 0 && algorithm != Algorithm::token_bucket)
+    invalid(std::string("burst applies to a token_bucket, not a ") + algorithm_name(algorithm));
   Limit copy = *this;
   copy.algorithm_ = algorithm;
-  copy.burst_ = 0;
+  copy.burst_ = burst == max_ ? 0 : burst;
   const bool one_subinterval =
       algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket;
   if (one_subinterval && subintervals_ != 1) {
     if (algorithm == Algorithm::fixed_window && interval() > kMaxResolution)
       invalid("a fixed_window's interval " + duration_text(interval().count()) +
               " exceeds its longest, 4294967295ms (its one subinterval is the whole interval)");
-    copy.resolution_ms_ = interval().count();
-    copy.subintervals_ = 1;
+    // (A token bucket's resolution is not used: one over kMaxResolution, which its
+    // interval may be, is left as it was.)
+    if (interval() <= kMaxResolution) {
+      copy.resolution_ms_ = interval().count();
+      copy.subintervals_ = 1;
+    }
   }
-  if (algorithm == Algorithm::token_bucket) check_bucket(max_, interval(), 0);
+  if (algorithm == Algorithm::token_bucket) check_bucket(max_, interval(), burst);
   return copy;
 }
 

@@ -144,11 +144,11 @@ def test_limit_repr_reads_back():
         "Limit(3, per=10.0, resolution=10.0, algorithm='fixed_window')"
     # A token bucket's burst shows when it is not max.
     assert repr(ratewin.Limit(3, per=10, algorithm="token_bucket", burst=3)) == \
-        "Limit(3, per=10.0, resolution=10.0, algorithm='token_bucket')"
+        "Limit(3, per=10.0, algorithm='token_bucket')"
     assert repr(ratewin.Limit(3, per=10, algorithm="token_bucket", burst=5)) == \
-        "Limit(3, per=10.0, resolution=10.0, algorithm='token_bucket', burst=5)"
+        "Limit(3, per=10.0, algorithm='token_bucket', burst=5)"
     assert repr(ratewin.Limit(3, per=10, algorithm="token_bucket", burst=9).with_max(9)) == \
-        "Limit(3, per=10.0, resolution=10.0, algorithm='token_bucket', burst=9).with_max(9)"
+        "Limit(3, per=10.0, algorithm='token_bucket', burst=9).with_max(9)"
 
 
 def test_failure_policies():

@@ -152,4 +152,24 @@ TEST_CASE("a limit's algorithm: names, fixed_window's one subinterval, scopes, e
         "(its one subinterval is the whole interval)");
 }
 
+TEST_CASE("a token bucket's burst: with_algorithm and problem agree") {
+  const Limit slow(1000, hours(24 * 60));
+  // Refilling max takes 60 days, too long; a burst of 1 refills in 86.4 s.
+  CHECK(Limit::problem(1000, hours(24 * 60), hours(24 * 6), Algorithm::token_bucket, 1) ==
+        LimitProblem::none);
+  const Limit one = slow.with_algorithm(Algorithm::token_bucket, 1);
+  CHECK(one.burst() == 1);
+  CHECK(one.to_string() == "1000/1440h@144h token_bucket burst 1");
+  CHECK(Limit::problem(1000, hours(24 * 60), hours(24 * 6), Algorithm::token_bucket) ==
+        LimitProblem::bucket_too_slow);
+  CHECK_THROWS_AS((void)slow.with_algorithm(Algorithm::token_bucket), std::invalid_argument);
+  CHECK_THROWS_AS((void)slow.with_algorithm(Algorithm::strict_window, 3), std::invalid_argument);
+  const Limit bucket = Limit(10, seconds(1)).with_algorithm(Algorithm::token_bucket, 4);
+  CHECK(bucket == Limit(10, seconds(1)).with_algorithm(Algorithm::token_bucket).with_burst(4));
+  CHECK(bucket.emission_ns() == 100'000'000);
+  CHECK(bucket.tolerance_ns() == 400'000'000);
+  CHECK(bucket.scope() != Limit(10, seconds(1)).with_algorithm(Algorithm::token_bucket).scope());
+  CHECK_THROWS_AS((void)Limit(10, seconds(1)).with_burst(4), std::invalid_argument);
+}
+
 }  // namespace ratewin::test

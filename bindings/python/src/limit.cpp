@@ -116,19 +116,11 @@ void check_limit(std::uint64_t max, std::chrono::milliseconds per,
                            " takes longer than " + s(Limit::kMaxResolution) + " to refill " + what +
                            " (" + why + ")");
   };
-  // ... its max, with burst=None or whatever the burst.
+  // ... its max, with burst=None.
   const auto max_too_slow = [&] {
-    const char* why =
-        burst == 0 ? "burst=None: max" : "the refill of max must fit too, whatever the burst";
-    return too_slow("max=" + std::to_string(max), why);
+    return too_slow("max=" + std::to_string(max), "burst=None: max");
   };
-  LimitProblem problem = Limit::problem(max, per, resolution, algorithm, burst);
-  // with_algorithm makes a token bucket with its burst at max before with_burst sets it:
-  // the refill of max must fit too, whatever the burst.
-  if (problem == LimitProblem::none && bucket && burst != 0) {
-    problem = Limit::problem(max, per, resolution, algorithm);
-    if (problem == LimitProblem::bucket_too_slow) throw max_too_slow();
-  }
+  const LimitProblem problem = Limit::problem(max, per, resolution, algorithm, burst);
   switch (problem) {
     case LimitProblem::none:
       return;
@@ -153,16 +145,16 @@ void check_limit(std::uint64_t max, std::chrono::milliseconds per,
       if (burst == 0) throw max_too_slow();
       throw too_slow("burst=" + std::to_string(burst), "burst x per / max");
     case LimitProblem::interval_too_long:
-      throw py::value_error("Limit: per=" + s(per) + " is longer than the longest window, 366 days");
+      throw py::value_error("Limit: per=" + s(per) +
+                            " is longer than the longest window, 366 days");
     case LimitProblem::resolution_does_not_divide:
       throw py::value_error("Limit: resolution=" + s(resolution) + " does not divide per=" +
                             s(per) + ": the window must be a whole number of subintervals");
     case LimitProblem::too_many_subintervals:
-      throw py::value_error("Limit: per / resolution = " +
-                            std::to_string(per.count() / resolution.count()) +
-                            " subintervals, more than " +
-                            std::to_string(Limit::kMaxSubintervals) +
-                            ": choose a coarser resolution");
+      throw py::value_error(
+          "Limit: per / resolution = " + std::to_string(per.count() / resolution.count()) +
+          " subintervals, more than " + std::to_string(Limit::kMaxSubintervals) +
+          ": choose a coarser resolution");
     default:  // (max and the durations were checked as they were read)
       throw py::value_error("Limit: not a valid limit");
   }
@@ -174,8 +166,10 @@ std::string limit_repr(const Limit& l) {
   // In the own scope of a limit of another max: how this one was made from it.
   const bool derived = name && name->derived;
   std::string text = "Limit(" + (derived ? name->text : std::to_string(l.max())) +
-                     ", per=" + seconds_text(l.interval()) +
-                     ", resolution=" + seconds_text(l.resolution());
+                     ", per=" + seconds_text(l.interval());
+  // (A token bucket has no resolution: it is left out, as it must be given.)
+  if (l.algorithm() != Algorithm::token_bucket)
+    text += ", resolution=" + seconds_text(l.resolution());
   if (l.failure_policy() != FailurePolicy::local) {
     text += std::string(", on_failure='") + policy_name(l.failure_policy()) + "'";
   }
@@ -242,8 +236,8 @@ void init_limit(py::module_& m) {
              const auto step =
                  given && !fixed && !bucket ? *given : Limit::default_resolution(interval);
              check_limit(count, interval, step, how, room);
-             Limit limit = Limit(count, interval, step).with_algorithm(how);
-             if (bucket) limit = limit.with_burst(room);
+             const Limit limit =
+                 Limit(count, interval, step).with_algorithm(how, bucket ? room : 0);
              return with_scope_name(limit.with_failure_policy(to_policy(on_failure)), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
