@@ -209,3 +209,19 @@ def test_on_reject_shapes_the_answer_and_a_cost_above_max_says_why(engine):
     assert status.startswith("429") and "Retry-After" not in headers
     assert json.loads(body) == {"error": "cost exceeds limit", "limit": "2/60s", "max": 2,
                                 "cost": 5, "retry_after_s": None}
+
+
+def test_token_bucket_headers_describe_its_burst_and_refill(engine):
+    # 60 per minute with room for 3 at once: refilling all 3 takes 3 s.
+    bucket = ratewin.Limit(60, per=60, algorithm="token_bucket", burst=3)
+    app = RateLimitMiddleware(hello, engine, bucket)
+    statuses = [call(app, addr="10.0.0.7") for _ in range(4)]
+    assert [s[:3] for s, _, _ in statuses] == ["200", "200", "200", "429"]
+    _, headers, body = statuses[3]
+    assert headers["X-RateLimit-Limit"] == "3"
+    assert headers["Retry-After"] == "1"
+    assert headers["RateLimit-Policy"] == '"60/60s";q=3;w=3'
+    assert json.loads(body)["error"] == "rate limited"
+    _, _, too_big = call(RateLimitMiddleware(hello, engine, bucket, cost=lambda request: 4),
+                         addr="10.0.0.8")
+    assert json.loads(too_big)["max"] == 3

@@ -86,6 +86,14 @@ def limit_name(limit: Limit) -> str:
     return f"{limit.max}/{int(per) if per.is_integer() else per}s"
 
 
+def _policy(limit: Limit) -> str:
+    """A limit as IETF RateLimit-Policy describes it: a quota q per window w, in seconds. A
+    token bucket's quota is its burst, and its window the refill of the whole burst, so
+    that q / w is its rate."""
+    window = limit.per * limit.burst / limit.max  # the interval, but for a token bucket
+    return f"{_sf_string(limit_name(limit))};q={limit.burst};w={max(1, math.ceil(window))}"
+
+
 def _sf_string(text: str) -> str:
     """A structured-field string (RFC 8941)."""
     safe = "".join(c if " " <= c <= "~" else "?" for c in text)
@@ -186,9 +194,7 @@ class Responder:
             if retry is not None:
                 out.append(("Retry-After", retry))
         if self.style in ("both", "ietf"):
-            out.append(("RateLimit-Policy", ", ".join(
-                f"{_sf_string(limit_name(lim))};q={lim.max};w={max(1, math.ceil(lim.per))}"
-                for lim in limits)))
+            out.append(("RateLimit-Policy", ", ".join(_policy(lim) for lim in limits)))
             shown = limits[decisions.index]
             out.append(("RateLimit", f"{_sf_string(limit_name(shown))};r={d.remaining};"
                                      f"t={math.ceil(d.reset_after)}"))
@@ -210,7 +216,7 @@ class Responder:
             body = {"error": "rate limited", "limit": limit_name(limit),
                     "retry_after_s": int(wait) if wait.is_integer() else wait}
         else:
-            body = {"error": "cost exceeds limit", "limit": limit_name(limit), "max": limit.max,
+            body = {"error": "cost exceeds limit", "limit": limit_name(limit), "max": limit.burst,
                     "cost": cost, "retry_after_s": None}
         return Answer(429, [("Content-Type", "application/json")],
                       (json.dumps(body, separators=(",", ":")) + "\n").encode())
