@@ -884,14 +884,17 @@ static void test_try_acquire_all(void) {
 
 /* ---- Algorithms (1.3) ------------------------------------------------------------ */
 
-static ratewin_limit* make_algorithm_limit(uint64_t max, uint64_t interval_ms,
-                                           uint64_t resolution_ms, int32_t algorithm) {
+/* A limit that must be made (a failed check, and NULL, if not). */
+static ratewin_limit* make_options_limit(uint64_t max, uint64_t interval_ms,
+                                         uint64_t resolution_ms, int32_t algorithm,
+                                         uint64_t burst) {
   ratewin_limit_options o;
   ratewin_limit_options_init(&o);
   o.max = max;
   o.interval_ms = interval_ms;
   o.resolution_ms = resolution_ms;
   o.algorithm = algorithm;
+  o.burst = burst;
   ratewin_limit* limit = NULL;
   char* message = NULL;
   CHECK(ratewin_limit_new(&o, &limit, &message) == 0 && limit != NULL && message == NULL);
@@ -900,13 +903,17 @@ static ratewin_limit* make_algorithm_limit(uint64_t max, uint64_t interval_ms,
   return limit;
 }
 
+static ratewin_limit* make_algorithm_limit(uint64_t max, uint64_t interval_ms,
+                                           uint64_t resolution_ms, int32_t algorithm) {
+  return make_options_limit(max, interval_ms, resolution_ms, algorithm, 0);
+}
+
 /* One request of cost 1 for `resource` under `limit` now. */
+static ratewin_decision acquire_cost(ratewin_engine* engine, uint64_t resource,
+                                     const ratewin_limit* limit, uint64_t cost);
 static ratewin_decision acquire_one(ratewin_engine* engine, uint64_t resource,
                                     const ratewin_limit* limit) {
-  ratewin_decision d;
-  ratewin_decision_init(&d);
-  CHECK(ratewin_engine_try_acquire(engine, resource, limit, 1, &d, NULL) == 0);
-  return d;
+  return acquire_cost(engine, resource, limit, 1);
 }
 
 static void test_algorithms(void) {
@@ -1115,18 +1122,7 @@ static void test_algorithms(void) {
 
 /* A token bucket of max per interval_ms with room for `burst` at once (0: max). */
 static ratewin_limit* make_bucket(uint64_t max, uint64_t interval_ms, uint64_t burst) {
-  ratewin_limit_options o;
-  ratewin_limit_options_init(&o);
-  o.max = max;
-  o.interval_ms = interval_ms;
-  o.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET;
-  o.burst = burst;
-  ratewin_limit* limit = NULL;
-  char* message = NULL;
-  CHECK(ratewin_limit_new(&o, &limit, &message) == 0 && limit != NULL && message == NULL);
-  if (message != NULL) fprintf(stderr, "  message: %s\n", message);
-  ratewin_free(message);
-  return limit;
+  return make_options_limit(max, interval_ms, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET, burst);
 }
 
 /* A request of `cost` for `resource` under `limit` now. */
