@@ -572,10 +572,12 @@ void Parser::check_multiplier(const Item& at, const Rules::Data::Override& o) co
   const std::vector<const LimitRule*>* rules = Rules::Data::key_limits(r);
   if (rules == nullptr) return;
   for (const LimitRule* rule : *rules) {
-    const std::uint64_t scaled = effective_limit(*rule, *o.multiplier).max();
-    if (scaled < rule->cost) {
+    // The most a request may cost: a token bucket's burst (which scales with its max).
+    const ratewin::Limit scaled = effective_limit(*rule, *o.multiplier);
+    if (scaled.burst() < rule->cost) {
       fail(at, "multiplier " + to_json_number(*o.multiplier) + " brings " + rule->name +
-                   " to max " + std::to_string(scaled) + ", below its cost " +
+                   (scaled.algorithm() == Algorithm::token_bucket ? " to burst " : " to max ") +
+                   std::to_string(scaled.burst()) + ", below its cost " +
                    std::to_string(rule->cost) + ": every request would be rejected");
     }
   }

@@ -505,6 +505,54 @@ TEST_CASE("effective_limit bounds") {
   CHECK(effective_limit(fixed, 3).max() == 10);
 }
 
+TEST_CASE("a multiplier scales a token bucket's burst with its max") {
+  const Limit api = Limit(600, std::chrono::minutes(1))
+                        .with_algorithm(Algorithm::token_bucket, 50)
+                        .with_failure_policy(FailurePolicy::closed)
+                        .with_scope("tier:t/api");
+  const LimitRule rule{"tier:t/api", api, Scope::key, 1, true};
+  const Limit doubled = effective_limit(rule, 2);
+  CHECK(doubled.max() == 1200);
+  CHECK(doubled.burst() == 100);
+  CHECK(doubled.tolerance_ns() == api.tolerance_ns());  // the same 5 s to refill it
+  CHECK(doubled.algorithm() == Algorithm::token_bucket);
+  CHECK(doubled.failure_policy() == FailurePolicy::closed);
+  CHECK(doubled.interval() == api.interval());
+  CHECK(doubled.scope() == api.scope());  // the same bucket, with another rate
+  CHECK(effective_limit(rule, 0.5).burst() == 25);
+  CHECK(effective_limit(rule, 0.03).max() == 18);
+  CHECK(effective_limit(rule, 0.03).burst() == 1);   // 1.5, rounded down
+  CHECK(effective_limit(rule, 0.001).burst() == 1);  // at least 1
+  CHECK(with_scaled_max(api, 60).burst() == 5);      // an admin API override's limit
+  // A burst left to be max stays max.
+  const LimitRule full{"r", Limit(10, milliseconds(1000)).with_algorithm(Algorithm::token_bucket),
+                       Scope::key, 1, true};
+  CHECK(effective_limit(full, 3).burst() == 30);
+  CHECK(effective_limit(full, 3) == full.limit.with_max(30));
+
+  // Where the bucket could not be made, the nearest that can: a max that refills one unit
+  // in the longest time a bucket may take (4294967295ms), and as much of the burst as
+  // refills in it.
+  constexpr std::int64_t kLongestNs = Limit::kMaxResolution.count() * 1'000'000;
+  const LimitRule slow{
+      "r", Limit(1000, std::chrono::hours(366 * 24)).with_algorithm(Algorithm::token_bucket, 100),
+      Scope::key, 1, true};
+  const Limit slowest = effective_limit(slow, 0.001);  // would be 1 per 366 days
+  CHECK(slowest.max() == 8);
+  CHECK(slowest.burst() == 1);
+  CHECK(slowest.tolerance_ns() <= kLongestNs);
+  // One refilled exactly in the longest time: 7 of it refill just past it, as
+  // Limit::emission_ns() rounds up.
+  const LimitRule edge{"r",
+                       Limit(1, milliseconds(4294967295)).with_algorithm(Algorithm::token_bucket),
+                       Scope::key, 1, true};
+  CHECK(edge.limit.tolerance_ns() == kLongestNs);
+  CHECK(effective_limit(edge, 3).burst() == 3);
+  CHECK(effective_limit(edge, 7).max() == 7);
+  CHECK(effective_limit(edge, 7).burst() == 6);
+  CHECK(effective_limit(edge, 7).tolerance_ns() <= kLongestNs);
+}
+
 TEST_CASE("allow and deny: deny wins, and neither counts anything") {
   const Rules rules = Rules::parse(std::string(kHead) +
                                    "default_tier: free\n"
@@ -824,6 +872,9 @@ TEST_CASE("every kind of invalid input names its line") {
       {head + "overrides:\n  - {key: a, tier: free, multiplier: 0.1, limits: [{name: c, max: 10, "
               "window: 1s, cost: 2}]}\n",
        9, "multiplier 0.1 brings override:a/c to max 1, below its cost 2"},
+      {head + "overrides:\n  - {key: a, multiplier: 0.1, limits: [{name: c, max: 100, window: "
+              "1s, algorithm: token_bucket, burst: 20, cost: 5}]}\n",
+       9, "multiplier 0.1 brings override:a/c to burst 2, below its cost 5"},
       {head + "overrides:\n  - {key: a, limits: {name: c}}\n", 9,
        "overrides[0].limits: expected a list"},
       // Allow and deny.
