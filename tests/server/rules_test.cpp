@@ -71,7 +71,7 @@ constexpr std::string_view kHead =
 TEST_CASE("the shipped example parses and does what its comments say") {
   const Rules rules = Rules::load(RATEWIN_RULES_EXAMPLE);
   CHECK(rules.version().starts_with("2024-06-example@"));
-  CHECK(rules.limit_count() == 13);
+  CHECK(rules.limit_count() == 14);
 
   // The default tier, no endpoint.
   Match m = match(rules, "someone", "GET", "/other");
@@ -117,6 +117,13 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   CHECK(m.limits[1]->limit == Limit(10'000'000, std::chrono::hours(24), std::chrono::hours(24))
                                   .with_algorithm(Algorithm::fixed_window)
                                   .with_scope("tier:enterprise/per-day"));
+  m = match(rules, "api_x");
+  CHECK(m.tier == "metered");
+  REQUIRE(names(m) == Names{"tier:metered/rate"});
+  CHECK(m.limits[0]->limit == Limit(600, std::chrono::minutes(1))
+                                  .with_algorithm(Algorithm::token_bucket, 50)
+                                  .with_scope("tier:metered/rate"));
+  CHECK(m.limits[0]->limit.tolerance_ns() == 5'000'000'000);  // "5 s to refill them"
   CHECK(names(match(rules, "free-batch-job")) == Names{"override:free-batch-job/per-minute"});
   CHECK(match(rules, "internal-metrics").action == Action::allow);
   CHECK(match(rules, "internal-compromised").action == Action::deny);
