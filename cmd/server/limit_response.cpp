@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <utility>
 
 #include "text.h"
@@ -20,7 +21,12 @@ void append_sf_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-std::uint64_t window_seconds(const Limit& limit) {
+// RateLimit-Policy's w, in whole seconds rounded up (at least 1): a window's length, or
+// the time a token bucket takes to refill its whole burst (its q), so that q / w is the
+// bucket's rate.
+std::uint64_t policy_seconds(const Limit& limit) {
+  if (limit.algorithm() == Algorithm::token_bucket)
+    return std::max<std::uint64_t>(1, ceil_seconds(std::chrono::nanoseconds(limit.tolerance_ns())));
   const auto ms = static_cast<std::uint64_t>(limit.interval().count());
   return std::max<std::uint64_t>(1, (ms + 999) / 1000);
 }
@@ -53,8 +59,6 @@ const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
   t.state_head = t.policy_head;
   t.policy_head += ";q=";
   t.state_head += ";r=";
-  t.policy_tail = ";w=";
-  append_number(t.policy_tail, window_seconds(rule.limit));
   t.refusal_head = "{\"error\":\"rate limited\",\"limit\":";
   append_json_string(t.refusal_head, rule.name);
   t.refusal_head += ",\"retry_after_s\":";
@@ -88,9 +92,12 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
   for (std::size_t i = 0; i < items.size(); ++i) {
     const RuleText& t = text(*match.limits[i]);
     if (i != 0) h += ", ";
+    // From the limit asked for, which a multiplier may have scaled: q is the most it
+    // admits at once (a token bucket's burst, else max), per w seconds.
     h += t.policy_head;
-    append_number(h, items[i].limit.max());
-    h += t.policy_tail;
+    append_number(h, items[i].limit.burst());
+    h += ";w=";
+    append_number(h, policy_seconds(items[i].limit));
   }
   const RuleText& shown = text(*match.limits[outcome.shown]);
   h += "\r\nRateLimit: ";
@@ -109,7 +116,7 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
   } else {  // the request costs more than the limit allows: retrying cannot help
     const Acquisition& item = items[outcome.shown];
     b = shown.excess_head;
-    append_number(b, item.limit.max());
+    append_number(b, item.limit.burst());  // the most a request may cost
     b += ",\"cost\":";
     append_number(b, item.cost);
     b += ",\"retry_after_s\":null";

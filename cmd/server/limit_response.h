@@ -35,9 +35,8 @@ class LimitResponses {
 
  private:
   struct RuleText {
-    std::string policy_head;     // "name";q=
-    std::string policy_tail;     // ;w=<window seconds>
-    std::string state_head;      // "name";r=
+    std::string policy_head;   // "name";q=
+    std::string state_head;    // "name";r=
     std::string refusal_head;  // {"error":"rate limited","limit":"name","retry_after_s":
     std::string excess_head;   // {"error":"cost exceeds limit","limit":"name","max":
   };

@@ -46,7 +46,8 @@ void LimitStep::build(const Match& match, const Client& client, const Override* 
     resource_name(*rule, tagged_key_, match.endpoint, resource_);
     Limit limit = effective_limit(*rule, match.multiplier);
     // A temporary override (admin API) acts where the rules' own multiplier would.
-    if (override_ != nullptr && rule->scales) limit = limit.with_max(override_->apply(limit.max()));
+    if (override_ != nullptr && rule->scales)
+      limit = with_scaled_max(limit, override_->apply(limit.max()));
     items_.push_back({ratewin::hash(resource_), limit, rule->cost});
   }
 }

@@ -1,6 +1,7 @@
 // The rules' model and the matcher: from a request's key, method and path to the limits
 // it counts against, and the resource names they are counted under. The YAML parser is
 // rules_yaml.cpp; the JSON description, rules_json.cpp.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -102,9 +103,33 @@ std::uint64_t max_from(double count) noexcept {
                          : static_cast<std::uint64_t>(whole);
 }
 
+ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max) {
+  using ratewin::Limit;
+  if (limit.algorithm() != Algorithm::token_bucket) return limit.with_max(max);
+  __extension__ typedef unsigned __int128 u128;
+  constexpr std::uint64_t kLongest = Limit::kMaxResolution.count() * std::uint64_t{1'000'000};
+  const auto window = static_cast<std::uint64_t>(limit.interval().count()) * 1'000'000;
+  // At least one unit refilled in kMaxResolution.
+  max = std::max(max, (window + kLongest - 1) / kLongest);
+  // The burst in proportion, and at most what refills in kMaxResolution (the rounding of
+  // emission_ns() up can take it just past).
+  const u128 scaled = static_cast<u128>(limit.burst()) * max / limit.max();
+  const std::uint64_t emission = (window + max - 1) / max;  // as Limit::emission_ns()
+  const std::uint64_t most = std::min<std::uint64_t>(Limit::kMaxCount, kLongest / emission);
+  const std::uint64_t burst = scaled == 0     ? 1
+                              : scaled > most ? most
+                                              : static_cast<std::uint64_t>(scaled);
+  // Made afresh: with_max() would keep the burst, and refuse a bucket that refills it
+  // too slowly.
+  return Limit(max, limit.interval(), limit.resolution())
+      .with_algorithm(Algorithm::token_bucket, burst)
+      .with_failure_policy(limit.failure_policy())
+      .with_scope_id(limit.scope());
+}
+
 ratewin::Limit effective_limit(const LimitRule& rule, double multiplier) {
   if (!rule.scales || multiplier == 1.0) return rule.limit;
-  return rule.limit.with_max(max_from(static_cast<double>(rule.limit.max()) * multiplier));
+  return with_scaled_max(rule.limit, max_from(static_cast<double>(rule.limit.max()) * multiplier));
 }
 
 void resource_name(const LimitRule& rule, std::string_view key, std::string_view endpoint,

@@ -109,9 +109,16 @@ class Rules {
 // Limit::kMaxCount (NaN gives 1).
 std::uint64_t max_from(double count) noexcept;
 
+// `limit` with another max, in its scope and window (Limit::with_max). A token bucket's
+// burst scales with its max, rounded down, at least 1, so the bucket still refills it in
+// about the same time (as a burst left to be max does); where that bucket could not be
+// made, the max is raised to refill at least one unit in Limit::kMaxResolution, and the
+// burst lowered to what refills in it. Never throws for a max of 1 to Limit::kMaxCount.
+ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max);
+
 // The limit to ask the engine for: rule.limit, with max scaled by `multiplier` (rounded
-// down, at least 1, at most Limit::kMaxCount) when rule.scales. The scaled limit keeps its
-// window, so a key's counts carry over when its multiplier changes.
+// down, at least 1, at most Limit::kMaxCount; see with_scaled_max) when rule.scales. The
+// scaled limit keeps its window, so a key's counts carry over when its multiplier changes.
 ratewin::Limit effective_limit(const LimitRule& rule, double multiplier);
 
 // Sets `out` to the name of the counter a request counts against for `rule` (hash it for

@@ -23,6 +23,8 @@ void append_limits(std::string& out, const std::vector<const LimitRule*>& rules)
     out += ",\"window_ms\":" + std::to_string(r->limit.interval().count());
     out += ",\"subintervals\":" + std::to_string(r->limit.subintervals());
     out += ",\"algorithm\":\"" + std::string(name_of(kAlgorithms, r->limit.algorithm())) + "\"";
+    if (r->limit.algorithm() == Algorithm::token_bucket)
+      out += ",\"burst\":" + std::to_string(r->limit.burst());
     out += ",\"per\":\"" + std::string(name_of(kScopes, r->scope)) + "\"";
     out += ",\"failure_policy\":\"" + std::string(name_of(kPolicies, r->limit.failure_policy())) +
            "\"";

@@ -159,6 +159,7 @@ class Parser {
   std::string source_;
   std::string_view bytes_;
   std::unique_ptr<Rules::Data> data_;
+  bool default_algorithm_given_ = false;  // defaults.algorithm is in the file
 };
 
 std::vector<Parser::Entry> Parser::entries(const Item& map, std::string_view what) const {
@@ -340,9 +341,9 @@ std::string Parser::endpoint_path(const Item& item) const {
 
 const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable,
                                Seen& names) {
-  const Fields f(
-      *this, item,
-      {"name", "max", "window", "subintervals", "algorithm", "per", "failure_policy", "cost"});
+  const Fields f(*this, item,
+                 {"name", "max", "window", "subintervals", "algorithm", "burst", "per",
+                  "failure_policy", "cost"});
   const Item name_item = f.need("name");
   const std::string short_name = name(name_item);
   check_unique(names, short_name, name_item, "limit name");
@@ -352,31 +353,72 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
   const std::optional<Item> algorithm_item = f.get("algorithm");
   const Algorithm algorithm =
       algorithm_item ? choice(*algorithm_item, kAlgorithms) : data_->default_algorithm;
+  // Where the algorithm came from, for the messages about it.
+  const std::string by_default = algorithm_item             ? ""
+                                 : default_algorithm_given_ ? " (set by defaults.algorithm)"
+                                                            : " (the default algorithm)";
+  const std::string_view algorithm_text = algorithm_name(algorithm);
 
+  const std::optional<Item> burst_item = f.get("burst");
+  if (burst_item && algorithm != Algorithm::token_bucket) {
+    fail(*burst_item, "burst applies to algorithm: token_bucket only, not to a " +
+                          std::string(algorithm_text) + by_default +
+                          ": leave burst out, or set algorithm: token_bucket");
+  }
   const std::optional<Item> subintervals_item = f.get("subintervals");
   std::chrono::milliseconds resolution{};
-  if (algorithm == Algorithm::fixed_window) {
-    const std::string by_default = algorithm_item ? "" : " (set by defaults.algorithm)";
-    // One counter per window: the Limit is made with the default resolution (any that
-    // divides the window would do), and with_algorithm makes the window its one
-    // subinterval.
+  std::uint64_t burst = 0;  // a token_bucket's; 0: max
+  if (algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket) {
+    // A fixed_window counts each window in one counter; a token bucket keeps one time and
+    // no counts at all. The Limit is made with a resolution that divides the window, and
+    // with_algorithm makes the window its one subinterval (a token bucket's is not used).
     if (subintervals_item) {
       const std::uint64_t subintervals =
           integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals);
       if (subintervals != 1) {
-        fail(*subintervals_item, "a fixed_window" + by_default +
-                                     " counts each window in one counter, not " +
-                                     std::to_string(subintervals) +
-                                     " subintervals: leave subintervals out, or set it to 1");
+        fail(*subintervals_item,
+             "a " + std::string(algorithm_text) + by_default +
+                 (algorithm == Algorithm::fixed_window
+                      ? " counts each window in one counter, not "
+                      : " refills continuously, with no counts per subinterval, not ") +
+                 std::to_string(subintervals) +
+                 " subintervals: leave subintervals out, or set it to 1");
       }
     }
     resolution = ratewin::Limit::default_resolution(window);
+  }
+  if (algorithm == Algorithm::fixed_window) {
     if (ratewin::Limit::problem(max, window, resolution, algorithm) ==
         ratewin::LimitProblem::fixed_window_too_long) {
       fail(window_item, quoted(window_item.node.Scalar()) + " is too long for a fixed_window" +
                             by_default + ", whose one counter spans the whole window: at most " +
                             std::to_string(ratewin::Limit::kMaxResolution.count()) +
                             "ms (about 49.7 days)");
+    }
+  } else if (algorithm == Algorithm::token_bucket) {
+    if (resolution > ratewin::Limit::kMaxResolution) {
+      // A window over kMaxResolution that none of 2 to 10 divides ("4294967297ms"): any
+      // resolution would do, but none of Limit's own bounds does.
+      fail(window_item, quoted(window_item.node.Scalar()) +
+                            " is longer than 4294967295ms and does not divide into 2 to 10 "
+                            "equal whole milliseconds: give the window in seconds");
+    }
+    if (burst_item) burst = integer(*burst_item, 1, ratewin::Limit::kMaxCount);
+    if (ratewin::Limit::problem(max, window, resolution, algorithm, burst) ==
+        ratewin::LimitProblem::bucket_too_slow) {
+      // It refills one unit every window / max, its whole burst in burst x window / max.
+      if (burst_item) {
+        fail(*burst_item, "a token_bucket of max " + std::to_string(max) + " per " +
+                              quoted(window_item.node.Scalar()) +
+                              " takes longer than 4294967295ms (about 49.7 days) to refill a "
+                              "burst of " +
+                              std::to_string(burst) +
+                              " (burst x window / max): lower burst, or raise max");
+      }
+      fail(window_item, quoted(window_item.node.Scalar()) + " is too long for a token_bucket" +
+                            by_default +
+                            ", whose burst (max, when burst is not set) refills in one window: "
+                            "at most 4294967295ms (about 49.7 days), or set a smaller burst");
     }
   } else {
     const std::uint64_t subintervals =
@@ -405,9 +447,12 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
   std::uint64_t cost = 1;
   if (const std::optional<Item> cost_item = f.get("cost")) {
     cost = integer(*cost_item, 1, ratewin::Limit::kMaxCount);
-    if (cost > max) {
-      fail(*cost_item, "cost " + std::to_string(cost) + " exceeds max " + std::to_string(max) +
-                           ": every request would be rejected");
+    // The most a request may cost: a token bucket's burst (max unless it is set).
+    if (cost > (burst != 0 ? burst : max)) {
+      fail(*cost_item,
+           "cost " + std::to_string(cost) + " exceeds " +
+               (burst != 0 ? "burst " + std::to_string(burst) : "max " + std::to_string(max)) +
+               ": every request would be rejected");
     }
   }
 
@@ -418,9 +463,11 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
     // that changes the algorithm but not the window and subintervals (sliding_window and
     // strict_window, or fixed_window and a window of one subinterval): limits of one
     // scope and geometry share their counts whatever their algorithms, and each decides
-    // from them its own way. Another geometry starts from nothing.
+    // from them its own way. Another geometry starts from nothing. A token_bucket keeps
+    // one time, not counts: it starts from nothing when a window becomes one or it
+    // becomes a window, and keeps its time through a change of max, window or burst.
     const ratewin::Limit l = ratewin::Limit(max, window, resolution)
-                                 .with_algorithm(algorithm)
+                                 .with_algorithm(algorithm, burst)
                                  .with_failure_policy(policy)
                                  .with_scope(name);
     return data_->rules.emplace_back(
@@ -525,10 +572,12 @@ void Parser::check_multiplier(const Item& at, const Rules::Data::Override& o) co
   const std::vector<const LimitRule*>* rules = Rules::Data::key_limits(r);
   if (rules == nullptr) return;
   for (const LimitRule* rule : *rules) {
-    const std::uint64_t scaled = effective_limit(*rule, *o.multiplier).max();
-    if (scaled < rule->cost) {
+    // The most a request may cost: a token bucket's burst (which scales with its max).
+    const ratewin::Limit scaled = effective_limit(*rule, *o.multiplier);
+    if (scaled.burst() < rule->cost) {
       fail(at, "multiplier " + to_json_number(*o.multiplier) + " brings " + rule->name +
-                   " to max " + std::to_string(scaled) + ", below its cost " +
+                   (scaled.algorithm() == Algorithm::token_bucket ? " to burst " : " to max ") +
+                   std::to_string(scaled.burst()) + ", below its cost " +
                    std::to_string(rule->cost) + ": every request would be rejected");
     }
   }
@@ -595,6 +644,7 @@ std::unique_ptr<const Rules::Data> Parser::run() {
       }
       if (const std::optional<Item> a = defaults.get("algorithm")) {
         data_->default_algorithm = choice(*a, kAlgorithms);
+        default_algorithm_given_ = true;
       }
     }
     if (const std::optional<Item> t = f.get("tiers")) tiers(*t);

@@ -83,6 +83,70 @@ TEST_CASE("RateLimit-Policy is a quota per window whatever the limit's algorithm
   }
 }
 
+TEST_CASE("RateLimit-Policy gives a token bucket's burst per the time it takes to refill it") {
+  // q / w is the bucket's rate; w is whole seconds, rounded up.
+  const auto policy = [](const Limit& rule_limit, const Limit& asked) {
+    const LimitRule rule{"tier:api/rate", rule_limit, Scope::key, 1, true};
+    Match match;
+    match.limits = {&rule};
+    const std::array<Acquisition, 1> items{Acquisition{42, asked, 1}};
+    Decision d;
+    d.allowed = true;
+    d.limit = asked.burst();  // as the engine says: a token bucket's limit is its burst
+    d.remaining = asked.burst() - 1;
+    d.reset_after = nanoseconds(asked.emission_ns());
+    LimitOutcome outcome;
+    outcome.allowed = true;
+    LimitResponses responses;
+    Response r;
+    responses.write(1, match, items, std::span<const Decision>(&d, 1), outcome, r);
+    return r.fields;
+  };
+  const auto bucket = [](std::uint64_t max, milliseconds window, std::uint64_t burst) {
+    return Limit(max, window).with_algorithm(Algorithm::token_bucket, burst);
+  };
+  const Limit api = bucket(600, std::chrono::minutes(1), 50);  // 50 refill in 5 s
+  std::string fields = policy(api, api);
+  CHECK(fields.find("\r\nRateLimit-Policy: \"tier:api/rate\";q=50;w=5\r\n") != std::string::npos);
+  CHECK(fields.find("\r\nX-RateLimit-Limit: 50\r\n") != std::string::npos);
+  CHECK(fields.find("\r\nRateLimit: \"tier:api/rate\";r=49;t=1") != std::string::npos);
+  // Its burst left to be max: it refills in its window.
+  const Limit full = bucket(600, std::chrono::minutes(1), 0);
+  CHECK(policy(full, full).find(";q=600;w=60\r\n") != std::string::npos);
+  // 3 refill in 300 ms, 25 in 2.5 s.
+  CHECK(policy(bucket(10, seconds(1), 3), bucket(10, seconds(1), 3)).find(";q=3;w=1\r\n") !=
+        std::string::npos);
+  CHECK(policy(bucket(10, seconds(1), 25), bucket(10, seconds(1), 25)).find(";q=25;w=3\r\n") !=
+        std::string::npos);
+  // The limit asked for, as a multiplier scaled it, not the rule's.
+  const Limit doubled = with_scaled_max(api, 1200);
+  fields = policy(api, doubled);
+  CHECK(fields.find(";q=100;w=5\r\n") != std::string::npos);
+  CHECK(fields.find("\r\nX-RateLimit-Limit: 100\r\n") != std::string::npos);
+}
+
+TEST_CASE("a request costing more than a token bucket's burst is told the burst") {
+  const LimitRule rule{
+      "tier:api/rate",
+      Limit(600, std::chrono::minutes(1)).with_algorithm(Algorithm::token_bucket, 50), Scope::key,
+      1, true};
+  Match match;
+  match.limits = {&rule};
+  const std::array<Acquisition, 1> items{Acquisition{42, rule.limit, 60}};
+  Decision d;
+  d.limit = 50;
+  d.remaining = 50;
+  d.retry_after = Decision::kNever;
+  LimitOutcome outcome;
+  LimitResponses responses;
+  Response r;
+  responses.write(1, match, items, std::span<const Decision>(&d, 1), outcome, r);
+  CHECK(r.status == 429);
+  CHECK(r.body ==
+        "{\"error\":\"cost exceeds limit\",\"limit\":\"tier:api/rate\",\"max\":50,"
+        "\"cost\":60,\"retry_after_s\":null}\n");
+}
+
 TEST_CASE("a degraded refusal says so in the body and the headers") {
   const Response r = refusal(milliseconds(50), 1, true);
   CHECK(r.body.find(",\"degraded\":true}") != std::string::npos);

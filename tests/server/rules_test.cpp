@@ -71,7 +71,7 @@ constexpr std::string_view kHead =
 TEST_CASE("the shipped example parses and does what its comments say") {
   const Rules rules = Rules::load(RATEWIN_RULES_EXAMPLE);
   CHECK(rules.version().starts_with("2024-06-example@"));
-  CHECK(rules.limit_count() == 13);
+  CHECK(rules.limit_count() == 14);
 
   // The default tier, no endpoint.
   Match m = match(rules, "someone", "GET", "/other");
@@ -117,6 +117,13 @@ TEST_CASE("the shipped example parses and does what its comments say") {
   CHECK(m.limits[1]->limit == Limit(10'000'000, std::chrono::hours(24), std::chrono::hours(24))
                                   .with_algorithm(Algorithm::fixed_window)
                                   .with_scope("tier:enterprise/per-day"));
+  m = match(rules, "api_x");
+  CHECK(m.tier == "metered");
+  REQUIRE(names(m) == Names{"tier:metered/rate"});
+  CHECK(m.limits[0]->limit == Limit(600, std::chrono::minutes(1))
+                                  .with_algorithm(Algorithm::token_bucket, 50)
+                                  .with_scope("tier:metered/rate"));
+  CHECK(m.limits[0]->limit.tolerance_ns() == 5'000'000'000);  // "5 s to refill them"
   CHECK(names(match(rules, "free-batch-job")) == Names{"override:free-batch-job/per-minute"});
   CHECK(match(rules, "internal-metrics").action == Action::allow);
   CHECK(match(rules, "internal-compromised").action == Action::deny);
@@ -360,6 +367,102 @@ TEST_CASE("defaults.algorithm applies where a limit says nothing") {
         "(about 49.7 days)");
 }
 
+TEST_CASE("algorithm: token_bucket, with burst (max when it is not set)") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  t:\n"
+      "    limits:\n"
+      "      - {name: api, max: 600, window: 1m, algorithm: token_bucket, burst: 50}\n"
+      "      - {name: full, max: 10, window: 1s, algorithm: token_bucket}\n"
+      "      - {name: odd, max: 10, window: 15ms, subintervals: 1, algorithm: token_bucket}\n"
+      "      - {name: deep, max: 5, window: 1s, algorithm: token_bucket, burst: 20, cost: 20}\n"
+      "      - {name: long, max: 1000, window: 366d, algorithm: token_bucket, burst: 100}\n"
+      "      - {name: same, max: 7, window: 1s, algorithm: token_bucket, burst: 7}\n"
+      "      - {name: ring, max: 5, window: 1s}\n"
+      "default_tier: t\n");
+  const Match m = match(rules, "k");
+  REQUIRE(m.limits.size() == 7);
+  const auto limit = [&](std::size_t i) { return m.limits[i]->limit; };
+  CHECK(limit(0) == Limit(600, std::chrono::minutes(1))
+                        .with_algorithm(Algorithm::token_bucket, 50)
+                        .with_scope("tier:t/api"));
+  CHECK(limit(0).algorithm() == Algorithm::token_bucket);
+  CHECK(limit(0).burst() == 50);
+  CHECK(limit(0).emission_ns() == 100'000'000);
+  CHECK(limit(0).tolerance_ns() == 5'000'000'000);
+  CHECK(limit(0).subintervals() == 1);
+  CHECK(limit(0).to_string() == "600/1m@1m token_bucket burst 50");
+  CHECK(limit(1).burst() == 10);
+  CHECK(limit(1).to_string() == "10/1s@1s token_bucket");
+  CHECK(limit(2).resolution() == milliseconds(15));  // (no 10 subintervals of 15ms needed)
+  CHECK(limit(3).burst() == 20);                     // above max: a cost up to the burst can pass
+  CHECK(m.limits[3]->cost == 20);
+  // Longer than a resolution may be, and allowed: 100 refill in 36.6 days.
+  CHECK(limit(4).interval() == std::chrono::hours(366 * 24));
+  CHECK(limit(4).burst() == 100);
+  CHECK(limit(5) == limit(5).with_burst(0));  // a burst of max is the default one
+  CHECK(limit(6).algorithm() == Algorithm::sliding_window);
+
+  // GET /admin/rules gives a token bucket's burst, and no burst for the others.
+  const YAML::Node t = YAML::Load(rules.describe_json())["tiers"]["t"]["limits"];
+  CHECK(t[0]["algorithm"].as<std::string>() == "token_bucket");
+  CHECK(t[0]["max"].as<int>() == 600);
+  CHECK(t[0]["window_ms"].as<int>() == 60000);
+  CHECK(t[0]["burst"].as<int>() == 50);
+  CHECK(t[0]["limit"].as<std::string>() == "600/1m@1m token_bucket burst 50");
+  CHECK(t[1]["burst"].as<int>() == 10);
+  CHECK(t[3]["burst"].as<int>() == 20);
+  CHECK_FALSE(t[6]["burst"].IsDefined());
+}
+
+TEST_CASE("defaults.algorithm: token_bucket, with a burst per limit") {
+  const std::string bucket = "defaults: {algorithm: token_bucket}\n";
+  const Rules rules =
+      Rules::parse(bucket +
+                   "tiers:\n"
+                   "  t:\n"
+                   "    limits:\n"
+                   "      - {name: a, max: 10, window: 1s, burst: 3}\n"
+                   "      - {name: b, max: 10, window: 1s}\n"
+                   "      - {name: c, max: 10, window: 1s, algorithm: strict_window}\n"
+                   "default_tier: t\n");
+  const Match m = match(rules, "k");
+  REQUIRE(m.limits.size() == 3);
+  CHECK(m.limits[0]->limit.algorithm() == Algorithm::token_bucket);
+  CHECK(m.limits[0]->limit.burst() == 3);
+  CHECK(m.limits[1]->limit.algorithm() == Algorithm::token_bucket);
+  CHECK(m.limits[1]->limit.burst() == 10);
+  CHECK(m.limits[2]->limit.algorithm() == Algorithm::strict_window);
+  CHECK(m.limits[2]->limit.subintervals() == 10);
+  CHECK(YAML::Load(rules.describe_json())["defaults"]["algorithm"].as<std::string>() ==
+        "token_bucket");
+
+  // Its errors say where the algorithm came from.
+  const auto problem = [&](std::string_view limit) {
+    const Failure f =
+        failure_of(bucket + "tiers:\n  t:\n    limits:\n      - " + std::string(limit) + "\n");
+    CHECK(f.line == 5);
+    return f.problem;
+  };
+  CHECK(problem("{name: a, max: 10, window: 1s, subintervals: 4}") ==
+        "tiers.t.limits[0].subintervals: a token_bucket (set by defaults.algorithm) refills "
+        "continuously, with no counts per subinterval, not 4 subintervals: leave subintervals "
+        "out, or set it to 1");
+  CHECK(problem("{name: a, max: 10, window: 50d}") ==
+        "tiers.t.limits[0].window: \"50d\" is too long for a token_bucket (set by "
+        "defaults.algorithm), whose burst (max, when burst is not set) refills in one window: at "
+        "most 4294967295ms (about 49.7 days), or set a smaller burst");
+  CHECK(problem("{name: a, max: 10, window: 1s, burst: 3, algorithm: fixed_window}") ==
+        "tiers.t.limits[0].burst: burst applies to algorithm: token_bucket only, not to a "
+        "fixed_window: leave burst out, or set algorithm: token_bucket");
+  CHECK(failure_of("defaults: {algorithm: strict_window}\n"
+                   "tiers: {t: {limits: [{name: a, max: 10, window: 1s, burst: 3}]}}\n")
+            .problem ==
+        "tiers.t.limits[0].burst: burst applies to algorithm: token_bucket only, not to a "
+        "strict_window (set by defaults.algorithm): leave burst out, or set algorithm: "
+        "token_bucket");
+}
+
 TEST_CASE("overrides: tier, multiplier, limits") {
   const Rules rules = Rules::parse(std::string(kHead) +
                                    "default_tier: free\n"
@@ -407,6 +510,54 @@ TEST_CASE("effective_limit bounds") {
   CHECK(effective_limit(rule, std::numeric_limits<double>::quiet_NaN()).max() == 1);
   const LimitRule fixed{"r", Limit(10, milliseconds(1000)), Scope::key, 1, false};
   CHECK(effective_limit(fixed, 3).max() == 10);
+}
+
+TEST_CASE("a multiplier scales a token bucket's burst with its max") {
+  const Limit api = Limit(600, std::chrono::minutes(1))
+                        .with_algorithm(Algorithm::token_bucket, 50)
+                        .with_failure_policy(FailurePolicy::closed)
+                        .with_scope("tier:t/api");
+  const LimitRule rule{"tier:t/api", api, Scope::key, 1, true};
+  const Limit doubled = effective_limit(rule, 2);
+  CHECK(doubled.max() == 1200);
+  CHECK(doubled.burst() == 100);
+  CHECK(doubled.tolerance_ns() == api.tolerance_ns());  // the same 5 s to refill it
+  CHECK(doubled.algorithm() == Algorithm::token_bucket);
+  CHECK(doubled.failure_policy() == FailurePolicy::closed);
+  CHECK(doubled.interval() == api.interval());
+  CHECK(doubled.scope() == api.scope());  // the same bucket, with another rate
+  CHECK(effective_limit(rule, 0.5).burst() == 25);
+  CHECK(effective_limit(rule, 0.03).max() == 18);
+  CHECK(effective_limit(rule, 0.03).burst() == 1);   // 1.5, rounded down
+  CHECK(effective_limit(rule, 0.001).burst() == 1);  // at least 1
+  CHECK(with_scaled_max(api, 60).burst() == 5);      // an admin API override's limit
+  // A burst left to be max stays max.
+  const LimitRule full{"r", Limit(10, milliseconds(1000)).with_algorithm(Algorithm::token_bucket),
+                       Scope::key, 1, true};
+  CHECK(effective_limit(full, 3).burst() == 30);
+  CHECK(effective_limit(full, 3) == full.limit.with_max(30));
+
+  // Where the bucket could not be made, the nearest that can: a max that refills one unit
+  // in the longest time a bucket may take (4294967295ms), and as much of the burst as
+  // refills in it.
+  constexpr std::int64_t kLongestNs = Limit::kMaxResolution.count() * 1'000'000;
+  const LimitRule slow{
+      "r", Limit(1000, std::chrono::hours(366 * 24)).with_algorithm(Algorithm::token_bucket, 100),
+      Scope::key, 1, true};
+  const Limit slowest = effective_limit(slow, 0.001);  // would be 1 per 366 days
+  CHECK(slowest.max() == 8);
+  CHECK(slowest.burst() == 1);
+  CHECK(slowest.tolerance_ns() <= kLongestNs);
+  // One refilled exactly in the longest time: 7 of it refill just past it, as
+  // Limit::emission_ns() rounds up.
+  const LimitRule edge{"r",
+                       Limit(1, milliseconds(4294967295)).with_algorithm(Algorithm::token_bucket),
+                       Scope::key, 1, true};
+  CHECK(edge.limit.tolerance_ns() == kLongestNs);
+  CHECK(effective_limit(edge, 3).burst() == 3);
+  CHECK(effective_limit(edge, 7).max() == 7);
+  CHECK(effective_limit(edge, 7).burst() == 6);
+  CHECK(effective_limit(edge, 7).tolerance_ns() <= kLongestNs);
 }
 
 TEST_CASE("allow and deny: deny wins, and neither counts anything") {
@@ -556,9 +707,9 @@ TEST_CASE("every kind of invalid input names its line") {
        "defaults: unknown field \"policy\""},
       {"defaults: {failure_policy: sometimes}\n", 1,
        "defaults.failure_policy: \"sometimes\" is not one of local, open, closed"},
-      {"defaults: {algorithm: token_bucket}\n", 1,
-       "defaults.algorithm: \"token_bucket\" is not one of sliding_window, strict_window, "
-       "fixed_window"},
+      {"defaults: {algorithm: leaky_bucket}\n", 1,
+       "defaults.algorithm: \"leaky_bucket\" is not one of sliding_window, strict_window, "
+       "fixed_window, token_bucket"},
       {"defaults:\n  algorithm: [fixed_window]\n", 2,
        "defaults.algorithm: expected a string, got a list"},
       {"version: [1]\n", 1, "version: expected a string, got a list"},
@@ -619,7 +770,7 @@ TEST_CASE("every kind of invalid input names its line") {
        "failure_policy: \"fail\" is not one of local, open, closed"},
       {limit("        max: 5\n        window: 1s\n        algorithm: leaky_bucket\n"), 15,
        "endpoints[0].limits[0].algorithm: \"leaky_bucket\" is not one of sliding_window, "
-       "strict_window, fixed_window"},
+       "strict_window, fixed_window, token_bucket"},
       {limit("        max: 5\n        window: 1s\n        algorithm: Fixed_Window\n"), 15,
        "algorithm: \"Fixed_Window\" is not one of"},
       {limit("        max: 5\n        window: 1s\n        algorithm:\n"), 15,
@@ -638,6 +789,47 @@ TEST_CASE("every kind of invalid input names its line") {
       {limit("        max: 5\n        window: 50d\n        subintervals: 1\n"
              "        algorithm: fixed_window\n"),
        14, "\"50d\" is too long for a fixed_window"},
+      {limit("        max: 5\n        window: 1s\n        burst: 3\n"), 15,
+       "endpoints[0].limits[0].burst: burst applies to algorithm: token_bucket only, not to a "
+       "sliding_window (the default algorithm): leave burst out, or set algorithm: token_bucket"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: fixed_window\n"
+             "        burst: 3\n"),
+       16, "burst: burst applies to algorithm: token_bucket only, not to a fixed_window: leave"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
+             "        burst: 0\n"),
+       16, "endpoints[0].limits[0].burst: \"0\" is not a whole number from 1 to 4294967295"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
+             "        burst: 4294967296\n"),
+       16, "burst: \"4294967296\" is not a whole number"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
+             "        burst: many\n"),
+       16, "burst: \"many\" is not a whole number"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
+             "        burst:\n"),
+       16, "burst: expected a string, got nothing"},
+      {limit("        max: 5\n        window: 1m\n        algorithm: token_bucket\n"
+             "        subintervals: 4\n"),
+       16,
+       "endpoints[0].limits[0].subintervals: a token_bucket refills continuously, with no counts "
+       "per subinterval, not 4 subintervals: leave subintervals out, or set it to 1"},
+      {limit("        max: 5\n        window: 50d\n        algorithm: token_bucket\n"), 14,
+       "endpoints[0].limits[0].window: \"50d\" is too long for a token_bucket, whose burst (max, "
+       "when burst is not set) refills in one window: at most 4294967295ms (about 49.7 days), or "
+       "set a smaller burst"},
+      {limit("        max: 5\n        window: 1d\n        algorithm: token_bucket\n"
+             "        burst: 300\n"),
+       16,
+       "endpoints[0].limits[0].burst: a token_bucket of max 5 per \"1d\" takes longer than "
+       "4294967295ms (about 49.7 days) to refill a burst of 300 (burst x window / max): lower "
+       "burst, or raise max"},
+      {limit("        max: 5000\n        window: 4294967297ms\n        algorithm: token_bucket\n"
+             "        burst: 1\n"),
+       14,
+       "endpoints[0].limits[0].window: \"4294967297ms\" is longer than 4294967295ms and does not "
+       "divide into 2 to 10 equal whole milliseconds: give the window in seconds"},
+      {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
+             "        burst: 3\n        cost: 4\n"),
+       17, "cost: cost 4 exceeds burst 3: every request would be rejected"},
       {limit("        max: 5\n        window: 1s\n        cost: 0\n"), 15,
        "cost: \"0\" is not a whole number"},
       {limit("        max: 5\n        window: 1s\n        cost: 6\n"), 15,
@@ -687,6 +879,9 @@ TEST_CASE("every kind of invalid input names its line") {
       {head + "overrides:\n  - {key: a, tier: free, multiplier: 0.1, limits: [{name: c, max: 10, "
               "window: 1s, cost: 2}]}\n",
        9, "multiplier 0.1 brings override:a/c to max 1, below its cost 2"},
+      {head + "overrides:\n  - {key: a, multiplier: 0.1, limits: [{name: c, max: 100, window: "
+              "1s, algorithm: token_bucket, burst: 20, cost: 5}]}\n",
+       9, "multiplier 0.1 brings override:a/c to burst 2, below its cost 5"},
       {head + "overrides:\n  - {key: a, limits: {name: c}}\n", 9,
        "overrides[0].limits: expected a list"},
       // Allow and deny.

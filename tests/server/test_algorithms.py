@@ -1,9 +1,10 @@
 """The algorithm of a limit (rules' `algorithm:`) through ratewin-server in local mode:
 strict_window refuses until the oldest subinterval has left the window where
-sliding_window already admits again, and fixed_window counts per window aligned on the
+sliding_window already admits again, fixed_window counts per window aligned on the
 clock, so its Retry-After reaches to the end of that window and it admits max again at
-once. The server reads the real clock (CLOCK_REALTIME, as time.time() does): the windows
-here are 1 s, and each test sleeps less than two of them."""
+once, and token_bucket admits its burst at once and then one per window / max. The server
+reads the real clock (CLOCK_REALTIME, as time.time() does): the windows here are 1 s, and
+each test sleeps less than two of them."""
 
 from __future__ import annotations
 
@@ -132,3 +133,48 @@ def test_fixed_window_resets_all_at_once_at_the_window_boundary(start_server, tm
         assert again[2][2] - first < 1.0
         assert on_multiple(*retry_window(*again[3]), 1.0) == end + 1.0
         assert c.get("/sliding", KEY).status == 429
+
+
+def test_token_bucket_admits_its_burst_then_refills_one_per_interval(start_server, tmp_path):
+    # 10 per second, one every 100 ms, with room for 3 at once; "big" has twice the rate
+    # and so twice the burst (the multiplier scales both).
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          api:
+            limits:
+              - {name: rate, max: 10, window: 1s, algorithm: token_bucket, burst: 3}
+        default_tier: api
+        overrides:
+          - {key: big, multiplier: 2}
+        """)
+    server = start_server(rules=rules)
+    with Client(server.port) as c:
+        replies = [timed(c, "/") for _ in range(4)]
+        assert [r.status for r, _, _ in replies] == [200, 200, 200, 429], replies
+        assert [r.headers["x-ratelimit-remaining"] for r, _, _ in replies] == ["2", "1", "0", "0"]
+        for r, _, _ in replies:
+            # The limit is the burst, refilled in 300 ms: q / w is no more than the rate.
+            assert r.headers["x-ratelimit-limit"] == "3", r
+            assert r.headers["ratelimit-policy"] == '"tier:api/rate";q=3;w=1', r
+            assert r.headers["x-ratelimit-reset"] == "1", r  # full again within 300 ms
+        assert replies[2][0].headers["ratelimit"] == '"tier:api/rate";r=0;t=1'
+        refused, before, after = replies[3]
+        assert refused.headers["retry-after"] == "1", refused  # 100 ms at most, rounded up
+        wait = refused.json()["retry_after_s"]
+        assert 0 < wait <= 0.1, refused
+        # One unit refills 100 ms after the first was taken: the retry time is then (the
+        # body's wait is rounded up to the millisecond).
+        _, first_before, first_after = replies[0]
+        assert first_before + 0.1 - 0.002 <= after + wait, (replies, wait)
+        assert before + wait <= first_after + 0.1 + 0.002, (replies, wait)
+
+        sleep_until(after + wait + 0.02)
+        r = c.get("/", KEY)
+        assert r.status == 200, r
+        assert r.headers["x-ratelimit-remaining"] == "0", r  # only about one has refilled
+
+        big = [c.get("/", {"X-API-Key": "big"}) for _ in range(7)]
+        assert [r.status for r in big] == [200] * 6 + [429], big
+        assert big[0].headers["x-ratelimit-limit"] == "6"
+        assert big[0].headers["ratelimit-policy"] == '"tier:api/rate";q=6;w=1'
+        assert big[6].json()["retry_after_s"] <= 0.05  # one every 50 ms

@@ -493,6 +493,11 @@ def test_shipped_example_rules_load_and_apply(start_server):
     # A fixed_window's policy is a quota per window like any other.
     assert r.headers["ratelimit-policy"] == (
         '"tier:enterprise/per-second";q=500;w=1, "tier:enterprise/per-day";q=10000000;w=86400')
+    r = server.get("/", {"X-API-Key": "api_x"})
+    assert r.json()["tier"] == "metered"
+    # A token bucket: its burst is the limit, refilled in 5 s (q / w is 600 a minute).
+    assert r.headers["x-ratelimit-limit"] == "50" and r.headers["x-ratelimit-remaining"] == "49"
+    assert r.headers["ratelimit-policy"] == '"tier:metered/rate";q=50;w=5'
     assert server.get("/", {"X-API-Key": "partner-42"}).json()["tier"] == "enterprise"
     assert server.get("/", {"X-API-Key": "revoked_1"}).status == 403
     assert server.get("/", {"X-API-Key": "internal-compromised"}).status == 403

@@ -215,6 +215,76 @@ def test_switching_algorithm_keeps_counts_while_the_window_stays(start_server, t
         assert r.headers["ratelimit-policy"] == '"tier:free/burst";q=3;w=60'
 
 
+def test_switching_between_a_window_and_a_token_bucket(start_server, tmp_path):
+    """A token bucket keeps one time, not counts: a reload from sliding_window to
+    token_bucket starts the bucket full and enforces it at once; one that changes only its
+    burst keeps its state; back to sliding_window, the ring's counts are what they were."""
+
+    def text(version: str, fields: str) -> str:
+        return f"""
+            version: "{version}"
+            tiers:
+              free:
+                limits:
+                  - name: api
+                    max: 3
+                    window: 1m
+                    {fields}
+            default_tier: free
+            """
+
+    def limit(server) -> dict:
+        return admin_rules(server)["rules"]["tiers"]["free"]["limits"][0]
+
+    def reload(server, version: str, fields: str) -> None:
+        write_rules(path, text(version, fields), atomic=True)
+        assert wait_until(lambda: admin_rules(server)["version"].startswith(version + "@"), 3)
+
+    key = {"X-API-Key": "k"}
+    path = write_rules(tmp_path / "rules.yaml", text("v1", ""))
+    server = start_server(rules=path, admin_token=TOKEN)
+    assert "burst" not in limit(server)
+    with Client(server.port) as c:
+        assert [c.get("/", key).headers["x-ratelimit-remaining"] for _ in range(2)] == ["2", "1"]
+
+        # 3 a minute, one every 20 s, at most 2 at once: full, whatever the ring counted.
+        reload(server, "v2", "algorithm: token_bucket\n                    burst: 2")
+        assert limit(server)["algorithm"] == "token_bucket"
+        assert limit(server)["burst"] == 2
+        assert limit(server)["subintervals"] == 1
+        got = [c.get("/", key) for _ in range(3)]
+        assert [r.status for r in got] == [200, 200, 429], got
+        assert [r.headers["x-ratelimit-remaining"] for r in got] == ["1", "0", "0"]
+        assert got[0].headers["x-ratelimit-limit"] == "2"
+        assert got[0].headers["ratelimit-policy"] == '"tier:free/api";q=2;w=40'
+        assert got[2].headers["retry-after"] == "20", got[2]
+
+        # burst belongs to token_bucket: rejected naming the line, the bucket stays.
+        reload_errors = 'ratewin_server_rules_reloads_total{result="rejected"}'
+        write_rules(path, text("v3", "algorithm: sliding_window\n                    burst: 2"),
+                    atomic=True)
+        assert wait_until(lambda: server.metric(reload_errors) == 1, 3)
+        assert admin_rules(server)["last_error"].startswith(
+            f"{path}:9:16: tiers.free.limits[0].burst: burst applies to algorithm: token_bucket "
+            "only, not to a sliding_window"), admin_rules(server)
+        assert c.get("/", key).status == 429
+
+        # A larger burst: the same bucket, so the two taken still count against it.
+        reload(server, "v4", "algorithm: token_bucket\n                    burst: 3")
+        got = [c.get("/", key) for _ in range(2)]
+        assert [r.status for r in got] == [200, 429], got
+        assert got[0].headers["x-ratelimit-limit"] == "3"
+        assert got[0].headers["x-ratelimit-remaining"] == "0"
+
+        # Back to the window: its counts are the 2 made before the bucket.
+        reload(server, "v5", "")
+        assert limit(server)["algorithm"] == "sliding_window"
+        got = [c.get("/", key) for _ in range(2)]
+        assert [r.status for r in got] == [200, 429], got
+        assert got[0].headers["x-ratelimit-remaining"] == "0"
+        assert got[0].headers["ratelimit-policy"] == '"tier:free/api";q=3;w=60'
+
+
 def test_invalid_rules_at_startup_exit_1_naming_the_line(server_binary, tmp_path):
     path = write_rules(tmp_path / "rules.yaml", """
         endpoints:
