@@ -114,7 +114,7 @@ ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max) {
   // The burst in proportion, and at most what refills in kMaxResolution (the rounding of
   // emission_ns() up can take it just past).
   const u128 scaled = static_cast<u128>(limit.burst()) * max / limit.max();
-  const std::uint64_t emission = (window + max - 1) / max;  // as Limit::emission_ns()
+  const auto emission = static_cast<std::uint64_t>(Limit(max, limit.interval()).emission_ns());
   const std::uint64_t most = std::min<std::uint64_t>(Limit::kMaxCount, kLongest / emission);
   const std::uint64_t burst = scaled == 0     ? 1
                               : scaled > most ? most
