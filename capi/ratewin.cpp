@@ -419,6 +419,8 @@ static_assert(RATEWIN_ALGORITHM_STRICT_WINDOW ==
               static_cast<int>(ratewin::Algorithm::strict_window));
 static_assert(RATEWIN_ALGORITHM_FIXED_WINDOW == static_cast<int>(ratewin::Algorithm::fixed_window));
 static_assert(RATEWIN_ALGORITHM_TOKEN_BUCKET == static_cast<int>(ratewin::Algorithm::token_bucket));
+static_assert(RATEWIN_ALGORITHM_SLIDING_LOG == static_cast<int>(ratewin::Algorithm::sliding_log));
+static_assert(RATEWIN_LIMIT_MAX_LOG_COUNT == ratewin::Limit::kMaxLogCount);
 
 // A RATEWIN_ALGORITHM_* value as the Algorithm it names; false for an unknown one.
 bool to_algorithm(std::int32_t value, ratewin::Algorithm& out) noexcept {
@@ -427,6 +429,7 @@ bool to_algorithm(std::int32_t value, ratewin::Algorithm& out) noexcept {
     case RATEWIN_ALGORITHM_STRICT_WINDOW:
     case RATEWIN_ALGORITHM_FIXED_WINDOW:
     case RATEWIN_ALGORITHM_TOKEN_BUCKET:
+    case RATEWIN_ALGORITHM_SLIDING_LOG:
       out = static_cast<ratewin::Algorithm>(value);
       return true;
     default:
@@ -443,6 +446,8 @@ const char* algorithm_macro(ratewin::Algorithm algorithm) noexcept {
       return "RATEWIN_ALGORITHM_FIXED_WINDOW";
     case ratewin::Algorithm::token_bucket:
       return "RATEWIN_ALGORITHM_TOKEN_BUCKET";
+    case ratewin::Algorithm::sliding_log:
+      return "RATEWIN_ALGORITHM_SLIDING_LOG";
     case ratewin::Algorithm::sliding_window:
       break;
   }
@@ -620,11 +625,12 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
     if (!to_algorithm(o.algorithm, algorithm)) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "unknown algorithm " + std::to_string(o.algorithm) +
-                      " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW, _FIXED_WINDOW or "
-                      "_TOKEN_BUCKET)");
+                      " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW, _FIXED_WINDOW, "
+                      "_TOKEN_BUCKET or _SLIDING_LOG)");
     }
     const bool fixed = algorithm == ratewin::Algorithm::fixed_window;
     const bool bucket = algorithm == ratewin::Algorithm::token_bucket;
+    const bool log = algorithm == ratewin::Algorithm::sliding_log;
     // Refused rather than ignored: a burst for an algorithm that has none.
     if (!bucket && o.burst != 0) {
       return fail(errmsg, RATEWIN_EINVAL,
@@ -632,15 +638,16 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                       algorithm_macro(algorithm) +
                       ": burst applies to RATEWIN_ALGORITHM_TOKEN_BUCKET only (leave it 0)");
     }
-    // A fixed window's one subinterval is the whole interval, and a token bucket has
-    // none (its resolution is its interval): a resolution_ms that says otherwise is
-    // refused rather than ignored.
-    const bool one_subinterval = fixed || bucket;
+    // A fixed window's one subinterval is the whole interval, and a token bucket or a
+    // log has none (its resolution is its interval): a resolution_ms that says otherwise
+    // is refused rather than ignored.
+    const bool one_subinterval = fixed || bucket || log;
     if (one_subinterval && o.resolution_ms != 0 && o.resolution_ms != o.interval_ms) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "resolution_ms " + std::to_string(o.resolution_ms) + " with " +
                       algorithm_macro(algorithm) + ": a " +
-                      (fixed ? "fixed window" : "token bucket") + "'s resolution_ms is its " +
+                      (fixed ? "fixed window" : bucket ? "token bucket" : "sliding log") +
+                      "'s resolution_ms is its " +
                       "interval_ms " + std::to_string(o.interval_ms) + " (or 0)");
     }
     // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
@@ -710,6 +717,12 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
         return fail(errmsg, RATEWIN_EINVAL,
                     where + "burst must be at most " + std::to_string(RATEWIN_LIMIT_MAX_COUNT) +
                         ", got " + std::to_string(o.burst));
+      case ratewin::LimitProblem::log_too_large:
+        return fail(errmsg, RATEWIN_EINVAL,
+                    where + "max " + std::to_string(o.max) +
+                        " with RATEWIN_ALGORITHM_SLIDING_LOG: at most " +
+                        std::to_string(RATEWIN_LIMIT_MAX_LOG_COUNT) +
+                        " (every unit is an entry of its log)");
       case ratewin::LimitProblem::bucket_too_slow:
         if (o.burst == 0) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
         return fail(errmsg, RATEWIN_EINVAL,

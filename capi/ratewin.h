@@ -142,9 +142,17 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
  * exact time until the same request would pass (RATEWIN_NEVER when its cost exceeds the
  * burst). */
 #define RATEWIN_ALGORITHM_TOKEN_BUCKET 3
+/* Exact: a log of when each unit admitted in the last interval_ms leaves it (in Redis, a
+ * sorted set per resource). Never more than max in any sliding window of interval_ms, on
+ * one node or across nodes, and nothing refused that an exact window would admit. max is
+ * at most RATEWIN_LIMIT_MAX_LOG_COUNT (each unit is an entry: 8 bytes per limiter here,
+ * one member of the shared set). resolution_ms is not used (it is interval_ms). */
+#define RATEWIN_ALGORITHM_SLIDING_LOG 4
 
 /* Largest max, largest interval / resolution, longest interval and resolution. */
 #define RATEWIN_LIMIT_MAX_COUNT UINT64_C(4294967295)
+/* Largest max of a RATEWIN_ALGORITHM_SLIDING_LOG limit. */
+#define RATEWIN_LIMIT_MAX_LOG_COUNT UINT64_C(4096)
 #define RATEWIN_LIMIT_MAX_SUBINTERVALS 65535u
 #define RATEWIN_LIMIT_MAX_INTERVAL_MS UINT64_C(31622400000)
 #define RATEWIN_LIMIT_MAX_RESOLUTION_MS UINT64_C(4294967295)
@@ -173,7 +181,7 @@ typedef struct ratewin_limit_options {
    * RATEWIN_ALGORITHM_SLIDING_WINDOW. RATEWIN_ALGORITHM_FIXED_WINDOW counts in one
    * subinterval, the whole interval: resolution_ms must then be 0 or interval_ms, and
    * interval_ms at most RATEWIN_LIMIT_MAX_RESOLUTION_MS. RATEWIN_ALGORITHM_TOKEN_BUCKET
-   * likewise takes resolution_ms 0 or interval_ms, and its bucket must refill within
+   * and RATEWIN_ALGORITHM_SLIDING_LOG likewise take resolution_ms 0 or interval_ms, and its bucket must refill within
    * RATEWIN_LIMIT_MAX_RESOLUTION_MS (see burst). Window limits of one scope, interval
    * and resolution share their counts whatever their algorithms (each decides from them
    * its own way); token buckets of one scope share their one time whatever their max,

@@ -151,6 +151,7 @@ std::size_t false_rejections_for(const Limit& limit, const std::vector<Event>& e
       return false_rejections_bucket(events, limit);
     case Algorithm::sliding_window:
     case Algorithm::strict_window:
+    case Algorithm::sliding_log:
       break;
   }
   return false_rejections(events, interval, limit.max());
@@ -360,15 +361,15 @@ bool plot(const std::vector<Panel>& panels, const std::string& path) {
 std::vector<Algorithm> algorithms_of(const std::string& text) {
   if (text == "all")
     return {Algorithm::sliding_window, Algorithm::strict_window, Algorithm::fixed_window,
-            Algorithm::token_bucket};
+            Algorithm::token_bucket, Algorithm::sliding_log};
   std::vector<Algorithm> out;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
     Algorithm a{};
     if (!parse_algorithm(item, a)) {
       throw std::invalid_argument("unknown algorithm '" + item +
-                                  "' (sliding_window, strict_window, fixed_window, token_bucket "
-                                  "or all)");
+                                  "' (sliding_window, strict_window, fixed_window, token_bucket, "
+                                  "sliding_log or all)");
     }
     out.push_back(a);
   }

@@ -105,6 +105,9 @@ std::uint64_t max_from(double count) noexcept {
 
 ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max) {
   using ratewin::Limit;
+  // A log holds at most kMaxLogCount entries: a multiplier takes it no further.
+  if (limit.algorithm() == Algorithm::sliding_log)
+    return limit.with_max(std::min(max, Limit::kMaxLogCount));
   if (limit.algorithm() != Algorithm::token_bucket) return limit.with_max(max);
   __extension__ typedef unsigned __int128 u128;
   constexpr std::uint64_t kLongest = Limit::kMaxResolution.count() * std::uint64_t{1'000'000};

@@ -113,7 +113,8 @@ std::uint64_t max_from(double count) noexcept;
 // burst scales with its max, rounded down, at least 1, so the bucket still refills it in
 // about the same time (as a burst left to be max does); where that bucket could not be
 // made, the max is raised to refill at least one unit in Limit::kMaxResolution, and the
-// burst lowered to what refills in it. Never throws for a max of 1 to Limit::kMaxCount.
+// burst lowered to what refills in it. A sliding log's max stops at Limit::kMaxLogCount.
+// Never throws for a max of 1 to Limit::kMaxCount.
 ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max);
 
 // The limit to ask the engine for: rule.limit, with max scaled by `multiplier` (rounded

@@ -120,11 +120,12 @@ inline constexpr std::array<std::pair<std::string_view, FailurePolicy>, 3> kPoli
     {"closed", FailurePolicy::closed},
 }};
 // Spelled by the library (algorithm_name), as the bindings spell them.
-inline const std::array<std::pair<std::string_view, Algorithm>, 4> kAlgorithms{{
+inline const std::array<std::pair<std::string_view, Algorithm>, 5> kAlgorithms{{
     {algorithm_name(Algorithm::sliding_window), Algorithm::sliding_window},
     {algorithm_name(Algorithm::strict_window), Algorithm::strict_window},
     {algorithm_name(Algorithm::fixed_window), Algorithm::fixed_window},
     {algorithm_name(Algorithm::token_bucket), Algorithm::token_bucket},
+    {algorithm_name(Algorithm::sliding_log), Algorithm::sliding_log},
 }};
 
 // "<label>@<XXH3-64 of the bytes, 16 hex digits>".

@@ -368,7 +368,8 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
   const std::optional<Item> subintervals_item = f.get("subintervals");
   std::chrono::milliseconds resolution{};
   std::uint64_t burst = 0;  // a token_bucket's; 0: max
-  if (algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket) {
+  if (algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket ||
+      algorithm == Algorithm::sliding_log) {
     // A fixed_window counts each window in one counter; a token bucket keeps one time and
     // no counts at all. The Limit is made with a resolution that divides the window, and
     // with_algorithm makes the window its one subinterval (a token bucket's is not used).
@@ -378,14 +379,21 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
       if (subintervals != 1) {
         fail(*subintervals_item,
              "a " + std::string(algorithm_text) + by_default +
-                 (algorithm == Algorithm::fixed_window
-                      ? " counts each window in one counter, not "
-                      : " refills continuously, with no counts per subinterval, not ") +
+                 (algorithm == Algorithm::fixed_window ? " counts each window in one counter, not "
+                  : algorithm == Algorithm::token_bucket
+                      ? " refills continuously, with no counts per subinterval, not "
+                      : " logs each unit, with no counts per subinterval, not ") +
                  std::to_string(subintervals) +
                  " subintervals: leave subintervals out, or set it to 1");
       }
     }
     resolution = ratewin::Limit::default_resolution(window);
+  }
+  if (algorithm == Algorithm::sliding_log && max > ratewin::Limit::kMaxLogCount) {
+    fail(f.need("max"), "a sliding_log" + by_default + " holds at most " +
+                            std::to_string(ratewin::Limit::kMaxLogCount) +
+                            " entries (one per unit in its window), not max " +
+                            std::to_string(max) + ": lower max, or use another algorithm");
   }
   if (algorithm == Algorithm::fixed_window) {
     if (ratewin::Limit::problem(max, window, resolution, algorithm) ==

@@ -40,6 +40,13 @@ enum class Algorithm {
   // at most burst + t x max / interval. The resolution is not used (it becomes the
   // interval).
   token_bucket,
+  // Exact: a log of the expiry time of every unit admitted in the last `interval`
+  // (a sorted set per resource in the shared store). Never more than max in any sliding
+  // window of `interval`, on one node or across nodes, and nothing refused that an exact
+  // window would admit (but a request the store itself refuses). Its max is at most
+  // Limit::kMaxLogCount: every unit is an entry, 8 bytes per limiter here and one member
+  // of the shared sorted set. The resolution is not used (it becomes the interval).
+  sliding_log,
 };
 
 // The algorithm's name as the bindings and the server's rules spell it
@@ -62,6 +69,7 @@ enum class LimitProblem {
   too_many_subintervals,       // interval / resolution exceeds Limit::kMaxSubintervals
   fixed_window_too_long,       // a fixed_window's interval exceeds Limit::kMaxResolution
   burst_too_large,             // a token_bucket's burst exceeds Limit::kMaxCount
+  log_too_large,               // a sliding_log's max exceeds Limit::kMaxLogCount
   bucket_too_slow,             // a token_bucket's refill of its whole burst,
                                // burst x interval / max, exceeds Limit::kMaxResolution
 };
@@ -77,6 +85,8 @@ class Limit {
  public:
   // Largest `max` (and so the largest count a subinterval can hold).
   static constexpr std::uint64_t kMaxCount = 0xffffffffULL;
+  // Largest max of a sliding_log (each unit in its window is an entry of its log).
+  static constexpr std::uint64_t kMaxLogCount = 4096;
   // Largest number of subintervals, interval / resolution.
   static constexpr std::uint32_t kMaxSubintervals = 65535;
   // Longest interval accepted.
@@ -104,7 +114,8 @@ class Limit {
   // would refuse on a limit of this max, interval and resolution: problem(max, interval,
   // resolution), then for fixed_window an interval longer than kMaxResolution (its one
   // subinterval is the whole interval), for token_bucket a burst above kMaxCount or a
-  // bucket that takes longer than kMaxResolution to refill. burst 0: max.
+  // bucket that takes longer than kMaxResolution to refill, for sliding_log a max above
+  // kMaxLogCount. burst 0: max.
   static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
                               std::chrono::milliseconds resolution, Algorithm algorithm,
                               std::uint64_t burst = 0) noexcept;
@@ -155,7 +166,8 @@ class Limit {
   // The same window with another max, in the same scope: it shares counts with this
   // limit (an override that raises max keeps what was already counted).
   // For a token_bucket it keeps the burst (max, if it was max), and throws when the
-  // bucket would then take longer than kMaxResolution to refill.
+  // bucket would then take longer than kMaxResolution to refill; for a sliding_log it
+  // throws for a max above kMaxLogCount.
   Limit with_max(std::uint64_t max) const;
   // The same limit counted by `algorithm`. For fixed_window the resolution becomes the
   // interval (one counter per window); throws std::invalid_argument when that interval
@@ -164,7 +176,8 @@ class Limit {
   // changes under with_scope (as a server rule does on reload) keeps what was counted.
   // For token_bucket likewise (its resolution is not used), with room for `burst` at once
   // (0: max; as with_burst); throws when the bucket would take longer than kMaxResolution
-  // to refill, and for a burst with another algorithm.
+  // to refill, and for a burst with another algorithm. For sliding_log likewise (its
+  // resolution is not used); throws for a max above kMaxLogCount.
   Limit with_algorithm(Algorithm algorithm, std::uint64_t burst = 0) const;
   // A token_bucket with room for `burst` at once (0: max). Throws std::invalid_argument
   // for another algorithm, a burst above kMaxCount, or a bucket that would take longer

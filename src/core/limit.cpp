@@ -22,7 +22,7 @@ std::string duration_text(std::int64_t ms) {
 }
 
 constexpr const char* kAlgorithmNames[] = {"sliding_window", "strict_window", "fixed_window",
-                                           "token_bucket"};
+                                           "token_bucket", "sliding_log"};
 
 constexpr std::int64_t kMaxResolutionNs = Limit::kMaxResolution.count() * 1'000'000;
 
@@ -90,6 +90,7 @@ LimitProblem Limit::problem(std::uint64_t max, std::chrono::milliseconds interva
   if (algorithm == Algorithm::fixed_window && interval > kMaxResolution)
     return LimitProblem::fixed_window_too_long;
   if (algorithm == Algorithm::token_bucket) return bucket_problem(max, interval, burst);
+  if (algorithm == Algorithm::sliding_log && max > kMaxLogCount) return LimitProblem::log_too_large;
   return LimitProblem::none;
 }
 
@@ -123,6 +124,7 @@ Limit::Limit(std::uint64_t max, std::chrono::milliseconds interval,
     case LimitProblem::fixed_window_too_long:
     case LimitProblem::burst_too_large:
     case LimitProblem::bucket_too_slow:
+    case LimitProblem::log_too_large:
       break;  // not problems of this constructor's arguments
   }
   subintervals_ = static_cast<std::uint32_t>(interval.count() / resolution.count());
@@ -160,6 +162,12 @@ void check_bucket(std::uint64_t max, std::chrono::milliseconds interval, std::ui
   }
 }
 
+void check_log(std::uint64_t max) {
+  if (max > Limit::kMaxLogCount)
+    invalid("a sliding_log's max " + std::to_string(max) + " exceeds " +
+            std::to_string(Limit::kMaxLogCount) + " (every unit is an entry of its log)");
+}
+
 }  // namespace
 
 Limit Limit::with_max(std::uint64_t max) const {
@@ -168,6 +176,7 @@ Limit Limit::with_max(std::uint64_t max) const {
   copy.algorithm_ = algorithm_;
   copy.burst_ = burst_;
   if (algorithm_ == Algorithm::token_bucket) check_bucket(max, interval(), burst_);
+  if (algorithm_ == Algorithm::sliding_log) check_log(max);
   return copy;
 }
 
@@ -177,20 +186,22 @@ Limit Limit::with_algorithm(Algorithm algorithm, std::uint64_t burst) const {
   Limit copy = *this;
   copy.algorithm_ = algorithm;
   copy.burst_ = burst == max_ ? 0 : burst;
-  const bool one_subinterval =
-      algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket;
+  const bool one_subinterval = algorithm == Algorithm::fixed_window ||
+                               algorithm == Algorithm::token_bucket ||
+                               algorithm == Algorithm::sliding_log;
   if (one_subinterval && subintervals_ != 1) {
     if (algorithm == Algorithm::fixed_window && interval() > kMaxResolution)
       invalid("a fixed_window's interval " + duration_text(interval().count()) +
               " exceeds its longest, 4294967295ms (its one subinterval is the whole interval)");
-    // (A token bucket's resolution is not used: one over kMaxResolution, which its
-    // interval may be, is left as it was.)
+    // (A token bucket's or a log's resolution is not used: one over kMaxResolution,
+    // which its interval may be, is left as it was.)
     if (interval() <= kMaxResolution) {
       copy.resolution_ms_ = interval().count();
       copy.subintervals_ = 1;
     }
   }
   if (algorithm == Algorithm::token_bucket) check_bucket(max_, interval(), burst);
+  if (algorithm == Algorithm::sliding_log) check_log(max_);
   return copy;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/mix.h"
 #include "core/seqlock_field.h"
+#include "core/sliding_log.h"
 #include "core/token_bucket.h"
 #include "core/window.h"
 #include "ratewin/limit.h"
@@ -25,20 +26,39 @@ struct LimiterKey {
   static std::uint64_t counter_of(std::uint64_t resource, std::uint64_t scope) noexcept {
     return resource ^ fmix64(scope);
   }
-  // The limiter of `resource` under `limit`.
+  // The limiter of `resource` under `limit`. A sliding log's counter also says its
+  // interval: logs of one scope and interval share their entries (each decides by its own
+  // max), and no other log touches them (a shorter one would drop entries a longer one
+  // still counts).
   static LimiterKey of(std::uint64_t resource, const Limit& limit) noexcept {
-    return counted(counter_of(resource, limit.scope()), limit);
+    std::uint64_t counter = counter_of(resource, limit.scope());
+    if (limit.algorithm() == Algorithm::sliding_log) {
+      counter ^= fmix64(static_cast<std::uint64_t>(limit.interval().count()) ^
+                        0x736c6964696e67ULL);  // "sliding"
+    }
+    return counted(counter, limit);
   }
   // The limiter of a counter (a record's or the store's) under `limit`'s geometry.
-  // A token bucket's geometry is resolution 0 (no ring has it) and one subinterval (a
-  // record with 0 is one being evicted): token buckets of one scope share their TAT
-  // whatever their rates.
+  // The geometries of what is not a ring have resolution 0 (no ring has it): a token
+  // bucket's has one subinterval (a record with 0 is one being evicted), so token buckets
+  // of one scope share their TAT whatever their rates; a sliding log's, two per unit of
+  // its max (its entries are 8 bytes).
   static LimiterKey counted(std::uint64_t counter, const Limit& limit) noexcept {
     if (limit.algorithm() == Algorithm::token_bucket) return {counter, 0, 1};
+    if (limit.algorithm() == Algorithm::sliding_log)
+      return {counter, 0, static_cast<std::uint32_t>(2 * limit.max())};
     return {counter, static_cast<std::uint32_t>(limit.resolution().count()), limit.subintervals()};
   }
-  // A token bucket's, not a ring's.
-  bool bucket() const noexcept { return resolution_ms == 0; }
+  // A ring's (the window algorithms'), counted by subinterval and read at boundaries.
+  bool ring() const noexcept { return resolution_ms != 0; }
+  // A token bucket's.
+  bool bucket() const noexcept { return resolution_ms == 0 && subintervals == 1; }
+  // A sliding log's, and the most entries it holds.
+  bool log() const noexcept { return resolution_ms == 0 && subintervals > 1; }
+  std::uint32_t log_capacity() const noexcept { return subintervals / 2; }
+  // How many counts the store's reply to a write of this limiter fills (Store::add): a
+  // ring's N + 1 windows, a bucket's BucketReply, a log's LogReply.
+  std::size_t counts_size() const noexcept { return log() ? 4 : std::size_t{subintervals} + 1; }
   friend bool operator==(const LimiterKey&, const LimiterKey&) = default;
 
   std::int64_t resolution_ns() const noexcept {
@@ -116,26 +136,56 @@ struct Record {
     return SlidingWindow(window, buckets(), key.subintervals, key.resolution_ns());
   }
   // A token bucket's record (LimiterKey::bucket): its TAT, in the window's state.
-  bool is_bucket() const noexcept { return resolution_ms == 0; }
+  bool is_bucket() const noexcept { return resolution_ms == 0 && subintervals == 1; }
   TokenBucket bucket() noexcept { return TokenBucket(window); }
+  // A sliding log's record (LimiterKey::log): its entries where a ring's buckets are.
+  bool is_log() const noexcept { return resolution_ms == 0 && subintervals > 1; }
+  SlidingLog log() noexcept { return log({resource, resolution_ms, subintervals}); }
+  // The same with the geometry of `key` (the record matched it), for lock-free readers.
+  SlidingLog log(const LimiterKey& key) noexcept {
+    return SlidingLog(window, reinterpret_cast<LogEntry*>(this + 1), key.log_capacity());
+  }
 
-  // What the registry asks of either kind (under the lock). Empty, as new: for a ring
+  // A ring's (LimiterKey::ring).
+  bool is_ring() const noexcept { return resolution_ms != 0; }
+
+  // Takes back `cost` it counted (under the lock): a ring's in subinterval `counted`, a
+  // log's entries that leave at `counted`, a bucket's from its TAT as of `now`.
+  void take_back(std::int64_t counted, std::int64_t now, std::uint64_t cost,
+                 const BucketRule& rule) noexcept {
+    if (is_bucket()) {
+      bucket().remove(now, cost, rule);
+    } else if (is_log()) {
+      log().remove(counted, cost);
+    } else {
+      view().remove(counted, cost);
+    }
+  }
+
+  // What the registry asks of any kind (under the lock). Empty, as new: for a ring
   // positioned at t's epoch.
   void clear(std::int64_t t) noexcept {
     if (is_bucket()) {
       bucket().reset();
+    } else if (is_log()) {
+      log().reset();
     } else {
       view().reset(t);
     }
   }
   // First used at t since it last moved on: a ring whose window must move to a new
-  // epoch, a bucket that is full again. (The LRU order is kept at that grain.)
+  // epoch, a bucket that is full again, a log that is empty again. (The LRU order is kept
+  // at that grain.)
   bool moved_on(std::int64_t t) noexcept {
-    return is_bucket() ? bucket().tat() <= t : !view().current_at(t);
+    if (is_bucket()) return bucket().tat() <= t;
+    if (is_log()) return log().empty_from() <= t;
+    return !view().current_at(t);
   }
   // The time from which it holds nothing if nothing more is counted.
   std::int64_t empty_from() noexcept {
-    return is_bucket() ? bucket().empty_from() : view().empty_from();
+    if (is_bucket()) return bucket().empty_from();
+    if (is_log()) return log().empty_from();
+    return view().empty_from();
   }
 };
 static_assert(sizeof(Record) == 48, "the per-limiter memory target depends on this header");

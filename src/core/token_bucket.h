@@ -58,13 +58,19 @@ class TokenBucket {
   // Takes back `cost` counted before (never to a TAT before t: a bucket is at most full).
   // Returns the units taken back, at most what the backlog at t holds.
   std::uint64_t remove(std::int64_t t, std::uint64_t cost, const BucketRule& rule) noexcept {
-    const std::int64_t tat = state_.epoch;
-    if (tat <= t) return 0;
-    const auto held = static_cast<std::uint64_t>((tat - t + rule.emission - 1) / rule.emission);
-    const std::uint64_t taken = cost < held ? cost : held;
-    const std::int64_t back = tat - static_cast<std::int64_t>(taken) * rule.emission;
+    const std::uint64_t taken = held(t, cost, rule);
+    if (taken == 0) return 0;
+    const std::int64_t back = state_.epoch - static_cast<std::int64_t>(taken) * rule.emission;
     state_.epoch = back > t ? back : t;
     return taken;
+  }
+  // What remove(t, cost) would take back: `cost`, at most the backlog at t in units
+  // (rounded up).
+  std::uint64_t held(std::int64_t t, std::uint64_t cost, const BucketRule& rule) const noexcept {
+    const std::int64_t tat = state_.epoch;
+    if (tat <= t) return 0;
+    const auto units = static_cast<std::uint64_t>((tat - t + rule.emission - 1) / rule.emission);
+    return cost < units ? cost : units;
   }
   // Takes in a TAT known to be at least as late: the later of the two.
   void merge(std::int64_t tat) noexcept {

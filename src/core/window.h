@@ -27,6 +27,7 @@ constexpr Trailing trailing_of(Algorithm algorithm) noexcept {
       return Trailing::none;
     case Algorithm::sliding_window:
     case Algorithm::token_bucket:  // (no ring: never asked)
+    case Algorithm::sliding_log:
       break;
   }
   return Trailing::interpolated;

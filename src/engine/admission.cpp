@@ -11,7 +11,7 @@ namespace ratewin::inline v1::detail {
 Decision Admission::run(RecordRef known, RecordRef read_ref, std::uint64_t version,
                         const Decision& read) {
   if (!begin(known, read_ref, version, read)) return overflowed_ ? d_ : conclude();
-  Scratch<std::uint64_t, 33> scratch(std::size_t{key_.subintervals} + 1);
+  Scratch<std::uint64_t, 33> scratch(key_.counts_size());
   const std::span<std::uint64_t> counts = scratch.span();
   const bool written = engine_.store_->add(write(), counts);
   return finish(written, counts);
@@ -52,7 +52,7 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     overflowed_ = true;
     return;
   }
-  if (key_.bucket()) return decide_bucket(unchanged, section);
+  if (!key_.ring()) return decide_scripted(unchanged, section);
   SlidingWindow window = ref_.record->view();
   if (!unchanged) {
     const std::int64_t now_epoch = SlidingWindow::epoch_of(now_, key_.resolution_ns());
@@ -87,22 +87,33 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   }
 }
 
-void Admission::decide_bucket(bool unchanged, Shard::WriteSection& section) {
-  TokenBucket bucket = ref_.record->bucket();
-  // A question always reads the shared bucket: nothing else brings this engine other
-  // nodes' counts (buckets have no boundary reads).
+void Admission::decide_scripted(bool unchanged, Shard::WriteSection& section) {
+  Record& record = *ref_.record;
+  const bool bucket = key_.bucket();
+  // A question always reads the shared state: nothing else brings this engine other
+  // nodes' counts (buckets and logs have no boundary reads).
   cold_ = engine_.store_ != nullptr;
-  if (!unchanged) bucket.evaluate(now_, rule_, cost_, d_);
+  if (!unchanged) {
+    if (bucket) {
+      record.bucket().evaluate(now_, rule_, cost_, d_);
+    } else {
+      record.log().evaluate(now_, log_rule_, cost_, d_);
+    }
+  }
   fits_ = d_.allowed;
   if (degraded_ && limit_.failure_policy() == FailurePolicy::open && !d_.allowed) {
     d_.allowed = true;  // not counted: it did not fit
     d_.retry_after = std::chrono::nanoseconds(0);
   }
+  epoch_ = now_;
   if (fits_ && d_.allowed && cost_ != 0) {
     section.open();
-    bucket.add(now_, cost_, rule_);
+    if (bucket) {
+      record.bucket().add(now_, cost_, rule_);
+    } else {
+      epoch_ = record.log().add(now_, cost_, log_rule_);
+    }
   }
-  epoch_ = now_;
 }
 
 void Admission::share_bucket(std::span<const std::uint64_t> counts) {
@@ -135,6 +146,41 @@ void Admission::share_bucket(std::span<const std::uint64_t> counts) {
   counted_ = {epoch_, record && d_.allowed && cost_ != 0, d_.allowed && cost_ != 0};
 }
 
+void Admission::share_log(std::span<const std::uint64_t> counts) {
+  // The store decided, as for a bucket: nothing is given back to it here.
+  const bool admitted = counts[LogReply::kAdmitted] != 0;
+  const std::uint64_t shared = counts[LogReply::kCount];
+  std::lock_guard lock(shard_.mutex);
+  Shard::WriteSection section(shard_);
+  const RecordRef record = live();
+  WindowState evicted;  // the shared log's count alone, if the limiter was evicted meanwhile
+  SlidingLog log = record ? record.record->log() : SlidingLog(evicted, nullptr, 0);
+  const bool degraded = d_.degraded;
+  if (cost_ != 0 && !admitted && d_.allowed) {
+    d_.allowed = false;  // the shared log was full: its entries here go
+    log.remove(epoch_, cost_);
+  }
+  log.learn(now_ + static_cast<std::int64_t>(counts[LogReply::kHolds]), shared);
+  const std::uint64_t left = shared >= log_rule_.max ? 0 : log_rule_.max - shared;
+  if (cost_ == 0 || !d_.allowed) {
+    // A question, or a refusal: answered from the merged log, and the store's time for
+    // this cost to fit (exact: it holds every entry).
+    log.evaluate(now_, log_rule_, cost_, d_);
+    d_.allowed = cost_ == 0 && d_.allowed;
+    if (cost_ != 0) {
+      d_.retry_after = std::max(d_.retry_after,
+                                std::chrono::nanoseconds(counts[LogReply::kFits]));
+      if (d_.retry_after == std::chrono::nanoseconds(0))
+        d_.retry_after = std::chrono::milliseconds(1);  // never "retry now" to a refusal
+    }
+  } else {
+    // Admitted: what is left, as the shared log after this request tells it.
+    d_.remaining = std::min(d_.remaining, left);
+  }
+  d_.degraded = degraded;
+  counted_ = {epoch_, record && d_.allowed && cost_ != 0, d_.allowed && cost_ != 0};
+}
+
 void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
   Store& store = *engine_.store_;
   const std::int64_t r = key_.resolution_ns();
@@ -148,13 +194,7 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       // Counted nowhere but here: take it back, and refuse.
       std::lock_guard lock(shard_.mutex);
       Shard::WriteSection section(shard_);
-      if (const RecordRef record = live()) {
-        if (key_.bucket()) {
-          record.record->bucket().remove(now_, cost_, rule_);
-        } else {
-          record.record->view().remove(epoch_, cost_);
-        }
-      }
+      if (const RecordRef record = live()) record.record->take_back(epoch_, now_, cost_, rule_);
       counted_.local = false;
       d_.allowed = false;
       d_.retry_after = std::max(store.retry_hint(), std::chrono::nanoseconds(1));
@@ -162,6 +202,7 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     return;
   }
   if (key_.bucket()) return share_bucket(counts);
+  if (key_.log()) return share_log(counts);
   bool refused = false;
   {
     // What decides: this write's own shared counts, the whole window as of the write

@@ -44,7 +44,8 @@ class Admission {
         limit_(limit),
         cost_(cost),
         degraded_(degraded),
-        rule_(BucketRule::of(limit)) {}
+        rule_(BucketRule::of(limit)),
+        log_rule_(LogRule::of(limit)) {}
 
   // `known`: the record the caller holds pinned, if any. `read_ref`, `version` and
   // `read`: what the lock-free read established (version odd: nothing).
@@ -61,8 +62,7 @@ class Admission {
   // back) through step 3; if not, conclude() ends it.
   bool begin(RecordRef known, RecordRef read_ref, std::uint64_t version, const Decision& read);
   StoreWrite write() const noexcept {
-    if (key_.bucket()) return {key_, epoch_, cost_, false, rule_.emission, rule_.tolerance};
-    return {key_, epoch_, cost_, first_};
+    return store_write(key_, epoch_, now_, cost_, first_, limit_);
   }
   // A give-back it makes goes through `async` when given, without waiting.
   Decision finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async = nullptr);
@@ -70,10 +70,12 @@ class Admission {
 
  private:
   void decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version);
-  // decide_locked()'s decision and count on a token bucket (under the lock).
-  void decide_bucket(bool unchanged, Shard::WriteSection& section);
+  // decide_locked()'s decision and count on a token bucket or a log (under the lock).
+  void decide_scripted(bool unchanged, Shard::WriteSection& section);
   // share() for a token bucket's write that was made (the store decided it).
   void share_bucket(std::span<const std::uint64_t> counts);
+  // share() for a log's write that was made (the store decided it).
+  void share_log(std::span<const std::uint64_t> counts);
   // Steps 2 and 3 after the write: `written` and the counts it read back.
   void share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async);
   // The limiter's record if it still holds this key (under the lock).
@@ -90,10 +92,13 @@ class Admission {
   const std::uint64_t cost_;
   const bool degraded_;    // the store was known to be unreachable when the call began
   const BucketRule rule_;  // a token bucket's (key_.bucket())
+  const LogRule log_rule_;  // a log's (key_.log())
 
   Decision d_;
   RecordRef ref_;
-  std::int64_t epoch_ = 0;  // the epoch the cost was counted in (a bucket's: now_)
+  // Where the cost was counted: a ring's epoch, a log's expiry of its entries (a bucket's:
+  // now_).
+  std::int64_t epoch_ = 0;
   bool fits_ = false;       // what the local counts said
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
   bool first_ = false;      // this engine's first write to the limiter in epoch_

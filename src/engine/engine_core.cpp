@@ -120,8 +120,11 @@ EngineCore::~EngineCore() {
   }
   std::int64_t epoch_end = std::numeric_limits<std::int64_t>::max();
   if (key.bucket()) {
-    // (A bucket has no epochs: its rejection holds until its retry time.)
+    // (A bucket or a log has no epochs: its rejection holds until its retry time.)
     TokenBucket(ref.record->window).evaluate(now, BucketRule::of(limit), cost, out);
+    if (!shard.read_valid(before)) return 1;
+  } else if (key.log()) {
+    ref.record->log(key).evaluate(now, LogRule::of(limit), cost, out);
     if (!shard.read_valid(before)) return 1;
   } else {
     const SlidingWindow window = ref.record->view(key);
@@ -296,7 +299,7 @@ std::optional<std::size_t> AcquireAll::begin() {
       it.counted = pending_[i]->counted();
       out[i].allowed = true;  // so far: locally
       ++writes_;
-      window_counts_ += std::size_t{it.key.subintervals} + 1;
+      window_counts_ += it.key.counts_size();
       continue;
     }
     if (out[i].allowed) continue;
@@ -323,7 +326,7 @@ std::optional<std::size_t> AcquireAll::begin() {
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!pending_[i]) continue;
     batch_[k] = pending_[i]->write();
-    const std::size_t n = std::size_t{state_[i].key.subintervals} + 1;
+    const std::size_t n = state_[i].key.counts_size();
     counts_[k] = windows.subspan(at, n);
     at += n;
     ++k;
@@ -366,19 +369,13 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
   return call.finish();
 }
 
-StoreWrite EngineCore::give_back_write(const LimiterKey& key, std::int64_t epoch,
-                                       std::uint64_t cost, const Limit& limit) const noexcept {
-  // A bucket gives back from its TAT as of now.
-  if (key.bucket()) return {key, now_ns(), cost, false, limit.emission_ns(), limit.tolerance_ns()};
-  return {key, epoch, cost, false};
-}
-
 void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit,
                            std::uint64_t cost, const Counted& counted, AsyncWriter* async) {
   // The store first: a merge racing with this (another thread's write returning the
   // shared counts) then cannot bring the local count back from a stale shared one.
   if (counted.store) {
-    const StoreWrite write = give_back_write(key, counted.epoch, cost, limit);
+    // (A bucket gives back from its TAT as of now.)
+    const StoreWrite write = store_write(key, counted.epoch, now_ns(), cost, false, limit);
     if (async != nullptr) {
       async->remove(write);
     } else {
@@ -390,11 +387,7 @@ void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, const Limi
     std::lock_guard lock(shard.mutex);
     if (const RecordRef found = shard.find(key, hash)) {
       Shard::WriteSection section(shard);
-      if (key.bucket()) {
-        found.record->bucket().remove(now_ns(), cost, BucketRule::of(limit));
-      } else {
-        found.record->view().remove(counted.epoch, cost);
-      }
+      found.record->take_back(counted.epoch, now_ns(), cost, BucketRule::of(limit));
     }
   }
 }
@@ -447,34 +440,50 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
   const std::uint64_t hash = key.hash();
   Shard& shard = registry_.shard_for(hash);
   if (key.bucket()) return refund_bucket(shard, key, hash, limit, cost);
-  // What to take back, newest subinterval first, from the counts this engine holds (its
-  // own and the shared ones it has seen); the trailing subinterval, on its way out, is
-  // left alone.
+  const std::int64_t now = now_ns();
+  // What to take back, newest first: a ring's by subinterval, from the counts this engine
+  // holds (its own and the shared ones it has seen; the trailing subinterval, on its way
+  // out, is left alone); a log's by expiry, from its own entries (a log knows no others).
   std::vector<EpochCount> taken;
   std::uint64_t total = 0;
   {
     std::lock_guard lock(shard.mutex);
     const RecordRef found = shard.find(key, hash);
     if (!found) return 0;
-    const SlidingWindow window = found.record->view();
-    const std::int64_t newest = window.epoch();
-    for (std::int64_t e = newest; e > newest - std::int64_t{key.subintervals} && total < cost;
-         --e) {
-      const std::uint64_t take = std::min<std::uint64_t>(window.count_for_epoch(e), cost - total);
-      if (take == 0) continue;
-      taken.push_back({e, take});
-      total += take;
+    if (key.log()) {
+      const SlidingLog log = found.record->log();
+      std::int64_t before = std::numeric_limits<std::int64_t>::max();
+      std::int64_t expiry = 0;
+      std::uint64_t count = 0;
+      while (total < cost && log.newest_before(now, before, expiry, count)) {
+        const std::uint64_t take = std::min(count, cost - total);
+        taken.push_back({expiry, take});
+        total += take;
+        before = expiry;
+      }
+    } else {
+      const SlidingWindow window = found.record->view();
+      const std::int64_t newest = window.epoch();
+      for (std::int64_t e = newest; e > newest - std::int64_t{key.subintervals} && total < cost;
+           --e) {
+        const std::uint64_t take =
+            std::min<std::uint64_t>(window.count_for_epoch(e), cost - total);
+        if (take == 0) continue;
+        taken.push_back({e, take});
+        total += take;
+      }
     }
   }
   // The store first, as give_back() does.
   if (store_ != nullptr) {
-    for (const EpochCount& t : taken) store_->remove({key, t.epoch, t.count, false});
+    for (const EpochCount& t : taken)
+      store_->remove(store_write(key, t.epoch, now, t.count, false, limit));
   }
   std::lock_guard lock(shard.mutex);
   if (const RecordRef found = shard.find(key, hash)) {
     Shard::WriteSection section(shard);
-    SlidingWindow window = found.record->view();
-    for (const EpochCount& t : taken) window.remove(t.epoch, t.count);
+    for (const EpochCount& t : taken)
+      found.record->take_back(t.epoch, now, t.count, BucketRule::of(limit));
   }
   return total;
 }
@@ -483,19 +492,17 @@ std::uint64_t EngineCore::refund_bucket(Shard& shard, const LimiterKey& key, std
                                         const Limit& limit, std::uint64_t cost) {
   const BucketRule rule = BucketRule::of(limit);
   const std::int64_t now = now_ns();
-  // What the bucket holds of what was counted (its backlog, in units, rounded up), taken
-  // from a copy first: the store is told before the local TAT moves, as give_back() does.
+  // What the bucket holds of what was counted (its backlog, in units, rounded up): the
+  // store is told before the local TAT moves, as give_back() does.
   std::uint64_t taken = 0;
   {
     std::lock_guard lock(shard.mutex);
     const RecordRef found = shard.find(key, hash);
     if (!found) return 0;
-    WindowState copy;
-    copy.epoch = found.record->bucket().tat();
-    taken = TokenBucket(copy).remove(now, cost, rule);
+    taken = found.record->bucket().held(now, cost, rule);
   }
   if (taken == 0) return 0;
-  if (store_ != nullptr) store_->remove({key, now, taken, false, rule.emission, rule.tolerance});
+  if (store_ != nullptr) store_->remove(store_write(key, now, now, taken, false, limit));
   std::lock_guard lock(shard.mutex);
   if (const RecordRef found = shard.find(key, hash)) {
     Shard::WriteSection section(shard);
@@ -535,7 +542,7 @@ void EngineCore::merge(std::span<const SharedCounts> windows) {
     Shard& shard = registry_.shard_for(hashes[i]);
     std::lock_guard lock(shard.mutex);
     const RecordRef found = shard.find(windows[i].key, hashes[i]);
-    if (!found || found.record->is_bucket()) continue;  // (buckets are not read at boundaries)
+    if (!found || !found.record->is_ring()) continue;  // (only rings are read at boundaries)
     Shard::WriteSection section(shard);
     SlidingWindow window = found.record->view();
     for (const EpochCount& c : windows[i].counts) window.merge(c.epoch, c.count);

@@ -98,10 +98,6 @@ class EngineCore final : public SyncTarget {
   // With `async`, the store's part goes through it, without waiting.
   void give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit, std::uint64_t cost,
                  const Counted& counted, AsyncWriter* async = nullptr);
-  // The store's give-back of `cost` counted at `epoch` (a ring's subinterval, a bucket's
-  // time of decision).
-  StoreWrite give_back_write(const LimiterKey& key, std::int64_t epoch, std::uint64_t cost,
-                             const Limit& limit) const noexcept;
   // refund() for a token bucket.
   std::uint64_t refund_bucket(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                               const Limit& limit, std::uint64_t cost);

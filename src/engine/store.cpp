@@ -25,6 +25,13 @@ class SyncWriter final : public AsyncWriter {
 
 }  // namespace
 
+StoreWrite store_write(const LimiterKey& key, std::int64_t counted, std::int64_t now,
+                       std::uint64_t cost, bool first, const Limit& limit) noexcept {
+  if (key.bucket()) return {key, now, cost, false, limit.emission_ns(), limit.tolerance_ns()};
+  if (key.log()) return {key, now, cost, false, 0, 0, counted, limit.max()};
+  return {key, counted, cost, first};
+}
+
 std::unique_ptr<AsyncWriter> Store::async_writer(uv_loop_s* /*loop*/) {
   return std::make_unique<SyncWriter>(*this);
 }

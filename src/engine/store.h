@@ -36,26 +36,43 @@ class SyncTarget {
 
 // One write to the shared store, as the engine asks for it.
 //
-// A token bucket's write (key.bucket()) is a decision the store makes, atomically: it
-// counts `cost` at time `epoch` only if it fits the shared bucket, whose refill is
-// `emission` per unit and `tolerance` for the whole burst.
+// A token bucket's or a sliding log's write (!key.ring()) is a decision the store makes,
+// atomically: it counts `cost` at time `epoch` only if it fits the shared bucket, whose
+// refill is `emission` per unit and `tolerance` for the whole burst, or the shared log,
+// of `max` entries, as `cost` entries that leave it at `expiry`.
 struct StoreWrite {
   LimiterKey key;
-  // The subinterval the cost counts in, on the store's clock; a token bucket's: the time
-  // of the decision (ns, on the store's clock).
+  // The subinterval the cost counts in, on the store's clock; a token bucket's or a
+  // log's: the time of the decision (ns, on the store's clock).
   std::int64_t epoch = 0;
   std::uint64_t cost = 0;  // 0: a question, which only reads
   // This engine's first write to the limiter in `epoch`: the store does its
-  // once-per-subinterval bookkeeping with it. (Not for a token bucket.)
+  // once-per-subinterval bookkeeping with it. (A ring's only.)
   bool first = false;
   std::int64_t emission = 0;   // a token bucket's: ns per unit
   std::int64_t tolerance = 0;  // a token bucket's: ns for the whole burst
+  std::int64_t expiry = 0;     // a log's: when its entries leave (ns, on the store's clock)
+  std::uint64_t max = 0;       // a log's: the most entries it holds
 };
+
+// The write of `cost` that an engine counted at `counted` for `limit` (a ring's
+// subinterval, a log's expiry; a bucket's, its time), decided at `now`: an admission's, or
+// the give-back of one (Store::remove).
+StoreWrite store_write(const LimiterKey& key, std::int64_t counted, std::int64_t now,
+                       std::uint64_t cost, bool first, const Limit& limit) noexcept;
 
 // What a token bucket's write fills in its counts (two of them).
 struct BucketReply {
   static constexpr std::size_t kAdmitted = 0;  // 1: counted; 0: it did not fit
   static constexpr std::size_t kBacklog = 1;   // the shared TAT after it, minus `epoch` (>= 0)
+};
+
+// What a sliding log's write fills in its counts (four of them).
+struct LogReply {
+  static constexpr std::size_t kAdmitted = 0;  // 1: counted; 0: it did not fit
+  static constexpr std::size_t kCount = 1;     // the entries of the shared log after it
+  static constexpr std::size_t kHolds = 2;     // ns after `epoch` before any of them leaves
+  static constexpr std::size_t kFits = 3;      // a refusal's: ns after `epoch` until it fits
 };
 
 // A store's writes from one event loop (Store::async_writer): they go out without
@@ -99,7 +116,7 @@ class Store {
   // timed out may still land later: the shared counts then err high).
   //
   // A token bucket's write counts only what fits (see StoreWrite) and fills counts[0..1]
-  // as BucketReply says; cost 0 only reads its TAT.
+  // as BucketReply says; cost 0 only reads its TAT. A log's likewise, with LogReply.
   virtual bool add(const StoreWrite& write, std::span<std::uint64_t> counts) = 0;
   // Several writes at once (try_acquire_all), as add() each: written[i] and counts[i] are
   // what add(writes[i], counts[i]) would give. A store may send them in one round trip.
@@ -111,7 +128,8 @@ class Store {
   // failure (the store unreachable included) is noted in Stats::last_error, not reported;
   // the shared count then errs high until its subinterval leaves the window. A token
   // bucket's takes back cost x emission from its TAT (never before `epoch`, the time of
-  // the give-back).
+  // the give-back). A log's takes back up to `cost` of this engine's entries that leave at
+  // `expiry`.
   virtual void remove(const StoreWrite& give_back) = 0;
   // Deletes the limiter's shared counts (Engine::reset). False when the store could not
   // be reached in time or refused (noted in Stats::last_error as well).

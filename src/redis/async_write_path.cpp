@@ -227,9 +227,8 @@ void AsyncWritePath::remove(const StoreWrite& give_back) {
     path_.remove(give_back);
     return;
   }
-  if (key.bucket()) {
-    Command command = layout_.bucket_command(key, epoch, give_back.emission, give_back.tolerance,
-                                             -static_cast<std::int64_t>(cost));
+  if (!key.ring()) {
+    Command command = layout_.script_command(give_back, true);
     RedisNode* node = &home;
     fire(home, command, [this, node, command](const redisReply* r) mutable {
       if (r->type == REDIS_REPLY_ERROR &&

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "engine/store.h"
 #include "redis/slot.h"
@@ -50,6 +51,10 @@ std::string StoreLayout::window_key(const LimiterKey& key) const {
   append_hex16(out, key.resource);
   if (key.bucket()) {
     out += "}:tb";
+    return out;
+  }
+  if (key.log()) {
+    out += "}:log";
     return out;
   }
   out += "}:";
@@ -112,12 +117,142 @@ void StoreLayout::bucket_reply(long long reply, std::span<std::uint64_t> counts)
   counts[BucketReply::kBacklog] = static_cast<std::uint64_t>(reply >= 0 ? reply : -1 - reply);
 }
 
+const std::string& StoreLayout::log_script() {
+  // 'a': ARGV now (us), expiry (us), cost, max, ttl (ms), member prefix.
+  // 'r': ARGV expiry (us), count, node id.
+  static const std::string script =
+      "local key = KEYS[1]\n"
+      "if ARGV[1] == 'r' then\n"
+      "  local id = ARGV[4]\n"
+      "  local want = tonumber(ARGV[3])\n"
+      "  local taken = 0\n"
+      "  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, ARGV[2], ARGV[2])) do\n"
+      "    if taken == want then break end\n"
+      "    if string.sub(m, 1, #id) == id then\n"
+      "      redis.call('ZREM', key, m)\n"
+      "      taken = taken + 1\n"
+      "    end\n"
+      "  end\n"
+      "  return taken\n"
+      "end\n"
+      "local now = tonumber(ARGV[2])\n"
+      "redis.call('ZREMRANGEBYSCORE', key, '-inf', now)\n"
+      "local n = redis.call('ZCARD', key)\n"
+      "local cost = tonumber(ARGV[4])\n"
+      "local max = tonumber(ARGV[5])\n"
+      "local admitted = 0\n"
+      "if cost > 0 and n + cost <= max then\n"
+      "  local args = {}\n"
+      "  for i = 1, cost do\n"
+      "    args[#args + 1] = ARGV[3]\n"
+      "    args[#args + 1] = ARGV[7] .. i\n"
+      "    if #args == 2000 or i == cost then\n"
+      "      redis.call('ZADD', key, unpack(args))\n"
+      "      args = {}\n"
+      "    end\n"
+      "  end\n"
+      "  redis.call('PEXPIRE', key, ARGV[6])\n"
+      "  n = n + cost\n"
+      "  admitted = 1\n"
+      "end\n"
+      "local holds = 0\n"
+      "local fits = 0\n"
+      "if n > 0 then\n"
+      "  holds = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) - now\n"
+      "  local k = n + cost - max - 1\n"
+      "  if admitted == 0 and k >= 0 and k < n then\n"
+      "    fits = tonumber(redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2]) - now\n"
+      "  end\n"
+      "end\n"
+      "return {admitted, n, holds, fits}\n";
+  return script;
+}
+
+const std::string& StoreLayout::log_script_sha() {
+  // SHA-1 of log_script(): checked against Redis' SCRIPT LOAD by the Redis tests.
+  static const std::string sha = "d22167b41697e3d57b7cc58f49c1ba9eb9e454d0";
+  return sha;
+}
+
+namespace {
+
+std::string node_id_text(std::uint32_t node) {
+  std::string out;
+  append_hex16(out, node);
+  out.erase(0, 8);
+  out += '.';
+  return out;
+}
+
+}  // namespace
+
+Command StoreLayout::log_command(const StoreWrite& write) const {
+  // A write's own number, so that its members are new even when another of this node's
+  // writes has the same expiry.
+  static std::atomic<std::uint64_t> writes{0};
+  const std::int64_t now_us = write.epoch / 1000;
+  const std::int64_t expiry_us = (write.expiry + 999) / 1000;
+  const std::int64_t ttl_ms = (write.expiry - write.epoch + 999'999) / 1'000'000 + 1;
+  std::string prefix = node_id_text(node_);
+  append_hex16(prefix, writes.fetch_add(1, std::memory_order_relaxed));
+  prefix += ':';
+  return {"EVALSHA",
+          log_script_sha(),
+          "1",
+          window_key(write.key),
+          "a",
+          std::to_string(now_us),
+          std::to_string(expiry_us),
+          std::to_string(write.cost),
+          std::to_string(write.max),
+          std::to_string(ttl_ms > 0 ? ttl_ms : 1),
+          std::move(prefix)};
+}
+
+Command StoreLayout::log_give_back_command(const StoreWrite& give_back) const {
+  return {"EVALSHA",
+          log_script_sha(),
+          "1",
+          window_key(give_back.key),
+          "r",
+          std::to_string((give_back.expiry + 999) / 1000),
+          std::to_string(give_back.cost),
+          node_id_text(node_)};
+}
+
+void StoreLayout::log_reply(std::span<const long long> reply, std::int64_t epoch,
+                            std::span<std::uint64_t> counts) noexcept {
+  if (reply.size() < 4 || counts.size() <= LogReply::kFits) return;
+  // The script's times are whole microseconds after floor(epoch / 1 us).
+  const std::int64_t now_us = epoch / 1000;
+  const auto after = [&](long long us) noexcept -> std::uint64_t {
+    const std::int64_t at = (now_us + us) * 1000 - epoch;
+    return us > 0 && at > 0 ? static_cast<std::uint64_t>(at) : 0;
+  };
+  counts[LogReply::kAdmitted] = reply[0] != 0 ? 1 : 0;
+  counts[LogReply::kCount] = reply[1] > 0 ? static_cast<std::uint64_t>(reply[1]) : 0;
+  counts[LogReply::kHolds] = after(reply[2]);
+  counts[LogReply::kFits] = after(reply[3]);
+}
+
+Command StoreLayout::script_command(const StoreWrite& write, bool give_back) const {
+  if (write.key.log()) return give_back ? log_give_back_command(write) : log_command(write);
+  const auto cost = static_cast<std::int64_t>(write.cost);
+  return bucket_command(write.key, write.epoch, write.emission, write.tolerance,
+                        give_back ? -cost : cost);
+}
+
 bool StoreLayout::load_instead(Command& command, std::string_view error) {
-  if (!error.starts_with("NOSCRIPT") || command.size() < 2 || command[0] != "EVALSHA" ||
-      command[1] != bucket_script_sha())
+  if (!error.starts_with("NOSCRIPT") || command.size() < 2 || command[0] != "EVALSHA")
     return false;
+  if (command[1] == bucket_script_sha()) {
+    command[1] = bucket_script();
+  } else if (command[1] == log_script_sha()) {
+    command[1] = log_script();
+  } else {
+    return false;
+  }
   command[0] = "EVAL";
-  command[1] = bucket_script();
   return true;
 }
 

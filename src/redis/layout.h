@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/record.h"
+#include "engine/store.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -161,8 +162,29 @@ class StoreLayout {
   static const std::string& bucket_script_sha();
   // What a bucket command's integer reply says, as BucketReply fills a write's counts.
   static void bucket_reply(long long reply, std::span<std::uint64_t> counts) noexcept;
+
+  // A sliding log's write (StoreWrite, key.log()), on its sorted set
+  // <prefix>:{<resource>}:log, whose members are entries (this node's id, a number of the
+  // write's own and the unit's) scored by their expiry in whole microseconds (rounded up:
+  // an entry leaves no earlier than it does here), all in the resource's slot:
+  //   EVALSHA <log_script_sha> 1 <key> a <now, us> <expiry, us> <cost> <max> <ttl, ms> <member prefix>
+  // drops the entries that expired, adds the cost's entries if they fit, and replies
+  // [admitted, count, us until the oldest leaves, us until the cost fits (a refusal's)],
+  // relative to now (log_reply). A give-back:
+  //   EVALSHA <log_script_sha> 1 <key> r <expiry, us> <count> <this node's id>
+  // takes back up to count of this node's entries of that expiry.
+  Command log_command(const StoreWrite& write) const;
+  Command log_give_back_command(const StoreWrite& give_back) const;
+  static const std::string& log_script();
+  static const std::string& log_script_sha();
+  // What a log command's reply (its four integers) says, as LogReply fills the counts of
+  // a write decided at `epoch` (ns).
+  static void log_reply(std::span<const long long> reply, std::int64_t epoch,
+                        std::span<std::uint64_t> counts) noexcept;
+  // The command of a token bucket's or a log's write (or give-back).
+  Command script_command(const StoreWrite& write, bool give_back) const;
   // A command that an error reply `error` says to send again differently: an EVALSHA of
-  // the bucket script that Redis does not hold (NOSCRIPT: after SCRIPT FLUSH, a restart,
+  // the bucket or the log script that Redis does not hold (NOSCRIPT: after SCRIPT FLUSH, a restart,
   // a failover, or on a node not used before) becomes the EVAL of the script's text,
   // which also loads it for the next EVALSHA. True when `command` was changed.
   static bool load_instead(Command& command, std::string_view error);

@@ -38,10 +38,22 @@ void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply
     if (server_unavailable(r)) unavailable = true;
     if (refused.empty()) refused = reply_text(r);
   }
-  if (write.key.bucket()) {
-    bucket_read = r.type == REDIS_REPLY_INTEGER;
-    bucket = bucket_read ? r.integer : 0;
-    if (!bucket_read && refused.empty()) refused = "unexpected reply: " + reply_text(r);
+  if (!write.key.ring()) {
+    // A bucket's integer, a log's array of four.
+    script_read = false;
+    if (write.key.bucket() && r.type == REDIS_REPLY_INTEGER) {
+      script[0] = r.integer;
+      script_size = 1;
+      script_read = true;
+    } else if (write.key.log() && r.type == REDIS_REPLY_ARRAY && r.elements == script.size()) {
+      script_read = true;
+      for (std::size_t k = 0; k < r.elements; ++k) {
+        script_read = script_read && r.element[k]->type == REDIS_REPLY_INTEGER;
+        script[k] = script_read ? r.element[k]->integer : 0;
+      }
+      script_size = r.elements;
+    }
+    if (!script_read && refused.empty()) refused = "unexpected reply: " + reply_text(r);
     return;
   }
   const bool counted = write.cost != 0;
@@ -218,9 +230,8 @@ bool WritePath::plan(const StoreWrite& w, WritePlan& out) {
     if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (w.key.bucket()) {
-    out.commands = {layout_.bucket_command(w.key, w.epoch, w.emission, w.tolerance,
-                                           static_cast<std::int64_t>(w.cost))};
+  if (!w.key.ring()) {
+    out.commands = {layout_.script_command(w, false)};
     out.home = &home;
     out.sets = &home;
     return true;
@@ -288,7 +299,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
                          std::span<std::uint64_t> counts, std::int64_t started,
                          std::vector<Command>& repair) {
   const bool counted = write.cost != 0;
-  if (write.key.bucket()) return conclude_bucket(write, call, items[0], error, counts, started);
+  if (!write.key.ring()) return conclude_script(write, call, items[0], error, counts, started);
   const std::size_t window_reply = counted ? 1 : 0;
   for (std::size_t i = 0; i <= window_reply; ++i) {
     if (items[i] == CommandEnd::kAnswered) continue;
@@ -340,7 +351,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
   return true;
 }
 
-bool WritePath::conclude_bucket(const StoreWrite& write, const WriteReplies& call, CommandEnd end,
+bool WritePath::conclude_script(const StoreWrite& write, const WriteReplies& call, CommandEnd end,
                                 const std::string& error, std::span<std::uint64_t> counts,
                                 std::int64_t started) {
   const bool counted = write.cost != 0;
@@ -352,14 +363,22 @@ bool WritePath::conclude_bucket(const StoreWrite& write, const WriteReplies& cal
     reporter_.note_error("write: " + error);
     return false;
   }
-  if (!call.refused.empty() || !call.bucket_read) {
+  if (!call.refused.empty() || !call.script_read) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
     reporter_.note_error("write refused by Redis: " +
                          (call.refused.empty() ? std::string("unexpected reply") : call.refused));
     return false;
   }
-  StoreLayout::bucket_reply(call.bucket, counts);
-  if (counted && call.bucket >= 0) writes_ok_.fetch_add(1, std::memory_order_relaxed);
+  bool admitted = false;
+  if (write.key.bucket()) {
+    StoreLayout::bucket_reply(call.script[0], counts);
+    admitted = call.script[0] >= 0;
+  } else {
+    StoreLayout::log_reply(std::span<const long long>(call.script.data(), call.script_size),
+                           write.epoch, counts);
+    admitted = call.script[0] != 0;
+  }
+  if (counted && admitted) writes_ok_.fetch_add(1, std::memory_order_relaxed);
   latency_.record(nanoseconds(steady_ns() - started));
   return true;
 }
@@ -386,9 +405,8 @@ void WritePath::remove(const StoreWrite& give_back) {
     reporter_.note_error("giving back a count: Redis unavailable");
     return;
   }
-  if (key.bucket()) {
-    std::vector<Command> commands = {layout_.bucket_command(
-        key, epoch, give_back.emission, give_back.tolerance, -static_cast<std::int64_t>(cost))};
+  if (!key.ring()) {
+    std::vector<Command> commands = {layout_.script_command(give_back, true)};
     Exchange x(*this, 1);
     x.items.assign(1, {&home});
     std::string refused;

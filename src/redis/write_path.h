@@ -43,8 +43,11 @@ struct WriteReplies {
   std::size_t bitfield_size = 0;
   std::string window;  // the window string read back (empty: no key)
   bool window_read = false;
-  long long bucket = 0;  // a token bucket's reply (StoreLayout::bucket_command)
-  bool bucket_read = false;
+  // A token bucket's or a log's reply (StoreLayout::script_command): its integers (one,
+  // or a log's four).
+  std::array<long long, 4> script{};
+  std::size_t script_size = 0;
+  bool script_read = false;
 
   // The final reply to the write's command `i` (a write of cost 0 only reads).
   void take(const StoreWrite& write, std::size_t i, const redisReply& r);
@@ -101,8 +104,8 @@ class WritePath {
                 std::span<const CommandEnd> ends, const std::string& error,
                 std::span<std::uint64_t> counts, std::int64_t started,
                 std::vector<Command>& repair);
-  // conclude() for a token bucket's write, whose one command ended as `end`.
-  bool conclude_bucket(const StoreWrite& write, const WriteReplies& replies, CommandEnd end,
+  // conclude() for a token bucket's or a log's write, whose one command ended as `end`.
+  bool conclude_script(const StoreWrite& write, const WriteReplies& replies, CommandEnd end,
                        const std::string& error, std::span<std::uint64_t> counts,
                        std::int64_t started);
   // After a give-back's replies ([the slot's tag, its count after the decrement]): the

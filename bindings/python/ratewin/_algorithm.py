@@ -22,6 +22,10 @@ class Algorithm(str, enum.Enum):
     #: and holds ``burst`` units (max unless given): ``burst`` at once, then that rate. Its
     #: decisions' ``limit`` is the burst.
     TOKEN_BUCKET = "token_bucket"
+    #: Exact: a log of the units admitted in the last ``per`` seconds (a sorted set per
+    #: resource in Redis): never more than max in any sliding window, and nothing refused
+    #: that an exact window would admit. Its max is at most 4096.
+    SLIDING_LOG = "sliding_log"
 
     def __str__(self) -> str:
         return str(self.value)

@@ -30,7 +30,7 @@ Algorithm to_algorithm(py::handle value) {
   if (!parse_algorithm(text, algorithm)) {
     throw py::value_error(
         "algorithm must be one of sliding_window, strict_window, fixed_window, token_bucket, "
-        "got " +
+        "sliding_log, got " +
         py::repr(py::str(text)).cast<std::string>());
   }
   return algorithm;
@@ -141,6 +141,10 @@ void check_limit(std::uint64_t max, std::chrono::milliseconds per,
     case LimitProblem::burst_too_large:  // (burst was checked as it was read)
       throw py::value_error("Limit: burst=" + std::to_string(burst) + " is more than " +
                             std::to_string(Limit::kMaxCount));
+    case LimitProblem::log_too_large:
+      throw py::value_error("Limit: a sliding_log's max=" + std::to_string(max) +
+                            " is more than " + std::to_string(Limit::kMaxLogCount) +
+                            " (every unit is an entry of its log)");
     case LimitProblem::bucket_too_slow:
       if (burst == 0) throw max_too_slow();
       throw too_slow("burst=" + std::to_string(burst), "burst x per / max");
@@ -167,8 +171,8 @@ std::string limit_repr(const Limit& l) {
   const bool derived = name && name->derived;
   std::string text = "Limit(" + (derived ? name->text : std::to_string(l.max())) +
                      ", per=" + seconds_text(l.interval());
-  // (A token bucket has no resolution: it is left out, as it must be given.)
-  if (l.algorithm() != Algorithm::token_bucket)
+  // (A token bucket or a log has no resolution: it is left out, as it must be given.)
+  if (l.algorithm() != Algorithm::token_bucket && l.algorithm() != Algorithm::sliding_log)
     text += ", resolution=" + seconds_text(l.resolution());
   if (l.failure_policy() != FailurePolicy::local) {
     text += std::string(", on_failure='") + policy_name(l.failure_policy()) + "'";
@@ -212,16 +216,18 @@ void init_limit(py::module_& m) {
              const Algorithm how = to_algorithm(algorithm);
              const bool fixed = how == Algorithm::fixed_window;
              const bool bucket = how == Algorithm::token_bucket;
-             // A fixed window's one subinterval is the window, and a token bucket has none:
-             // a resolution that says otherwise is refused rather than ignored.
+             const bool log = how == Algorithm::sliding_log;
+             // A fixed window's one subinterval is the window, and a token bucket or a log
+             // has none: a resolution that says otherwise is refused rather than ignored.
              if (fixed && given && *given != interval) {
                throw py::value_error("Limit: a fixed_window's resolution is its window, per=" +
                                      seconds_text(interval) + " s, not resolution=" +
                                      seconds_text(*given) + " s: leave resolution out");
              }
-             if (bucket && given && *given != interval) {
+             if ((bucket || log) && given && *given != interval) {
                throw py::value_error(
-                   "Limit: a token_bucket has no subintervals: its resolution is per=" +
+                   std::string("Limit: a ") + algorithm_name(how) +
+                   " has no subintervals: its resolution is per=" +
                    seconds_text(interval) + " s, not resolution=" + seconds_text(*given) +
                    " s: leave resolution out");
              }
@@ -234,7 +240,7 @@ void init_limit(py::module_& m) {
              const std::uint64_t room =
                  burst.is_none() ? 0 : to_u64(burst, "burst", 1, Limit::kMaxCount);
              const auto step =
-                 given && !fixed && !bucket ? *given : Limit::default_resolution(interval);
+                 given && !fixed && !bucket && !log ? *given : Limit::default_resolution(interval);
              check_limit(count, interval, step, how, room);
              const Limit limit =
                  Limit(count, interval, step).with_algorithm(how, bucket ? room : 0);
@@ -256,7 +262,9 @@ void init_limit(py::module_& m) {
            "boundary); 'token_bucket' refills at max per `per` seconds, one unit every per / "
            "max, and holds `burst` units (an int; None, the default, is max), so a full bucket "
            "admits burst at once and then one unit every per / max (its decisions' limit is "
-           "the burst; burst is for token_bucket only). Raises ValueError for a bad limit.")
+           "the burst; burst is for token_bucket only); 'sliding_log' is exact: a log of the "
+           "units admitted in the last per seconds (max at most 4096). Raises ValueError for "
+           "a bad limit.")
       .def_property_readonly("max", &Limit::max, "Units allowed per window.")
       .def_property_readonly(
           "per", [](const Limit& l) { return static_cast<double>(l.interval().count()) / 1000; },
