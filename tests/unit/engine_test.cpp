@@ -918,40 +918,38 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all sends its limits' shared writes in o
 
 namespace ratewin::test {
 
-// The token bucket through every decision path of the engine (the cached rejection, the
-// lock-free read, the locked path, a handle), against the pure bucket.
-TEST_CASE_FIXTURE(Fixture, "token bucket: engine decisions equal the pure bucket's") {
+// A token bucket and a sliding log through every decision path of the engine (the cached
+// rejection, the lock-free read, the locked path, a handle), against the pure model.
+// `make_limit` makes a random limit; `Model` is the pure algorithm over storage of its own,
+// with evaluate(t, cost, out) and add(t, cost).
+template <class Model, class MakeLimit>
+void engine_matches_model(Fixture& f, MakeLimit make_limit) {
   std::mt19937_64 rng(5);
   for (int trace = 0; trace < 30; ++trace) {
-    Engine engine(options());
-    const Limit limit = Limit(std::uniform_int_distribution<std::uint64_t>(1, 50)(rng), 1s)
-                            .with_algorithm(Algorithm::token_bucket)
-                            .with_burst(std::uniform_int_distribution<std::uint64_t>(1, 60)(rng));
-    const detail::BucketRule rule = detail::BucketRule::of(limit);
+    Engine engine(f.options());
+    const Limit limit = make_limit(rng);
     LimiterHandle handle = engine.limiter("r", limit);
-    detail::WindowState state;
-    detail::TokenBucket model(state);
-    model.reset();
+    Model model(limit);
     for (int i = 0; i < 2000; ++i) {
       switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
         case 0:
-          clock->advance(
+          f.clock->advance(
               std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
           break;
         case 1:
         case 2:
-          clock->advance(
+          f.clock->advance(
               std::chrono::microseconds(std::uniform_int_distribution<int>(0, 30000)(rng)));
           break;
         default:
           break;  // same instant: repeated requests hit the cached rejection
       }
       const int shape = std::uniform_int_distribution<int>(0, 9)(rng);
-      const std::uint64_t cost = shape == 0 ? 0 : shape == 1 ? 2 : shape == 2 ? rule.burst + 1 : 1;
-      const std::int64_t now = clock->now().count();
+      const std::uint64_t cost = shape == 0 ? 0 : shape == 1 ? 2 : shape == 2 ? limit.burst() + 1 : 1;
+      const std::int64_t now = f.clock->now().count();
       Decision want;
-      model.evaluate(now, rule, cost, want);
-      if (want.allowed && cost != 0) model.add(now, cost, rule);
+      model.evaluate(now, cost, want);
+      if (want.allowed && cost != 0) model.add(now, cost);
       const Decision got =
           i % 3 == 0 ? handle.try_acquire(cost) : engine.try_acquire("r", limit, cost);
       CAPTURE(trace);
@@ -963,6 +961,45 @@ TEST_CASE_FIXTURE(Fixture, "token bucket: engine decisions equal the pure bucket
       REQUIRE(got.retry_after == want.retry_after);
     }
   }
+}
+
+struct BucketModel {
+  explicit BucketModel(const Limit& limit) : rule(detail::BucketRule::of(limit)) { bucket.reset(); }
+  void evaluate(std::int64_t t, std::uint64_t cost, Decision& out) { bucket.evaluate(t, rule, cost, out); }
+  void add(std::int64_t t, std::uint64_t cost) { bucket.add(t, cost, rule); }
+  detail::BucketRule rule;
+  detail::WindowState state;
+  detail::TokenBucket bucket{state};
+};
+
+struct LogModel {
+  explicit LogModel(const Limit& limit)
+      : rule(detail::LogRule::of(limit)), entries(limit.max()),
+        log(state, entries.data(), static_cast<std::uint32_t>(limit.max())) {
+    log.reset();
+  }
+  void evaluate(std::int64_t t, std::uint64_t cost, Decision& out) { log.evaluate(t, rule, cost, out); }
+  void add(std::int64_t t, std::uint64_t cost) { log.add(t, cost, rule); }
+  detail::LogRule rule;
+  detail::WindowState state;
+  std::vector<detail::LogEntry> entries;
+  detail::SlidingLog log;
+};
+
+TEST_CASE_FIXTURE(Fixture, "token bucket: engine decisions equal the pure bucket's") {
+  engine_matches_model<BucketModel>(*this, [](std::mt19937_64& rng) {
+    return Limit(std::uniform_int_distribution<std::uint64_t>(1, 50)(rng), 1s)
+        .with_algorithm(Algorithm::token_bucket)
+        .with_burst(std::uniform_int_distribution<std::uint64_t>(1, 60)(rng));
+  });
+}
+
+TEST_CASE_FIXTURE(Fixture, "sliding log: engine decisions equal the pure log's") {
+  engine_matches_model<LogModel>(*this, [](std::mt19937_64& rng) {
+    return Limit(std::uniform_int_distribution<std::uint64_t>(1, 50)(rng),
+                 std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 1500)(rng)))
+        .with_algorithm(Algorithm::sliding_log);
+  });
 }
 
 TEST_CASE_FIXTURE(Fixture,
