@@ -70,8 +70,8 @@ class SlidingLog {
   // Counts `cost` at t (after an allowing decision at t): drops what expired, and adds
   // `cost` entries that expire at expiry_at(t). Returns that expiry.
   std::int64_t add(std::int64_t t, std::uint64_t cost, const LogRule& rule) noexcept;
-  // Takes back up to `cost` entries that expire at `expiry` (counted by add()); returns
-  // how many it took.
+  // Takes back up to `cost` entries that expire at `expiry` (counted by add()), from the
+  // store's count as well; returns how many it took.
   std::uint64_t remove(std::int64_t expiry, std::uint64_t cost) noexcept;
   // The newest entry live at t whose expiry is before `before` (INT64_MAX: any), and how
   // many entries share that expiry, in *count; false when there is none. (Refunds walk the
@@ -200,6 +200,9 @@ inline std::uint64_t SlidingLog::remove(std::int64_t expiry, std::uint64_t cost)
   };
   for (std::uint32_t k = end; k < n; ++k) entries_[slot(k - taken)] = entry(k);
   state_.newest = static_cast<std::uint16_t>(n - taken);
+  // The store's count held them too (a give-back or a refund takes them from it as well).
+  const std::uint64_t shared = state_.sum;
+  state_.sum = shared - (taken < shared ? taken : shared);
   return taken;
 }
 

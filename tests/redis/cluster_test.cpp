@@ -166,15 +166,15 @@ TEST_CASE("three engines share limits exactly on a cluster, over every primary")
   CHECK(engines[0]->stats().last_error.empty());
 }
 
-TEST_CASE("token buckets on a cluster: shared exactly over every primary, scripts loaded there") {
+// A scripted algorithm (`limit` admits 20 at once, and nothing comes back while this runs)
+// shared exactly by three engines over every primary, each primary loading the script.
+void scripted_on_cluster(const Limit& limit, std::uint64_t first_resource) {
   RedisCluster& c = cluster();
   REQUIRE(c.wait_healthy(30'000));
   for (RedisServer* p : c.primaries()) p->command({"SCRIPT", "FLUSH"});
   const Options options = cluster_options(c.url());
   std::vector<std::unique_ptr<Engine>> engines;
   for (int i = 0; i < 3; ++i) engines.push_back(std::make_unique<Engine>(options));
-  // 20 at once, refilling one every 3 minutes: nothing refills while this runs.
-  const Limit limit = Limit(20, std::chrono::hours(1)).with_algorithm(Algorithm::token_bucket);
   constexpr int kResources = 48;
   std::vector<std::vector<int>> per_engine(3, std::vector<int>(kResources, 0));
   std::vector<std::thread> threads;
@@ -182,7 +182,7 @@ TEST_CASE("token buckets on a cluster: shared exactly over every primary, script
     threads.emplace_back([&, e] {
       for (int round = 0; round < 15; ++round)
         for (int r = 0; r < kResources; ++r) {
-          const Decision d = engines[e]->try_acquire(5000 + r, limit);
+          const Decision d = engines[e]->try_acquire(first_resource + r, limit);
           CHECK_FALSE(d.degraded);
           if (d.allowed) ++per_engine[e][r];
         }
@@ -196,6 +196,17 @@ TEST_CASE("token buckets on a cluster: shared exactly over every primary, script
   // Each primary was asked for the script by SHA, and loaded it from its text.
   for (RedisServer* p : c.primaries()) CHECK(p->calls("eval") >= 1);
   for (const auto& engine : engines) CHECK(engine->stats().writes_failed == 0);
+}
+
+TEST_CASE("token buckets on a cluster: shared exactly over every primary, scripts loaded there") {
+  // 20 at once, refilling one every 3 minutes.
+  scripted_on_cluster(Limit(20, std::chrono::hours(1)).with_algorithm(Algorithm::token_bucket),
+                      5000);
+}
+
+TEST_CASE("sliding logs on a cluster: shared exactly over every primary, scripts loaded there") {
+  scripted_on_cluster(Limit(20, std::chrono::hours(1)).with_algorithm(Algorithm::sliding_log),
+                      6000);
 }
 
 TEST_CASE("boundary reads on a cluster bring other engines' counts from every primary") {

@@ -179,6 +179,11 @@ TEST_CASE("sliding log: the store's count refuses until its oldest entry leaves"
   log.evaluate(t0 + 300 * kMs, rule, 4, d);
   CHECK_FALSE(d.allowed);
   CHECK(d.retry_after == 700ms);       // its own two leave at t0 + 1 s
+  // Taking back one of its own takes it from the store's count too.
+  CHECK(log.remove(t0 + 1000 * kMs, 1) == 1);
+  log.evaluate(t0 + 100 * kMs, rule, 1, d);
+  CHECK(d.allowed);
+  CHECK(d.remaining == 0);  // 4 of 5 held: this one is the last
 }
 
 TEST_CASE("sliding log: remove takes back entries of one expiry; newest_before walks them") {
