@@ -1030,7 +1030,7 @@ static void test_algorithms(void) {
     int32_t algorithm, reserved2;
     const char* word;
   } bad[] = {
-      {1000, 0, 4, 0, "unknown algorithm 4"},
+      {1000, 0, 5, 0, "unknown algorithm 5"},
       {1000, 0, -1, 0, "unknown algorithm -1"},
       {1000, 0, INT32_MAX, 0, "algorithm"},
       {1000, 0, RATEWIN_ALGORITHM_SLIDING_WINDOW, 1, "reserved2"},
@@ -1122,6 +1122,54 @@ static void test_algorithms(void) {
   ratewin_limit_free(fixed_explicit);
   for (size_t i = 0; i < 3; ++i) ratewin_limit_free(limits[i]);
   ratewin_engine_close(engine);
+}
+
+/* ---- Sliding logs (1.3) ----------------------------------------------------------- */
+
+/* Exact on the manual clock: max in any window, retry_after when the oldest leaves; the
+ * struct's bounds said in its terms; an older caller's struct cannot ask for it. */
+static void test_sliding_log(void) {
+  ratewin_limit* log = make_options_limit(3, 1000, 0, RATEWIN_ALGORITHM_SLIDING_LOG, 0);
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(log, &got) == 0);
+  CHECK(got.algorithm == RATEWIN_ALGORITHM_SLIDING_LOG && got.max == 3 && got.burst == 0);
+  CHECK(got.interval_ms == 1000 && got.resolution_ms == 1000);
+  ratewin_engine* engine = open_manual_engine(1000);
+  const int64_t ms = kSecond / 1000;
+  ratewin_decision d;
+  for (uint64_t n = 0; n < 3; ++n) {
+    d = acquire_one(engine, 1, log);
+    CHECK(d.allowed == 1 && d.limit == 3 && d.remaining == 2 - n);
+    atomic_fetch_add(&manual_clock, 100 * ms);
+  }
+  d = acquire_one(engine, 1, log);
+  /* The first unit, at 0 ms, leaves at 1000 ms: 700 ms from now (300 ms). */
+  CHECK(d.allowed == 0 && d.remaining == 0 && d.retry_after_ns == 700 * ms);
+  CHECK(d.reset_after_ns == 900 * ms);
+  atomic_fetch_add(&manual_clock, 700 * ms - 1);
+  CHECK(acquire_one(engine, 1, log).allowed == 0);
+  atomic_fetch_add(&manual_clock, 1);
+  CHECK(acquire_one(engine, 1, log).allowed == 1);
+  CHECK(acquire_one(engine, 1, log).allowed == 0);
+  ratewin_engine_close(engine);
+
+  ratewin_limit* out = NULL;
+  char* message = NULL;
+  ratewin_limit_options big;
+  ratewin_limit_options_init(&big);
+  big.max = RATEWIN_LIMIT_MAX_LOG_COUNT + 1;
+  big.interval_ms = 1000;
+  big.algorithm = RATEWIN_ALGORITHM_SLIDING_LOG;
+  CHECK_ERROR(ratewin_limit_new(&big, &out, &message), RATEWIN_EINVAL, message, "at most 4096");
+  big.max = RATEWIN_LIMIT_MAX_LOG_COUNT;
+  big.resolution_ms = 100;
+  CHECK_ERROR(ratewin_limit_new(&big, &out, &message), RATEWIN_EINVAL, message,
+              "a sliding log's resolution_ms");
+  big.resolution_ms = 0;
+  CHECK(ratewin_limit_new(&big, &out, NULL) == 0 && out != NULL);
+  ratewin_limit_free(out);
+  ratewin_limit_free(log);
 }
 
 /* ---- Token buckets (1.3) --------------------------------------------------------- */
@@ -2188,6 +2236,7 @@ int main(void) {
   test_try_acquire_all();
   test_algorithms();
   test_token_bucket();
+  test_sliding_log();
   test_try_acquire_all_async_local();
   test_threads();
   test_redis_unreachable();
