@@ -33,10 +33,11 @@ using LogEntry = SeqlockField<std::int64_t>;
 //
 // In a WindowState: `head` is the oldest entry's slot and `newest` the number of
 // entries (both < 2^16, as capacity is at most Limit::kMaxLogCount). With a shared store,
-// `sum` and `epoch` say what the store's log held when it last answered: at least `sum`
-// entries until `epoch` (none of them leaves before), which this engine's own entries
-// (the others here) are among. A decision counts the larger of the two, so a log that
-// the store found full refuses here without a round trip.
+// `sum` and `epoch` say what the store's log held when it last answered: `sum` entries,
+// none leaving before `epoch`, which this engine's own entries (the others here) are
+// among; that count is trusted until `trailing` ms before `epoch` (another engine may
+// take entries back). A decision counts the larger of the two, so a log that the store
+// found full refuses here without a round trip, until the store may know better.
 class SlidingLog {
  public:
   SlidingLog(WindowState& state, LogEntry* entries, std::uint32_t capacity) noexcept
@@ -78,10 +79,20 @@ class SlidingLog {
   // newest entries this way.)
   bool newest_before(std::int64_t t, std::int64_t before, std::int64_t& expiry,
                      std::uint64_t& count) const noexcept;
-  // Takes in what the store's log held: `count` entries, none leaving before `until`.
-  void learn(std::int64_t until, std::uint64_t count) noexcept {
+  // Takes in what the store's log held: `count` entries, none leaving before `until`,
+  // trusted until `trusted` (at most `until`).
+  void learn(std::int64_t until, std::int64_t trusted, std::uint64_t count) noexcept {
+    constexpr std::int64_t kMs = 1'000'000;
+    const std::int64_t gap = (until - (trusted < until ? trusted : until) + kMs - 1) / kMs;
     state_.epoch = until;
+    state_.trailing = static_cast<std::uint32_t>(gap < 0xffffffffLL ? gap : 0xffffffffLL);
     state_.sum = count;
+  }
+  // Until when the store's count is trusted (INT64_MAX when there is none): a refusal
+  // that rests on it holds no longer.
+  std::int64_t trusted_until() const noexcept {
+    if (state_.sum == 0) return INT64_MAX;
+    return wrapping_sub(state_.epoch, static_cast<std::int64_t>(state_.trailing) * 1'000'000);
   }
   // The time from which the log holds nothing if nothing more is counted.
   std::int64_t empty_from() const noexcept {
@@ -127,7 +138,8 @@ inline void SlidingLog::evaluate(std::int64_t t, const LogRule& rule, std::uint6
   const std::uint32_t first = first_live(t, head, n);
   const std::uint64_t own = n - first;
   const std::int64_t shared_until = state_.epoch;
-  const std::uint64_t shared = t < shared_until ? state_.sum.load() : 0;
+  const std::uint64_t shared =
+      t < trusted_until() && t < shared_until ? state_.sum.load() : 0;
   const std::uint64_t used = own > shared ? own : shared;
   auto at = [&](std::uint32_t k) noexcept {
     const std::uint32_t slot = head + k >= capacity_ ? head + k - capacity_ : head + k;

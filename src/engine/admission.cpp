@@ -164,7 +164,7 @@ void Admission::share_log(std::span<const std::uint64_t> counts) {
   // entries back (a give-back, a refund, a reset): trusted for a tenth of the interval at
   // most, as a ring's boundary reads refresh it, so such a change is seen that soon.
   const auto holds = static_cast<std::int64_t>(counts[LogReply::kHolds]);
-  log.learn(now_ + std::min(holds, log_rule_.window / 10), shared);
+  log.learn(now_ + holds, now_ + std::min(holds, log_rule_.window / 10), shared);
   const std::uint64_t left = shared >= log_rule_.max ? 0 : log_rule_.max - shared;
   if (cost_ == 0 || !d_.allowed) {
     // A question, or a refusal: answered from the merged log, and the store's time for

@@ -124,8 +124,12 @@ EngineCore::~EngineCore() {
     TokenBucket(ref.record->window).evaluate(now, BucketRule::of(limit), cost, out);
     if (!shard.read_valid(before)) return 1;
   } else if (key.log()) {
-    ref.record->log(key).evaluate(now, LogRule::of(limit), cost, out);
+    const SlidingLog log = ref.record->log(key);
+    log.evaluate(now, LogRule::of(limit), cost, out);
+    // (A refusal that rests on the store's count holds only while that count is trusted.)
+    const std::int64_t trusted = log.trusted_until();
     if (!shard.read_valid(before)) return 1;
+    epoch_end = trusted;
   } else {
     const SlidingWindow window = ref.record->view(key);
     if (!window.evaluate(now, limit.max(), cost, trailing_of(limit.algorithm()), out)) return 1;

@@ -47,7 +47,7 @@ def test_scope_must_be_a_nonempty_str():
 # ---- algorithms -------------------------------------------------------------------------
 
 WINDOWS = ("sliding_window", "strict_window", "fixed_window")
-ALGORITHMS = WINDOWS + ("token_bucket",)
+ALGORITHMS = WINDOWS + ("token_bucket", "sliding_log")
 
 
 def test_each_algorithm_decides_its_own_way(engine, clock):
@@ -114,13 +114,13 @@ def test_algorithms_by_name_or_enum():
     assert ratewin.Limit(10, per=60, algorithm="strict_window") != ratewin.Limit(10, per=60)
     assert ratewin.Limit(10, per=60, algorithm="strict_window").with_max(5).algorithm == \
         "strict_window"
-    assert len({ratewin.Limit(10, per=60, algorithm=a) for a in ALGORITHMS * 2}) == 4
+    assert len({ratewin.Limit(10, per=60, algorithm=a) for a in ALGORITHMS * 2}) == 5
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"algorithm": "leaky_bucket"}, ValueError,
      "^algorithm must be one of sliding_window, strict_window, fixed_window, token_bucket, "
-     "got 'leaky_bucket'$"),
+     "sliding_log, got 'leaky_bucket'$"),
     ({"algorithm": "Sliding_Window"}, ValueError, "got 'Sliding_Window'"),
     ({"algorithm": ""}, ValueError, "got ''$"),
     ({"algorithm": 1}, TypeError, "algorithm must be a str, not int"),
@@ -131,17 +131,40 @@ def test_algorithms_by_name_or_enum():
      r"per=5184000.0 s is longer than the longest fixed_window, 4294967.295 s"),
     ({"algorithm": "fixed_window", "per": 4294967.296, "resolution": 4294967.296},
      ValueError, "longest fixed_window"),
+    ({"algorithm": "sliding_log", "resolution": 6}, ValueError,
+     r"a sliding_log has no subintervals: its resolution is per=60.0 s, not resolution=6.0 s"),
+    ({"algorithm": "sliding_log", "max": 4097}, ValueError,
+     r"sliding_log's max=4097 is more than 4096"),
 ])
 def test_algorithm_errors_in_pythons_terms(kwargs, error, words):
     kwargs.setdefault("per", 60)
     with pytest.raises(error, match=words) as raised:
-        ratewin.Limit(10, **kwargs)
+        ratewin.Limit(kwargs.pop("max", 10), **kwargs)
     assert "ms" not in str(raised.value) and "ratewin::" not in str(raised.value)
     # The same window as a sliding or strict window is fine.
     if "longest" in words:
         del kwargs["algorithm"]
         kwargs.pop("resolution", None)
         assert ratewin.Limit(10, algorithm="strict_window", **kwargs)
+
+
+def test_a_sliding_log_is_exact(engine, clock):
+    log = ratewin.Limit(3, per=1, algorithm="sliding_log")
+    assert (log.algorithm, log.resolution, log.burst) == ("sliding_log", 1.0, 3)
+    assert repr(log) == "Limit(3, per=1.0, algorithm='sliding_log')"
+    for _ in range(3):
+        assert engine.try_acquire("k", log)
+        clock.advance(0.1)
+    refused = engine.try_acquire("k", log)
+    # The first unit leaves 1 s after it came: 0.7 s from now; the last, 0.9 s from now.
+    assert not refused and refused.retry_after == pytest.approx(0.7, abs=1e-9)
+    assert refused.reset_after == pytest.approx(0.9, abs=1e-9)
+    clock.advance(0.7)
+    passed = engine.try_acquire("k", log)
+    assert passed and passed.remaining == 0
+    assert engine.try_acquire("k", log, 0).remaining == 0
+    assert engine.refund("k", log, 1) == 1
+    assert engine.try_acquire("k", log, 0).remaining == 1
 
 
 # ---- token buckets ----------------------------------------------------------------------

@@ -38,6 +38,20 @@ def test_two_engines_share_one_token_bucket_exactly(redis):
         assert not refused and 0 < refused.retry_after <= 360
 
 
+def test_two_engines_share_one_sliding_log_exactly(redis):
+    log = ratewin.Limit(5, per=3600, algorithm="sliding_log")
+    with ratewin.Engine(redis.url) as a, ratewin.Engine(redis.url) as b:
+        decisions = [(a if i % 2 else b).try_acquire("shared", log) for i in range(30)]
+        assert sum(1 for d in decisions if d) == 5
+        assert not any(d.degraded for d in decisions)
+        refused = a.try_acquire("shared", log)
+        # The oldest entry leaves an hour after it came.
+        assert not refused and 3590 < refused.retry_after <= 3600
+    # One sorted set for the resource, one member per unit.
+    key = redis.cli("KEYS", "ratewin:{*}:log").strip()
+    assert key and redis.cli("ZCARD", key) == "5"
+
+
 def test_key_prefix_separates_applications(redis):
     limit = ratewin.Limit(3, per=3600)
     with ratewin.Engine(redis.url, key_prefix="app1") as a, \

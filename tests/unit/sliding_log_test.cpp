@@ -165,14 +165,18 @@ TEST_CASE("sliding log: the store's count refuses until its oldest entry leaves"
   SlidingLog& log = owned.log;
   const std::int64_t t0 = 1'700'000'000'000'000'000;
   log.add(t0, 2, rule);  // this engine's own two
-  // The store holds 5 (the 2 among them), none leaving before t0 + 300 ms.
-  log.learn(t0 + 300 * kMs, 5);
+  // The store holds 5 (the 2 among them), none leaving before t0 + 300 ms; trusted for
+  // 250 ms.
+  log.learn(t0 + 300 * kMs, t0 + 250 * kMs, 5);
   Decision d;
   log.evaluate(t0 + 100 * kMs, rule, 1, d);
   CHECK_FALSE(d.allowed);
   CHECK(d.remaining == 0);
-  CHECK(d.retry_after == 200ms);       // a lower bound: the store decides then
+  CHECK(d.retry_after == 200ms);       // when the oldest leaves (the store decides then)
   CHECK(d.reset_after == 900ms);       // its own newest leaves at t0 + 1 s
+  log.evaluate(t0 + 250 * kMs, rule, 1, d);
+  CHECK(d.allowed);                    // no longer trusted: ask the store
+  log.learn(t0 + 300 * kMs, t0 + 300 * kMs, 5);
   log.evaluate(t0 + 300 * kMs, rule, 1, d);
   CHECK(d.allowed);                    // the store's count may have fallen: ask it
   CHECK(d.remaining == 2);             // its own two are known
