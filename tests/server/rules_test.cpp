@@ -415,6 +415,42 @@ TEST_CASE("algorithm: token_bucket, with burst (max when it is not set)") {
   CHECK_FALSE(t[6]["burst"].IsDefined());
 }
 
+TEST_CASE("algorithm: sliding_log, exact, with max bounded; a multiplier stops at the bound") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  t:\n"
+      "    limits:\n"
+      "      - {name: log, max: 100, window: 1m, algorithm: sliding_log}\n"
+      "      - {name: most, max: 4096, window: 366d, algorithm: sliding_log}\n"
+      "default_tier: t\n"
+      "overrides:\n"
+      "  - {key: big, multiplier: 100}\n");
+  const Match m = match(rules, "k");
+  REQUIRE(m.limits.size() == 2);
+  CHECK(m.limits[0]->limit == Limit(100, std::chrono::minutes(1))
+                                  .with_algorithm(Algorithm::sliding_log)
+                                  .with_scope("tier:t/log"));
+  CHECK(m.limits[0]->limit.to_string() == "100/1m@1m sliding_log");
+  CHECK(m.limits[1]->limit.max() == 4096);
+  const Match big = match(rules, "big");
+  CHECK(effective_limit(*big.limits[0], big.multiplier).max() == 4096);
+  CHECK(effective_limit(*big.limits[1], big.multiplier).max() == 4096);
+  const YAML::Node t = YAML::Load(rules.describe_json())["tiers"]["t"]["limits"];
+  CHECK(t[0]["algorithm"].as<std::string>() == "sliding_log");
+
+  const auto problem = [&](std::string_view limit) {
+    const Failure f = failure_of("tiers:\n  t:\n    limits:\n      - " + std::string(limit) + "\n");
+    CHECK(f.line == 4);
+    return f.problem;
+  };
+  CHECK(problem("{name: a, max: 4097, window: 1s, algorithm: sliding_log}") ==
+        "tiers.t.limits[0].max: a sliding_log holds at most 4096 entries (one per unit in its "
+        "window), not max 4097: lower max, or use another algorithm");
+  CHECK(problem("{name: a, max: 10, window: 1s, subintervals: 4, algorithm: sliding_log}") ==
+        "tiers.t.limits[0].subintervals: a sliding_log logs each unit, with no counts per "
+        "subinterval, not 4 subintervals: leave subintervals out, or set it to 1");
+}
+
 TEST_CASE("defaults.algorithm: token_bucket, with a burst per limit") {
   const std::string bucket = "defaults: {algorithm: token_bucket}\n";
   const Rules rules =

@@ -2,7 +2,8 @@
 strict_window refuses until the oldest subinterval has left the window where
 sliding_window already admits again, fixed_window counts per window aligned on the
 clock, so its Retry-After reaches to the end of that window and it admits max again at
-once, and token_bucket admits its burst at once and then one per window / max. The server
+once, token_bucket admits its burst at once and then one per window / max, and
+sliding_log admits again when its oldest admission has left the window. The server
 reads the real clock (CLOCK_REALTIME, as time.time() does): the windows here are 1 s, and
 each test sleeps less than two of them."""
 
@@ -178,3 +179,34 @@ def test_token_bucket_admits_its_burst_then_refills_one_per_interval(start_serve
         assert big[0].headers["x-ratelimit-limit"] == "6"
         assert big[0].headers["ratelimit-policy"] == '"tier:api/rate";q=6;w=1'
         assert big[6].json()["retry_after_s"] <= 0.05  # one every 50 ms
+
+
+def test_sliding_log_refuses_until_its_oldest_admission_has_left(start_server, tmp_path):
+    # 3 per second, exactly: the fourth waits for the first to be a second old.
+    rules = write_rules(tmp_path / "rules.yaml", """
+        tiers:
+          api:
+            limits:
+              - {name: log, max: 3, window: 1s, algorithm: sliding_log}
+        default_tier: api
+        """)
+    server = start_server(rules=rules)
+    with Client(server.port) as c:
+        first = timed(c, "/")
+        time.sleep(0.2)
+        rest = [timed(c, "/") for _ in range(3)]
+        replies = [first] + rest
+        assert [r.status for r, _, _ in replies] == [200, 200, 200, 429], replies
+        assert [r.headers["x-ratelimit-remaining"] for r, _, _ in replies] == ["2", "1", "0", "0"]
+        for r, _, _ in replies:
+            assert r.headers["x-ratelimit-limit"] == "3", r
+            assert r.headers["ratelimit-policy"] == '"tier:api/log";q=3;w=1', r
+        refused, before, after = replies[3]
+        # Allowed again once the first admission is a second old.
+        lo, hi = retry_window(refused, before, after)
+        _, first_before, first_after = first
+        assert first_before + 1 - 0.003 <= hi and lo <= first_after + 1 + 0.003, (replies, lo, hi)
+        sleep_until(hi + 0.02)
+        r = c.get("/", KEY)
+        assert r.status == 200, r
+        assert c.get("/", KEY).status == 429  # the next leaves 200 ms later
