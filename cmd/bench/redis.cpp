@@ -64,8 +64,10 @@ double write_cost(const test::RedisServer& redis, const char* name, const Limit&
   std::uint64_t admitted_last = 0;
   for (int round = 0; round < 3; ++round) {
     Engine engine(bench_options(redis, std::string("cost-") + std::to_string(round) + name));
-    const bool bucket = limit.algorithm() == Algorithm::token_bucket;
-    if (!bucket) until_next_epoch(limit.resolution(), 50ms);  // (a bucket has no epochs)
+    // (A token bucket or a log has no epochs, and runs one script.)
+    const bool scripted = limit.algorithm() == Algorithm::token_bucket ||
+                          limit.algorithm() == Algorithm::sliding_log;
+    if (!scripted) until_next_epoch(limit.resolution(), 50ms);
     const RedisCpu cpu{redis};
     std::atomic<std::uint64_t> admitted{0};
     run_threads(8, 0, [&](int t, std::uint64_t) {
@@ -76,7 +78,7 @@ double write_cost(const test::RedisServer& redis, const char* name, const Limit&
       }
       admitted += mine;
     });
-    last = cpu.since(bucket ? kBucketCommands : kWriteCommands);
+    last = cpu.since(scripted ? kScriptCommands : kWriteCommands);
     admitted_last = admitted.load();
     rounds.push_back(double(RedisCpu::usec(last)) / double(admitted_last));
   }
@@ -111,10 +113,30 @@ constexpr const char* kPlainBucketScript =
     "redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / per_ms))\n"
     "return allowed\n";
 
+// A sliding log as Lua scripts usually keep one: a sorted set of admission times, trimmed
+// to the window, counted, and added to if there is room. The yardstick of the sliding_log
+// algorithm's script.
+constexpr const char* kPlainLogScript =
+    "local now = tonumber(ARGV[1])\n"
+    "local window = tonumber(ARGV[2])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)\n"
+    "if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n"
+    "  redis.call('ZADD', KEYS[1], now, ARGV[4])\n"
+    "  redis.call('PEXPIRE', KEYS[1], window)\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+// The plain scripts' Redis us per call, measured by native_baselines().
+struct PlainScripts {
+  double bucket = 0;
+  double log = 0;
+};
+
 // Native commands on populated keys, one round trip each from 8 threads (as the write
 // path's figures): what Redis spends per call (INFO commandstats), their yardstick; and
-// the plain Lua token bucket's script. Returns the script's us per call.
-double native_baselines(const test::RedisServer& redis) {
+// the plain Lua token bucket's and sliding log's scripts.
+PlainScripts native_baselines(const test::RedisServer& redis) {
   constexpr int kKeys = 20'000;
   {
     redisContext* c = connect(redis);
@@ -182,8 +204,15 @@ double native_baselines(const test::RedisServer& redis) {
                  "1",
                  std::to_string(SystemClock::read() / 1'000'000)};
        }},
+      // 4096 per minute, on keys of their own (a new member each: the key and a time).
+      {"plain Lua sliding log", "evalsha",
+       [sha = redis.command({"SCRIPT", "LOAD", kPlainLogScript})](
+           const std::string& k) -> std::vector<std::string> {
+         const std::string now = std::to_string(SystemClock::read() / 1'000'000);
+         return {"EVALSHA", sha, "1", "native:log:" + k, now, "60000", "4096", k + ":" + now};
+       }},
   };
-  double plain_bucket = 0;
+  PlainScripts plain;
   std::printf(
       "native commands on populated keys (one round trip each, 8 threads; Redis us/call):\n ");
   for (const Native& n : natives) {
@@ -197,11 +226,12 @@ double native_baselines(const test::RedisServer& redis) {
     const auto it = stat.find(n.stat);
     const double per = it == stat.end() ? 0.0 : double(it->second.usec) / double(it->second.calls);
     std::printf(" %s %.2f;", n.label, per);
-    if (std::string_view(n.stat) == "evalsha") plain_bucket = per;
+    if (std::string_view(n.label) == "plain Lua token bucket") plain.bucket = per;
+    if (std::string_view(n.label) == "plain Lua sliding log") plain.log = per;
   }
   std::printf("\n");
   redis.command({"FLUSHALL"});
-  return plain_bucket;
+  return plain;
 }
 
 }  // namespace
@@ -211,7 +241,8 @@ int run_redis(const cxxopts::ParseResult& args) {
   test::RedisServer redis;
   std::printf("ratewin-bench redis: a private redis-server on 127.0.0.1:%d (loopback)\n\n",
               redis.port());
-  const double plain_bucket = native_baselines(redis);
+  const PlainScripts plain = native_baselines(redis);
+  const double plain_bucket = plain.bucket;
 
   // ---- what an admitted request costs Redis ----
   std::printf(
@@ -243,6 +274,14 @@ int run_redis(const cxxopts::ParseResult& args) {
       "  token_bucket against the plain Lua token bucket's %.2f us, measured above in this run: "
       "%.2fx hot, %.2fx cold (the issue's 4.0 us against 4.4: at most 0.91x)\n",
       plain_bucket, bucket_hot / plain_bucket, bucket_cold / plain_bucket);
+  // A log that never refuses (its max is the most a log holds; 100 per resource here).
+  const Limit log = Limit(Limit::kMaxLogCount, 60s).with_algorithm(Algorithm::sliding_log);
+  const double log_hot = write_cost(redis, "sliding_log hot", log, 200, 100, 8.0);
+  const double log_cold = write_cost(redis, "sliding_log cold", log, 20'000, 1, 8.0);
+  std::printf(
+      "  sliding_log against the plain Lua sliding log's %.2f us, measured above in this run: "
+      "%.2fx hot, %.2fx cold (its entries stay in the set until they leave the window)\n",
+      plain.log, log_hot / plain.log, log_cold / plain.log);
   redis.command({"FLUSHALL"});
 
   // ---- allowed path: engine vs raw hiredis sending the same commands ----
@@ -410,9 +449,11 @@ int run_redis(const cxxopts::ParseResult& args) {
   std::printf(
       "per algorithm, hot / cold: sliding_window %.2f / %.2f (N = 12), strict_window %.2f / %.2f"
       " (N = 12), fixed_window %.2f / %.2f (N = 1), token_bucket %.2f / %.2f (%.2fx / %.2fx the"
-      " plain Lua token bucket's %.2f)\n",
+      " plain Lua token bucket's %.2f), sliding_log %.2f / %.2f (%.2fx / %.2fx the plain Lua"
+      " sliding log's %.2f)\n",
       hot12, cold12, strict_hot, strict_cold, fixed_hot, fixed_cold, bucket_hot, bucket_cold,
-      bucket_hot / plain_bucket, bucket_cold / plain_bucket, plain_bucket);
+      bucket_hot / plain_bucket, bucket_cold / plain_bucket, plain_bucket, log_hot, log_cold,
+      log_hot / plain.log, log_cold / plain.log, plain.log);
   return 0;
 }
 

@@ -133,7 +133,7 @@ inline void until_next_epoch(std::chrono::milliseconds resolution,
 inline const std::set<std::string> kWriteCommands = {"bitfield", "getex", "append", "pexpireat"};
 // A token bucket's: its script, by SHA or (after NOSCRIPT) by text. (The commands the script
 // calls are in its time, and counted apart as well: not added again.)
-inline const std::set<std::string> kBucketCommands = {"evalsha", "eval"};
+inline const std::set<std::string> kScriptCommands = {"evalsha", "eval"};
 
 struct BoundaryFigures {
   std::vector<double> ms;
