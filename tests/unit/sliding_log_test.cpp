@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "random_cost.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::test {
@@ -40,26 +41,19 @@ struct ExactLog {
   std::int64_t newest() const { return admitted.empty() ? INT64_MIN : admitted.back().first; }
 };
 
-// A log with its own storage.
+// The log of a sliding_log limit, with its own storage.
 struct OwnedLog {
-  explicit OwnedLog(std::uint32_t capacity) : entries(capacity), log(state, entries.data(), capacity) {
+  explicit OwnedLog(const Limit& limit)
+      : rule(LogRule::of(limit)),
+        entries(limit.max()),
+        log(state, entries.data(), static_cast<std::uint32_t>(limit.max())) {
     log.reset();
   }
+  LogRule rule;
   WindowState state;
   std::vector<LogEntry> entries;
   SlidingLog log;
 };
-
-std::uint64_t random_cost(std::mt19937_64& rng, std::uint64_t max) {
-  switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
-    case 0:
-      return 0;
-    case 1:
-      return std::uniform_int_distribution<std::uint64_t>(0, max + 2)(rng);
-    default:
-      return 1;
-  }
-}
 
 }  // namespace
 
@@ -71,9 +65,9 @@ TEST_CASE("sliding log matches an exact window on random traces, field by field"
     const auto max = std::uniform_int_distribution<std::uint64_t>(1, 40)(rng);
     const auto interval = std::chrono::milliseconds(std::uniform_int_distribution<int>(1, 3000)(rng));
     const Limit limit = Limit(max, interval).with_algorithm(Algorithm::sliding_log);
-    const LogRule rule = LogRule::of(limit);
+    OwnedLog owned(limit);
+    const LogRule& rule = owned.rule;
     const std::int64_t gap = std::max<std::int64_t>(1, rule.window / static_cast<std::int64_t>(max));
-    OwnedLog owned(static_cast<std::uint32_t>(max));
     SlidingLog& log = owned.log;
     ExactLog model;
     std::int64_t t = 1'700'000'000'000'000'000 +
@@ -137,8 +131,8 @@ TEST_CASE("sliding log: never more than max in any window under overload") {
   for (int trace = 0; trace < 300; ++trace) {
     const auto max = std::uniform_int_distribution<std::uint64_t>(1, 30)(rng);
     const Limit limit = Limit(max, 1s).with_algorithm(Algorithm::sliding_log);
-    const LogRule rule = LogRule::of(limit);
-    OwnedLog owned(static_cast<std::uint32_t>(max));
+    OwnedLog owned(limit);
+    const LogRule& rule = owned.rule;
     std::vector<std::int64_t> admitted;  // one per unit
     std::int64_t t = 1'700'000'000'000'000'000;
     for (int i = 0; i < 400; ++i) {
@@ -159,9 +153,8 @@ TEST_CASE("sliding log: never more than max in any window under overload") {
 }
 
 TEST_CASE("sliding log: the store's count refuses until its oldest entry leaves") {
-  const Limit limit = Limit(5, 1s).with_algorithm(Algorithm::sliding_log);
-  const LogRule rule = LogRule::of(limit);
-  OwnedLog owned(5);
+  OwnedLog owned(Limit(5, 1s).with_algorithm(Algorithm::sliding_log));
+  const LogRule& rule = owned.rule;
   SlidingLog& log = owned.log;
   const std::int64_t t0 = 1'700'000'000'000'000'000;
   log.add(t0, 2, rule);  // this engine's own two
@@ -191,9 +184,8 @@ TEST_CASE("sliding log: the store's count refuses until its oldest entry leaves"
 }
 
 TEST_CASE("sliding log: remove takes back entries of one expiry; newest_before walks them") {
-  const Limit limit = Limit(10, 1s).with_algorithm(Algorithm::sliding_log);
-  const LogRule rule = LogRule::of(limit);
-  OwnedLog owned(10);
+  OwnedLog owned(Limit(10, 1s).with_algorithm(Algorithm::sliding_log));
+  const LogRule& rule = owned.rule;
   SlidingLog& log = owned.log;
   const std::int64_t t0 = 1'700'000'000'000'000'000;
   const std::int64_t e1 = log.add(t0, 3, rule);

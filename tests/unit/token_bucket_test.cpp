@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "random_cost.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::test {
@@ -67,17 +68,6 @@ std::int64_t random_gap(std::mt19937_64& rng, const Shape& s) {
   }
 }
 
-std::uint64_t random_cost(std::mt19937_64& rng, const BucketRule& r) {
-  switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
-    case 0:
-      return 0;
-    case 1:
-      return std::uniform_int_distribution<std::uint64_t>(0, r.burst + 2)(rng);
-    default:
-      return 1;
-  }
-}
-
 }  // namespace
 
 TEST_CASE("token bucket matches the leaky-bucket model on random traces, field by field") {
@@ -96,7 +86,7 @@ TEST_CASE("token bucket matches the leaky-bucket model on random traces, field b
     model.last = t;
     for (int i = 0; i < 100; ++i) {
       t += random_gap(rng, s);
-      const std::uint64_t cost = random_cost(rng, rule);
+      const std::uint64_t cost = random_cost(rng, rule.burst);
       CAPTURE(trace);
       CAPTURE(i);
       Decision d;
