@@ -1002,6 +1002,28 @@ TEST_CASE_FIXTURE(Fixture, "sliding log: engine decisions equal the pure log's")
   });
 }
 
+TEST_CASE_FIXTURE(Fixture, "sliding log of the largest max: a unit per entry, refund and reset") {
+  Engine engine(options());
+  const Limit limit = Limit(Limit::kMaxLogCount, 1s).with_algorithm(Algorithm::sliding_log);
+  for (std::uint64_t i = 0; i < Limit::kMaxLogCount; ++i) {
+    REQUIRE(engine.try_acquire("big", limit).allowed);
+    clock->advance(100us);
+  }
+  const Decision refused = engine.try_acquire("big", limit);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.retry_after == 1s - Limit::kMaxLogCount * 100us);  // when the first leaves
+  clock->advance(refused.retry_after - 1ns);
+  CHECK_FALSE(engine.try_acquire("big", limit).allowed);
+  clock->advance(1ns);
+  CHECK(engine.try_acquire("big", limit).allowed);
+  CHECK_FALSE(engine.try_acquire("big", limit).allowed);
+  // A refund takes the newest entries back, however many there are.
+  CHECK(engine.refund("big", limit, 3) == 3);
+  CHECK(engine.try_acquire("big", limit, 0).remaining == 3);
+  CHECK(engine.reset("big", limit));
+  CHECK(engine.try_acquire("big", limit, 0).remaining == Limit::kMaxLogCount);
+}
+
 TEST_CASE_FIXTURE(Fixture,
                   "token bucket: engines sharing a store admit exactly what one bucket does") {
   auto shared = std::make_shared<SharedCounts>();
