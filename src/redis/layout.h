@@ -168,17 +168,18 @@ class StoreLayout {
   // write's own and the unit's) scored by their expiry in whole microseconds (rounded up:
   // an entry leaves no earlier than it does here), all in the resource's slot:
   //   EVALSHA <log_script_sha> 1 <key> a <now, us> <expiry, us> <cost> <max> <ttl, ms> <member prefix>
-  // drops the entries that expired, adds the cost's entries if they fit, and replies
-  // [admitted, count, us until the oldest leaves, us until the cost fits (a refusal's)],
-  // relative to now (log_reply). A give-back:
+  // drops the entries that expired, adds the cost's entries if they fit, and replies the
+  // count after them if they did and the log is not full (the common case, kept cheap),
+  // else [admitted, count, us until the oldest leaves, us until the cost fits (a
+  // refusal's)], relative to now (log_reply). A give-back:
   //   EVALSHA <log_script_sha> 1 <key> r <expiry, us> <count> <this node's id>
   // takes back up to count of this node's entries of that expiry.
   Command log_command(const StoreWrite& write) const;
   Command log_give_back_command(const StoreWrite& give_back) const;
   static const std::string& log_script();
   static const std::string& log_script_sha();
-  // What a log command's reply (its four integers) says, as LogReply fills the counts of
-  // a write decided at `epoch` (ns).
+  // What a log command's reply (its one or four integers) says, as LogReply fills the
+  // counts of a write decided at `epoch` (ns).
   static void log_reply(std::span<const long long> reply, std::int64_t epoch,
                         std::span<std::uint64_t> counts) noexcept;
   // The command of a token bucket's or a log's write (or give-back).

@@ -41,7 +41,7 @@ void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply
   if (!write.key.ring()) {
     // A bucket's integer, a log's array of four.
     script_read = false;
-    if (write.key.bucket() && r.type == REDIS_REPLY_INTEGER) {
+    if (r.type == REDIS_REPLY_INTEGER) {  // (a bucket's, or a log's count)
       script[0] = r.integer;
       script_size = 1;
       script_read = true;

@@ -165,6 +165,9 @@ def test_a_sliding_log_is_exact(engine, clock):
     assert engine.try_acquire("k", log, 0).remaining == 0
     assert engine.refund("k", log, 1) == 1
     assert engine.try_acquire("k", log, 0).remaining == 1
+    assert log.with_max(4096).max == 4096
+    with pytest.raises(ValueError, match="sliding_log's max=4097 is more than 4096"):
+        log.with_max(4097)
 
 
 # ---- token buckets ----------------------------------------------------------------------

@@ -295,7 +295,14 @@ void init_limit(py::module_& m) {
             try {
               raised = l.with_max(count);
             } catch (const std::invalid_argument&) {
-              // (Only a token bucket's refill can be refused: max was checked.)
+              // (Only a log's bound or a token bucket's refill can be refused: max was
+              // checked.)
+              if (l.algorithm() == Algorithm::sliding_log) {
+                throw py::value_error("Limit.with_max: a sliding_log's max=" +
+                                      std::to_string(count) + " is more than " +
+                                      std::to_string(Limit::kMaxLogCount) +
+                                      " (every unit is an entry of its log)");
+              }
               throw py::value_error("Limit.with_max: a token_bucket of " + std::to_string(count) +
                                     " per " + seconds_text(l.interval()) + " s takes longer than " +
                                     seconds_text(Limit::kMaxResolution) +
