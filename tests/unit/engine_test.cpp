@@ -359,18 +359,41 @@ TEST_CASE_FIXTURE(Fixture, "limits of one scope and different algorithms decide 
   CHECK(half.remaining == 4);
 }
 
+// The pure algorithms over storage of their own, as the engine tests' models.
+struct BucketModel {
+  explicit BucketModel(const Limit& limit) : rule(detail::BucketRule::of(limit)) { bucket.reset(); }
+  void evaluate(std::int64_t t, std::uint64_t cost, Decision& out) { bucket.evaluate(t, rule, cost, out); }
+  void add(std::int64_t t, std::uint64_t cost) { bucket.add(t, cost, rule); }
+  detail::BucketRule rule;
+  detail::WindowState state;
+  detail::TokenBucket bucket{state};
+};
+
+struct LogModel {
+  explicit LogModel(const Limit& limit)
+      : rule(detail::LogRule::of(limit)), entries(limit.max()),
+        log(state, entries.data(), static_cast<std::uint32_t>(limit.max())) {
+    log.reset();
+  }
+  void evaluate(std::int64_t t, std::uint64_t cost, Decision& out) { log.evaluate(t, rule, cost, out); }
+  void add(std::int64_t t, std::uint64_t cost) { log.add(t, cost, rule); }
+  detail::LogRule rule;
+  detail::WindowState state;
+  std::vector<detail::LogEntry> entries;
+  detail::SlidingLog log;
+};
+
 // Threads hammer one resource while time stands still; between phases the clock moves.
 // Within a phase every admission happens at the same time, so whatever the
 // interleaving, the admitted total must be exactly what a single-threaded model admits
 // with unlimited demand at that time: never more (and, the demand being large, never
-// less).
-TEST_CASE_FIXTURE(Fixture, "concurrent callers never admit more than the model allows") {
-  Engine engine(options());
-  const Limit limit(50, 1s, 100ms);
+// less). `admit_one(t)` is the model: whether it admits one more at t (counting it).
+template <class AdmitOne>
+void concurrent_callers(Fixture& f, const Limit& limit, AdmitOne admit_one) {
+  Engine engine(f.options());
   const std::uint64_t resource = hash("shared");
   constexpr int kThreads = 4;
   constexpr int kPhases = 150;
-  ReferenceWindow model(limit.subintervals(), limit.resolution_ns());
   std::atomic<std::uint64_t> admitted{0};
   std::barrier sync(kThreads + 1);
   std::vector<std::thread> threads;
@@ -393,14 +416,11 @@ TEST_CASE_FIXTURE(Fixture, "concurrent callers never admit more than the model a
   }
   std::mt19937_64 rng(5);
   for (int p = 0; p < kPhases; ++p) {
-    clock->advance(
+    f.clock->advance(
         std::chrono::nanoseconds(std::uniform_int_distribution<std::int64_t>(0, 150 * kMs)(rng)));
-    const std::int64_t t = clock->now().count();
+    const std::int64_t t = f.clock->now().count();
     std::uint64_t expected = 0;
-    while (model.allows(t, limit.max(), 1)) {
-      model.admit(t, 1);
-      ++expected;
-    }
+    while (admit_one(t)) ++expected;
     admitted = 0;
     sync.arrive_and_wait();  // start the phase
     sync.arrive_and_wait();  // wait for its end
@@ -408,6 +428,27 @@ TEST_CASE_FIXTURE(Fixture, "concurrent callers never admit more than the model a
     REQUIRE(admitted.load() == expected);
   }
   for (auto& t : threads) t.join();
+}
+
+TEST_CASE_FIXTURE(Fixture, "concurrent callers never admit more than the model allows") {
+  const Limit limit(50, 1s, 100ms);
+  ReferenceWindow model(limit.subintervals(), limit.resolution_ns());
+  concurrent_callers(*this, limit, [&](std::int64_t t) {
+    if (!model.allows(t, limit.max(), 1)) return false;
+    model.admit(t, 1);
+    return true;
+  });
+}
+
+TEST_CASE_FIXTURE(Fixture, "concurrent callers on a sliding log admit exactly what the log does") {
+  const Limit limit = Limit(50, 1s).with_algorithm(Algorithm::sliding_log);
+  LogModel model(limit);
+  concurrent_callers(*this, limit, [&](std::int64_t t) {
+    Decision d;
+    model.evaluate(t, 1, d);
+    if (d.allowed) model.add(t, 1);
+    return d.allowed;
+  });
 }
 
 TEST_CASE_FIXTURE(Fixture, "the registry stays within max_limiters under a flood of resources") {
@@ -487,6 +528,7 @@ TEST_CASE_FIXTURE(Fixture, "lock-free readers racing with inserts, evictions and
   Engine engine(options(64));
   const Limit hot(5, 1s, 100ms);
   const Limit other(3, 2s, 500ms);
+  const Limit log = Limit(4, 1s).with_algorithm(Algorithm::sliding_log);
   constexpr int kThreads = 4;
   constexpr int kCalls = 20000;
   std::atomic<bool> stop{false};
@@ -509,7 +551,7 @@ TEST_CASE_FIXTURE(Fixture, "lock-free readers racing with inserts, evictions and
         const std::uint64_t r =
             what < 5 ? std::uniform_int_distribution<std::uint64_t>(0, 3)(rng)
                      : std::uniform_int_distribution<std::uint64_t>(100, 100000)(rng);
-        const Limit& limit = (what % 2 == 0) ? hot : other;
+        const Limit& limit = what % 3 == 0 ? hot : what % 3 == 1 ? other : log;
         const Decision d = engine.try_acquire(r, limit, what == 9 ? 2 : 1);
         const bool well_formed =
             d.limit == limit.max() && d.remaining <= limit.max() &&
@@ -525,7 +567,7 @@ TEST_CASE_FIXTURE(Fixture, "lock-free readers racing with inserts, evictions and
   CHECK(bad.load() == 0);
   const Stats s = engine.stats();
   CHECK(s.allowed + s.rejected == std::uint64_t{kThreads} * kCalls);
-  CHECK(s.limiters <= 64 + 2);  // and an overflow limiter per geometry
+  CHECK(s.limiters <= 64 + 3);  // and an overflow limiter per geometry
   CHECK(s.evictions > 0);
 }
 
@@ -962,29 +1004,6 @@ void engine_matches_model(Fixture& f, MakeLimit make_limit) {
     }
   }
 }
-
-struct BucketModel {
-  explicit BucketModel(const Limit& limit) : rule(detail::BucketRule::of(limit)) { bucket.reset(); }
-  void evaluate(std::int64_t t, std::uint64_t cost, Decision& out) { bucket.evaluate(t, rule, cost, out); }
-  void add(std::int64_t t, std::uint64_t cost) { bucket.add(t, cost, rule); }
-  detail::BucketRule rule;
-  detail::WindowState state;
-  detail::TokenBucket bucket{state};
-};
-
-struct LogModel {
-  explicit LogModel(const Limit& limit)
-      : rule(detail::LogRule::of(limit)), entries(limit.max()),
-        log(state, entries.data(), static_cast<std::uint32_t>(limit.max())) {
-    log.reset();
-  }
-  void evaluate(std::int64_t t, std::uint64_t cost, Decision& out) { log.evaluate(t, rule, cost, out); }
-  void add(std::int64_t t, std::uint64_t cost) { log.add(t, cost, rule); }
-  detail::LogRule rule;
-  detail::WindowState state;
-  std::vector<detail::LogEntry> entries;
-  detail::SlidingLog log;
-};
 
 TEST_CASE_FIXTURE(Fixture, "token bucket: engine decisions equal the pure bucket's") {
   engine_matches_model<BucketModel>(*this, [](std::mt19937_64& rng) {
