@@ -328,8 +328,10 @@ bool Shard::evict_one(std::int64_t now_ns) {
     if (l.oldest == kNoRecord || (l.oldest == l.searched && now_ns < l.live_until)) continue;
     std::int64_t live_until = std::numeric_limits<std::int64_t>::max();
     RecordId id = l.oldest;
+    bool rotated = false;
     for (int i = 0; i < kEmptyScan && id != kNoRecord; ++i) {
       Record* r = record(id);
+      const RecordId newer = r->lru_newer;
       const std::int64_t empty_from = r->empty_from();
       if (empty_from <= now_ns) {
         ++evictions;
@@ -345,9 +347,18 @@ bool Shard::evict_one(std::int64_t now_ns) {
         return true;
       }
       live_until = std::min(live_until, empty_from);
-      id = r->lru_newer;
+      if (!r->is_ring()) {
+        // A second chance: a bucket or a log that its callers keep busy may never be
+        // touched (the lock-free read decides it, and it has no epochs that send a call
+        // to the lock), so it would stay among the oldest, live, and keep every record of
+        // its geometry from being evicted. Moved to the newest end, it lets the scan see
+        // the others.
+        touch({id, r});
+        rotated = true;
+      }
+      id = newer;
     }
-    l.searched = l.oldest;
+    l.searched = rotated ? kNoRecord : l.oldest;
     l.live_until = live_until;
   }
   return false;

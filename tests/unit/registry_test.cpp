@@ -218,6 +218,69 @@ TEST_CASE("eviction drops only empty windows; a shard full of live limiters adds
   }
 }
 
+// A token bucket or a log that its callers keep busy is never touched (the lock-free read
+// decides it): at the oldest end of its list, live, it must not keep the empty records of
+// its geometry from being evicted.
+TEST_CASE("busy buckets and logs at the oldest end do not block the eviction of empty ones") {
+  for (const LimiterKey geometry : {LimiterKey{0, 0, 1}, LimiterKey{0, 0, 2 * 5}}) {
+    CAPTURE(geometry.subintervals);
+    Registry registry(16);
+    REQUIRE(registry.shard_count() == 1);
+    Shard& shard = registry.shard(0);
+    std::lock_guard lock(shard.mutex);
+    const detail::BucketRule bucket_rule{5, kSec / 5, kSec};  // 5 a second
+    const detail::LogRule log_rule{5, kSec};
+    // Counts one at t on the limiter of `id` (made if it must be); false if there was no
+    // room for it.
+    auto count = [&](std::uint64_t id, std::int64_t t) {
+      const LimiterKey k{id, geometry.resolution_ms, geometry.subintervals};
+      Shard::WriteSection section(shard);
+      Record* rec = shard.find_or_insert(k, k.hash(), t, section, false, false).record;
+      if (rec == nullptr) return false;
+      if (k.bucket()) {
+        rec->bucket().add(t, 1, bucket_rule);
+      } else {
+        rec->log().add(t, 1, log_rule);
+      }
+      return true;
+    };
+    // 16 limiters: the first 4 stay busy, the other 12 are used once.
+    for (std::uint64_t id = 0; id < 16; ++id) REQUIRE(count(id, kT0));
+    std::int64_t t = kT0;
+    for (int step = 0; step < 30; ++step) {
+      t += kSec / 10;
+      // (Busy, as the lock-free path keeps them: counted in place, never looked up.)
+      for (std::uint64_t id = 0; id < 4; ++id) {
+        const LimiterKey k{id, geometry.resolution_ms, geometry.subintervals};
+        Record* rec = shard.find(k, k.hash()).record;
+        REQUIRE(rec != nullptr);
+        Shard::WriteSection section(shard);
+        if (k.bucket()) {
+          rec->bucket().add(t, 1, bucket_rule);
+        } else {
+          rec->log().add(t, 1, log_rule);
+        }
+      }
+    }
+    // The other 12 are empty by now: new limiters take their places, within a few
+    // attempts each (a scan rotates at most kEmptyScan busy ones).
+    int made = 0;
+    for (std::uint64_t id = 100; id < 112; ++id) {
+      for (int attempt = 0; attempt < 4 && !count(id, t); ++attempt) {
+      }
+      made += shard.find({id, geometry.resolution_ms, geometry.subintervals},
+                         LimiterKey{id, geometry.resolution_ms, geometry.subintervals}.hash())
+                  ? 1
+                  : 0;
+    }
+    CHECK(made == 12);
+    CHECK(shard.evictions == 12);
+    for (std::uint64_t id = 0; id < 4; ++id)
+      CHECK(shard.find({id, geometry.resolution_ms, geometry.subintervals},
+                       LimiterKey{id, geometry.resolution_ms, geometry.subintervals}.hash()));
+  }
+}
+
 TEST_CASE("a shard bounds the bytes of its limiters, geometry by geometry") {
   // One shard of 256 KiB: records of 10 and of 1000 subintervals, in lists of their own.
   Registry registry(1'000'000, 256 * 1024);
