@@ -347,14 +347,17 @@ Rules Service::load_rules() const {
   const std::size_t budget = engine_.options().max_memory;
   for (const LimitRule* rule : rules.limits()) {
     const std::size_t fit = engine_.capacity(rule->limit);
-    const std::uint64_t bytes = 48 + 4 * std::uint64_t{rule->limit.subintervals()};
+    const std::uint64_t bytes = engine_.limiter_bytes(rule->limit);
     if (fit == 0) {
       throw RulesError(options_.rules_path, 0, 0,
                        "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
                            ") takes about " + std::to_string(bytes) +
                            " bytes per client key, and not one fits in the memory bound (" +
                            std::to_string(budget) +
-                           " bytes, --max-memory): raise it, or give the limit fewer subintervals");
+                           " bytes, --max-memory): raise it, or give the limit " +
+                           (rule->limit.algorithm() == ratewin::Algorithm::sliding_log
+                                ? "a lower max (a sliding_log keeps an entry per unit)"
+                                : "fewer subintervals"));
     }
     if (fit < 10'000) {
       log_(LogLevel::warning, "limit \"" + rule->name + "\" (" + rule->limit.to_string() +

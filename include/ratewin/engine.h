@@ -219,6 +219,10 @@ class Engine {
   // How many limiters of `limit`'s geometry the bounds hold, were they all of it
   // (0: not even one, its window is larger than a shard's share of max_memory).
   std::size_t capacity(const Limit& limit) const noexcept;
+  // The memory one limiter of `limit` takes here, as capacity() counts it: 48 bytes and
+  // 4 per subinterval for the ring's algorithms (and 4 more with a shared store), 8 per
+  // unit of max for a sliding_log.
+  std::size_t limiter_bytes(const Limit& limit) const noexcept;
 
  private:
   friend class AsyncAcquirer;

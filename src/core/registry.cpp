@@ -365,7 +365,7 @@ bool Shard::evict_one(std::int64_t now_ns) {
 }
 
 Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, bool marked)
-    : max_limiters_(max_limiters), max_bytes_(max_bytes) {
+    : max_limiters_(max_limiters), max_bytes_(max_bytes), marked_(marked) {
   if (max_limiters == 0) throw std::invalid_argument("ratewin: max_limiters must be at least 1");
   if (max_bytes < Shard::kMinBytes)
     throw std::invalid_argument("ratewin: max_memory must be at least 16 KiB");

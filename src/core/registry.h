@@ -251,10 +251,15 @@ class Registry {
   std::size_t max_bytes() const noexcept { return max_bytes_; }
   // How many limiters with `subintervals` buckets fit, alone, in the bounds.
   std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
+  // The bytes of one record with `subintervals` buckets here.
+  std::size_t record_bytes(std::uint32_t subintervals) const noexcept {
+    return Record::bytes_for(subintervals, marked_);
+  }
 
  private:
   std::size_t max_limiters_;
   std::size_t max_bytes_;
+  bool marked_;
   std::size_t shard_mask_;
   std::unique_ptr<Shard[]> shards_;
 };

@@ -49,6 +49,9 @@ Stats Engine::stats() const { return core_->stats(); }
 const Options& Engine::options() const noexcept { return core_->options(); }
 
 std::size_t Engine::capacity(const Limit& limit) const noexcept { return core_->capacity(limit); }
+std::size_t Engine::limiter_bytes(const Limit& limit) const noexcept {
+  return core_->limiter_bytes(limit);
+}
 
 LimiterHandle::LimiterHandle(std::shared_ptr<detail::EngineCore> core, detail::Shard* shard,
                              detail::Record* record, std::uint32_t record_id,

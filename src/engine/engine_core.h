@@ -49,8 +49,12 @@ class EngineCore final : public SyncTarget {
 
   Stats stats() const;
   const Options& options() const noexcept { return options_; }
+  // (A limit's records have its key's geometry: a log's holds its entries.)
   std::size_t capacity(const Limit& limit) const noexcept {
-    return registry_.capacity_for(limit.subintervals());
+    return registry_.capacity_for(LimiterKey::counted(0, limit).subintervals);
+  }
+  std::size_t limiter_bytes(const Limit& limit) const noexcept {
+    return registry_.record_bytes(LimiterKey::counted(0, limit).subintervals);
   }
   Store* store() const noexcept { return store_.get(); }
 

@@ -519,6 +519,14 @@ TEST_CASE_FIXTURE(Fixture, "the memory bound: limiters fit in max_memory, capaci
   tiny.max_memory = 16 * 1024;
   const Engine small(tiny);
   CHECK(small.capacity(Limit(1, std::chrono::milliseconds(65535), 1ms)) == 0);
+  // A sliding log's limiter holds its entries: 8 bytes per unit of max, whatever its
+  // (unused) resolution.
+  const Limit log = Limit(4096, 1s).with_algorithm(Algorithm::sliding_log);
+  CHECK(engine.limiter_bytes(log) == 48 + 8 * 4096);
+  CHECK(engine.limiter_bytes(big) == 48 + 4 * 3600);
+  CHECK(engine.capacity(log) <= (4U << 20) / (48 + 8 * 4096));
+  CHECK(engine.capacity(log) * 2 > (4U << 20) / (48 + 8 * 4096));
+  CHECK(small.capacity(log) == 0);
 }
 
 // For the sanitizers: lock-free readers race with writers that insert, evict and recycle
