@@ -403,14 +403,16 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
                             std::to_string(ratewin::Limit::kMaxResolution.count()) +
                             "ms (about 49.7 days)");
     }
-  } else if (algorithm == Algorithm::token_bucket) {
-    if (resolution > ratewin::Limit::kMaxResolution) {
-      // A window over kMaxResolution that none of 2 to 10 divides ("4294967297ms"): any
-      // resolution would do, but none of Limit's own bounds does.
-      fail(window_item, quoted(window_item.node.Scalar()) +
-                            " is longer than 4294967295ms and does not divide into 2 to 10 "
-                            "equal whole milliseconds: give the window in seconds");
-    }
+  }
+  if ((algorithm == Algorithm::token_bucket || algorithm == Algorithm::sliding_log) &&
+      resolution > ratewin::Limit::kMaxResolution) {
+    // A window over kMaxResolution that none of 2 to 10 divides ("4294967297ms"): any
+    // resolution would do (neither uses it), but none of Limit's own bounds does.
+    fail(window_item, quoted(window_item.node.Scalar()) +
+                          " is longer than 4294967295ms and does not divide into 2 to 10 "
+                          "equal whole milliseconds: give the window in seconds");
+  }
+  if (algorithm == Algorithm::token_bucket) {
     if (burst_item) burst = integer(*burst_item, 1, ratewin::Limit::kMaxCount);
     if (ratewin::Limit::problem(max, window, resolution, algorithm, burst) ==
         ratewin::LimitProblem::bucket_too_slow) {
@@ -428,7 +430,7 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
                             ", whose burst (max, when burst is not set) refills in one window: "
                             "at most 4294967295ms (about 49.7 days), or set a smaller burst");
     }
-  } else {
+  } else if (algorithm == Algorithm::sliding_window || algorithm == Algorithm::strict_window) {
     const std::uint64_t subintervals =
         subintervals_item ? integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals)
                           : kDefaultSubintervals;

@@ -422,11 +422,13 @@ TEST_CASE("algorithm: sliding_log, exact, with max bounded; a multiplier stops a
       "    limits:\n"
       "      - {name: log, max: 100, window: 1m, algorithm: sliding_log}\n"
       "      - {name: most, max: 4096, window: 366d, algorithm: sliding_log}\n"
+      "      - {name: odd, max: 5, window: 1001ms, algorithm: sliding_log}\n"
       "default_tier: t\n"
       "overrides:\n"
       "  - {key: big, multiplier: 100}\n");
   const Match m = match(rules, "k");
-  REQUIRE(m.limits.size() == 2);
+  REQUIRE(m.limits.size() == 3);
+  CHECK(m.limits[2]->limit.interval() == milliseconds(1001));  // (no 10 subintervals needed)
   CHECK(m.limits[0]->limit == Limit(100, std::chrono::minutes(1))
                                   .with_algorithm(Algorithm::sliding_log)
                                   .with_scope("tier:t/log"));
@@ -449,6 +451,9 @@ TEST_CASE("algorithm: sliding_log, exact, with max bounded; a multiplier stops a
   CHECK(problem("{name: a, max: 10, window: 1s, subintervals: 4, algorithm: sliding_log}") ==
         "tiers.t.limits[0].subintervals: a sliding_log logs each unit, with no counts per "
         "subinterval, not 4 subintervals: leave subintervals out, or set it to 1");
+  CHECK(problem("{name: a, max: 10, window: 4294967297ms, algorithm: sliding_log}") ==
+        "tiers.t.limits[0].window: \"4294967297ms\" is longer than 4294967295ms and does not "
+        "divide into 2 to 10 equal whole milliseconds: give the window in seconds");
 }
 
 TEST_CASE("defaults.algorithm: token_bucket, with a burst per limit") {
