@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <random>
 
 #include "engine/store.h"
 #include "redis/slot.h"
@@ -193,8 +194,10 @@ std::string node_id_text(std::uint32_t node) {
 
 Command StoreLayout::log_command(const StoreWrite& write) const {
   // A write's own number, so that its members are new even when another of this node's
-  // writes has the same expiry.
-  static std::atomic<std::uint64_t> writes{0};
+  // writes has the same expiry. It starts at random (48 bits), so that two processes whose
+  // node ids collide (1 in 2^32 for a pair) still write members of their own.
+  static std::atomic<std::uint64_t> writes{
+      (std::random_device()() | (std::uint64_t{std::random_device()()} << 32)) >> 16};
   const std::int64_t now_us = write.epoch / 1000;
   const std::int64_t expiry_us = (write.expiry + 999) / 1000;
   const std::int64_t ttl_ms = (write.expiry - write.epoch + 999'999) / 1'000'000 + 1;
