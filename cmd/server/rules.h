@@ -119,7 +119,8 @@ ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max);
 
 // The limit to ask the engine for: rule.limit, with max scaled by `multiplier` (rounded
 // down, at least 1, at most Limit::kMaxCount; see with_scaled_max) when rule.scales. The
-// scaled limit keeps its window, so a key's counts carry over when its multiplier changes.
+// scaled limit keeps its window, so a key's counts carry over when its multiplier changes
+// (a sliding_log's in Redis only: this server's own copy of a log is per max).
 ratewin::Limit effective_limit(const LimitRule& rule, double multiplier);
 
 // Sets `out` to the name of the counter a request counts against for `rule` (hash it for

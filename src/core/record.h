@@ -27,9 +27,10 @@ struct LimiterKey {
     return resource ^ fmix64(scope);
   }
   // The limiter of `resource` under `limit`. A sliding log's counter also says its
-  // interval: logs of one scope and interval share their entries (each decides by its own
-  // max), and no other log touches them (a shorter one would drop entries a longer one
-  // still counts).
+  // interval: logs of one scope and interval share one log in the store (each decides by
+  // its own max), and no other log touches it (a shorter one would drop entries a longer
+  // one still counts). Here a log's record is sized by its max, so a log whose max
+  // changes starts this engine's copy afresh (the store's log still decides).
   static LimiterKey of(std::uint64_t resource, const Limit& limit) noexcept {
     std::uint64_t counter = counter_of(resource, limit.scope());
     if (limit.algorithm() == Algorithm::sliding_log) {
