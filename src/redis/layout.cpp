@@ -119,7 +119,11 @@ void StoreLayout::bucket_reply(long long reply, std::span<std::uint64_t> counts)
 }
 
 const std::string& StoreLayout::log_script() {
-  // 'a': ARGV now (us), expiry (us), cost, max, ttl (ms), member prefix.
+  // 'a': ARGV now (us), expiry (us), cost, max, ttl (ms), member prefix, keep (us).
+  // Entries are counted while their score is after this write's own now, and dropped only
+  // `keep` later: a write that reaches Redis after one decided later than it must still
+  // find the entries live at its own time (dropping by the later write's time let a
+  // window take max + 1, seen under ThreadSanitizer's delays).
   // 'r': ARGV expiry (us), count, node id.
   static const std::string script =
       "local key = KEYS[1]\n"
@@ -137,8 +141,9 @@ const std::string& StoreLayout::log_script() {
       "  return taken\n"
       "end\n"
       "local now = tonumber(ARGV[2])\n"
-      "redis.call('ZREMRANGEBYSCORE', key, '-inf', now)\n"
-      "local n = redis.call('ZCARD', key)\n"
+      "redis.call('ZREMRANGEBYSCORE', key, '-inf', now - tonumber(ARGV[8]))\n"
+      "local dead = redis.call('ZCOUNT', key, '-inf', now)\n"
+      "local n = redis.call('ZCARD', key) - dead\n"
       "local cost = tonumber(ARGV[4])\n"
       "local max = tonumber(ARGV[5])\n"
       "local admitted = 0\n"
@@ -164,9 +169,9 @@ const std::string& StoreLayout::log_script() {
       "local holds = 0\n"
       "local fits = 0\n"
       "if n > 0 then\n"
-      "  holds = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) - now\n"
-      "  local k = n + cost - max - 1\n"
-      "  if admitted == 0 and k >= 0 and k < n then\n"
+      "  holds = tonumber(redis.call('ZRANGE', key, dead, dead, 'WITHSCORES')[2]) - now\n"
+      "  local k = dead + n + cost - max - 1\n"
+      "  if admitted == 0 and k >= dead and k < dead + n then\n"
       "    fits = tonumber(redis.call('ZRANGE', key, k, k, 'WITHSCORES')[2]) - now\n"
       "  end\n"
       "end\n"
@@ -176,7 +181,7 @@ const std::string& StoreLayout::log_script() {
 
 const std::string& StoreLayout::log_script_sha() {
   // SHA-1 of log_script(): checked against Redis' SCRIPT LOAD by the Redis tests.
-  static const std::string sha = "88502912ce658d206317d9e3cc8f620f3788b9ee";
+  static const std::string sha = "ff8561c4b40a9369370df1eecd5773ec985b3fb7";
   return sha;
 }
 
@@ -200,7 +205,9 @@ Command StoreLayout::log_command(const StoreWrite& write) const {
       (std::random_device()() | (std::uint64_t{std::random_device()()} << 32)) >> 16};
   const std::int64_t now_us = write.epoch / 1000;
   const std::int64_t expiry_us = (write.expiry + 999) / 1000;
-  const std::int64_t ttl_ms = (write.expiry - write.epoch + 999'999) / 1'000'000 + 1;
+  // Entries are kept a window after they leave (see log_script), and so is the key.
+  const std::int64_t keep_us = expiry_us - now_us;
+  const std::int64_t ttl_ms = (2 * (write.expiry - write.epoch) + 999'999) / 1'000'000 + 1;
   std::string prefix = node_id_text(node_);
   prefix += std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
   prefix += ':';
@@ -214,7 +221,8 @@ Command StoreLayout::log_command(const StoreWrite& write) const {
           std::to_string(write.cost),
           std::to_string(write.max),
           std::to_string(ttl_ms > 0 ? ttl_ms : 1),
-          std::move(prefix)};
+          std::move(prefix),
+          std::to_string(keep_us > 0 ? keep_us : 0)};
 }
 
 Command StoreLayout::log_give_back_command(const StoreWrite& give_back) const {

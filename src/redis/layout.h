@@ -167,8 +167,11 @@ class StoreLayout {
   // <prefix>:{<resource>}:log, whose members are entries (this node's id, a number of the
   // write's own and the unit's) scored by their expiry in whole microseconds (rounded up:
   // an entry leaves no earlier than it does here), all in the resource's slot:
-  //   EVALSHA <log_script_sha> 1 <key> a <now, us> <expiry, us> <cost> <max> <ttl, ms> <member prefix>
-  // drops the entries that expired, adds the cost's entries if they fit, and replies the
+  //   EVALSHA <log_script_sha> 1 <key> a <now, us> <expiry, us> <cost> <max> <ttl, ms>
+  //           <member prefix> <keep, us>
+  // counts the entries live at now (those that left are dropped `keep` later, one
+  // window: a write decided earlier may reach Redis after this one), adds the cost's
+  // entries if they fit, and replies the
   // count after them if they did and the log is not full (the common case, kept cheap),
   // else [admitted, count, us until the oldest leaves, us until the cost fits (a
   // refusal's)], relative to now (log_reply). A give-back:
