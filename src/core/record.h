@@ -137,18 +137,18 @@ struct Record {
     return SlidingWindow(window, buckets(), key.subintervals, key.resolution_ns());
   }
   // A token bucket's record (LimiterKey::bucket): its TAT, in the window's state.
-  bool is_bucket() const noexcept { return resolution_ms == 0 && subintervals == 1; }
+  bool is_bucket() const noexcept { return key().bucket(); }
   TokenBucket bucket() noexcept { return TokenBucket(window); }
   // A sliding log's record (LimiterKey::log): its entries where a ring's buckets are.
-  bool is_log() const noexcept { return resolution_ms == 0 && subintervals > 1; }
-  SlidingLog log() noexcept { return log({resource, resolution_ms, subintervals}); }
+  bool is_log() const noexcept { return key().log(); }
+  SlidingLog log() noexcept { return log(key()); }
   // The same with the geometry of `key` (the record matched it), for lock-free readers.
   SlidingLog log(const LimiterKey& key) noexcept {
     return SlidingLog(window, reinterpret_cast<LogEntry*>(this + 1), key.log_capacity());
   }
 
   // A ring's (LimiterKey::ring).
-  bool is_ring() const noexcept { return resolution_ms != 0; }
+  bool is_ring() const noexcept { return key().ring(); }
 
   // Takes back `cost` it counted (under the lock): a ring's in subinterval `counted`, a
   // log's entries that leave at `counted`, a bucket's from its TAT as of `now`.

@@ -103,19 +103,19 @@ class SlidingLog {
   }
 
  private:
-  // The k-th entry, oldest first (k < size(), head < capacity).
-  std::int64_t entry(std::uint32_t k) const noexcept {
-    const std::uint32_t slot = state_.head + k;
-    return entries_[slot >= capacity_ ? slot - capacity_ : slot];
+  // The slot of the k-th entry from `head` (head < capacity, k <= capacity).
+  std::uint32_t slot(std::uint32_t head, std::uint32_t k) const noexcept {
+    return head + k >= capacity_ ? head + k - capacity_ : head + k;
   }
+  // The k-th entry, oldest first (k < size()).
+  std::int64_t entry(std::uint32_t k) const noexcept { return entries_[slot(state_.head, k)]; }
   // The first of the n entries (from head) that is live at t: n when none is.
   std::uint32_t first_live(std::int64_t t, std::uint32_t head, std::uint32_t n) const noexcept {
     std::uint32_t lo = 0;
     std::uint32_t hi = n;
     while (lo < hi) {
       const std::uint32_t mid = lo + (hi - lo) / 2;
-      const std::uint32_t slot = head + mid >= capacity_ ? head + mid - capacity_ : head + mid;
-      if (entries_[slot] > t) {
+      if (entries_[slot(head, mid)] > t) {
         hi = mid;
       } else {
         lo = mid + 1;
@@ -141,10 +141,7 @@ inline void SlidingLog::evaluate(std::int64_t t, const LogRule& rule, std::uint6
   const std::uint64_t shared =
       t < trusted_until() && t < shared_until ? state_.sum.load() : 0;
   const std::uint64_t used = own > shared ? own : shared;
-  auto at = [&](std::uint32_t k) noexcept {
-    const std::uint32_t slot = head + k >= capacity_ ? head + k - capacity_ : head + k;
-    return entries_[slot].load();
-  };
+  auto at = [&](std::uint32_t k) noexcept { return entries_[slot(head, k)].load(); };
   // Holds nothing from the later of its newest entry's expiry and the store's.
   std::int64_t reset_at = t;
   if (own != 0 && at(n - 1) > reset_at) reset_at = at(n - 1);
@@ -181,15 +178,14 @@ inline std::int64_t SlidingLog::add(std::int64_t t, std::uint64_t cost,
   std::uint32_t head = state_.head;
   std::uint32_t n = state_.newest;
   const std::uint32_t gone = first_live(t, head, n);
-  head = head + gone >= capacity_ ? head + gone - capacity_ : head + gone;
+  head = slot(head, gone);
   n -= gone;
   for (std::uint64_t i = 0; i < cost; ++i) {
     if (n == capacity_) {  // (cannot happen after an allowing decision: the oldest goes)
-      head = head + 1 == capacity_ ? 0 : head + 1;
+      head = slot(head, 1);
       --n;
     }
-    const std::uint32_t slot = head + n >= capacity_ ? head + n - capacity_ : head + n;
-    entries_[slot] = expiry;
+    entries_[slot(head, n)] = expiry;
     ++n;
   }
   state_.head = static_cast<std::uint16_t>(head);
@@ -207,10 +203,7 @@ inline std::uint64_t SlidingLog::remove(std::int64_t expiry, std::uint64_t cost)
   const std::uint32_t taken = end - begin;
   if (taken == 0) return 0;
   const std::uint32_t head = state_.head;
-  auto slot = [&](std::uint32_t k) noexcept {
-    return head + k >= capacity_ ? head + k - capacity_ : head + k;
-  };
-  for (std::uint32_t k = end; k < n; ++k) entries_[slot(k - taken)] = entry(k);
+  for (std::uint32_t k = end; k < n; ++k) entries_[slot(head, k - taken)] = entry(k);
   state_.newest = static_cast<std::uint16_t>(n - taken);
   // The store's count held them too (a give-back or a refund takes them from it as well).
   const std::uint64_t shared = state_.sum;
