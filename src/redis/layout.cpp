@@ -142,8 +142,7 @@ const std::string& StoreLayout::log_script() {
       "end\n"
       "local now = tonumber(ARGV[2])\n"
       "redis.call('ZREMRANGEBYSCORE', key, '-inf', now - tonumber(ARGV[8]))\n"
-      "local dead = redis.call('ZCOUNT', key, '-inf', now)\n"
-      "local n = redis.call('ZCARD', key) - dead\n"
+      "local n = redis.call('ZCOUNT', key, '(' .. ARGV[2], '+inf')\n"
       "local cost = tonumber(ARGV[4])\n"
       "local max = tonumber(ARGV[5])\n"
       "local admitted = 0\n"
@@ -169,6 +168,7 @@ const std::string& StoreLayout::log_script() {
       "local holds = 0\n"
       "local fits = 0\n"
       "if n > 0 then\n"
+      "  local dead = redis.call('ZCARD', key) - n\n"
       "  holds = tonumber(redis.call('ZRANGE', key, dead, dead, 'WITHSCORES')[2]) - now\n"
       "  local k = dead + n + cost - max - 1\n"
       "  if admitted == 0 and k >= dead and k < dead + n then\n"
@@ -181,7 +181,7 @@ const std::string& StoreLayout::log_script() {
 
 const std::string& StoreLayout::log_script_sha() {
   // SHA-1 of log_script(): checked against Redis' SCRIPT LOAD by the Redis tests.
-  static const std::string sha = "ff8561c4b40a9369370df1eecd5773ec985b3fb7";
+  static const std::string sha = "5edc1e00a5a5d5e4b97c75bee58d3225be0448d9";
   return sha;
 }
 
