@@ -22,13 +22,17 @@ struct Decision {
   bool allowed = false;
   // The shared store was unreachable; the decision followed the limit's failure policy.
   bool degraded = false;
+  // A limit in shadow (Mode::shadow) would have refused: the request is allowed and was
+  // not counted, and the other fields are the refusal's (remaining, and retry_after:
+  // when the request would have passed). Never set for an enforcing limit.
+  bool would_reject = false;
   // The limit's max.
   std::uint64_t limit = 0;
   // Units that could still be admitted now (after this request, when it was allowed).
   std::uint64_t remaining = 0;
   // Time until the window holds nothing of the counts made so far (0 if it is empty).
   std::chrono::nanoseconds reset_after{0};
-  // 0 when allowed. Otherwise the earliest time from now at which the same request
+  // 0 when allowed (but would_reject). Otherwise the earliest time from now at which the same request
   // would be allowed if nothing else arrived; kNever if it can never be allowed.
   std::chrono::nanoseconds retry_after{0};
 

@@ -94,6 +94,7 @@ struct Stats {
   std::uint64_t allowed = 0;           // decisions that admitted the request
   std::uint64_t rejected = 0;          // decisions that turned it away
   std::uint64_t degraded = 0;          // decisions made while the store was unreachable
+  std::uint64_t would_reject = 0;      // limits in shadow that would have refused (allowed)
   std::uint64_t limiters = 0;          // limiters held now
   std::uint64_t max_limiters = 0;      // the configured bound
   std::uint64_t pinned = 0;            // limiters held by LimiterHandles now
@@ -188,6 +189,9 @@ class Engine {
   // counted (a concurrent request, or the shared counts in Redis) has their counts given
   // back, in the store and locally, and their `remaining` says so. Stats count each
   // limit's decision, including admissions given back.
+  // A limit in shadow (Mode::shadow) never refuses the request: its decision says whether
+  // it would have (would_reject), and it counts only when every enforcing limit admits the
+  // request and it would itself have admitted it (given back with the others otherwise).
   std::size_t try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out);
 
   // try_acquire_all without waiting on the network, for callers that must not block (an

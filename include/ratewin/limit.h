@@ -17,6 +17,21 @@ enum class FailurePolicy {
   closed,  // reject every request (for login-like endpoints)
 };
 
+// Whether a limit's refusals take effect. A limit in shadow runs exactly as if it
+// enforced (it counts what it admits, in the store too, so its counts are an enforcing
+// limit's), but never refuses: what it would have refused is allowed, uncounted, with
+// Decision::would_reject set. A rollout runs a new or changed limit in shadow first, and
+// switching it to enforce (Limit::with_mode) keeps what it counted.
+enum class Mode {
+  enforce,  // refusals are refusals (the default)
+  shadow,   // refusals are allowed and reported (Decision::would_reject)
+};
+
+// The mode's name as the bindings and the server's rules spell it ("enforce", "shadow").
+const char* mode_name(Mode mode) noexcept;
+// The mode of a name; false when there is none.
+bool parse_mode(std::string_view name, Mode& out) noexcept;
+
 // How a limit counts. The first three keep the same ring of subinterval counts, locally
 // and in the shared store, and differ in how the subinterval that is sliding out of the
 // window (the trailing one) counts; token_bucket keeps one time.
@@ -134,6 +149,7 @@ class Limit {
 
   FailurePolicy failure_policy() const noexcept { return failure_policy_; }
   Algorithm algorithm() const noexcept { return algorithm_; }
+  Mode mode() const noexcept { return mode_; }
   // The most admitted at once: a token_bucket's burst; max for the other algorithms.
   std::uint64_t burst() const noexcept { return burst_ != 0 ? burst_ : max_; }
   // A token_bucket's refill: one unit every emission_ns() (interval / max, rounded up to
@@ -190,16 +206,26 @@ class Limit {
     return copy;
   }
 
+  // The same limit in another mode. It counts in the same scope (the mode is not part of
+  // a limit's own scope), so a limit switched from shadow to enforce keeps its counts.
+  Limit with_mode(Mode mode) const noexcept {
+    Limit copy = *this;
+    copy.mode_ = mode;
+    return copy;
+  }
+
   // "100/60s@5s" style text, for logs and error messages, followed by the algorithm
   // when it is not the default ("100/60s@60s fixed_window"), and a token_bucket's burst
-  // when it is not max ("100/1m@1m token_bucket burst 20").
+  // when it is not max ("100/1m@1m token_bucket burst 20"), and "shadow" for a limit in
+  // shadow ("100/1m@6s shadow").
   std::string to_string() const;
 
-  // Equal limits: the same max, window, algorithm, burst, failure policy and scope.
+  // Equal limits: the same max, window, algorithm, burst, failure policy, mode and scope.
   friend bool operator==(const Limit& a, const Limit& b) noexcept {
     return a.max_ == b.max_ && a.resolution_ms_ == b.resolution_ms_ &&
            a.subintervals_ == b.subintervals_ && a.failure_policy_ == b.failure_policy_ &&
-           a.algorithm_ == b.algorithm_ && a.burst() == b.burst() && a.scope() == b.scope();
+           a.algorithm_ == b.algorithm_ && a.mode_ == b.mode_ && a.burst() == b.burst() &&
+           a.scope() == b.scope();
   }
 
  private:
@@ -208,6 +234,7 @@ class Limit {
   std::uint32_t subintervals_;
   FailurePolicy failure_policy_ = FailurePolicy::local;
   Algorithm algorithm_ = Algorithm::sliding_window;
+  Mode mode_ = Mode::enforce;
   std::uint64_t burst_ = 0;  // a token_bucket's; 0: max
   std::uint64_t scope_ = 0;  // 0: the limit's own (see scope())
 };

@@ -15,7 +15,7 @@ namespace ratewin::inline v1::detail {
 // by summing the lines; they are exact once the adding threads are done.
 class DecisionCounters {
  public:
-  enum Kind : std::size_t { kAllowed, kRejected, kDegraded, kKinds };
+  enum Kind : std::size_t { kAllowed, kRejected, kDegraded, kWouldReject, kKinds };
   static constexpr std::size_t kSlots = 128;
 
   void add(Kind kind) noexcept {

@@ -23,6 +23,24 @@ std::string duration_text(std::int64_t ms) {
 
 constexpr const char* kAlgorithmNames[] = {"sliding_window", "strict_window", "fixed_window",
                                            "token_bucket", "sliding_log"};
+constexpr const char* kModeNames[] = {"enforce", "shadow"};
+
+// The name of an enum's value in its table of names, and back.
+template <typename E, std::size_t N>
+const char* name_in(const char* const (&names)[N], E value) noexcept {
+  const auto i = static_cast<std::size_t>(value);
+  return i < N ? names[i] : "unknown";
+}
+template <typename E, std::size_t N>
+bool parse_in(const char* const (&names)[N], std::string_view name, E& out) noexcept {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (name == names[i]) {
+      out = static_cast<E>(i);
+      return true;
+    }
+  }
+  return false;
+}
 
 constexpr std::int64_t kMaxResolutionNs = Limit::kMaxResolution.count() * 1'000'000;
 
@@ -45,18 +63,17 @@ LimitProblem bucket_problem(std::uint64_t max, std::chrono::milliseconds interva
 }  // namespace
 
 const char* algorithm_name(Algorithm algorithm) noexcept {
-  const auto i = static_cast<std::size_t>(algorithm);
-  return i < std::size(kAlgorithmNames) ? kAlgorithmNames[i] : "unknown";
+  return name_in(kAlgorithmNames, algorithm);
 }
 
 bool parse_algorithm(std::string_view name, Algorithm& out) noexcept {
-  for (std::size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
-    if (name == kAlgorithmNames[i]) {
-      out = static_cast<Algorithm>(i);
-      return true;
-    }
-  }
-  return false;
+  return parse_in(kAlgorithmNames, name, out);
+}
+
+const char* mode_name(Mode mode) noexcept { return name_in(kModeNames, mode); }
+
+bool parse_mode(std::string_view name, Mode& out) noexcept {
+  return parse_in(kModeNames, name, out);
 }
 
 std::chrono::milliseconds Limit::default_resolution(std::chrono::milliseconds interval) noexcept {
@@ -171,10 +188,10 @@ void check_log(std::uint64_t max) {
 }  // namespace
 
 Limit Limit::with_max(std::uint64_t max) const {
-  Limit copy = Limit(max, interval(), resolution()).with_scope_id(scope());
-  copy.failure_policy_ = failure_policy_;
-  copy.algorithm_ = algorithm_;
-  copy.burst_ = burst_;
+  // Everything else as it is (the mode too), max checked as the constructor checks it.
+  Limit copy = *this;
+  copy.max_ = Limit(max, interval(), resolution()).max_;
+  copy.scope_ = scope();
   if (algorithm_ == Algorithm::token_bucket) check_bucket(max, interval(), burst_);
   if (algorithm_ == Algorithm::sliding_log) check_log(max);
   return copy;
@@ -224,6 +241,10 @@ std::string Limit::to_string() const {
     out += algorithm_name(algorithm_);
   }
   if (burst_ != 0) out += " burst " + std::to_string(burst_);
+  if (mode_ != Mode::enforce) {
+    out += ' ';
+    out += mode_name(mode_);
+  }
   return out;
 }
 

@@ -35,8 +35,7 @@ Decision Admission::finish(bool written, std::span<std::uint64_t> counts, AsyncW
 }
 
 Decision Admission::conclude() {
-  engine_.counters_.add(d_.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
-  if (d_.degraded) engine_.counters_.add(DecisionCounters::kDegraded);
+  engine_.count(d_, limit_);
   return d_;
 }
 

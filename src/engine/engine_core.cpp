@@ -171,8 +171,7 @@ EngineCore::~EngineCore() {
       d.limit = limit.burst();
       d.degraded = true;
       d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
-      counters_.add(DecisionCounters::kRejected);
-      counters_.add(DecisionCounters::kDegraded);
+      count(d, limit);
       return d;
     }
     // FailurePolicy::open: allowed whatever the counts say, decided under the lock.
@@ -181,8 +180,7 @@ EngineCore::~EngineCore() {
     if ((version & 1) == 0 && !d.allowed) {
       // A rejection changes nothing: it is decided from local state, without the lock.
       d.degraded = degraded;
-      counters_.add(DecisionCounters::kRejected);
-      if (degraded) counters_.add(DecisionCounters::kDegraded);
+      count(d, limit);
       return d;
     }
   }
@@ -278,7 +276,8 @@ std::optional<std::size_t> AcquireAll::begin() {
     const std::uint64_t version =
         engine_.read_without_lock(engine_.registry_.shard_for(state_[i].hash), state_[i].key,
                                   state_[i].hash, ref, now, item.limit, item.cost, d);
-    if ((version & 1) == 0 && !d.allowed) {
+    // (A limit in shadow never refuses the request: it is decided below, with the others.)
+    if ((version & 1) == 0 && !d.allowed && item.limit.mode() != Mode::shadow) {
       d.degraded = degraded;
       out[i] = d;
       if (refused == items.size() || d.retry_after > out[refused].retry_after) refused = i;
@@ -287,8 +286,7 @@ std::optional<std::size_t> AcquireAll::begin() {
   if (refused != items.size()) {
     for (std::size_t i = 0; i < items.size(); ++i)
       if (i != refused) out[i] = Decision{};
-    engine_.counters_.add(DecisionCounters::kRejected);
-    if (out[refused].degraded) engine_.counters_.add(DecisionCounters::kDegraded);
+    engine_.count(out[refused], items[refused].limit);
     return refused;
   }
   // Then each limit in turn, locally; the shared writes of those that count go out
@@ -358,7 +356,7 @@ std::size_t AcquireAll::finish(AsyncWriter* async) {
 
 void AcquireAll::give_back_all_but(std::size_t refusing, AsyncWriter* async) {
   for (std::size_t j = 0; j < items_.size(); ++j) {
-    if (j == refusing || !out_[j].allowed) continue;
+    if (j == refusing || !out_[j].allowed || out_[j].would_reject) continue;
     engine_.give_back(state_[j].key, state_[j].hash, items_[j].limit, items_[j].cost,
                       state_[j].counted, async);
     out_[j].remaining = std::min(out_[j].remaining + items_[j].cost, out_[j].limit);
@@ -578,6 +576,7 @@ Stats EngineCore::stats() const {
   s.allowed = counters_.total(DecisionCounters::kAllowed);
   s.rejected = counters_.total(DecisionCounters::kRejected);
   s.degraded = counters_.total(DecisionCounters::kDegraded);
+  s.would_reject = counters_.total(DecisionCounters::kWouldReject);
   for (std::size_t i = 0; i < registry_.shard_count(); ++i) {
     Shard& shard = registry_.shard(i);
     std::lock_guard lock(shard.mutex);

@@ -105,6 +105,17 @@ class EngineCore final : public SyncTarget {
   // refund() for a token bucket.
   std::uint64_t refund_bucket(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                               const Limit& limit, std::uint64_t cost);
+  // Counts a decision of `limit` in the stats. A limit in shadow never refuses: its
+  // refusal becomes an admission that counted nothing, marked would_reject.
+  void count(Decision& d, const Limit& limit) noexcept {
+    if (!d.allowed && limit.mode() == Mode::shadow) {
+      d.allowed = true;
+      d.would_reject = true;
+      counters_.add(DecisionCounters::kWouldReject);
+    }
+    counters_.add(d.allowed ? DecisionCounters::kAllowed : DecisionCounters::kRejected);
+    if (d.degraded) counters_.add(DecisionCounters::kDegraded);
+  }
   // Reads the limiter and decides without the lock or any shared write. Returns the
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a

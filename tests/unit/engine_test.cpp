@@ -1118,3 +1118,121 @@ TEST_CASE_FIXTURE(Fixture,
 }
 
 }  // namespace ratewin::test
+
+namespace ratewin::test {
+namespace {
+
+// Shadow mode: a limit in shadow decides and counts as if it enforced, but never refuses.
+TEST_CASE_FIXTURE(Fixture, "a limit in shadow decides and counts as the same limit enforcing") {
+  const std::vector<Limit> limits = {
+      Limit(20, 1s, 100ms),
+      Limit(20, 1s, 100ms).with_algorithm(Algorithm::strict_window),
+      Limit(20, 1s).with_algorithm(Algorithm::fixed_window),
+      Limit(20, 1s).with_algorithm(Algorithm::token_bucket, 5),
+      Limit(20, 1s).with_algorithm(Algorithm::sliding_log),
+  };
+  for (const Limit& enforcing : limits) {
+    CAPTURE(enforcing.to_string());
+    Engine engine(options());
+    const Limit shadow = enforcing.with_mode(Mode::shadow);
+    CHECK(shadow.to_string() == enforcing.to_string() + " shadow");
+    CHECK(shadow.scope() == enforcing.scope());  // a switch of mode keeps the counts
+    std::mt19937_64 rng(7);
+    std::uint64_t would_reject = 0;
+    for (int i = 0; i < 3000; ++i) {
+      clock->advance(std::chrono::microseconds(rng() % 40'000));
+      const std::uint64_t cost = rng() % 4;
+      const Decision e = engine.try_acquire("enforced", enforcing, cost);
+      const Decision s = engine.try_acquire("shadowed", shadow, cost);
+      REQUIRE(s.allowed);
+      REQUIRE(s.would_reject == !e.allowed);
+      REQUIRE_FALSE(e.would_reject);
+      REQUIRE(s.remaining == e.remaining);
+      REQUIRE(s.retry_after == e.retry_after);
+      REQUIRE(s.reset_after == e.reset_after);
+      REQUIRE(s.limit == e.limit);
+      if (s.would_reject) ++would_reject;
+    }
+    CHECK(would_reject > 100);  // the traffic overloads the limit
+    const Stats stats = engine.stats();
+    CHECK(stats.would_reject == would_reject);
+    CHECK(stats.rejected == would_reject);  // the enforcing limit's own refusals
+    // Switched to enforce, the shadow limit's counts refuse as the enforcing one does.
+    for (int i = 0; i < 50; ++i) {
+      const Decision e = engine.try_acquire("enforced", enforcing);
+      const Decision s = engine.try_acquire("shadowed", shadow.with_mode(Mode::enforce));
+      REQUIRE(s.allowed == e.allowed);
+      REQUIRE_FALSE(s.would_reject);
+      REQUIRE(s.remaining == e.remaining);
+    }
+  }
+}
+
+TEST_CASE_FIXTURE(Fixture, "a limit in shadow never refuses a group, and counts only with it") {
+  Engine engine(options());
+  const Limit enforced(3, 1s, 100ms);
+  const Limit shadow = Limit(1, 1s, 100ms).with_mode(Mode::shadow);
+  const Acquisition group[] = {{hash("key"), shadow}, {hash("key"), enforced}};
+  Decision out[2];
+  // The first request fits both; the next two fit only the enforcing limit.
+  CHECK(engine.try_acquire_all(group, out) == 2);
+  CHECK_FALSE(out[0].would_reject);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(engine.try_acquire_all(group, out) == 2);
+    CHECK(out[0].allowed);
+    CHECK(out[0].would_reject);
+    CHECK(out[0].remaining == 0);
+    CHECK(out[1].allowed);
+  }
+  CHECK(engine.try_acquire("key", enforced, 0).remaining == 0);
+  // The enforcing limit refuses: the shadow one is not counted, and is not reported.
+  CHECK(engine.try_acquire_all(group, out) == 1);
+  CHECK_FALSE(out[1].allowed);
+  CHECK_FALSE(out[0].allowed);
+  CHECK(engine.stats().would_reject == 2);
+
+  // A shadow limit that would admit is counted with the group, and not when an enforcing
+  // limit refuses it.
+  const Limit roomy = Limit(10, 1s, 100ms).with_mode(Mode::shadow);
+  const Acquisition second[] = {{hash("k2"), roomy}, {hash("k2"), enforced, 3}};
+  CHECK(engine.try_acquire_all(second, out) == 2);
+  CHECK(out[0].remaining == 9);
+  CHECK(engine.try_acquire_all(second, out) == 1);  // enforced is full
+  CHECK(engine.try_acquire("k2", roomy, 0).remaining == 9);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a shadow limit refused by the store's counts is allowed and gives its count back") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore a(options(), std::make_unique<FakeStore>(shared));
+  detail::EngineCore b(options(), std::make_unique<FakeStore>(shared));
+  const Limit enforced(2, 1s, 100ms);
+  const Limit shadow = enforced.with_mode(Mode::shadow);
+  CHECK(b.try_acquire(hash("r"), enforced, 2).allowed);
+  // a's own counts admit; the store's refuse: the shadow limit reports it, uncounted.
+  const Decision d = a.try_acquire(hash("r"), shadow, 1);
+  CHECK(d.allowed);
+  CHECK(d.would_reject);
+  CHECK(shared->total() == 2);
+  // The same in a group with an enforcing limit that admits: the group is admitted.
+  const Limit wide(100, 1s, 100ms);
+  const Acquisition group[] = {{hash("r"), shadow}, {hash("w"), wide}};
+  Decision out[2];
+  CHECK(a.try_acquire_all(group, out) == 2);
+  CHECK(out[0].would_reject);
+  CHECK(out[1].allowed);
+  CHECK(shared->total() == 3);
+  // A shadow limit that admits, counted in the store, is given back when the store's
+  // counts refuse an enforcing limit of its group.
+  const Limit roomy = Limit(100, 1s, 100ms).with_mode(Mode::shadow);
+  CHECK(b.try_acquire(hash("n"), enforced, 2).allowed);  // a has not seen "n" yet
+  const Acquisition refused[] = {{hash("s"), roomy}, {hash("n"), enforced}};
+  CHECK(a.try_acquire_all(refused, out) == 1);
+  CHECK(out[0].allowed);
+  CHECK_FALSE(out[0].would_reject);
+  CHECK(out[0].remaining == 100);
+  CHECK(shared->total() == 5);
+  CHECK(a.try_acquire(hash("s"), roomy, 0).remaining == 100);
+}
+
+}  // namespace
+}  // namespace ratewin::test

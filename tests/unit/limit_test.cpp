@@ -5,11 +5,28 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
 namespace ratewin::test {
 namespace {
+
+// Each value's name parses back to it; `bad` parses to nothing and leaves the output
+// alone; a value out of range is named "unknown".
+template <typename E>
+void names_round_trip(const char* (*name)(E) noexcept, bool (*parse)(std::string_view, E&) noexcept,
+                      std::initializer_list<E> values, std::string_view bad) {
+  for (const E value : values) {
+    E parsed{};
+    CHECK(parse(name(value), parsed));
+    CHECK(parsed == value);
+  }
+  E untouched = *values.begin();
+  CHECK_FALSE(parse(bad, untouched));
+  CHECK(untouched == *values.begin());
+  CHECK(std::string(name(static_cast<E>(99))) == "unknown");
+}
 
 using std::chrono::hours;
 using std::chrono::milliseconds;
@@ -131,15 +148,10 @@ TEST_CASE("a limit's algorithm: names, fixed_window's one subinterval, scopes, e
   CHECK(strict.with_max(7).algorithm() == Algorithm::strict_window);
   CHECK(strict.with_max(7).scope() == strict.scope());
   CHECK(fixed.with_max(7).subintervals() == 1);
-  for (const Algorithm a :
-       {Algorithm::sliding_window, Algorithm::strict_window, Algorithm::fixed_window}) {
-    Algorithm parsed{};
-    CHECK(parse_algorithm(algorithm_name(a), parsed));
-    CHECK(parsed == a);
-  }
-  Algorithm untouched = Algorithm::strict_window;
-  CHECK_FALSE(parse_algorithm("token bucket", untouched));
-  CHECK(untouched == Algorithm::strict_window);
+  names_round_trip(algorithm_name, parse_algorithm,
+                   {Algorithm::sliding_window, Algorithm::strict_window, Algorithm::fixed_window,
+                    Algorithm::token_bucket, Algorithm::sliding_log},
+                   "token bucket");
   // A fixed window's interval is its resolution: at most kMaxResolution.
   CHECK(Limit::problem(1, hours(24 * 60), hours(24), Algorithm::fixed_window) ==
         LimitProblem::fixed_window_too_long);
@@ -170,6 +182,26 @@ TEST_CASE("a token bucket's burst: with_algorithm and problem agree") {
   CHECK(bucket.tolerance_ns() == 400'000'000);
   CHECK(bucket.scope() != Limit(10, seconds(1)).with_algorithm(Algorithm::token_bucket).scope());
   CHECK_THROWS_AS((void)Limit(10, seconds(1)).with_burst(4), std::invalid_argument);
+}
+
+}  // namespace ratewin::test
+
+namespace ratewin::test {
+
+TEST_CASE("a limit's mode: enforce by default, shadow named, outside its scope") {
+  using std::chrono::seconds;
+  const Limit base(100, seconds(60));
+  CHECK(base.mode() == Mode::enforce);
+  const Limit shadow = base.with_mode(Mode::shadow);
+  CHECK(shadow.mode() == Mode::shadow);
+  CHECK_FALSE(shadow == base);
+  CHECK(shadow.with_mode(Mode::enforce) == base);
+  CHECK(shadow.scope() == base.scope());
+  CHECK(shadow.with_max(7).mode() == Mode::shadow);
+  CHECK(shadow.with_algorithm(Algorithm::token_bucket).mode() == Mode::shadow);
+  CHECK(shadow.to_string() == "100/1m@6s shadow");
+  CHECK(base.to_string() == "100/1m@6s");
+  names_round_trip(mode_name, parse_mode, {Mode::enforce, Mode::shadow}, "dry_run");
 }
 
 }  // namespace ratewin::test
