@@ -181,11 +181,17 @@ constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisi
 static_assert(sizeof(ratewin_options) ==
               offsetof(ratewin_options, reserved) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_limit_options) ==
-              offsetof(ratewin_limit_options, burst) + sizeof(std::uint64_t));
+              offsetof(ratewin_limit_options, reserved3) + sizeof(std::int32_t));
 static_assert(offsetof(ratewin_limit_options, burst) ==
               offsetof(ratewin_limit_options, reserved2) + sizeof(std::int32_t));
-static_assert(sizeof(ratewin_decision) == kFirstSize<ratewin_decision>);
+static_assert(offsetof(ratewin_limit_options, mode) ==
+              offsetof(ratewin_limit_options, burst) + sizeof(std::uint64_t));
+static_assert(sizeof(ratewin_decision) ==
+              offsetof(ratewin_decision, reserved) + sizeof(std::int32_t));
+static_assert(offsetof(ratewin_decision, would_reject) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
+              offsetof(ratewin_stats, would_reject) + sizeof(std::uint64_t));
+static_assert(offsetof(ratewin_stats, would_reject) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_acquisition) == kFirstSize<ratewin_acquisition>);
 
@@ -316,6 +322,8 @@ int check_array(const T* first, std::size_t count, std::string_view what, std::s
   out->remaining = d.remaining;
   out->reset_after_ns = d.reset_after.count();
   out->retry_after_ns = d.retry_after.count();
+  out->would_reject = d.would_reject ? 1 : 0;
+  out->reserved = 0;
 }
 
 // A caller's struct smaller than this library's (built against an older header): only
@@ -620,6 +628,14 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
     if (o.reserved2 != 0) {
       return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved2 must be 0");
     }
+    if (o.reserved3 != 0) {
+      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved3 must be 0");
+    }
+    if (o.mode != RATEWIN_MODE_ENFORCE && o.mode != RATEWIN_MODE_SHADOW) {
+      return fail(errmsg, RATEWIN_EINVAL,
+                  "ratewin_limit_options: unknown mode " + std::to_string(o.mode) +
+                      " (RATEWIN_MODE_ENFORCE or RATEWIN_MODE_SHADOW)");
+    }
     const std::string where = "ratewin_limit_options: ";
     ratewin::Algorithm algorithm{};
     if (!to_algorithm(o.algorithm, algorithm)) {
@@ -732,8 +748,10 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
     }
     const ratewin::Limit limit = ratewin::Limit(o.max, interval, resolution)
                                      .with_algorithm(algorithm, bucket ? o.burst : 0);
-    *out = new ratewin_limit{
-        limit.with_failure_policy(to_policy(o.failure_policy)).with_scope_id(o.scope)};
+    *out = new ratewin_limit{limit.with_failure_policy(to_policy(o.failure_policy))
+                                 .with_scope_id(o.scope)
+                                 .with_mode(o.mode == RATEWIN_MODE_SHADOW ? ratewin::Mode::shadow
+                                                                          : ratewin::Mode::enforce)};
     return RATEWIN_OK;
   });
 }
@@ -754,6 +772,7 @@ int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_options* out) {
     o.algorithm = static_cast<std::int32_t>(limit->rep.algorithm());
     // The burst in effect; 0 (the only value accepted) for the algorithms without one.
     o.burst = limit->rep.algorithm() == ratewin::Algorithm::token_bucket ? limit->rep.burst() : 0;
+    o.mode = limit->rep.mode() == ratewin::Mode::shadow ? RATEWIN_MODE_SHADOW : RATEWIN_MODE_ENFORCE;
     write_sized(o, out);
     return RATEWIN_OK;
   });
@@ -943,6 +962,7 @@ int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats) {
     c.allowed = s.allowed;
     c.rejected = s.rejected;
     c.degraded = s.degraded;
+    c.would_reject = s.would_reject;
     c.limiters = s.limiters;
     c.max_limiters = s.max_limiters;
     c.pinned = s.pinned;

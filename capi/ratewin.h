@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 3
+#define RATEWIN_VERSION_MINOR 4
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -117,6 +117,15 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_FAILURE_LOCAL 0  /* keep enforcing with this process's counts (default) */
 #define RATEWIN_FAILURE_OPEN 1   /* allow every request */
 #define RATEWIN_FAILURE_CLOSED 2 /* reject every request */
+
+/* Since 1.4. Whether a limit's refusals take effect (ratewin_limit_options.mode). A limit
+ * in shadow decides and counts exactly as if it enforced (what it admits is counted, in
+ * the store too), but never refuses: a request it would have refused is allowed,
+ * uncounted, with ratewin_decision.would_reject set. A new or changed limit runs in
+ * shadow first; switched to enforce (a limit made again with the same scope) it keeps
+ * its counts: the mode is not part of a limit's own scope. */
+#define RATEWIN_MODE_ENFORCE 0 /* refusals are refusals (the default) */
+#define RATEWIN_MODE_SHADOW 1  /* refusals are allowed and reported */
 
 /* Since 1.3. How a limit counts (ratewin_limit_options.algorithm). The first three keep
  * the same ring of interval_ms / resolution_ms subinterval counts and differ in how the
@@ -196,6 +205,9 @@ typedef struct ratewin_limit_options {
    * interval_ms is at most about RATEWIN_LIMIT_MAX_RESOLUTION_MS whatever its burst.
    * Must be 0 for the other algorithms. */
   uint64_t burst;
+  /* Since 1.4. RATEWIN_MODE_*; default RATEWIN_MODE_ENFORCE. */
+  int32_t mode;
+  int32_t reserved3; /* must be 0: keeps the struct free of padding */
 } ratewin_limit_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -242,6 +254,10 @@ typedef struct ratewin_decision {
                              (a token bucket: until it is full) */
   int64_t retry_after_ns; /* 0 when allowed; else until the same request would pass if
                              nothing else arrived; RATEWIN_NEVER if it never can */
+  /* Since 1.4. 1: a limit in shadow (RATEWIN_MODE_SHADOW) would have refused: allowed is
+   * 1 and nothing was counted, and remaining and retry_after_ns are the refusal's. */
+  int32_t would_reject;
+  int32_t reserved; /* 0 */
 } ratewin_decision;
 
 /* Sets decision->size and zeroes the rest. NULL is ignored. */
@@ -515,6 +531,9 @@ typedef struct ratewin_stats {
   uint64_t memory;                 /* bytes held by limiters now */
   uint64_t max_memory;             /* the configured bound */
   uint64_t sync_last_change_sets;  /* change sets read by the last boundary read */
+  /* Since 1.4. */
+  uint64_t would_reject; /* decisions of limits in shadow that would have refused (they
+                            are counted in allowed) */
 } ratewin_stats;
 
 /* Sets stats->size and zeroes the rest. NULL is ignored. */

@@ -243,8 +243,11 @@ static void test_limits(void) {
 
 /* Every struct is free of padding: each ends where its last field ends. */
 _Static_assert(sizeof(ratewin_limit_options) ==
-                   offsetof(ratewin_limit_options, burst) + sizeof(uint64_t),
+                   offsetof(ratewin_limit_options, reserved3) + sizeof(int32_t),
                "ratewin_limit_options has trailing padding");
+_Static_assert(offsetof(ratewin_limit_options, mode) ==
+                   offsetof(ratewin_limit_options, burst) + sizeof(uint64_t),
+               "ratewin_limit_options has padding before mode");
 _Static_assert(offsetof(ratewin_limit_options, burst) ==
                    offsetof(ratewin_limit_options, reserved2) + sizeof(int32_t),
                "ratewin_limit_options has padding before burst");
@@ -258,10 +261,13 @@ _Static_assert(sizeof(ratewin_options) ==
                    offsetof(ratewin_options, reserved) + sizeof(int32_t),
                "ratewin_options has trailing padding");
 _Static_assert(sizeof(ratewin_decision) ==
-                   offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
+                   offsetof(ratewin_decision, reserved) + sizeof(int32_t),
                "ratewin_decision has trailing padding");
+_Static_assert(offsetof(ratewin_decision, would_reject) ==
+                   offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
+               "ratewin_decision has padding before would_reject");
 _Static_assert(sizeof(ratewin_stats) ==
-                   offsetof(ratewin_stats, sync_last_change_sets) + sizeof(uint64_t),
+                   offsetof(ratewin_stats, would_reject) + sizeof(uint64_t),
                "ratewin_stats has trailing padding");
 
 /* ---- A local engine on a manual clock -------------------------------------------- */
@@ -1170,6 +1176,105 @@ static void test_sliding_log(void) {
   CHECK(ratewin_limit_new(&big, &out, NULL) == 0 && out != NULL);
   ratewin_limit_free(out);
   ratewin_limit_free(log);
+}
+
+/* ---- Shadow mode (1.4) ----------------------------------------------------------- */
+
+/* A limit in shadow decides as the same limit enforcing, allows what it would refuse
+ * (would_reject), counts only what it admits, and keeps its counts when made again to
+ * enforce. A caller built against 1.3 passes options without a mode (enforce) and reads
+ * decisions and stats without would_reject. */
+static const char* header_of(const ratewin_decision* d, const char* wanted);
+
+static void test_shadow_mode(void) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  CHECK(o.mode == RATEWIN_MODE_ENFORCE);
+  o.max = 3;
+  o.interval_ms = 1000;
+  ratewin_limit* enforcing = NULL;
+  CHECK(ratewin_limit_new(&o, &enforcing, NULL) == 0);
+  o.mode = RATEWIN_MODE_SHADOW;
+  ratewin_limit* shadow = NULL;
+  CHECK(ratewin_limit_new(&o, &shadow, NULL) == 0);
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(shadow, &got) == 0 && got.mode == RATEWIN_MODE_SHADOW);
+  CHECK(got.reserved3 == 0);
+
+  ratewin_engine* engine = open_manual_engine(1000);
+  for (int i = 0; i < 5; ++i) {
+    const ratewin_decision e = acquire_one(engine, 1, enforcing);
+    const ratewin_decision d = acquire_one(engine, 2, shadow);
+    CHECK(d.allowed == 1 && e.would_reject == 0);
+    CHECK(d.would_reject == (e.allowed ? 0 : 1));
+    CHECK(d.remaining == e.remaining && d.retry_after_ns == e.retry_after_ns);
+    CHECK(d.reserved == 0);
+    /* No Retry-After: the request was allowed. */
+    CHECK(strcmp(header_of(&d, "Retry-After"), "") == 0);
+  }
+  /* Made again to enforce, with the same scope: it keeps the shadow's counts. */
+  o.mode = RATEWIN_MODE_ENFORCE;
+  ratewin_limit* switched = NULL;
+  CHECK(ratewin_limit_new(&o, &switched, NULL) == 0);
+  ratewin_decision d = acquire_one(engine, 2, switched);
+  CHECK(d.allowed == 0 && d.would_reject == 0);
+
+  ratewin_stats stats;
+  ratewin_stats_init(&stats);
+  CHECK(ratewin_engine_stats(engine, &stats) == 0);
+  CHECK(stats.would_reject == 2 && stats.rejected == 3 && stats.allowed == 3 + 5);
+  ratewin_stats old_stats;
+  memset(&old_stats, 0x5A, sizeof old_stats);
+  old_stats.size = offsetof(ratewin_stats, would_reject);
+  CHECK(ratewin_engine_stats(engine, &old_stats) == 0 && old_stats.would_reject == 0x5A5A5A5A5A5A5A5AULL);
+
+  /* A 1.3 caller's decision ends before would_reject: nothing is written past it. */
+  ratewin_decision old;
+  memset(&old, 0x5A, sizeof old);
+  old.size = offsetof(ratewin_decision, would_reject);
+  CHECK(ratewin_engine_try_acquire(engine, 2, shadow, 1, &old, NULL) == 0);
+  CHECK(old.allowed == 1 && old.would_reject == 0x5A5A5A5A);
+
+  /* A 1.3 caller's options end before mode: enforce. */
+  ratewin_limit_options older;
+  ratewin_limit_options_init(&older);
+  older.size = offsetof(ratewin_limit_options, mode);
+  older.max = 3;
+  older.interval_ms = 1000;
+  older.mode = RATEWIN_MODE_SHADOW; /* beyond its size: not read */
+  ratewin_limit* old_limit = NULL;
+  CHECK(ratewin_limit_new(&older, &old_limit, NULL) == 0);
+  CHECK(ratewin_limit_get(old_limit, &got) == 0 && got.mode == RATEWIN_MODE_ENFORCE);
+  CHECK(acquire_one(engine, 2, old_limit).allowed == 0);
+
+  /* try_acquire_all: a shadow limit never refuses the group. */
+  ratewin_acquisition items[2];
+  ratewin_acquisition_init(&items[0]);
+  ratewin_acquisition_init(&items[1]);
+  items[0].resource = 2;
+  items[0].limit = shadow;
+  items[1].resource = 3;
+  items[1].limit = enforcing;
+  ratewin_decision out[2];
+  ratewin_decision_init(&out[0]);
+  ratewin_decision_init(&out[1]);
+  size_t refused = 0;
+  CHECK(ratewin_engine_try_acquire_all(engine, items, 2, out, &refused, NULL) == 0);
+  CHECK(refused == 2 && out[0].allowed == 1 && out[0].would_reject == 1 && out[1].allowed == 1);
+
+  char* message = NULL;
+  o.mode = 2;
+  ratewin_limit* bad = NULL;
+  CHECK_ERROR(ratewin_limit_new(&o, &bad, &message), RATEWIN_EINVAL, message, "unknown mode");
+  o.mode = RATEWIN_MODE_SHADOW;
+  o.reserved3 = 1;
+  CHECK_ERROR(ratewin_limit_new(&o, &bad, &message), RATEWIN_EINVAL, message, "reserved3");
+  ratewin_engine_close(engine);
+  ratewin_limit_free(old_limit);
+  ratewin_limit_free(switched);
+  ratewin_limit_free(shadow);
+  ratewin_limit_free(enforcing);
 }
 
 /* ---- Token buckets (1.3) --------------------------------------------------------- */
@@ -2237,6 +2342,7 @@ int main(void) {
   test_algorithms();
   test_token_bucket();
   test_sliding_log();
+  test_shadow_mode();
   test_try_acquire_all_async_local();
   test_threads();
   test_redis_unreachable();
