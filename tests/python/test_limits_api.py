@@ -514,3 +514,50 @@ def test_a_slow_token_bucket_with_a_small_burst():
     limit = ratewin.Limit(10, 60 * 86400, algorithm="token_bucket", burst=1)
     assert limit.burst == 1
     assert eval(repr(limit), vars(ratewin)) == limit
+
+
+# ---- shadow mode --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_limit_in_shadow_counts_as_if_it_enforced_but_never_refuses(engine, clock, algorithm):
+    enforcing = ratewin.Limit(3, per=1, algorithm=algorithm)
+    shadow = ratewin.Limit(3, per=1, algorithm=algorithm, mode="shadow")
+    assert shadow.mode == "shadow" and shadow.mode == ratewin.Mode.SHADOW
+    assert enforcing.mode == "enforce" and shadow != enforcing
+    assert shadow == enforcing.with_mode("shadow") and shadow.with_mode(ratewin.Mode.ENFORCE) == enforcing
+    assert "mode='shadow'" in repr(shadow)
+    for _ in range(5):
+        e = engine.try_acquire("enforced", enforcing)
+        s = engine.try_acquire("shadowed", shadow)
+        assert s.allowed and bool(s)
+        assert s.would_reject == (not e.allowed) and not e.would_reject
+        assert (s.remaining, s.retry_after) == (e.remaining, e.retry_after)
+        if s.would_reject:
+            assert "Retry-After" not in s.headers() and "would_reject=True" in repr(s)
+        clock.advance(0.05)
+    # Switched to enforce, it keeps the shadow's counts.
+    assert not engine.try_acquire("shadowed", shadow.with_mode("enforce"))
+    stats = engine.stats()
+    assert stats["would_reject"] == 2 and stats["rejected"] == 3
+
+
+def test_a_limit_in_shadow_never_refuses_a_group(engine):
+    shadow = ratewin.Limit(1, per=60, mode="shadow")
+    enforcing = ratewin.Limit(5, per=60)
+    assert engine.try_acquire_all("k", [shadow, enforcing])
+    both = engine.try_acquire_all("k", [shadow, enforcing])
+    assert both.allowed and both.refused is None
+    assert both.decisions[0].would_reject and not both.decisions[1].would_reject
+    # What the group describes is the enforcing limit's decision.
+    assert both.index == 1 and both.decision.remaining == 3
+
+
+@pytest.mark.parametrize("mode, error, words", [
+    ("dry_run", ValueError, "^mode must be 'enforce' or 'shadow', got 'dry_run'$"),
+    (1, TypeError, "mode must be a str, not int"),
+])
+def test_a_bad_mode_is_refused(mode, error, words):
+    with pytest.raises(error, match=words):
+        ratewin.Limit(1, per=1, mode=mode)
+    with pytest.raises(error, match=words):
+        ratewin.Limit(1, per=1).with_mode(mode)

@@ -35,6 +35,7 @@ from ._ratewin import (
 )
 from . import _ratewin
 from ._algorithm import Algorithm
+from ._mode import Mode
 from ._parse import parse, parse_many
 from . import _waiting
 
@@ -51,6 +52,7 @@ __all__ = [
     "Limit",
     "Limiter",
     "ManualClock",
+    "Mode",
     "StoreError",
     "__version__",
     "hash",

@@ -27,7 +27,8 @@ struct Decisions {
   std::vector<std::optional<Decision>> decisions;
   std::optional<std::size_t> refused;  // the limit that refused, if one did
   // The limit whose decision describes the outcome: the refusing one, or when all
-  // admitted, the one with the fewest units left.
+  // admitted, the one with the fewest units left (of those not in shadow that would have
+  // refused, when there are any).
   std::size_t shown_index() const;
   const Decision& shown() const { return *decisions[shown_index()]; }
 };

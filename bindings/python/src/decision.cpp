@@ -15,16 +15,20 @@ std::string repr(const Decision& d) {
          ", reset_after=" + seconds(to_seconds(d.reset_after)) + ", retry_after=" +
          seconds(d.can_ever_pass() ? to_seconds(d.retry_after)
                                    : std::numeric_limits<double>::infinity()) +
-         ", degraded=" + (d.degraded ? "True" : "False") + ")";
+         ", degraded=" + (d.degraded ? "True" : "False") +
+         (d.would_reject ? ", would_reject=True)" : ")");
 }
 
 }  // namespace
 
 std::size_t Decisions::shown_index() const {
   if (refused) return *refused;
+  // (A limit in shadow that would have refused describes nothing the client meets.)
   std::size_t best = 0;
   for (std::size_t i = 1; i < decisions.size(); ++i) {
-    if (decisions[i]->remaining < decisions[best]->remaining) best = i;
+    const Decision& d = *decisions[i];
+    const Decision& b = *decisions[best];
+    if (b.would_reject != d.would_reject ? b.would_reject : d.remaining < b.remaining) best = i;
   }
   return best;
 }
@@ -37,6 +41,9 @@ void init_decision(py::module_& m) {
       .def_readonly("degraded", &Decision::degraded,
                     "Redis was unreachable: the decision followed the limit's on_failure "
                     "policy.")
+      .def_readonly("would_reject", &Decision::would_reject,
+                    "A limit in shadow (mode='shadow') would have refused: the request is "
+                    "allowed and was not counted; remaining and retry_after are the refusal's.")
       .def_readonly("limit", &Decision::limit,
                     "The limit's max (a token_bucket's burst: the most admitted at once).")
       .def_readonly("remaining", &Decision::remaining, "Units that could still be admitted now.")

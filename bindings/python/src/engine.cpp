@@ -294,6 +294,7 @@ class PyEngine : public Owner<PyEngine, Engine> {
     d["allowed"] = s.allowed;
     d["rejected"] = s.rejected;
     d["degraded"] = s.degraded;
+    d["would_reject"] = s.would_reject;
     d["limiters"] = s.limiters;
     d["max_limiters"] = s.max_limiters;
     d["pinned"] = s.pinned;

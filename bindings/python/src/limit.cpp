@@ -36,6 +36,17 @@ Algorithm to_algorithm(py::handle value) {
   return algorithm;
 }
 
+// A mode's name (a str, or a ratewin.Mode, which is one) as the Mode.
+Mode to_mode(py::handle value) {
+  const std::string text = to_utf8(value, "mode");
+  Mode mode{};
+  if (!parse_mode(text, mode)) {
+    throw py::value_error("mode must be 'enforce' or 'shadow', got " +
+                          py::repr(py::str(text)).cast<std::string>());
+  }
+  return mode;
+}
+
 const char* policy_name(FailurePolicy p) {
   switch (p) {
     case FailurePolicy::open:
@@ -187,6 +198,7 @@ std::string limit_repr(const Limit& l) {
   if (l.algorithm() == Algorithm::token_bucket && burst != 0) {
     text += ", burst=" + std::to_string(burst);
   }
+  if (l.mode() != Mode::enforce) text += std::string(", mode='") + mode_name(l.mode()) + "'";
   text += ")";
   if (derived) text += ".with_max(" + std::to_string(l.max()) + ")";
   return text;
@@ -208,12 +220,13 @@ void init_limit(py::module_& m) {
                     "are immutable values, safe to share between threads.")
       .def(py::init([](IntArg max, SecondsArg per, OptionalSecondsArg resolution,
                        PolicyArg on_failure, OptionalStrArg scope, StrArg algorithm,
-                       OptionalIntArg burst) {
+                       OptionalIntArg burst, StrArg mode) {
              const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
              const auto interval = to_milliseconds(per, "per");
              const auto given = resolution.is_none() ? std::optional<std::chrono::milliseconds>()
                                                      : to_milliseconds(resolution, "resolution");
              const Algorithm how = to_algorithm(algorithm);
+             const Mode enforcing = to_mode(mode);
              const bool fixed = how == Algorithm::fixed_window;
              const bool bucket = how == Algorithm::token_bucket;
              const bool log = how == Algorithm::sliding_log;
@@ -244,11 +257,13 @@ void init_limit(py::module_& m) {
              check_limit(count, interval, step, how, room);
              const Limit limit =
                  Limit(count, interval, step).with_algorithm(how, bucket ? room : 0);
-             return with_scope_name(limit.with_failure_policy(to_policy(on_failure)), scope);
+             return with_scope_name(
+                 limit.with_failure_policy(to_policy(on_failure)).with_mode(enforcing), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
            py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
            py::arg("algorithm") = "sliding_window", py::arg("burst") = py::none(),
+           py::arg("mode") = "enforce",
            "Limit(100, per=60) allows 100 units a minute. `per` and `resolution` are seconds "
            "(int, float or datetime.timedelta, whole milliseconds); resolution must divide "
            "per and defaults to per / 10 (or the nearest coarser divisor). `on_failure` is a "
@@ -263,8 +278,11 @@ void init_limit(py::module_& m) {
            "max, and holds `burst` units (an int; None, the default, is max), so a full bucket "
            "admits burst at once and then one unit every per / max (its decisions' limit is "
            "the burst; burst is for token_bucket only); 'sliding_log' is exact: a log of the "
-           "units admitted in the last per seconds (max at most 4096). Raises ValueError for "
-           "a bad limit.")
+           "units admitted in the last per seconds (max at most 4096). `mode` (a str, or a "
+           "ratewin.Mode) is 'enforce' (the default) or 'shadow': a limit in shadow decides "
+           "and counts as if it enforced, but never refuses; what it would have refused is "
+           "allowed, uncounted, with Decision.would_reject set. Raises ValueError for a bad "
+           "limit.")
       .def_property_readonly("max", &Limit::max, "Units allowed per window.")
       .def_property_readonly(
           "per", [](const Limit& l) { return static_cast<double>(l.interval().count()) / 1000; },
@@ -279,8 +297,11 @@ void init_limit(py::module_& m) {
                              "The FailurePolicy applied while Redis is unreachable.")
       .def_property_readonly(
           "algorithm", [](const Limit& l) { return algorithm_name(l.algorithm()); },
-          "How the limit counts: 'sliding_window', 'strict_window', 'fixed_window' or "
-          "'token_bucket'.")
+          "How the limit counts: 'sliding_window', 'strict_window', 'fixed_window', "
+          "'token_bucket' or 'sliding_log'.")
+      .def_property_readonly(
+          "mode", [](const Limit& l) { return mode_name(l.mode()); },
+          "'enforce', or 'shadow': refusals are allowed and reported (Decision.would_reject).")
       .def_property_readonly("burst", &Limit::burst,
                              "The most admitted at once: a token_bucket's burst (max unless "
                              "given), max for the other algorithms.")
@@ -322,6 +343,11 @@ void init_limit(py::module_& m) {
           "its burst (max, if it was max); ValueError when it would then take too long to "
           "refill.")
       .def(
+          "with_mode", [](const Limit& l, StrArg mode) { return l.with_mode(to_mode(mode)); },
+          py::arg("mode"),
+          "The same limit in another mode ('enforce' or 'shadow'), counting in the same scope: "
+          "a limit switched from shadow to enforce keeps what it counted.")
+      .def(
           "with_scope",
           [](const Limit& l, OptionalStrArg scope) { return with_scope_name(l, scope); },
           py::arg("scope"),
@@ -333,7 +359,8 @@ void init_limit(py::module_& m) {
            [](const Limit& l) {
              return py::hash(py::make_tuple(l.max(), l.interval().count(), l.resolution().count(),
                                             static_cast<int>(l.failure_policy()),
-                                            static_cast<int>(l.algorithm()), l.burst(), l.scope()));
+                                            static_cast<int>(l.algorithm()), l.burst(), l.scope(),
+                                            static_cast<int>(l.mode())));
            })
       .def("__repr__", &limit_repr);
 }
