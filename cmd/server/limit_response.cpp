@@ -80,6 +80,10 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
   // Written straight into the response's formatted fields: no allocation once its room
   // has grown.
   std::string& h = response.fields;
+  if (!outcome.headers) {  // only limits in shadow, which the client is not told of
+    if (outcome.degraded) h += "\r\nX-RateLimit-Policy: degraded";
+    return;
+  }
   std::array<NumericHeader, 4> numeric;
   const std::size_t n = numeric_headers(d, numeric);
   for (std::size_t i = 0; i < n; ++i) {
@@ -89,9 +93,12 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
     append_number(h, numeric[i].value);
   }
   h += "\r\nRateLimit-Policy: ";
+  bool first = true;
   for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!outcome.described(items, i)) continue;
     const RuleText& t = text(*match.limits[i]);
-    if (i != 0) h += ", ";
+    if (!first) h += ", ";
+    first = false;
     // From the limit asked for, which a multiplier may have scaled: q is the most it
     // admits at once (a token bucket's burst, else max), per w seconds.
     h += t.policy_head;

@@ -18,7 +18,7 @@ void LimitStep::prepare(const Match& match, const Client& client, const Override
 }
 
 LimitOutcome LimitStep::run(const Match& match, const Client& client,
-                            const OverrideMap& overrides) {
+                            const OverrideMap& overrides, bool shadow_headers) {
   prepare(match, client, overrides);
   // Every item at once: admitted only if all admit it.
   const auto started = std::chrono::steady_clock::now();
@@ -31,7 +31,7 @@ LimitOutcome LimitStep::run(const Match& match, const Client& client,
     refused = engine_.try_acquire_all(items_, decisions_);
   }
   const auto elapsed = std::chrono::steady_clock::now() - started;
-  LimitOutcome outcome = conclude(items_, decisions_, refused);
+  LimitOutcome outcome = conclude(items_, decisions_, refused, shadow_headers);
   outcome.engine_time = elapsed;
   return outcome;
 }
@@ -75,14 +75,25 @@ std::vector<Acquisition> LimitStep::key_counters(const Rules& rules, std::string
 }
 
 LimitOutcome LimitStep::conclude(std::span<const Acquisition> items,
-                                 std::span<const Decision> decisions, std::size_t refused) {
+                                 std::span<const Decision> decisions, std::size_t refused,
+                                 bool shadow_headers) {
   LimitOutcome outcome;
   outcome.allowed = refused == items.size();
+  outcome.shadow_headers = shadow_headers;
+  // (A limit in shadow never refuses: the one that did is described.)
   outcome.shown = refused;
   if (outcome.allowed) {
+    // The described limit closest to refusing; failing any, the closest of all.
+    outcome.headers = false;
     outcome.shown = 0;
-    for (std::size_t i = 1; i < items.size(); ++i)
-      if (decisions[i].remaining < decisions[outcome.shown].remaining) outcome.shown = i;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const bool described = outcome.described(items, i);
+      if (described != outcome.headers ? described
+                                       : decisions[i].remaining < decisions[outcome.shown].remaining) {
+        outcome.shown = i;
+        outcome.headers = outcome.headers || described;
+      }
+    }
   }
   outcome.degraded = std::any_of(decisions.begin(), decisions.begin() + static_cast<std::ptrdiff_t>(items.size()),
                                  [](const Decision& d) { return d.degraded; });

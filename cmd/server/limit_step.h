@@ -22,8 +22,16 @@ struct LimitOutcome {
   bool allowed = false;
   bool degraded = false;  // a decision followed its failure policy (Redis unreachable)
   // The limit the response describes: the one that refused, or the one closest to
-  // refusing (an index into the match's limits, the items and the decisions).
+  // refusing (an index into the match's limits, the items and the decisions). Limits in
+  // shadow are not described unless the rules say so (shadow_headers); when every limit
+  // is in shadow, `headers` is false and shown is the one closest to refusing.
   std::size_t shown = 0;
+  bool headers = true;
+  bool shadow_headers = false;
+  // Whether the response's headers describe limit i.
+  bool described(std::span<const Acquisition> items, std::size_t i) const noexcept {
+    return shadow_headers || items[i].limit.mode() != Mode::shadow;
+  }
   std::chrono::steady_clock::duration engine_time{};  // the engine's call
 };
 
@@ -32,8 +40,9 @@ class LimitStep {
   explicit LimitStep(Engine& engine) : engine_(engine) {}
 
   // For a match whose action is Action::limit with at least one limit: prepare(), then
-  // the engine, waiting for it.
-  LimitOutcome run(const Match& match, const Client& client, const OverrideMap& overrides);
+  // the engine, waiting for it. `shadow_headers`: as conclude's.
+  LimitOutcome run(const Match& match, const Client& client, const OverrideMap& overrides,
+                   bool shadow_headers);
   // The items only (items()), for a caller that asks the engine itself (asynchronously).
   void prepare(const Match& match, const Client& client, const OverrideMap& overrides);
 
@@ -44,9 +53,10 @@ class LimitStep {
   std::vector<Decision>& decisions() noexcept { return decisions_; }
 
   // What the engine's answer to `items` (limit `refused` refused, or none when
-  // items.size()) comes to.
+  // items.size()) comes to; the headers describe limits in shadow when `shadow_headers`.
   static LimitOutcome conclude(std::span<const Acquisition> items,
-                               std::span<const Decision> decisions, std::size_t refused);
+                               std::span<const Decision> decisions, std::size_t refused,
+                               bool shadow_headers);
 
   // Every counter that `key` (as the admin API names clients: an API key, or "ip:<address>")
   // has under `rules`: each per-key limit's, and each per-key-and-endpoint limit's for

@@ -128,6 +128,7 @@ void write_engine_metrics(PrometheusText& out, const Stats& st) {
 
 void Service::write_request_metrics(PrometheusText& out) const {
   std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule
+  std::map<std::string, std::uint64_t> shadow_refusals;            // rule
   std::array<std::uint64_t, kLatencyBuckets.size() + 1> latency{};
   std::uint64_t latency_sum_ns = 0;
   {
@@ -139,6 +140,7 @@ void Service::write_request_metrics(PrometheusText& out) const {
         std::lock_guard wl(w->mutex);
         for (const auto& [status, by_rule] : w->requests)
           for (const auto& [rule, n] : by_rule) requests[{status, rule}] += n;
+        for (const auto& [rule, n] : w->shadow_refusals) shadow_refusals[rule] += n;
       }
       for (std::size_t i = 0; i < latency.size(); ++i)
         latency[i] += w->latency[i].load(std::memory_order_relaxed);
@@ -152,6 +154,14 @@ void Service::write_request_metrics(PrometheusText& out) const {
     std::string labels = "status=\"" + std::to_string(k.first) + "\",";
     append_label(labels, "rule", k.second);
     out.sample(labels, u(v));
+  }
+  out.family("ratewin_server_shadow_refusals_total", "counter",
+             "Requests a limit in shadow (mode: shadow) would have refused, by its rule: they "
+             "were allowed.");
+  for (const auto& [rule, n] : shadow_refusals) {
+    std::string labels;
+    append_label(labels, "rule", rule);
+    out.sample(labels, u(n));
   }
   out.family("ratewin_server_decision_seconds", "histogram",
              "Time taken by the engine to decide a rate-limited request (all its limits).");

@@ -81,6 +81,8 @@ const std::string& Rules::version() const { return data_->version; }
 
 std::size_t Rules::limit_count() const { return data_->rules.size(); }
 
+bool Rules::shadow_headers() const { return data_->shadow_headers; }
+
 std::vector<const LimitRule*> Rules::limits() const {
   std::vector<const LimitRule*> out;
   out.reserve(data_->rules.size());
@@ -127,6 +129,7 @@ ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max) {
   return Limit(max, limit.interval(), limit.resolution())
       .with_algorithm(Algorithm::token_bucket, burst)
       .with_failure_policy(limit.failure_policy())
+      .with_mode(limit.mode())
       .with_scope_id(limit.scope());
 }
 

@@ -93,6 +93,9 @@ class Rules {
   // The active rules as one JSON object, for GET /admin/rules.
   std::string describe_json() const;
   std::size_t limit_count() const;
+  // Whether limits in shadow (mode: shadow) appear in the rate-limit headers
+  // (defaults.shadow_headers; false unless set).
+  bool shadow_headers() const;
   // Every limit the rules define (tiers', endpoints', overrides'), in the file's order.
   std::vector<const LimitRule*> limits() const;
   // The endpoints' names, in the file's order.

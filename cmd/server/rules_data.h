@@ -51,6 +51,8 @@ struct Rules::Data {
   std::string version;
   FailurePolicy default_policy = FailurePolicy::local;
   Algorithm default_algorithm = Algorithm::sliding_window;
+  Mode default_mode = Mode::enforce;
+  bool shadow_headers = false;  // limits in shadow appear in the rate-limit headers
   std::deque<LimitRule> rules;  // a deque: the pointers below stay valid while it grows
   std::vector<Tier> tiers;
   std::optional<std::size_t> default_tier;
@@ -126,6 +128,15 @@ inline const std::array<std::pair<std::string_view, Algorithm>, 5> kAlgorithms{{
     {algorithm_name(Algorithm::fixed_window), Algorithm::fixed_window},
     {algorithm_name(Algorithm::token_bucket), Algorithm::token_bucket},
     {algorithm_name(Algorithm::sliding_log), Algorithm::sliding_log},
+}};
+
+inline const std::array<std::pair<std::string_view, Mode>, 2> kModes{{
+    {mode_name(Mode::enforce), Mode::enforce},
+    {mode_name(Mode::shadow), Mode::shadow},
+}};
+inline constexpr std::array<std::pair<std::string_view, bool>, 2> kBooleans{{
+    {"true", true},
+    {"false", false},
 }};
 
 // "<label>@<XXH3-64 of the bytes, 16 hex digits>".

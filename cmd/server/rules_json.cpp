@@ -29,6 +29,7 @@ void append_limits(std::string& out, const std::vector<const LimitRule*>& rules)
     out += ",\"failure_policy\":\"" + std::string(name_of(kPolicies, r->limit.failure_policy())) +
            "\"";
     out += ",\"cost\":" + std::to_string(r->cost);
+    out += ",\"mode\":\"" + std::string(name_of(kModes, r->limit.mode())) + "\"";
     out += ",\"limit\":";
     append_json_string(out, r->limit.to_string());
     out += '}';
@@ -52,7 +53,9 @@ std::string Rules::describe_json() const {
   append_json_string(out, d.version);
   out += ",\"defaults\":{\"failure_policy\":\"" +
          std::string(name_of(kPolicies, d.default_policy)) + "\",\"algorithm\":\"" +
-         std::string(name_of(kAlgorithms, d.default_algorithm)) + "\"}";
+         std::string(name_of(kAlgorithms, d.default_algorithm)) + "\",\"mode\":\"" +
+         std::string(name_of(kModes, d.default_mode)) + "\",\"shadow_headers\":" +
+         (d.shadow_headers ? "true" : "false") + "}";
   out += ",\"tiers\":{";
   for (const Data::Tier& t : d.tiers) {
     if (out.back() != '{') out += ',';

@@ -148,8 +148,11 @@ class Parser {
   void check_unique(Seen& seen, const std::string& value, const Item& item,
                     std::string_view what) const;
 
-  std::vector<const LimitRule*> limits(const Item& list, const std::string& owner, bool scalable);
-  const LimitRule& limit(const Item& item, const std::string& owner, bool scalable, Seen& names);
+  // A list's limits, each in `mode` unless it names its own.
+  std::vector<const LimitRule*> limits(const Item& list, const std::string& owner, bool scalable,
+                                       Mode mode);
+  const LimitRule& limit(const Item& item, const std::string& owner, bool scalable, Mode mode,
+                         Seen& names);
   void tiers(const Item& item);
   void keys(const Item& item);
   void endpoints(const Item& item);
@@ -340,10 +343,10 @@ std::string Parser::endpoint_path(const Item& item) const {
 }
 
 const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable,
-                               Seen& names) {
+                               Mode mode, Seen& names) {
   const Fields f(*this, item,
                  {"name", "max", "window", "subintervals", "algorithm", "burst", "per",
-                  "failure_policy", "cost"});
+                  "failure_policy", "cost", "mode"});
   const Item name_item = f.need("name");
   const std::string short_name = name(name_item);
   check_unique(names, short_name, name_item, "limit name");
@@ -454,6 +457,7 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
   const std::optional<Item> policy_item = f.get("failure_policy");
   const FailurePolicy policy =
       policy_item ? choice(*policy_item, kPolicies) : data_->default_policy;
+  if (const std::optional<Item> mode_item = f.get("mode")) mode = choice(*mode_item, kModes);
   std::uint64_t cost = 1;
   if (const std::optional<Item> cost_item = f.get("cost")) {
     cost = integer(*cost_item, 1, ratewin::Limit::kMaxCount);
@@ -476,9 +480,12 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
     // from them its own way. Another geometry starts from nothing. A token_bucket keeps
     // one time, not counts: it starts from nothing when a window becomes one or it
     // becomes a window, and keeps its time through a change of max, window or burst.
+    // The mode is not part of the scope: a rule moved from shadow to enforce keeps what it
+    // counted in shadow.
     const ratewin::Limit l = ratewin::Limit(max, window, resolution)
                                  .with_algorithm(algorithm, burst)
                                  .with_failure_policy(policy)
+                                 .with_mode(mode)
                                  .with_scope(name);
     return data_->rules.emplace_back(
         LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global});
@@ -493,10 +500,11 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
 }
 
 std::vector<const LimitRule*> Parser::limits(const Item& list_item, const std::string& owner,
-                                             bool scalable) {
+                                             bool scalable, Mode mode) {
   std::vector<const LimitRule*> out;
   Seen names;
-  for (const Item& item : list(list_item)) out.push_back(&limit(item, owner, scalable, names));
+  for (const Item& item : list(list_item))
+    out.push_back(&limit(item, owner, scalable, mode, names));
   return out;
 }
 
@@ -504,8 +512,10 @@ void Parser::tiers(const Item& item) {
   if (item.node.IsNull()) return;
   for (const Entry& e : entries(item, "tier")) {
     const std::string tier = name(e.key);
-    const Fields f(*this, e.value, {"limits"});
-    data_->tiers.push_back({tier, limits(f.need("limits"), "tier:" + tier, true)});
+    const Fields f(*this, e.value, {"limits", "mode"});
+    const std::optional<Item> mode = f.get("mode");
+    data_->tiers.push_back({tier, limits(f.need("limits"), "tier:" + tier, true,
+                                         mode ? choice(*mode, kModes) : data_->default_mode)});
   }
 }
 
@@ -548,7 +558,8 @@ void Parser::endpoints(const Item& item) {
         endpoint.methods.push_back(std::move(method));
       }
     }
-    endpoint.limits = limits(f.need("limits"), "endpoint:" + endpoint.name, false);
+    endpoint.limits =
+        limits(f.need("limits"), "endpoint:" + endpoint.name, false, data_->default_mode);
     data_->endpoints.push_back(std::move(endpoint));
   }
 }
@@ -568,7 +579,8 @@ void Parser::overrides(const Item& item) {
       fail(o, "an override needs tier, multiplier or limits");
     if (tier) override.tier = tier_ref(*tier);
     if (multiplier) override.multiplier = positive_number(*multiplier);
-    if (own_limits) override.limits = limits(*own_limits, "override:" + override.key, true);
+    if (own_limits)
+      override.limits = limits(*own_limits, "override:" + override.key, true, data_->default_mode);
     data_->override_index.emplace(override.key, data_->overrides.size());
     data_->overrides.push_back(std::move(override));
     if (multiplier) check_multiplier(*multiplier, data_->overrides.back());
@@ -648,13 +660,18 @@ std::unique_ptr<const Rules::Data> Parser::run() {
       }
     }
     if (const std::optional<Item> d = f.get("defaults"); d && !d->node.IsNull()) {
-      const Fields defaults(*this, *d, {"failure_policy", "algorithm"});
+      const Fields defaults(*this, *d,
+                            {"failure_policy", "algorithm", "mode", "shadow_headers"});
       if (const std::optional<Item> p = defaults.get("failure_policy")) {
         data_->default_policy = choice(*p, kPolicies);
       }
       if (const std::optional<Item> a = defaults.get("algorithm")) {
         data_->default_algorithm = choice(*a, kAlgorithms);
         default_algorithm_given_ = true;
+      }
+      if (const std::optional<Item> m = defaults.get("mode")) data_->default_mode = choice(*m, kModes);
+      if (const std::optional<Item> h = defaults.get("shadow_headers")) {
+        data_->shadow_headers = choice(*h, kBooleans);
       }
     }
     if (const std::optional<Item> t = f.get("tiers")) tiers(*t);

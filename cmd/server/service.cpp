@@ -92,12 +92,38 @@ class Service::Worker final : public RequestHandler {
   }
 
  private:
-  void count(int status, std::string_view rule) {
-    std::lock_guard lock(stats_.mutex);
-    auto& by_rule = stats_.requests[status];
+  static void bump(std::map<std::string, std::uint64_t, std::less<>>& by_rule,
+                   std::string_view rule) {
     auto it = by_rule.find(rule);
     if (it == by_rule.end()) it = by_rule.emplace(std::string(rule), 0).first;
     ++it->second;
+  }
+  void count(int status, std::string_view rule) {
+    std::lock_guard lock(stats_.mutex);
+    bump(stats_.requests[status], rule);
+  }
+  // A limit in shadow would have refused: counted per rule, and logged at most once a
+  // second by each worker (with how many went unlogged since).
+  void shadow_refusal(const LimitRule& rule, const Decision& d, const Match& match) {
+    {
+      std::lock_guard lock(stats_.mutex);
+      bump(stats_.shadow_refusals, rule.name);
+    }
+    const steady_clock::time_point now = steady_clock::now();
+    if (now - last_shadow_log_ < std::chrono::seconds(1)) {
+      ++shadow_unlogged_;
+      return;
+    }
+    last_shadow_log_ = now;
+    std::string line = "shadow: limit \"" + rule.name + "\" (" + rule.limit.to_string() +
+                       ") would have refused a request";
+    if (!match.endpoint.empty()) line += " to endpoint \"" + std::string(match.endpoint) + "\"";
+    line += ", retry after " + std::to_string(ceil_seconds(d.retry_after)) + " s";
+    if (shadow_unlogged_ != 0) {
+      line += " (" + std::to_string(shadow_unlogged_) + " more in shadow since the last line)";
+      shadow_unlogged_ = 0;
+    }
+    service_.log_(LogLevel::info, line);
   }
 
   // Makes what the admin API was asked for (an override changed, a key's counts reset).
@@ -227,7 +253,8 @@ class Service::Worker final : public RequestHandler {
       return;
     }
     if (acquirer_ == nullptr) {
-      const LimitOutcome outcome = step_.run(match_, client, overrides_.get());
+      const LimitOutcome outcome =
+          step_.run(match_, client, overrides_.get(), rules_.get().shadow_headers());
       record_latency(outcome.engine_time);
       return answer(rules_.generation(), match_, step_.items(), step_.decisions(), outcome, pass,
                     path, response);
@@ -244,8 +271,9 @@ class Service::Worker final : public RequestHandler {
       idle_.push_back(w);
       record_latency(steady_clock::now() - started);
       return answer(rules_.generation(), match_, step_.items(), step_.decisions(),
-                    LimitStep::conclude(step_.items(), step_.decisions(), refused), pass, path,
-                    response);
+                    LimitStep::conclude(step_.items(), step_.decisions(), refused,
+                                        rules_.get().shadow_headers()),
+                    pass, path, response);
     }
     // What the answer needs, kept until the write's reply (the rules it points into too).
     w->responder = reply.defer();
@@ -283,7 +311,8 @@ class Service::Worker final : public RequestHandler {
     record_latency(steady_clock::now() - w.started);
     Response response;
     answer(w.generation, w.match, w.items, decisions,
-           LimitStep::conclude(w.items, decisions, refused), w.pass, w.path, response);
+           LimitStep::conclude(w.items, decisions, refused, w.rules->shadow_headers()), w.pass,
+           w.path, response);
     w.responder.respond(std::move(response));
     w.rules.reset();
     idle_.push_back(&w);
@@ -294,6 +323,8 @@ class Service::Worker final : public RequestHandler {
               std::string_view path, Response& response) {
     responses_.write(generation, match, items, decisions, outcome, response);
     count(outcome.allowed ? 200 : 429, match.limits[outcome.shown]->name);
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (decisions[i].would_reject) shadow_refusal(*match.limits[i], decisions[i], match);
     if (outcome.allowed && pass == Pass::backend) ok(response, path, match);
   }
 
@@ -320,6 +351,8 @@ class Service::Worker final : public RequestHandler {
   Published<Rules>::View rules_;
   Published<OverrideMap>::View overrides_;
   WorkerStats stats_;
+  steady_clock::time_point last_shadow_log_{};
+  std::uint64_t shadow_unlogged_ = 0;
   Match match_;
   LimitStep step_;
   LimitResponses responses_;
@@ -438,6 +471,7 @@ void Service::remove_worker(WorkerStats* stats) {
   std::scoped_lock both(stats->mutex, retired_.mutex);
   for (const auto& [status, by_rule] : stats->requests)
     for (const auto& [rule, n] : by_rule) retired_.requests[status][rule] += n;
+  for (const auto& [rule, n] : stats->shadow_refusals) retired_.shadow_refusals[rule] += n;
   for (std::size_t i = 0; i < stats->latency.size(); ++i)
     retired_.latency[i].fetch_add(stats->latency[i].load(std::memory_order_relaxed),
                                   std::memory_order_relaxed);

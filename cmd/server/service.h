@@ -99,6 +99,8 @@ class Service {
   struct WorkerStats {
     mutable std::mutex mutex;  // for `requests`; uncontended but for scrapes
     std::map<int, std::map<std::string, std::uint64_t, std::less<>>> requests;  // status, rule
+    // Requests a limit in shadow would have refused, by its rule.
+    std::map<std::string, std::uint64_t, std::less<>> shadow_refusals;
     std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> latency{};
     std::atomic<std::uint64_t> latency_sum_ns{0};
   };

@@ -83,6 +83,46 @@ TEST_CASE("RateLimit-Policy is a quota per window whatever the limit's algorithm
   }
 }
 
+TEST_CASE("limits in shadow are left out of the headers unless the rules ask for them") {
+  const LimitRule shadow{"tier:free/new", Limit(2, seconds(1)).with_mode(Mode::shadow),
+                         Scope::key, 1, true};
+  const LimitRule enforced{"tier:free/old", Limit(10, seconds(1)), Scope::key, 1, true};
+  Match match;
+  match.limits = {&shadow, &enforced};
+  const std::array<Acquisition, 2> items{Acquisition{1, shadow.limit, 1},
+                                         Acquisition{2, enforced.limit, 1}};
+  std::array<Decision, 2> decisions{};
+  decisions[0].allowed = true;
+  decisions[0].would_reject = true;
+  decisions[0].limit = 2;
+  decisions[0].retry_after = milliseconds(400);
+  decisions[1].allowed = true;
+  decisions[1].limit = 10;
+  decisions[1].remaining = 6;
+  const auto write = [&](std::span<const Acquisition> asked, bool shadow_headers) {
+    const LimitOutcome outcome =
+        LimitStep::conclude(asked, std::span<const Decision>(decisions).first(asked.size()),
+                            asked.size(), shadow_headers);
+    LimitResponses responses;
+    Response r;
+    responses.write(1, match, asked, decisions, outcome, r);
+    CHECK(r.status != 429);
+    return r.fields;
+  };
+  // The enforcing limit is described, though the shadow one is closer to refusing.
+  const std::string hidden = write(items, false);
+  CHECK(hidden.find("X-RateLimit-Remaining: 6\r\n") != std::string::npos);
+  CHECK(hidden.find("\r\nRateLimit-Policy: \"tier:free/old\";q=10;w=1\r\n") != std::string::npos);
+  CHECK(hidden.find("tier:free/new") == std::string::npos);
+  CHECK(hidden.find("Retry-After") == std::string::npos);
+  // Asked for, the shadow limit is described as any other (a would-be refusal has 0 left).
+  const std::string shown = write(items, true);
+  CHECK(shown.find("X-RateLimit-Remaining: 0\r\n") != std::string::npos);
+  CHECK(shown.find("\"tier:free/new\";q=2;w=1, \"tier:free/old\";q=10;w=1") != std::string::npos);
+  // Only a shadow limit: no rate-limit headers at all.
+  CHECK(write(std::span<const Acquisition>(items).first(1), false).empty());
+}
+
 TEST_CASE("RateLimit-Policy gives a token bucket's burst per the time it takes to refill it") {
   // q / w is the bucket's rate; w is whole seconds, rounded up.
   const auto policy = [](const Limit& rule_limit, const Limit& asked) {

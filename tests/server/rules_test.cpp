@@ -71,7 +71,7 @@ constexpr std::string_view kHead =
 TEST_CASE("the shipped example parses and does what its comments say") {
   const Rules rules = Rules::load(RATEWIN_RULES_EXAMPLE);
   CHECK(rules.version().starts_with("2024-06-example@"));
-  CHECK(rules.limit_count() == 14);
+  CHECK(rules.limit_count() == 15);
 
   // The default tier, no endpoint.
   Match m = match(rules, "someone", "GET", "/other");
@@ -119,7 +119,9 @@ TEST_CASE("the shipped example parses and does what its comments say") {
                                   .with_scope("tier:enterprise/per-day"));
   m = match(rules, "api_x");
   CHECK(m.tier == "metered");
-  REQUIRE(names(m) == Names{"tier:metered/rate"});
+  REQUIRE(names(m) == Names{"tier:metered/rate", "tier:metered/per-hour"});
+  CHECK(m.limits[1]->limit.mode() == Mode::shadow);
+  CHECK(m.limits[0]->limit.mode() == Mode::enforce);
   CHECK(m.limits[0]->limit == Limit(600, std::chrono::minutes(1))
                                   .with_algorithm(Algorithm::token_bucket, 50)
                                   .with_scope("tier:metered/rate"));
@@ -237,7 +239,7 @@ TEST_CASE("YAML anchors and aliases share text, and cycles cannot loop") {
   CHECK(names(match(rules, "k")) == Names{"tier:pro/s"});
   CHECK(rules.limit_count() == 2);
   CHECK(failure_of("tiers: &t {free: *t}\n").problem ==
-        "tiers.free: unknown field \"free\" (expected one of: limits)");
+        "tiers.free: unknown field \"free\" (expected one of: limits, mode)");
   CHECK(failure_of("allow: &a [*a]\n").problem == "allow[0]: expected a string, got a list");
 }
 
@@ -250,6 +252,56 @@ TEST_CASE("defaults.failure_policy applies where a limit says nothing") {
   const Match m = match(rules, "k");
   CHECK(m.limits[0]->limit.failure_policy() == FailurePolicy::closed);
   CHECK(m.limits[1]->limit.failure_policy() == FailurePolicy::local);
+}
+
+TEST_CASE("mode: enforce by default, shadow per limit, per tier and in defaults") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  free: {mode: shadow, limits: [{name: a, max: 1, window: 1s},\n"
+      "                               {name: b, max: 1, window: 1s, mode: enforce}]}\n"
+      "  paid: {limits: [{name: a, max: 1, window: 1s}, {name: b, max: 1, window: 1s, mode: shadow}]}\n"
+      "keys: [{match: 'paid-*', tier: paid}]\n"
+      "default_tier: free\n");
+  const Match free = match(rules, "k");
+  CHECK(free.limits[0]->limit.mode() == Mode::shadow);
+  CHECK(free.limits[1]->limit.mode() == Mode::enforce);
+  const Match paid = match(rules, "paid-1");
+  CHECK(paid.limits[0]->limit.mode() == Mode::enforce);
+  CHECK(paid.limits[1]->limit.mode() == Mode::shadow);
+  CHECK_FALSE(rules.shadow_headers());
+  // A multiplier or an override scales a limit in shadow, which stays in shadow.
+  for (const Algorithm a : {Algorithm::sliding_window, Algorithm::token_bucket,
+                            Algorithm::sliding_log}) {
+    const Limit scaled =
+        with_scaled_max(Limit(10, std::chrono::seconds(1)).with_algorithm(a).with_mode(Mode::shadow), 30);
+    CHECK(scaled.max() == 30);
+    CHECK(scaled.mode() == Mode::shadow);
+  }
+  const YAML::Node described = YAML::Load(rules.describe_json());
+  CHECK(described["tiers"]["free"]["limits"][0]["mode"].as<std::string>() == "shadow");
+  CHECK(described["defaults"]["mode"].as<std::string>() == "enforce");
+  CHECK_FALSE(described["defaults"]["shadow_headers"].as<bool>());
+
+  // A rule moved from shadow to enforce keeps its scope, and so its counts.
+  const Rules enforced = Rules::parse(
+      "tiers: {free: {limits: [{name: a, max: 1, window: 1s}]}}\ndefault_tier: free\n");
+  CHECK(match(enforced, "k").limits[0]->limit.scope() == free.limits[0]->limit.scope());
+
+  const Rules by_default = Rules::parse(
+      "defaults: {mode: shadow, shadow_headers: true}\n"
+      "tiers: {t: {limits: [{name: a, max: 1, window: 1s}]}}\n"
+      "endpoints: [{name: e, path: /e, limits: [{name: x, max: 1, window: 1s}]}]\n"
+      "default_tier: t\n");
+  CHECK(by_default.shadow_headers());
+  const Match d = match(by_default, "k", "GET", "/e");
+  REQUIRE(d.limits.size() == 2);
+  for (const LimitRule* rule : d.limits) CHECK(rule->limit.mode() == Mode::shadow);
+  CHECK(failure_of("defaults: {mode: dry_run}\n").problem ==
+        "defaults.mode: \"dry_run\" is not one of enforce, shadow");
+  CHECK(failure_of("defaults: {shadow_headers: 1}\n").problem ==
+        "defaults.shadow_headers: \"1\" is not one of true, false");
+  CHECK(failure_of("tiers: {t: {mode: off, limits: [{name: a, max: 1, window: 1s}]}}\n").problem ==
+        "tiers.t.mode: \"off\" is not one of enforce, shadow");
 }
 
 TEST_CASE("algorithm per limit: sliding_window by default, strict_window, fixed_window") {
@@ -766,7 +818,7 @@ TEST_CASE("every kind of invalid input names its line") {
       {"tiers:\n  free:\n", 2, "tiers.free: expected a mapping, got nothing"},
       {"tiers:\n  free: {}\n", 2, "tiers.free: missing field \"limits\""},
       {"tiers:\n  free:\n    limts: []\n", 3,
-       "tiers.free: unknown field \"limts\" (expected one of: limits)"},
+       "tiers.free: unknown field \"limts\" (expected one of: limits, mode)"},
       {"tiers:\n  free:\n    limits:\n", 3, "tiers.free.limits: expected a list, got nothing"},
       // Limits.
       {head + "  x:\n    limits:\n      - {name: a, max: 1, window: 1s}\n      - {name: a, max: 2, "
