@@ -179,6 +179,8 @@ constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisi
 // where an older library saw padding it did not check. (A release that adds fields
 // compares sizeof with the end of its new last field.)
 static_assert(sizeof(ratewin_options) ==
+              offsetof(ratewin_options, reserved2) + sizeof(std::int32_t));
+static_assert(offsetof(ratewin_options, partition_share) ==
               offsetof(ratewin_options, reserved) + sizeof(std::int32_t));
 static_assert(sizeof(ratewin_limit_options) ==
               offsetof(ratewin_limit_options, reserved3) + sizeof(std::int32_t));
@@ -190,7 +192,7 @@ static_assert(sizeof(ratewin_decision) ==
               offsetof(ratewin_decision, reserved) + sizeof(std::int32_t));
 static_assert(offsetof(ratewin_decision, would_reject) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
-              offsetof(ratewin_stats, would_reject) + sizeof(std::uint64_t));
+              offsetof(ratewin_stats, live_nodes) + sizeof(std::uint64_t));
 static_assert(offsetof(ratewin_stats, would_reject) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_acquisition) == kFirstSize<ratewin_acquisition>);
@@ -388,6 +390,15 @@ ratewin::Options to_cxx(const ratewin_options& c) {
     throw std::invalid_argument("ratewin_options: require_store must be 0 or 1");
   if (c.reserved != 0) throw std::invalid_argument("ratewin_options: reserved must be 0");
   o.require_store = c.require_store == 1;
+  if (c.reserved2 != 0) throw std::invalid_argument("ratewin_options: reserved2 must be 0");
+  if (c.partition_share != 0) o.partition_share = c.partition_share;
+  if (c.partitioned_unknown == RATEWIN_FAILURE_CLOSED) {
+    o.partitioned_unknown = ratewin::FailurePolicy::closed;
+  } else if (c.partitioned_unknown != RATEWIN_FAILURE_LOCAL) {
+    throw std::invalid_argument(
+        "ratewin_options: partitioned_unknown must be RATEWIN_FAILURE_LOCAL or "
+        "RATEWIN_FAILURE_CLOSED");
+  }
   if (c.redis != nullptr) o.redis = c.redis;
   if (c.key_prefix != nullptr) o.key_prefix = c.key_prefix;
   o.connect_timeout = milliseconds(c.connect_timeout_ms);
@@ -415,6 +426,8 @@ ratewin::FailurePolicy to_policy(std::int32_t policy) {
       return ratewin::FailurePolicy::open;
     case RATEWIN_FAILURE_CLOSED:
       return ratewin::FailurePolicy::closed;
+    case RATEWIN_FAILURE_PARTITIONED:
+      return ratewin::FailurePolicy::partitioned;
     default:
       throw std::invalid_argument("ratewin_limit_options: unknown failure_policy " +
                                   std::to_string(policy));
@@ -468,6 +481,8 @@ std::int32_t from_policy(ratewin::FailurePolicy policy) noexcept {
       return RATEWIN_FAILURE_OPEN;
     case ratewin::FailurePolicy::closed:
       return RATEWIN_FAILURE_CLOSED;
+    case ratewin::FailurePolicy::partitioned:
+      return RATEWIN_FAILURE_PARTITIONED;
     case ratewin::FailurePolicy::local:
       break;
   }
@@ -806,6 +821,8 @@ void ratewin_options_init(ratewin_options* options) {
   options->size = sizeof *options;
   options->max_limiters = d.max_limiters;
   options->max_memory = d.max_memory;
+  options->partition_share = d.partition_share;
+  options->partitioned_unknown = RATEWIN_FAILURE_LOCAL;
   options->connect_timeout_ms = static_cast<std::uint32_t>(d.connect_timeout.count());
   options->command_timeout_ms = static_cast<std::uint32_t>(d.command_timeout.count());
   options->max_connections = static_cast<std::uint32_t>(d.max_connections);
@@ -963,6 +980,7 @@ int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats) {
     c.rejected = s.rejected;
     c.degraded = s.degraded;
     c.would_reject = s.would_reject;
+    c.live_nodes = s.live_nodes;
     c.limiters = s.limiters;
     c.max_limiters = s.max_limiters;
     c.pinned = s.pinned;

@@ -117,6 +117,13 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 #define RATEWIN_FAILURE_LOCAL 0  /* keep enforcing with this process's counts (default) */
 #define RATEWIN_FAILURE_OPEN 1   /* allow every request */
 #define RATEWIN_FAILURE_CLOSED 2 /* reject every request */
+/* Since 1.4. Split the limit among the engines on the same key prefix: each admits
+ * max x ratewin_options.partition_share / live engines (at least 1) with its own counts,
+ * the live count being what it last read from the store (engines heartbeat with their
+ * boundary reads; ratewin_stats.live_nodes). An outage then costs about the limit, not
+ * engines x the limit. An engine that never read the count decides as
+ * ratewin_options.partitioned_unknown says. */
+#define RATEWIN_FAILURE_PARTITIONED 3
 
 /* Since 1.4. Whether a limit's refusals take effect (ratewin_limit_options.mode). A limit
  * in shadow decides and counts exactly as if it enforced (what it admits is counted, in
@@ -338,6 +345,15 @@ typedef struct ratewin_options {
    * Default 0. */
   int32_t require_store;
   int32_t reserved; /* must be 0: keeps the struct free of padding */
+  /* Since 1.4. RATEWIN_FAILURE_PARTITIONED's share: each engine admits max x
+   * partition_share / live engines while the store is unreachable. 0.01 to 1000; default
+   * 1.0 (0 also means 1.0). 2.0 lets each engine take twice its even share. */
+  double partition_share;
+  /* Since 1.4. What RATEWIN_FAILURE_PARTITIONED does before the engine has read the live
+   * count (the store was unreachable from the start): RATEWIN_FAILURE_LOCAL (the default)
+   * or RATEWIN_FAILURE_CLOSED. */
+  int32_t partitioned_unknown;
+  int32_t reserved2; /* must be 0 */
 } ratewin_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -534,6 +550,8 @@ typedef struct ratewin_stats {
   /* Since 1.4. */
   uint64_t would_reject; /* decisions of limits in shadow that would have refused (they
                             are counted in allowed) */
+  uint64_t live_nodes;   /* engines on this key prefix at the last heartbeat's reply, this
+                            one included (0: not read yet) */
 } ratewin_stats;
 
 /* Sets stats->size and zeroes the rest. NULL is ignored. */

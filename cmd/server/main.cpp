@@ -79,6 +79,12 @@ int run(int argc, char** argv) {
               "local-only", cxxopts::value<std::string>()->default_value(""))
     ("key-prefix", "Prefix of every Redis key and channel",
      cxxopts::value<std::string>()->default_value("ratewin"))
+    ("partition-share", "failure_policy: partitioned: while Redis is unreachable, each "
+                        "instance admits max x this / live instances (0.01 to 1000)",
+     cxxopts::value<double>()->default_value("1.0"))
+    ("partitioned-unknown", "failure_policy: partitioned before an instance has read the "
+                            "live count (Redis unreachable from the start): local or closed",
+     cxxopts::value<std::string>()->default_value("local"))
     ("rules", "YAML rules file (see cmd/server/rules.example.yaml); reloaded when it "
               "changes and on SIGHUP. Without it no request is limited",
      cxxopts::value<std::string>()->default_value(""))
@@ -201,6 +207,14 @@ int run(int argc, char** argv) {
     return 2;
   }
   engine_options.logger = log;
+  engine_options.partition_share = args["partition-share"].as<double>();
+  if (const std::string unknown = args["partitioned-unknown"].as<std::string>();
+      unknown == "closed") {
+    engine_options.partitioned_unknown = FailurePolicy::closed;
+  } else if (unknown != "local") {
+    std::fprintf(stderr, "ratewin-server: --partitioned-unknown must be local or closed\n");
+    return 2;
+  }
 
   // A peer that resets its connection while a response is being written must not end
   // the process (libuv writes without MSG_NOSIGNAL).

@@ -120,6 +120,10 @@ void write_engine_metrics(PrometheusText& out, const Stats& st) {
              "Change sets read by the last boundary read.", u(st.sync_last_change_sets));
   out.single("ratewin_store_active_limiters", "gauge", "Limiters kept in step by boundary reads.",
              u(st.active_limiters));
+  out.single("ratewin_store_live_nodes", "gauge",
+             "Instances on this key prefix at the last heartbeat (0: not read yet): what "
+             "failure_policy: partitioned splits a limit by.",
+             u(st.live_nodes));
   out.single("ratewin_store_clock_offset_seconds", "gauge",
              "The store's clock minus this engine's.", s(st.clock_offset));
 }

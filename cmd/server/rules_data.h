@@ -116,10 +116,11 @@ inline constexpr std::array<std::pair<std::string_view, Scope>, 3> kScopes{{
     {"endpoint", Scope::endpoint},
     {"global", Scope::global},
 }};
-inline constexpr std::array<std::pair<std::string_view, FailurePolicy>, 3> kPolicies{{
+inline constexpr std::array<std::pair<std::string_view, FailurePolicy>, 4> kPolicies{{
     {"local", FailurePolicy::local},
     {"open", FailurePolicy::open},
     {"closed", FailurePolicy::closed},
+    {"partitioned", FailurePolicy::partitioned},
 }};
 // Spelled by the library (algorithm_name), as the bindings spell them.
 inline const std::array<std::pair<std::string_view, Algorithm>, 5> kAlgorithms{{

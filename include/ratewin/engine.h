@@ -84,6 +84,15 @@ struct Options {
   // clock_sync_interval (0: only on connecting; at most 24 h).
   bool sync_clock = true;
   std::chrono::milliseconds clock_sync_interval{10'000};
+  // FailurePolicy::partitioned: while the store is unreachable, each engine admits
+  // max x partition_share / live nodes (at least 1) of a limit under that policy. 1.0
+  // splits the limit exactly; 2.0 allows for nodes whose traffic is uneven (each may take
+  // twice its share). Between 0.01 and 1000.
+  double partition_share = 1.0;
+  // What FailurePolicy::partitioned does in an engine that has not read the live-node
+  // count yet (the store was unreachable from the start): FailurePolicy::local (the
+  // default) or FailurePolicy::closed.
+  FailurePolicy partitioned_unknown = FailurePolicy::local;
   // Where the engine reports what happens to its connection (warnings and errors by
   // default go to stderr, prefixed "ratewin: "). Called from the engine's threads.
   std::function<void(LogLevel, std::string_view)> logger;
@@ -127,6 +136,9 @@ struct Stats {
   std::uint64_t active_limiters = 0;         // limiters kept in step by boundary reads
   std::chrono::nanoseconds clock_offset{0};  // the store's clock minus the engine's
   std::chrono::nanoseconds clock_rtt{0};     // round trip of the measurement used
+  // Engines on this key prefix heartbeating to the store at its last reading, this one
+  // included (0: not read yet); what FailurePolicy::partitioned splits a limit by.
+  std::uint64_t live_nodes = 0;
   std::string last_error;                    // the latest store failure, empty if none
 };
 

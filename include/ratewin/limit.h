@@ -15,6 +15,13 @@ enum class FailurePolicy {
   local,   // keep enforcing with this process's own counts (the default)
   open,    // allow every request
   closed,  // reject every request (for login-like endpoints)
+  // Split the limit among the nodes: enforce max x Options::partition_share / live nodes
+  // with this process's own counts, where live nodes is the count of engines on the same
+  // key prefix this engine last read from the store (each heartbeats with its boundary
+  // reads). So an outage costs about the limit across all nodes, not nodes x the limit.
+  // An engine that has never read the count decides as Options::partitioned_unknown says
+  // (local by default), and logs it.
+  partitioned,
 };
 
 // Whether a limit's refusals take effect. A limit in shadow runs exactly as if it

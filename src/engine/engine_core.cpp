@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <limits>
@@ -70,6 +71,31 @@ void validate(const Options& o) {
     fail("clock_sync_interval must be between 0 (only on connecting) and 24 h");
   if (o.key_prefix.find_first_of("{}") != std::string::npos)
     fail("key_prefix must not contain '{' or '}'");
+  if (!(o.partition_share >= 0.01 && o.partition_share <= 1000))
+    fail("partition_share must be between 0.01 and 1000");
+  if (o.partitioned_unknown != FailurePolicy::local &&
+      o.partitioned_unknown != FailurePolicy::closed)
+    fail("partitioned_unknown must be FailurePolicy::local or FailurePolicy::closed");
+}
+
+// `limit`'s share among `live` nodes, `share` x max / live (at least 1), in its scope and
+// window (so it decides from the same counts); a token bucket's burst in proportion too.
+// `limit` itself when the share is the whole, or could not be made.
+Limit split_limit(const Limit& limit, std::uint32_t live, double share) noexcept {
+  const double scale = share / static_cast<double>(live);
+  if (!(scale < 1.0)) return limit;
+  const auto part = [scale](std::uint64_t v) {
+    const double x = std::floor(static_cast<double>(v) * scale);
+    return x < 1.0 ? std::uint64_t{1} : static_cast<std::uint64_t>(x);
+  };
+  try {
+    Limit out = limit;
+    if (limit.algorithm() == Algorithm::token_bucket && limit.burst() != limit.max())
+      out = out.with_burst(part(limit.burst()));
+    return out.with_max(part(limit.max()));
+  } catch (const std::invalid_argument&) {  // (a bucket that would refill too slowly)
+    return limit;
+  }
 }
 
 }  // namespace
@@ -162,11 +188,17 @@ EngineCore::~EngineCore() {
                                                           std::uint64_t cost, Counted* counted,
                                                           std::optional<Admission>* defer) {
   const bool degraded = store_ != nullptr && !store_->available(key.resource);
+  FailurePolicy policy = limit.failure_policy();
+  std::optional<Limit> split;
+  if (degraded && policy == FailurePolicy::partitioned) {
+    policy = partition(limit, split);
+    if (split) return decide_split(shard, key, hash, known, now, *split, cost, counted, defer);
+  }
   RecordRef ref = known;
   Decision d;
   std::uint64_t version = 1;  // nothing read yet
-  if (degraded && limit.failure_policy() != FailurePolicy::local) {
-    if (limit.failure_policy() == FailurePolicy::closed) {
+  if (degraded && policy != FailurePolicy::local) {
+    if (policy == FailurePolicy::closed) {
       // Nothing can be vouched for without the store: reject, without counting.
       d.limit = limit.burst();
       d.degraded = true;
@@ -202,6 +234,32 @@ EngineCore::~EngineCore() {
   }
   if (!overflowed) return d;
   return overflow(key, hash, now, limit, cost, counted, defer);
+}
+
+FailurePolicy EngineCore::partition(const Limit& limit, std::optional<Limit>& split) {
+  const std::uint32_t live = store_->live_nodes();
+  if (live != 0) {
+    split.emplace(split_limit(limit, live, options_.partition_share));
+    return FailurePolicy::local;
+  }
+  if (!partition_unknown_logged_.exchange(true, std::memory_order_relaxed)) {
+    options_.logger(LogLevel::warning,
+                    std::string("the store is unreachable and the live-node count was never "
+                                "read: limits under the partitioned failure policy decide as ") +
+                        (options_.partitioned_unknown == FailurePolicy::closed ? "closed"
+                                                                               : "local") +
+                        " until it is");
+  }
+  return options_.partitioned_unknown;
+}
+
+Decision EngineCore::decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,
+                                  RecordRef known, std::int64_t now, const Limit& split,
+                                  std::uint64_t cost, Counted* counted,
+                                  std::optional<Admission>* defer) {
+  // (The split limit is partitioned too: decided as local, with its smaller max.)
+  return decide(shard, key, hash, known, now, split.with_failure_policy(FailurePolicy::local),
+                cost, counted, defer);
 }
 
 Decision EngineCore::overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,

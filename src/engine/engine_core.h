@@ -93,6 +93,15 @@ class EngineCore final : public SyncTarget {
   Decision decide(Shard& shard, LimiterKey& key, std::uint64_t& hash, RecordRef known,
                   std::int64_t now, const Limit& limit, std::uint64_t cost,
                   Counted* counted = nullptr, std::optional<Admission>* defer = nullptr);
+  // While the store is unreachable, how a partitioned limit decides: as local with its
+  // share of the limit (in `split`), or, before the live-node count was ever read, as
+  // Options::partitioned_unknown says.
+  FailurePolicy partition(const Limit& limit, std::optional<Limit>& split);
+  // decide() with a partitioned limit's share (out of line: decide()'s other recursion).
+  [[gnu::noinline]] Decision decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,
+                                          RecordRef known, std::int64_t now, const Limit& split,
+                                          std::uint64_t cost, Counted* counted,
+                                          std::optional<Admission>* defer);
   // decide() for a new limiter that found no room: on its geometry's overflow limiter
   // (made even over the bounds). Out of line: the only recursion of decide().
   [[gnu::noinline]] Decision overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,
@@ -135,6 +144,7 @@ class EngineCore final : public SyncTarget {
   std::atomic<std::uint64_t> warm_starts_{0};
   std::atomic<std::uint64_t> warm_start_failures_{0};
   std::atomic<std::uint64_t> overflowed_{0};
+  std::atomic<bool> partition_unknown_logged_{false};
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 

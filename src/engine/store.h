@@ -138,6 +138,9 @@ class Store {
   // unreachable (its circuit is open: one Redis, or the Cluster primary of its slot):
   // callers then skip it at once instead of each waiting for a deadline.
   virtual bool available(std::uint64_t resource) const noexcept = 0;
+  // The engines on this key prefix that heartbeat to the store, this one included, as
+  // last read (0: never read). FailurePolicy::partitioned splits a limit by it.
+  virtual std::uint32_t live_nodes() const noexcept { return 0; }
   // Nanoseconds to add to the engine's clock to read the store's clock.
   virtual std::int64_t clock_offset() const noexcept = 0;
   // When the store might be back: what a request rejected because of it should wait.

@@ -138,6 +138,9 @@ void BoundarySync::absorb_activity(std::int64_t now) {
 void BoundarySync::tick(bool available) {
   const std::int64_t now = clock_.now();
   absorb_activity(now);
+  // (Due by this machine's steady clock, scored on the shared one: an engine whose clock
+  // stands still, as a test's may, still heartbeats.)
+  if (available && steady_ns() >= next_heartbeat_ && !heartbeat_in_flight_) heartbeat(now);
   std::uint64_t active = 0;
   for (auto& entry : geometries_) {
     Geometry& g = entry.second;
@@ -175,6 +178,27 @@ void BoundarySync::tick(bool available) {
     });
   }
   active_.store(active, std::memory_order_relaxed);
+}
+
+void BoundarySync::heartbeat(std::int64_t now) {
+  AsyncRedis* connection = nullptr;
+  const std::string key = layout_.nodes_key();
+  if (router_ == nullptr || router_->route(key_slot(key), connection) != ReadRouter::Route::kSend)
+    return;  // tried again at the next tick
+  next_heartbeat_ = steady_ns() + kHeartbeatNs;
+  heartbeat_in_flight_ = true;
+  const std::vector<Command> commands = layout_.heartbeat_commands(now / 1'000'000, kLiveMs);
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    const bool last = i + 1 == commands.size();
+    const RedisConnection::Argv argv(commands[i].begin(), commands[i].end());
+    connection->command(argv, [this, last](const redisReply* r, const std::string&) {
+      if (!last) return;
+      heartbeat_in_flight_ = false;
+      // (A failure, or a redirection while a slot moves, leaves the last count.)
+      if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
+        live_nodes_.store(static_cast<std::uint32_t>(r->integer), std::memory_order_relaxed);
+    });
+  }
 }
 
 std::int64_t BoundarySync::next_due(std::int64_t now, std::int64_t cap) const {
@@ -424,6 +448,7 @@ void BoundarySync::add_stats(Stats& s) const {
   s.sync_last_duration = std::chrono::nanoseconds(last_ns_.load(std::memory_order_relaxed));
   s.sync_max_duration = std::chrono::nanoseconds(max_ns_.load(std::memory_order_relaxed));
   s.active_limiters = active_.load(std::memory_order_relaxed);
+  s.live_nodes = live_nodes();
 }
 
 }  // namespace ratewin::inline v1::detail

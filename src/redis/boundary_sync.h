@@ -78,12 +78,20 @@ class BoundarySync {
   // time is driven by hand); done(ok) once merged.
   void read_all(std::function<void(bool)> done);
   void add_stats(Stats& stats) const;
+  // The live nodes of this prefix at the last heartbeat's reply (0: none yet). Any thread.
+  std::uint32_t live_nodes() const noexcept { return live_nodes_.load(std::memory_order_relaxed); }
+  // How often this engine heartbeats (while the store is available), and how long a node
+  // stays live after its last heartbeat.
+  static constexpr std::int64_t kHeartbeatNs = 1'000'000'000;
+  static constexpr std::int64_t kLiveMs = 3'000;
 
  private:
   struct Geometry;
   struct Batch;
 
   void absorb_activity(std::int64_t now);
+  // Scores this node live and reads the live count, on the connection of the nodes' key.
+  void heartbeat(std::int64_t now);
   // Reads `epochs` of a geometry: what their change sets name, or (`whole`) every active
   // limiter's window.
   void read(Geometry& g, std::vector<std::int64_t> epochs, bool whole,
@@ -107,6 +115,9 @@ class BoundarySync {
   std::atomic<std::int64_t> last_ns_{0};
   std::atomic<std::int64_t> max_ns_{0};
   std::atomic<std::uint64_t> active_{0};
+  std::int64_t next_heartbeat_ = 0;  // steady_ns()
+  bool heartbeat_in_flight_ = false;
+  std::atomic<std::uint32_t> live_nodes_{0};
 };
 
 }  // namespace ratewin::inline v1::detail

@@ -197,6 +197,17 @@ std::string node_id_text(std::uint32_t node) {
 
 }  // namespace
 
+std::vector<Command> StoreLayout::heartbeat_commands(std::int64_t now_ms,
+                                                     std::int64_t ttl_ms) const {
+  const std::string key = nodes_key();
+  std::string id = node_id_text(node_);
+  id.pop_back();  // (its '.')
+  return {{"ZADD", key, std::to_string(now_ms), std::move(id)},
+          {"ZREMRANGEBYSCORE", key, "-inf", "(" + std::to_string(now_ms - ttl_ms)},
+          {"PEXPIRE", key, std::to_string(ttl_ms)},
+          {"ZCARD", key}};
+}
+
 Command StoreLayout::log_command(const StoreWrite& write) const {
   // A write's own number, so that its members are new even when another of this node's
   // writes has the same expiry. It starts at random (48 bits), so that two processes whose

@@ -185,6 +185,16 @@ class StoreLayout {
   // counts of a write decided at `epoch` (ns).
   static void log_reply(std::span<const long long> reply, std::int64_t epoch,
                         std::span<std::uint64_t> counts) noexcept;
+  // The live nodes of this prefix: a sorted set, in one Cluster slot,
+  //
+  //     <prefix>:{nodes}
+  //
+  // whose members are the engines' ids (8 hex digits), each scored by the time (ms, on
+  // the shared clock) of its last heartbeat. A heartbeat is these commands, pipelined:
+  // it scores this node at `now_ms`, drops the nodes silent for `ttl_ms`, keeps the key
+  // as long, and its last command's reply (ZCARD) is the live count.
+  std::string nodes_key() const { return prefix_ + ":{nodes}"; }
+  std::vector<Command> heartbeat_commands(std::int64_t now_ms, std::int64_t ttl_ms) const;
   // The command of a token bucket's or a log's write (or give-back).
   Command script_command(const StoreWrite& write, bool give_back) const;
   // A command that an error reply `error` says to send again differently: an EVALSHA of

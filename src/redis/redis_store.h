@@ -72,6 +72,7 @@ class RedisStore final : public Store, private ReadRouter {
            topology_.node_for_resource(resource).circuit().available();
   }
   std::int64_t clock_offset() const noexcept override { return clock_sync_.offset(); }
+  std::uint32_t live_nodes() const noexcept override { return boundary_.live_nodes(); }
   std::chrono::nanoseconds retry_hint() const noexcept override {
     return topology_.all_available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
   }

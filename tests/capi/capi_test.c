@@ -258,8 +258,11 @@ _Static_assert(sizeof(ratewin_acquisition) ==
                    offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
                "ratewin_acquisition has trailing padding");
 _Static_assert(sizeof(ratewin_options) ==
-                   offsetof(ratewin_options, reserved) + sizeof(int32_t),
+                   offsetof(ratewin_options, reserved2) + sizeof(int32_t),
                "ratewin_options has trailing padding");
+_Static_assert(offsetof(ratewin_options, partition_share) ==
+                   offsetof(ratewin_options, reserved) + sizeof(int32_t),
+               "ratewin_options has padding before partition_share");
 _Static_assert(sizeof(ratewin_decision) ==
                    offsetof(ratewin_decision, reserved) + sizeof(int32_t),
                "ratewin_decision has trailing padding");
@@ -267,7 +270,7 @@ _Static_assert(offsetof(ratewin_decision, would_reject) ==
                    offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
                "ratewin_decision has padding before would_reject");
 _Static_assert(sizeof(ratewin_stats) ==
-                   offsetof(ratewin_stats, would_reject) + sizeof(uint64_t),
+                   offsetof(ratewin_stats, live_nodes) + sizeof(uint64_t),
                "ratewin_stats has trailing padding");
 
 /* ---- A local engine on a manual clock -------------------------------------------- */
@@ -297,6 +300,8 @@ static void test_options(void) {
   CHECK(o.clock == NULL && o.logger == NULL);
   CHECK(o.max_memory == 268435456);
   CHECK(o.require_store == 0 && o.reserved == 0);
+  CHECK(o.partition_share == 1.0 && o.partitioned_unknown == RATEWIN_FAILURE_LOCAL);
+  CHECK(o.reserved2 == 0);
   ratewin_options_init(NULL);
 
   /* A caller built against 1.0 passes the options as they were then: max_memory keeps
@@ -327,8 +332,8 @@ static void test_options(void) {
   struct {
     const char* field;
     ratewin_options options;
-  } bad[10];
-  for (size_t i = 0; i < 10; ++i) ratewin_options_init(&bad[i].options);
+  } bad[14];
+  for (size_t i = 0; i < 14; ++i) ratewin_options_init(&bad[i].options);
   bad[0].field = "max_limiters";
   bad[0].options.max_limiters = 0;
   bad[1].field = "command_timeout";
@@ -349,7 +354,15 @@ static void test_options(void) {
   bad[8].options.require_store = 2;
   bad[9].field = "reserved";
   bad[9].options.reserved = 1;
-  for (size_t i = 0; i < 10; ++i) {
+  bad[10].field = "partition_share";
+  bad[10].options.partition_share = 1001;
+  bad[11].field = "partition_share";
+  bad[11].options.partition_share = -1;
+  bad[12].field = "partitioned_unknown";
+  bad[12].options.partitioned_unknown = RATEWIN_FAILURE_OPEN;
+  bad[13].field = "reserved2";
+  bad[13].options.reserved2 = 1;
+  for (size_t i = 0; i < 14; ++i) {
     CHECK_ERROR(ratewin_engine_open(&bad[i].options, &out, &message), RATEWIN_EINVAL, message,
                 bad[i].field);
     CHECK(out == sentinel);
@@ -2025,6 +2038,17 @@ static void test_redis_shared(void) {
   ratewin_stats_init(&s);
   CHECK(ratewin_engine_stats(b, &s) == 0);
   CHECK(s.store == 1 && s.store_available == 1 && s.writes_ok >= 2 && s.degraded == 0);
+  /* Both engines heartbeat on the prefix (once a second): each counts two live. */
+  for (int i = 0; i < 200 && s.live_nodes != 2; ++i) {
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    CHECK(ratewin_engine_stats(b, &s) == 0);
+  }
+  CHECK(s.live_nodes == 2);
+  ratewin_limit* split = make_limit(10, 10000, 1000, RATEWIN_FAILURE_PARTITIONED);
+  ratewin_limit_options got;
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(split, &got) == 0 && got.failure_policy == RATEWIN_FAILURE_PARTITIONED);
+  ratewin_limit_free(split);
 
   /* Reset deletes the shared counts: an engine that starts now finds none. Refund takes
    * units back from them too. */

@@ -153,7 +153,25 @@ def test_limit_repr_reads_back():
 
 def test_failure_policies():
     assert {p.name for p in ratewin.FailurePolicy.__members__.values()} == \
-        {"LOCAL", "OPEN", "CLOSED"}
+        {"LOCAL", "OPEN", "CLOSED", "PARTITIONED"}
+    for name in ("local", "open", "closed", "partitioned"):
+        assert ratewin.Limit(1, per=1, on_failure=name).on_failure.name == name.upper()
+    assert "on_failure='partitioned'" in repr(ratewin.Limit(1, per=1, on_failure="partitioned"))
+    with pytest.raises(ValueError, match="'local', 'open', 'closed' or 'partitioned'"):
+        ratewin.Limit(1, per=1, on_failure="split")
+
+
+def test_partitioned_options(clock):
+    with ratewin.Engine(clock=clock, partition_share=2, partitioned_unknown="closed") as e:
+        assert e.stats()["live_nodes"] == 0
+    with ratewin.Engine(clock=clock, partitioned_unknown=ratewin.FailurePolicy.LOCAL):
+        pass
+    with pytest.raises(ValueError, match="partition_share"):
+        ratewin.Engine(clock=clock, partition_share=0)
+    with pytest.raises(TypeError, match="partition_share must be a number"):
+        ratewin.Engine(clock=clock, partition_share="1")
+    with pytest.raises(ValueError, match="partitioned_unknown"):
+        ratewin.Engine(clock=clock, partitioned_unknown="open")
 
 
 # ---- Decisions on a local engine ----------------------------------------------------

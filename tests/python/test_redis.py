@@ -77,6 +77,25 @@ def test_failure_policy_when_redis_is_gone(redis, policy, allowed):
         assert stats["degraded"] >= 1 and stats["last_error"] != ""
 
 
+def test_partitioned_splits_the_limit_among_live_engines_while_redis_is_gone(redis):
+    limit = ratewin.Limit(20, per=3600, on_failure="partitioned")
+    with ratewin.Engine(redis.url, command_timeout=0.2) as a, \
+            ratewin.Engine(redis.url, command_timeout=0.2) as b:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and \
+                (a.stats()["live_nodes"], b.stats()["live_nodes"]) != (2, 2):
+            time.sleep(0.05)
+        assert a.stats()["live_nodes"] == 2 and b.stats()["live_nodes"] == 2
+        assert a.try_acquire("warm", limit) and b.try_acquire("warm", limit)
+        redis.stop()
+        for engine in (a, b):
+            decisions = [engine.try_acquire("r", limit) for _ in range(30)]
+            assert all(d.degraded for d in decisions[1:])
+            # The first found Redis gone (admitted as local would); then half of 20.
+            assert 10 <= sum(1 for d in decisions if d) <= 11
+            assert decisions[-1].limit == 10
+
+
 def test_the_gil_is_free_while_redis_keeps_a_call_waiting(redis):
     """A call blocked on a paused Redis (up to command_timeout) lets other threads run."""
     limit = ratewin.Limit(100, per=3600)

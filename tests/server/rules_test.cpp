@@ -252,6 +252,12 @@ TEST_CASE("defaults.failure_policy applies where a limit says nothing") {
   const Match m = match(rules, "k");
   CHECK(m.limits[0]->limit.failure_policy() == FailurePolicy::closed);
   CHECK(m.limits[1]->limit.failure_policy() == FailurePolicy::local);
+  const Rules split = Rules::parse(
+      "defaults: {failure_policy: partitioned}\n"
+      "tiers: {t: {limits: [{name: a, max: 1, window: 1s}]}}\ndefault_tier: t\n");
+  CHECK(match(split, "k").limits[0]->limit.failure_policy() == FailurePolicy::partitioned);
+  CHECK(YAML::Load(split.describe_json())["defaults"]["failure_policy"].as<std::string>() ==
+        "partitioned");
 }
 
 TEST_CASE("mode: enforce by default, shadow per limit, per tier and in defaults") {
@@ -799,7 +805,7 @@ TEST_CASE("every kind of invalid input names its line") {
       {"defaults: {failure_policy: local, policy: open}\n", 1,
        "defaults: unknown field \"policy\""},
       {"defaults: {failure_policy: sometimes}\n", 1,
-       "defaults.failure_policy: \"sometimes\" is not one of local, open, closed"},
+       "defaults.failure_policy: \"sometimes\" is not one of local, open, closed, partitioned"},
       {"defaults: {algorithm: leaky_bucket}\n", 1,
        "defaults.algorithm: \"leaky_bucket\" is not one of sliding_window, strict_window, "
        "fixed_window, token_bucket"},
@@ -860,7 +866,7 @@ TEST_CASE("every kind of invalid input names its line") {
       {limit("        max: 5\n        window: 1s\n        per: user\n"), 15,
        "per: \"user\" is not one of key, endpoint, global"},
       {limit("        max: 5\n        window: 1s\n        failure_policy: fail\n"), 15,
-       "failure_policy: \"fail\" is not one of local, open, closed"},
+       "failure_policy: \"fail\" is not one of local, open, closed, partitioned"},
       {limit("        max: 5\n        window: 1s\n        algorithm: leaky_bucket\n"), 15,
        "endpoints[0].limits[0].algorithm: \"leaky_bucket\" is not one of sliding_window, "
        "strict_window, fixed_window, token_bucket"},

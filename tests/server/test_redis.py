@@ -344,3 +344,28 @@ def test_overrides_reach_every_instance_on_a_cluster(start_server, tmp_path):
         assert got.count(200) == 2, got
     finally:
         cluster.stop()
+
+
+def test_partitioned_splits_the_limit_between_instances_while_redis_is_gone(start_server, redis,
+                                                                            tmp_path):
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: api
+            path: /
+            limits:
+              - {name: all, max: 20, window: 1m, per: global, failure_policy: partitioned}
+        """)
+    servers = [start_server("--partition-share", "1", rules=rules, redis=redis) for _ in range(2)]
+    for s in servers:
+        store_up(s)
+    assert wait_until(lambda: all(s.metric("ratewin_store_live_nodes") == 2 for s in servers), 5)
+    redis.kill()
+    for s in servers:
+        with Client(s.port) as c:
+            got = [c.get("/", {"X-API-Key": "k"}) for _ in range(30)]
+        admitted = [r for r in got if r.status == 200]
+        # The request that found Redis gone was admitted on the whole limit (as local would);
+        # from then on, this instance's half of it.
+        assert 10 <= len(admitted) <= 11, got
+        assert got[-1].status == 429 and got[-1].headers["x-ratelimit-limit"] == "10", got[-1]
+        assert got[-1].headers["x-ratelimit-policy"] == "degraded"

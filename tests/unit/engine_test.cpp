@@ -42,6 +42,8 @@ struct SharedCounts {
       counts;
   std::map<std::uint64_t, std::int64_t> tats;  // token buckets' TATs, by counter
   std::atomic<bool> down{false};
+  std::atomic<bool> unreachable{false};  // available() says no (the circuit is open)
+  std::atomic<std::uint32_t> live{0};    // live_nodes()
   std::atomic<int> calls{0};
   std::atomic<int> first_writes{0};  // writes marked as an engine's first in their epoch
   std::atomic<int> batches{0};       // add_all calls
@@ -121,8 +123,10 @@ class FakeStore final : public detail::Store {
     });
     return true;
   }
-  // The fake is "reachable" even while failing writes: it tests the write path.
-  bool available(std::uint64_t) const noexcept override { return true; }
+  // The fake is "reachable" even while failing writes (it tests the write path), unless
+  // told otherwise.
+  bool available(std::uint64_t) const noexcept override { return !shared_->unreachable; }
+  std::uint32_t live_nodes() const noexcept override { return shared_->live; }
   std::int64_t clock_offset() const noexcept override { return 0; }
   std::chrono::nanoseconds retry_hint() const noexcept override { return 1s; }
   void add_stats(Stats&) const override {}
@@ -1232,6 +1236,105 @@ TEST_CASE_FIXTURE(Fixture, "a shadow limit refused by the store's counts is allo
   CHECK(out[0].remaining == 100);
   CHECK(shared->total() == 5);
   CHECK(a.try_acquire(hash("s"), roomy, 0).remaining == 100);
+}
+
+}  // namespace
+}  // namespace ratewin::test
+
+namespace ratewin::test {
+namespace {
+
+// FailurePolicy::partitioned: while the store is unreachable, a node's share of the limit.
+TEST_CASE_FIXTURE(Fixture, "partitioned: a node admits its share of the limit while the store is away") {
+  auto shared = std::make_shared<SharedCounts>();
+  std::vector<std::string> warnings;
+  Options o = options();
+  o.logger = [&](LogLevel level, std::string_view m) {
+    if (level == LogLevel::warning) warnings.emplace_back(m);
+  };
+  detail::EngineCore engine(o, std::make_unique<FakeStore>(shared));
+  const Limit limit = Limit(100, 1s, 100ms).with_failure_policy(FailurePolicy::partitioned);
+  const auto admitted = [&](std::uint64_t resource, const Limit& l, int tries) {
+    int n = 0;
+    for (int i = 0; i < tries; ++i) {
+      const Decision d = engine.try_acquire(resource, l, 1);
+      CHECK(d.degraded);
+      if (d.allowed) ++n;
+    }
+    return n;
+  };
+  shared->unreachable = true;
+  // Before the live count was ever read: as local, said once.
+  CHECK(admitted(1, limit, 150) == 100);
+  CHECK(admitted(2, limit, 1) == 1);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("decide as local") != std::string::npos);
+  // Four nodes live: a quarter each, from this node's own counts of the window.
+  shared->live = 4;
+  CHECK(admitted(3, limit, 50) == 25);
+  const Decision refused = engine.try_acquire(3, limit, 1);
+  CHECK(refused.limit == 25);
+  CHECK(refused.retry_after > 0ns);
+  CHECK(admitted(2, limit, 50) == 24);  // (one counted above)
+  clock->advance(1100ms);
+  CHECK(admitted(3, limit, 50) == 25);  // the next window
+  // Counts made before the outage weigh: 20 already in the window leave 5.
+  shared->unreachable = false;
+  for (int i = 0; i < 20; ++i) CHECK(engine.try_acquire(4, limit, 1).allowed);
+  shared->unreachable = true;
+  CHECK(admitted(4, limit, 50) == 5);
+  // Once the store is back, the whole limit again.
+  shared->unreachable = false;
+  clock->advance(1100ms);
+  int back = 0;
+  for (int i = 0; i < 150; ++i) back += engine.try_acquire(5, limit, 1).allowed ? 1 : 0;
+  CHECK(back == 100);
+  CHECK(warnings.size() == 1);
+}
+
+TEST_CASE_FIXTURE(Fixture, "partitioned: share, token buckets, groups, and closed before the count") {
+  auto shared = std::make_shared<SharedCounts>();
+  shared->unreachable = true;
+  Options o = options();
+  o.partition_share = 2.0;
+  o.partitioned_unknown = FailurePolicy::closed;
+  o.logger = [](LogLevel, std::string_view) {};
+  detail::EngineCore engine(o, std::make_unique<FakeStore>(shared));
+  const Limit limit = Limit(100, 1s, 100ms).with_failure_policy(FailurePolicy::partitioned);
+  // Never read: closed.
+  const Decision closed = engine.try_acquire(1, limit, 1);
+  CHECK_FALSE(closed.allowed);
+  CHECK(closed.degraded);
+  shared->live = 8;
+  int n = 0;
+  for (int i = 0; i < 50; ++i) n += engine.try_acquire(2, limit, 1).allowed ? 1 : 0;
+  CHECK(n == 25);  // 100 x 2.0 / 8
+  // A token bucket: its rate and its burst in proportion (burst 40 -> 10, 100/s -> 25/s).
+  const Limit bucket = Limit(100, 1s)
+                           .with_algorithm(Algorithm::token_bucket, 40)
+                           .with_failure_policy(FailurePolicy::partitioned);
+  n = 0;
+  for (int i = 0; i < 50; ++i) n += engine.try_acquire(3, bucket, 1).allowed ? 1 : 0;
+  CHECK(n == 10);
+  const Decision empty = engine.try_acquire(3, bucket, 1);
+  CHECK(empty.retry_after == 40ms);  // one unit of 25 per second
+  // In a group, each limit its share; more nodes than max: at least 1 each.
+  shared->live = 1000;
+  const Acquisition group[] = {{4, limit}, {4, Limit(1000, 1s, 100ms)}};
+  Decision out[2];
+  CHECK(engine.try_acquire_all(group, out) == 2);
+  CHECK(out[0].limit == 1);
+  CHECK(engine.try_acquire_all(group, out) == 0);
+  CHECK(engine.options().partition_share == 2.0);
+}
+
+TEST_CASE("partitioned's options are checked") {
+  Options o;
+  o.partition_share = 0;
+  CHECK_THROWS_WITH_AS(Engine{o}, doctest::Contains("partition_share"), std::invalid_argument);
+  o.partition_share = 1.0;
+  o.partitioned_unknown = FailurePolicy::open;
+  CHECK_THROWS_WITH_AS(Engine{o}, doctest::Contains("partitioned_unknown"), std::invalid_argument);
 }
 
 }  // namespace

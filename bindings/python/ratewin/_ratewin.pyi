@@ -25,6 +25,7 @@ class FailurePolicy:
     LOCAL: ClassVar[FailurePolicy]
     OPEN: ClassVar[FailurePolicy]
     CLOSED: ClassVar[FailurePolicy]
+    PARTITIONED: ClassVar[FailurePolicy]
     __members__: ClassVar[dict[str, FailurePolicy]]
     def __init__(self, value: int) -> None: ...
     def __eq__(self, other: object) -> bool: ...
@@ -149,6 +150,8 @@ class Engine:
         logger: Optional[Callable[[str, str], Any]] = None,
         max_memory: int = 268435456,
         connect: str = "lazy",
+        partition_share: float = 1.0,
+        partitioned_unknown: Union[FailurePolicy, str] = "local",
     ) -> None: ...
     def try_acquire(self, resource: Resource, limit: Limit, cost: int = 1) -> Decision: ...
     def try_acquire_all(

@@ -51,6 +51,10 @@ std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std:
 std::string to_utf8(py::handle text, const char* what);
 // A bool: TypeError for anything else (0, None, "yes").
 bool to_bool(py::handle value, const char* what);
+// A number (an int or a float; bools are refused) as a double: TypeError otherwise.
+double to_double(py::handle value, const char* what);
+// A FailurePolicy, or its name ('local', 'open', 'closed', 'partitioned').
+FailurePolicy to_policy(py::handle value, const char* what);
 // A resource: a str (hashed as UTF-8), bytes (hashed as they are) or an int id.
 std::uint64_t to_resource(py::handle resource);
 
@@ -70,6 +74,7 @@ RATEWIN_PYTHON_ARG(ResourceArg);
 RATEWIN_PYTHON_ARG(StrArg);
 RATEWIN_PYTHON_ARG(OptionalStrArg);
 RATEWIN_PYTHON_ARG(BoolArg);
+RATEWIN_PYTHON_ARG(FloatArg);
 RATEWIN_PYTHON_ARG(PolicyArg);
 RATEWIN_PYTHON_ARG(LimitsArg);
 RATEWIN_PYTHON_ARG(OptionalClockArg);
@@ -102,6 +107,7 @@ RATEWIN_PYTHON_ARG_CASTER(ResourceArg, "str | bytes | int");
 RATEWIN_PYTHON_ARG_CASTER(StrArg, "str");
 RATEWIN_PYTHON_ARG_CASTER(OptionalStrArg, "str | None");
 RATEWIN_PYTHON_ARG_CASTER(BoolArg, "bool");
+RATEWIN_PYTHON_ARG_CASTER(FloatArg, "float");
 RATEWIN_PYTHON_ARG_CASTER(PolicyArg, "FailurePolicy | str");
 RATEWIN_PYTHON_ARG_CASTER(LimitsArg, "Iterable[Limit]");
 RATEWIN_PYTHON_ARG_CASTER(OptionalClockArg, "ManualClock | None");

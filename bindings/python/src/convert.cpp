@@ -130,6 +130,15 @@ bool to_bool(py::handle value, const char* what) {
   return value.ptr() == Py_True;
 }
 
+double to_double(py::handle value, const char* what) {
+  if (!is_int(value) && PyFloat_Check(value.ptr()) == 0) {
+    throw py::type_error(std::string(what) + " must be a number, not " + type_name(value));
+  }
+  const double v = PyFloat_AsDouble(value.ptr());
+  if (v == -1.0 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  return v;
+}
+
 std::chrono::milliseconds to_milliseconds(py::handle seconds, const char* what, bool allow_zero) {
   bool whole = true;
   const long long ms = to_units(seconds, what, allow_zero, 1e3, whole);

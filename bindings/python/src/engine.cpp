@@ -295,6 +295,7 @@ class PyEngine : public Owner<PyEngine, Engine> {
     d["rejected"] = s.rejected;
     d["degraded"] = s.degraded;
     d["would_reject"] = s.would_reject;
+    d["live_nodes"] = s.live_nodes;
     d["limiters"] = s.limiters;
     d["max_limiters"] = s.max_limiters;
     d["pinned"] = s.pinned;
@@ -459,7 +460,8 @@ void init_engine(py::module_& m) {
                        SecondsArg connect_timeout, SecondsArg command_timeout,
                        IntArg max_connections, SecondsArg sync_settle, BoolArg sync_clock,
                        SecondsArg clock_sync_interval, OptionalClockArg clock,
-                       OptionalLoggerArg logger, IntArg max_memory, StrArg connect) {
+                       OptionalLoggerArg logger, IntArg max_memory, StrArg connect,
+                       FloatArg partition_share, PolicyArg partitioned_unknown) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
              o.key_prefix = to_utf8(key_prefix, "key_prefix");
@@ -487,6 +489,8 @@ void init_engine(py::module_& m) {
                                      "'");
              }
              o.require_store = connect_mode == "require";
+             o.partition_share = to_double(partition_share, "partition_share");
+             o.partitioned_unknown = to_policy(partitioned_unknown, "partitioned_unknown");
              // Without a logger of the caller's, records on the "ratewin" logger.
              py::object sink = logger.is_none()
                                    ? py::module_::import("ratewin._logsink").attr("emit")
@@ -515,11 +519,17 @@ void init_engine(py::module_& m) {
            py::arg("sync_settle") = 0.01, py::arg("sync_clock") = true,
            py::arg("clock_sync_interval") = 10.0, py::arg("clock") = py::none(),
            py::arg("logger") = py::none(), py::arg("max_memory") = std::size_t{256} << 20,
-           py::arg("connect") = "lazy",
+           py::arg("connect") = "lazy", py::arg("partition_share") = 1.0,
+           py::arg("partitioned_unknown") = "local",
            "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
            "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
            "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None, "
-           "max_memory=268435456, connect='lazy').\n\n"
+           "max_memory=268435456, connect='lazy', partition_share=1.0, "
+           "partitioned_unknown='local').\n\n"
+           "partition_share, partitioned_unknown: limits with on_failure='partitioned' admit "
+           "max x partition_share / live engines on each engine while Redis is unreachable "
+           "(0.01 to 1000); an engine that never read the live count decides as "
+           "partitioned_unknown says, 'local' or 'closed'.\n\n"
            "connect: 'lazy' (the default) starts whether or not Redis can be used, deciding "
            "with local counts until it can; 'require' raises StoreError when Redis cannot be "
            "used at start (unreachable within connect_timeout, or a password missing or "

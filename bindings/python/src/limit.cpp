@@ -9,19 +9,25 @@
 #include "bindings.h"
 
 namespace ratewin::python {
-namespace {
 
-FailurePolicy to_policy(py::handle value) {
+FailurePolicy to_policy(py::handle value, const char* what) {
   if (py::isinstance<FailurePolicy>(value)) return value.cast<FailurePolicy>();
   if (PyUnicode_Check(value.ptr()) != 0) {
-    const std::string text = to_utf8(value, "on_failure");
+    const std::string text = to_utf8(value, what);
     if (text == "local") return FailurePolicy::local;
     if (text == "open") return FailurePolicy::open;
     if (text == "closed") return FailurePolicy::closed;
-    throw py::value_error("on_failure must be 'local', 'open' or 'closed', not '" + text + "'");
+    if (text == "partitioned") return FailurePolicy::partitioned;
+    throw py::value_error(std::string(what) +
+                          " must be 'local', 'open', 'closed' or 'partitioned', not '" + text +
+                          "'");
   }
-  throw py::type_error("on_failure must be a FailurePolicy or one of 'local', 'open', 'closed'");
+  throw py::type_error(std::string(what) +
+                       " must be a FailurePolicy or one of 'local', 'open', 'closed', "
+                       "'partitioned'");
 }
+
+namespace {
 
 // An algorithm's name (a str, or a ratewin.Algorithm, which is one) as the Algorithm.
 Algorithm to_algorithm(py::handle value) {
@@ -53,6 +59,8 @@ const char* policy_name(FailurePolicy p) {
       return "open";
     case FailurePolicy::closed:
       return "closed";
+    case FailurePolicy::partitioned:
+      return "partitioned";
     case FailurePolicy::local:
       break;
   }
@@ -212,7 +220,12 @@ void init_limit(py::module_& m) {
                            "decisions are then marked degraded.")
       .value("LOCAL", FailurePolicy::local, "Keep enforcing with this process's own counts.")
       .value("OPEN", FailurePolicy::open, "Allow every request.")
-      .value("CLOSED", FailurePolicy::closed, "Reject every request (for login-like limits).");
+      .value("CLOSED", FailurePolicy::closed, "Reject every request (for login-like limits).")
+      .value("PARTITIONED", FailurePolicy::partitioned,
+             "Split the limit among the engines on the same key prefix: each admits max x "
+             "partition_share / live engines with its own counts (the live count read from "
+             "Redis before the outage; Engine(partitioned_unknown=...) says what happens "
+             "before it was ever read).");
 
   py::class_<Limit>(m, "Limit",
                     "At most `max` units in any sliding window of `per` seconds, tracked in "
@@ -258,7 +271,7 @@ void init_limit(py::module_& m) {
              const Limit limit =
                  Limit(count, interval, step).with_algorithm(how, bucket ? room : 0);
              return with_scope_name(
-                 limit.with_failure_policy(to_policy(on_failure)).with_mode(enforcing), scope);
+                 limit.with_failure_policy(to_policy(on_failure, "on_failure")).with_mode(enforcing), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
            py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
@@ -267,7 +280,7 @@ void init_limit(py::module_& m) {
            "Limit(100, per=60) allows 100 units a minute. `per` and `resolution` are seconds "
            "(int, float or datetime.timedelta, whole milliseconds); resolution must divide "
            "per and defaults to per / 10 (or the nearest coarser divisor). `on_failure` is a "
-           "FailurePolicy or 'local', 'open', 'closed'. Two different limits never share counts "
+           "FailurePolicy or 'local', 'open', 'closed', 'partitioned'. Two different limits never share counts "
            "on a resource; limits given the same `scope` name (and the same per and resolution) "
            "do. `algorithm` (a str, or a ratewin.Algorithm) says how the limit counts: "
            "'sliding_window' (the default) weighs the subinterval leaving the window by its "
