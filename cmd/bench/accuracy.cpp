@@ -384,6 +384,128 @@ std::vector<Algorithm> algorithms_of(const std::string& text) {
 
 }  // namespace
 
+// The outage scenario: K engines under 10x overload on one limit, Redis killed (or
+// paused) for `outage`, then back; one run per failure policy. The figures: the most
+// admitted in any sliding window over the whole run (the outage and its edges included),
+// over the limit; the same from two windows after Redis is back (recovery); the longest
+// call (never past the command timeout); the share of degraded decisions.
+void run_outage(const cxxopts::ParseResult& args, double scale, test::RedisServer& redis,
+               Algorithm algorithm) {
+  const auto outage =
+      std::chrono::milliseconds(std::llround(1000.0 * args["outage"].as<double>()));
+  const int k = args["outage-engines"].as<int>();
+  if (k < 1) throw std::invalid_argument("--outage-engines must be at least 1");
+  const auto ms = [&](double v) { return std::chrono::milliseconds(std::llround(v * scale)); };
+  const auto seconds = [](std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1e3; };
+  const std::uint64_t max = 100;
+  const double limit_rate = double(max) / (10.0 * scale);  // per second
+  const auto warm = std::max<std::chrono::milliseconds>(ms(30'000), 2500ms);
+  const auto recovery = std::max<std::chrono::milliseconds>(ms(50'000), 3000ms);
+  constexpr auto kDeadline = 100ms;
+  std::printf("ratewin-bench accuracy --outage: %d engines, 10x overload of 100 per %lld ms "
+              "(%s), Redis down for %.1f s after %.1f s, then %.1f s back; command "
+              "timeout %lld ms\n\n",
+              k, static_cast<long long>(ms(10'000).count()), algorithm_name(algorithm),
+              seconds(outage), seconds(warm),
+              seconds(recovery), static_cast<long long>(kDeadline.count()));
+  std::printf("%-8s %-12s %12s %12s %14s %12s %10s %10s %10s\n", "outage", "policy",
+              "worst window", "until back", "after recovery", "longest call", "degraded", "live nodes", "requests");
+  const FailurePolicy policies[] = {FailurePolicy::local, FailurePolicy::open,
+                                    FailurePolicy::closed, FailurePolicy::partitioned};
+  const char* const names[] = {"local", "open", "closed", "partitioned"};
+  int run = 0;
+  bool missed = false;
+  for (const bool pause : {false, true}) {
+    for (std::size_t p = 0; p < std::size(policies); ++p) {
+      const Limit limit = Limit(max, ms(10'000), ms(1'000))
+                              .with_algorithm(algorithm)
+                              .with_failure_policy(policies[p]);
+      const std::int64_t interval = std::chrono::nanoseconds(limit.interval()).count();
+      Options o;
+      o.redis = redis.url();
+      o.key_prefix = "outage" + std::string(algorithm_name(algorithm)) +
+                     std::to_string(++run);  // (live counts apart)
+      o.clock = std::make_shared<test::RecordingClock>();
+      o.sync_clock = false;
+      o.command_timeout = kDeadline;
+      o.logger = [](LogLevel, std::string_view) {};
+      std::vector<std::unique_ptr<Engine>> engines;
+      for (int i = 0; i < k; ++i) engines.push_back(std::make_unique<Engine>(o));
+      // Every engine has counted the others live before the outage.
+      const auto ready_by = std::chrono::steady_clock::now() + 10s;
+      std::uint64_t live = 0;
+      while (std::chrono::steady_clock::now() < ready_by) {
+        live = UINT64_MAX;
+        for (const auto& e : engines) live = std::min(live, e->stats().live_nodes);
+        if (live == static_cast<std::uint64_t>(k)) break;
+        std::this_thread::sleep_for(20ms);
+      }
+      std::vector<std::vector<Event>> per(engines.size());
+      std::vector<std::int64_t> longest(engines.size(), 0);
+      std::vector<std::uint64_t> degraded(engines.size(), 0);
+      std::barrier start(static_cast<std::ptrdiff_t>(engines.size()) + 1);
+      const auto total = warm + outage + recovery;
+      std::vector<std::thread> threads;
+      for (std::size_t i = 0; i < engines.size(); ++i) {
+        threads.emplace_back([&, i] {
+          std::mt19937_64 rng(2000 + i);
+          std::exponential_distribution<double> gap(10 * limit_rate / k);
+          start.arrive_and_wait();
+          const auto begin = std::chrono::steady_clock::now();
+          auto next = begin;
+          while (true) {
+            next += std::chrono::nanoseconds(static_cast<std::int64_t>(gap(rng) * 1e9));
+            if (next - begin > total) break;
+            std::this_thread::sleep_until(next);
+            const auto called = std::chrono::steady_clock::now();
+            const Decision d = engines[i]->try_acquire("hot", limit);
+            longest[i] = std::max<std::int64_t>(
+                longest[i], (std::chrono::steady_clock::now() - called).count());
+            if (d.degraded) ++degraded[i];
+            per[i].push_back({test::RecordingClock::last(), d.allowed});
+          }
+        });
+      }
+      start.arrive_and_wait();
+      std::this_thread::sleep_for(warm);
+      if (pause) {
+        redis.pause();
+      } else {
+        redis.stop(true);
+      }
+      std::this_thread::sleep_for(outage);
+      if (pause) {
+        redis.resume();
+      } else if (!redis.start()) {
+        throw std::runtime_error("redis-server did not start again");
+      }
+      const std::int64_t back = SystemClock::read();
+      for (auto& t : threads) t.join();
+      std::vector<Event> all;
+      for (auto& e : per) all.insert(all.end(), e.begin(), e.end());
+      std::sort(all.begin(), all.end(), [](const Event& a, const Event& b) { return a.t < b.t; });
+      const double worst = double(max_admitted(all, interval, INT64_MIN)) / double(max);
+      std::vector<Event> until_back;
+      for (const Event& e : all)
+        if (e.t < back) until_back.push_back(e);
+      const double during = double(max_admitted(until_back, interval, INT64_MIN)) / double(max);
+      const double after = double(max_admitted(all, interval, back + 2 * interval)) / double(max);
+      const std::int64_t call = *std::max_element(longest.begin(), longest.end());
+      std::uint64_t down = 0;
+      for (const std::uint64_t d : degraded) down += d;
+      std::printf("%-8s %-12s %12.3f %12.3f %14.3f %9.1f ms %9.1f%% %10llu %10zu\n",
+                  pause ? "paused" : "killed", names[p], worst, during, after,
+                  static_cast<double>(call) / 1e6,
+                  100.0 * double(down) / double(all.size()), static_cast<unsigned long long>(live),
+                  all.size());
+      if (policies[p] == FailurePolicy::partitioned && worst > 1.15) missed = true;
+    }
+  }
+  std::printf("\ntarget: partitioned's worst window at most 1.15x the limit (%s); a call never "
+              "much past the %lld ms deadline\n\n",
+              missed ? "MISSES target" : "meets target", static_cast<long long>(kDeadline.count()));
+}
+
 int run_accuracy(const cxxopts::ParseResult& args) {
   const double scale = args["scale"].as<double>();
   const std::vector<int> counts = parse_list(args["engines"].as<std::string>());
@@ -393,6 +515,13 @@ int run_accuracy(const cxxopts::ParseResult& args) {
   if (url.empty()) {
     own = std::make_unique<test::RedisServer>();
     url = own->url();
+  }
+  if (args["outage"].as<double>() > 0) {
+    // (It stops and starts Redis: only its own.)
+    if (own == nullptr) throw std::invalid_argument("--outage needs a private Redis: leave --redis out");
+    for (const Algorithm algorithm : algorithms_of(args["algorithm"].as<std::string>()))
+      run_outage(args, scale, *own, algorithm);
+    return 0;
   }
   // The scenario: 100 per 10 s at 1 s resolution, time scaled by --scale.
   const auto ms = [&](double v) { return std::chrono::milliseconds(std::llround(v * scale)); };

@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value(""))
     ("plot", "accuracy: draw each algorithm's overload run into this .svg or .png (needs gnuplot)",
      cxxopts::value<std::string>()->default_value(""))
+    ("outage", "accuracy: instead, the outage scenario: Redis killed, then paused, for this "
+               "many seconds under 10x overload, once per failure policy (0: off)",
+     cxxopts::value<double>()->default_value("0"))
+    ("outage-engines", "accuracy --outage: engines sharing the limit",
+     cxxopts::value<int>()->default_value("4"))
     ("h,help", "print this help");
   // clang-format on
   options.parse_positional({"mode"});

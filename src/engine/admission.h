@@ -88,7 +88,7 @@ class Admission {
   const LimiterKey& key_;
   const std::uint64_t hash_;
   const std::int64_t now_;
-  const Limit& limit_;
+  const Limit limit_;  // a copy: a partitioned limit's share is made for the call
   const std::uint64_t cost_;
   const bool degraded_;    // the store was known to be unreachable when the call began
   const BucketRule rule_;  // a token bucket's (key_.bucket())

@@ -190,9 +190,24 @@ EngineCore::~EngineCore() {
   const bool degraded = store_ != nullptr && !store_->available(key.resource);
   FailurePolicy policy = limit.failure_policy();
   std::optional<Limit> split;
-  if (degraded && policy == FailurePolicy::partitioned) {
-    policy = partition(limit, split);
-    if (split) return decide_split(shard, key, hash, known, now, *split, cost, counted, defer);
+  if (policy == FailurePolicy::partitioned && store_ != nullptr) {
+    if (degraded) {
+      policy = partition(limit, split);
+      if (split) {
+        Decision d = decide_split(shard, key, hash, known, now, *split, cost, counted, defer);
+        if (d.allowed && !d.would_reject && cost != 0 && key.ring())
+          ledger_.note(hash, now, cost, limit.interval() / std::chrono::nanoseconds(1));
+        return d;
+      }
+    } else if (!ledger_.empty()) {
+      if (store_->back_for(key.resource) < limit.interval() / std::chrono::nanoseconds(1)) {
+        if (std::optional<Decision> d = after_outage(shard, key, hash, known, now, limit, cost,
+                                                     counted, defer))
+          return *d;
+      } else {
+        ledger_.clear_if_done(now);
+      }
+    }
   }
   RecordRef ref = known;
   Decision d;
@@ -251,6 +266,33 @@ FailurePolicy EngineCore::partition(const Limit& limit, std::optional<Limit>& sp
                         " until it is");
   }
   return options_.partitioned_unknown;
+}
+
+std::optional<Decision> EngineCore::after_outage(Shard& shard, LimiterKey& key,
+                                                 std::uint64_t& hash, RecordRef known,
+                                                 std::int64_t now, const Limit& limit,
+                                                 std::uint64_t cost, Counted* counted,
+                                                 std::optional<Admission>* defer) {
+  const std::int64_t window = limit.interval() / std::chrono::nanoseconds(1);
+  std::int64_t oldest = INT64_MAX;
+  const std::uint64_t own = ledger_.since(hash, now - window, oldest);
+  if (own == 0) return std::nullopt;
+  // Every live node is taken to have admitted as much as this one did on its own: that
+  // much of the window is spoken for, beyond what the store holds.
+  const std::uint64_t nodes = std::max<std::uint32_t>(1, store_->live_nodes());
+  const std::uint64_t taken = own > limit.max() / nodes ? limit.max() : own * nodes;
+  if (taken >= limit.max() || taken + cost > limit.max()) {
+    Decision d;
+    d.limit = limit.max();
+    d.retry_after = std::chrono::nanoseconds(std::max<std::int64_t>(1, oldest + window - now));
+    d.reset_after = d.retry_after;
+    count(d, limit);
+    return d;
+  }
+  // (As local: the partitioned branches are done with.)
+  return decide(shard, key, hash, known, now,
+                limit.with_max(limit.max() - taken).with_failure_policy(FailurePolicy::local),
+                cost, counted, defer);
 }
 
 Decision EngineCore::decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,

@@ -10,6 +10,7 @@
 
 #include "core/counters.h"
 #include "core/registry.h"
+#include "engine/outage_ledger.h"
 #include "engine/store.h"
 #include "ratewin/engine.h"
 
@@ -97,6 +98,15 @@ class EngineCore final : public SyncTarget {
   // share of the limit (in `split`), or, before the live-node count was ever read, as
   // Options::partitioned_unknown says.
   FailurePolicy partition(const Limit& limit, std::optional<Limit>& split);
+  // A partitioned limit's decision for a window after the store came back from an
+  // outage, when this engine admitted some of it on its own meanwhile (the ledger): the
+  // store lacks those, and every live node's like them, so they are taken off max.
+  // nullopt: nothing noted, decide as usual.
+  [[gnu::noinline]] std::optional<Decision> after_outage(Shard& shard, LimiterKey& key,
+                                                         std::uint64_t& hash, RecordRef known,
+                                                         std::int64_t now, const Limit& limit,
+                                                         std::uint64_t cost, Counted* counted,
+                                                         std::optional<Admission>* defer);
   // decide() with a partitioned limit's share (out of line: decide()'s other recursion).
   [[gnu::noinline]] Decision decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,
                                           RecordRef known, std::int64_t now, const Limit& split,
@@ -145,6 +155,7 @@ class EngineCore final : public SyncTarget {
   std::atomic<std::uint64_t> warm_start_failures_{0};
   std::atomic<std::uint64_t> overflowed_{0};
   std::atomic<bool> partition_unknown_logged_{false};
+  OutageLedger ledger_;  // partitioned admissions made without the store
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 

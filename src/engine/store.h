@@ -141,6 +141,10 @@ class Store {
   // The engines on this key prefix that heartbeat to the store, this one included, as
   // last read (0: never read). FailurePolicy::partitioned splits a limit by it.
   virtual std::uint32_t live_nodes() const noexcept { return 0; }
+  // Nanoseconds since the part of the store that holds `resource`'s counts came back from
+  // its last outage (INT64_MAX: it never had one). What nodes admitted on their own
+  // meanwhile is not in its counts.
+  virtual std::int64_t back_for(std::uint64_t /*resource*/) const noexcept { return INT64_MAX; }
   // Nanoseconds to add to the engine's clock to read the store's clock.
   virtual std::int64_t clock_offset() const noexcept = 0;
   // When the store might be back: what a request rejected because of it should wait.

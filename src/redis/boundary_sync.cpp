@@ -196,8 +196,24 @@ void BoundarySync::heartbeat(std::int64_t now) {
       heartbeat_in_flight_ = false;
       // (A failure, or a redirection while a slot moves, leaves the last count.)
       if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
-        live_nodes_.store(static_cast<std::uint32_t>(r->integer), std::memory_order_relaxed);
+        take_live_count(static_cast<std::uint32_t>(r->integer));
     });
+  }
+}
+
+void BoundarySync::take_live_count(std::uint32_t seen) {
+  // A rise counts at once; a fall once it has lasted as long as a node stays live: a
+  // Redis that restarted empty, or nodes that have not heartbeat to it since, must not
+  // make the count (and the partitioned shares) fall for a moment.
+  const std::int64_t now = steady_ns();
+  if (seen >= live_nodes()) {
+    live_nodes_.store(seen, std::memory_order_relaxed);
+    fewer_since_ = INT64_MIN;
+  } else if (fewer_since_ == INT64_MIN) {
+    fewer_since_ = now;
+  } else if (now - fewer_since_ >= kLiveMs * 1'000'000) {
+    live_nodes_.store(seen, std::memory_order_relaxed);
+    fewer_since_ = INT64_MIN;
   }
 }
 

@@ -92,6 +92,8 @@ class BoundarySync {
   void absorb_activity(std::int64_t now);
   // Scores this node live and reads the live count, on the connection of the nodes' key.
   void heartbeat(std::int64_t now);
+  // A heartbeat's live count.
+  void take_live_count(std::uint32_t seen);
   // Reads `epochs` of a geometry: what their change sets name, or (`whole`) every active
   // limiter's window.
   void read(Geometry& g, std::vector<std::int64_t> epochs, bool whole,
@@ -117,6 +119,7 @@ class BoundarySync {
   std::atomic<std::uint64_t> active_{0};
   std::int64_t next_heartbeat_ = 0;  // steady_ns()
   bool heartbeat_in_flight_ = false;
+  std::int64_t fewer_since_ = INT64_MIN;  // steady_ns(): since when counts were lower
   std::atomic<std::uint32_t> live_nodes_{0};
 };
 

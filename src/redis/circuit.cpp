@@ -31,7 +31,9 @@ bool CircuitBreaker::open(const std::string& why) {
 bool CircuitBreaker::close() {
   if (available_.exchange(true, std::memory_order_acq_rel)) return false;
   open_count_.fetch_sub(1, std::memory_order_acq_rel);
-  const std::int64_t down = steady_ns() - down_since_ns_.load(std::memory_order_relaxed);
+  const std::int64_t now = steady_ns();
+  back_since_ns_.store(now, std::memory_order_relaxed);
+  const std::int64_t down = now - down_since_ns_.load(std::memory_order_relaxed);
   reporter_.log(LogLevel::info, "Redis at " + where_ + " reachable again after " +
                                     std::to_string(down / 1'000'000) +
                                     " ms; re-reading active limiters");

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "redis/reporter.h"
+#include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -48,6 +49,11 @@ class CircuitBreaker {
     return available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
   }
   std::uint64_t opens() const noexcept { return opens_.load(std::memory_order_relaxed); }
+  // Nanoseconds since it last closed after an outage (INT64_MAX: never).
+  std::int64_t back_for() const noexcept {
+    const std::int64_t since = back_since_ns_.load(std::memory_order_relaxed);
+    return since == INT64_MIN ? INT64_MAX : steady_ns() - since;
+  }
 
  private:
   Reporter& reporter_;
@@ -57,6 +63,7 @@ class CircuitBreaker {
   std::atomic<bool> available_{true};
   std::atomic<std::uint64_t> opens_{0};
   std::atomic<std::int64_t> down_since_ns_{0};  // steady clock
+  std::atomic<std::int64_t> back_since_ns_{INT64_MIN};  // steady clock; INT64_MIN: never
 };
 
 }  // namespace ratewin::inline v1::detail

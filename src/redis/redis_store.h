@@ -73,6 +73,9 @@ class RedisStore final : public Store, private ReadRouter {
   }
   std::int64_t clock_offset() const noexcept override { return clock_sync_.offset(); }
   std::uint32_t live_nodes() const noexcept override { return boundary_.live_nodes(); }
+  std::int64_t back_for(std::uint64_t resource) const noexcept override {
+    return topology_.node_for_resource(resource).circuit().back_for();
+  }
   std::chrono::nanoseconds retry_hint() const noexcept override {
     return topology_.all_available() ? std::chrono::nanoseconds(0) : std::chrono::seconds(1);
   }

@@ -44,6 +44,7 @@ struct SharedCounts {
   std::atomic<bool> down{false};
   std::atomic<bool> unreachable{false};  // available() says no (the circuit is open)
   std::atomic<std::uint32_t> live{0};    // live_nodes()
+  std::atomic<std::int64_t> back_for{INT64_MAX};  // back_for(): ns since the last outage
   std::atomic<int> calls{0};
   std::atomic<int> first_writes{0};  // writes marked as an engine's first in their epoch
   std::atomic<int> batches{0};       // add_all calls
@@ -127,6 +128,7 @@ class FakeStore final : public detail::Store {
   // told otherwise.
   bool available(std::uint64_t) const noexcept override { return !shared_->unreachable; }
   std::uint32_t live_nodes() const noexcept override { return shared_->live; }
+  std::int64_t back_for(std::uint64_t) const noexcept override { return shared_->back_for; }
   std::int64_t clock_offset() const noexcept override { return 0; }
   std::chrono::nanoseconds retry_hint() const noexcept override { return 1s; }
   void add_stats(Stats&) const override {}
@@ -1326,6 +1328,52 @@ TEST_CASE_FIXTURE(Fixture, "partitioned: share, token buckets, groups, and close
   CHECK(out[0].limit == 1);
   CHECK(engine.try_acquire_all(group, out) == 0);
   CHECK(engine.options().partition_share == 2.0);
+}
+
+TEST_CASE_FIXTURE(Fixture, "partitioned: for a window after an outage, what nodes admitted on their own counts") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore engine(options(), std::make_unique<FakeStore>(shared));
+  const Limit limit = Limit(100, 1s, 100ms).with_failure_policy(FailurePolicy::partitioned);
+  shared->live = 4;
+  // This node admitted 10 on its own while the store was away; each of the 4 live nodes
+  // is taken to have done as much. The store is back without them: 40 of the window are
+  // spoken for, so its counts decide against 60, and this node's 10 are in its own.
+  shared->unreachable = true;
+  shared->down = true;  // (what is written meanwhile is lost)
+  for (int i = 0; i < 10; ++i) REQUIRE(engine.try_acquire(1, limit, 1).allowed);
+  shared->unreachable = false;
+  shared->down = false;
+  shared->back_for = 0;
+  int n = 0;
+  Decision last;
+  for (int i = 0; i < 80; ++i) {
+    last = engine.try_acquire(1, limit, 1);
+    n += last.allowed ? 1 : 0;
+  }
+  CHECK(n == 50);
+  CHECK_FALSE(last.degraded);
+  CHECK(last.limit == 60);
+  CHECK(shared->total() == 50);
+  // One that admitted a quarter on its own has nothing left for the window.
+  shared->unreachable = true;
+  shared->down = true;
+  for (int i = 0; i < 25; ++i) REQUIRE(engine.try_acquire(6, limit, 1).allowed);
+  shared->unreachable = false;
+  shared->down = false;
+  const Decision full = engine.try_acquire(6, limit, 1);
+  CHECK_FALSE(full.allowed);
+  CHECK(full.retry_after > 0ns);
+  CHECK(full.retry_after <= 1s);
+  // A limit under another policy is not held back.
+  const Limit local = Limit(100, 1s, 100ms);
+  n = 0;
+  for (int i = 0; i < 150; ++i) n += engine.try_acquire(2, local, 1).allowed ? 1 : 0;
+  CHECK(n == 100);
+  // A window later, the whole limit (the store's counts decide).
+  shared->back_for = 1'000'000'000;
+  n = 0;
+  for (int i = 0; i < 150; ++i) n += engine.try_acquire(3, limit, 1).allowed ? 1 : 0;
+  CHECK(n == 100);
 }
 
 TEST_CASE("partitioned's options are checked") {

@@ -1,0 +1,70 @@
+// What an engine admitted on its own under FailurePolicy::partitioned while the store was
+// away: the store never saw it, so for a window after the store is back the engine counts
+// it against the limit as every node's (each is taken to have admitted as much).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+namespace ratewin::inline v1::detail {
+
+class OutageLedger {
+ public:
+  // Most admissions remembered at once: past that, new ones are not (the ledger errs
+  // towards admitting, as the policies before it did).
+  static constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
+
+  // `cost` admitted at `t` for the limiter `hash`, whose window is `window` ns.
+  void note(std::uint64_t hash, std::int64_t t, std::uint64_t cost, std::int64_t window) {
+    std::lock_guard lock(mutex_);
+    if (entries_ >= kMaxEntries) return;
+    auto& list = by_limiter_[hash];
+    list.emplace_back(t, cost);
+    ++entries_;
+    if (window > longest_) longest_ = window;
+    if (t > newest_) newest_ = t;
+    empty_.store(false, std::memory_order_relaxed);
+  }
+  bool empty() const noexcept { return empty_.load(std::memory_order_relaxed); }
+  // What was noted for `hash` after `from`, and when the oldest of it was (INT64_MAX:
+  // none). Drops what is older.
+  std::uint64_t since(std::uint64_t hash, std::int64_t from, std::int64_t& oldest) {
+    oldest = INT64_MAX;
+    std::lock_guard lock(mutex_);
+    const auto it = by_limiter_.find(hash);
+    if (it == by_limiter_.end()) return 0;
+    auto& list = it->second;
+    while (!list.empty() && list.front().first <= from) {
+      list.pop_front();
+      --entries_;
+    }
+    std::uint64_t sum = 0;
+    for (const auto& [t, cost] : list) sum += cost;
+    if (!list.empty()) oldest = list.front().first;
+    if (list.empty()) by_limiter_.erase(it);
+    return sum;
+  }
+  // Forgets everything once no window noted can still hold any of it.
+  void clear_if_done(std::int64_t now) {
+    std::lock_guard lock(mutex_);
+    if (now - newest_ <= longest_) return;
+    by_limiter_.clear();
+    entries_ = 0;
+    empty_.store(true, std::memory_order_relaxed);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::deque<std::pair<std::int64_t, std::uint64_t>>> by_limiter_;
+  std::size_t entries_ = 0;
+  std::int64_t longest_ = 0;
+  std::int64_t newest_ = INT64_MIN;
+  std::atomic<bool> empty_{true};
+};
+
+}  // namespace ratewin::inline v1::detail
