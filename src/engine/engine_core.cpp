@@ -200,12 +200,11 @@ EngineCore::~EngineCore() {
         return d;
       }
     } else if (!ledger_.empty()) {
-      if (store_->back_for(key.resource) < limit.interval() / std::chrono::nanoseconds(1)) {
-        if (std::optional<Decision> d = after_outage(shard, key, hash, known, now, limit, cost,
-                                                     counted, defer))
-          return *d;
+      if (store_->back_for(key.resource) <
+          limit.interval() / std::chrono::nanoseconds(1) + kRejoinNs) {
+        return after_outage(shard, key, hash, known, now, limit, cost, counted, defer);
       } else {
-        ledger_.clear_if_done(now);
+        ledger_.clear_if_done(now, kRejoinNs);
       }
     }
   }
@@ -268,31 +267,33 @@ FailurePolicy EngineCore::partition(const Limit& limit, std::optional<Limit>& sp
   return options_.partitioned_unknown;
 }
 
-std::optional<Decision> EngineCore::after_outage(Shard& shard, LimiterKey& key,
-                                                 std::uint64_t& hash, RecordRef known,
-                                                 std::int64_t now, const Limit& limit,
-                                                 std::uint64_t cost, Counted* counted,
-                                                 std::optional<Admission>* defer) {
+Decision EngineCore::after_outage(Shard& shard, LimiterKey& key, std::uint64_t& hash,
+                                 RecordRef known, std::int64_t now, const Limit& limit,
+                                 std::uint64_t cost, Counted* counted,
+                                 std::optional<Admission>* defer) {
   const std::int64_t window = limit.interval() / std::chrono::nanoseconds(1);
   std::int64_t oldest = INT64_MAX;
   const std::uint64_t own = ledger_.since(hash, now - window, oldest);
-  if (own == 0) return std::nullopt;
-  // Every live node is taken to have admitted as much as this one did on its own: that
-  // much of the window is spoken for, beyond what the store holds.
-  const std::uint64_t nodes = std::max<std::uint32_t>(1, store_->live_nodes());
-  const std::uint64_t taken = own > limit.max() / nodes ? limit.max() : own * nodes;
-  if (taken >= limit.max() || taken + cost > limit.max()) {
+  // Each node keeps to its share of every window until the others are surely back too (a
+  // node reconnects within about 2 s of the store's return), counting what it admits in
+  // the ledger: the store lacks what the nodes admitted without it, and the nodes not
+  // back yet still admit their shares. The store's counts decide as well.
+  const std::uint32_t live = store_->live_nodes();
+  const std::uint64_t share =
+      live == 0 ? limit.max() : split_limit(limit, live, options_.partition_share).max();
+  if (own + cost > share) {
     Decision d;
-    d.limit = limit.max();
+    d.limit = share;
     d.retry_after = std::chrono::nanoseconds(std::max<std::int64_t>(1, oldest + window - now));
     d.reset_after = d.retry_after;
     count(d, limit);
     return d;
   }
   // (As local: the partitioned branches are done with.)
-  return decide(shard, key, hash, known, now,
-                limit.with_max(limit.max() - taken).with_failure_policy(FailurePolicy::local),
-                cost, counted, defer);
+  Decision d = decide(shard, key, hash, known, now, limit.with_failure_policy(FailurePolicy::local),
+                      cost, counted, defer);
+  if (d.allowed && !d.would_reject && cost != 0) ledger_.note(hash, now, cost, window);
+  return d;
 }
 
 Decision EngineCore::decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,

@@ -98,15 +98,17 @@ class EngineCore final : public SyncTarget {
   // share of the limit (in `split`), or, before the live-node count was ever read, as
   // Options::partitioned_unknown says.
   FailurePolicy partition(const Limit& limit, std::optional<Limit>& split);
-  // A partitioned limit's decision for a window after the store came back from an
-  // outage, when this engine admitted some of it on its own meanwhile (the ledger): the
-  // store lacks those, and every live node's like them, so they are taken off max.
-  // nullopt: nothing noted, decide as usual.
-  [[gnu::noinline]] std::optional<Decision> after_outage(Shard& shard, LimiterKey& key,
-                                                         std::uint64_t& hash, RecordRef known,
-                                                         std::int64_t now, const Limit& limit,
-                                                         std::uint64_t cost, Counted* counted,
-                                                         std::optional<Admission>* defer);
+  // How long after the store is back the other nodes may still be without it (their
+  // reconnection backs off up to 2 s, with jitter, and a probe follows).
+  static constexpr std::int64_t kRejoinNs = 3'000'000'000;
+  // A partitioned limit's decision for a window (and kRejoinNs) after the store came back
+  // from an outage in which this engine admitted without it: the store lacks those
+  // admissions (and other nodes may still be without it), so this engine keeps to its
+  // share as well, counting what it admits in the ledger.
+  [[gnu::noinline]] Decision after_outage(Shard& shard, LimiterKey& key, std::uint64_t& hash,
+                                          RecordRef known, std::int64_t now, const Limit& limit,
+                                          std::uint64_t cost, Counted* counted,
+                                          std::optional<Admission>* defer);
   // decide() with a partitioned limit's share (out of line: decide()'s other recursion).
   [[gnu::noinline]] Decision decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,
                                           RecordRef known, std::int64_t now, const Limit& split,

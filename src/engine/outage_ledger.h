@@ -1,6 +1,6 @@
-// What an engine admitted on its own under FailurePolicy::partitioned while the store was
-// away: the store never saw it, so for a window after the store is back the engine counts
-// it against the limit as every node's (each is taken to have admitted as much).
+// What an engine admitted under FailurePolicy::partitioned while the store was away (the
+// store never saw it), and in the window after it came back: so that the engine keeps to
+// its share of every window that holds some of it.
 #pragma once
 
 #include <atomic>
@@ -49,10 +49,10 @@ class OutageLedger {
     if (list.empty()) by_limiter_.erase(it);
     return sum;
   }
-  // Forgets everything once no window noted can still hold any of it.
-  void clear_if_done(std::int64_t now) {
+  // Forgets everything once no window noted can still hold any of it, `slack` later.
+  void clear_if_done(std::int64_t now, std::int64_t slack) {
     std::lock_guard lock(mutex_);
-    if (now - newest_ <= longest_) return;
+    if (now - newest_ <= longest_ + slack) return;
     by_limiter_.clear();
     entries_ = 0;
     empty_.store(true, std::memory_order_relaxed);

@@ -1335,9 +1335,9 @@ TEST_CASE_FIXTURE(Fixture, "partitioned: for a window after an outage, what node
   detail::EngineCore engine(options(), std::make_unique<FakeStore>(shared));
   const Limit limit = Limit(100, 1s, 100ms).with_failure_policy(FailurePolicy::partitioned);
   shared->live = 4;
-  // This node admitted 10 on its own while the store was away; each of the 4 live nodes
-  // is taken to have done as much. The store is back without them: 40 of the window are
-  // spoken for, so its counts decide against 60, and this node's 10 are in its own.
+  // This node admitted 10 on its own while the store was away, which the store is back
+  // without: for the window that holds them, it keeps to its quarter (25), counting
+  // what it admits now as well, while the store's counts decide too.
   shared->unreachable = true;
   shared->down = true;  // (what is written meanwhile is lost)
   for (int i = 0; i < 10; ++i) REQUIRE(engine.try_acquire(1, limit, 1).allowed);
@@ -1350,10 +1350,16 @@ TEST_CASE_FIXTURE(Fixture, "partitioned: for a window after an outage, what node
     last = engine.try_acquire(1, limit, 1);
     n += last.allowed ? 1 : 0;
   }
-  CHECK(n == 50);
+  CHECK(n == 15);
   CHECK_FALSE(last.degraded);
-  CHECK(last.limit == 60);
-  CHECK(shared->total() == 50);
+  CHECK(last.limit == 25);
+  CHECK(shared->total() == 15);  // written to the store as usual
+  // Past the window of its own admissions, the share still applies while the other nodes
+  // may not be back (3 s beyond the window): what it admits now counts against it.
+  clock->advance(1100ms);
+  n = 0;
+  for (int i = 0; i < 150; ++i) n += engine.try_acquire(1, limit, 1).allowed ? 1 : 0;
+  CHECK(n == 25);
   // One that admitted a quarter on its own has nothing left for the window.
   shared->unreachable = true;
   shared->down = true;
@@ -1369,8 +1375,8 @@ TEST_CASE_FIXTURE(Fixture, "partitioned: for a window after an outage, what node
   n = 0;
   for (int i = 0; i < 150; ++i) n += engine.try_acquire(2, local, 1).allowed ? 1 : 0;
   CHECK(n == 100);
-  // A window later, the whole limit (the store's counts decide).
-  shared->back_for = 1'000'000'000;
+  // Once they are surely back, the whole limit (the store's counts decide).
+  shared->back_for = 4'100'000'000;
   n = 0;
   for (int i = 0; i < 150; ++i) n += engine.try_acquire(3, limit, 1).allowed ? 1 : 0;
   CHECK(n == 100);
