@@ -93,7 +93,7 @@ Limit split_limit(const Limit& limit, std::uint32_t live, double share) noexcept
     if (limit.algorithm() == Algorithm::token_bucket && limit.burst() != limit.max())
       out = out.with_burst(part(limit.burst()));
     return out.with_max(part(limit.max()));
-  } catch (const std::invalid_argument&) {  // (a bucket that would refill too slowly)
+  } catch (...) {  // (a bucket that would refill too slowly)
     return limit;
   }
 }
@@ -199,7 +199,7 @@ EngineCore::~EngineCore() {
           ledger_.note(hash, now, cost, limit.interval() / std::chrono::nanoseconds(1));
         return d;
       }
-    } else if (!ledger_.empty()) {
+    } else if (!ledger_.empty() && key.ring()) {
       if (store_->back_for(key.resource) <
           limit.interval() / std::chrono::nanoseconds(1) + kRejoinNs) {
         return after_outage(shard, key, hash, known, now, limit, cost, counted, defer);

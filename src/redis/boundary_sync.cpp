@@ -206,15 +206,12 @@ void BoundarySync::take_live_count(std::uint32_t seen) {
   // Redis that restarted empty, or nodes that have not heartbeat to it since, must not
   // make the count (and the partitioned shares) fall for a moment.
   const std::int64_t now = steady_ns();
-  if (seen >= live_nodes()) {
-    live_nodes_.store(seen, std::memory_order_relaxed);
-    fewer_since_ = INT64_MIN;
-  } else if (fewer_since_ == INT64_MIN) {
-    fewer_since_ = now;
-  } else if (now - fewer_since_ >= kLiveMs * 1'000'000) {
-    live_nodes_.store(seen, std::memory_order_relaxed);
-    fewer_since_ = INT64_MIN;
+  if (seen < live_nodes()) {
+    if (fewer_since_ == INT64_MIN) fewer_since_ = now;
+    if (now - fewer_since_ < kLiveMs * 1'000'000) return;
   }
+  live_nodes_.store(seen, std::memory_order_relaxed);
+  fewer_since_ = INT64_MIN;
 }
 
 std::int64_t BoundarySync::next_due(std::int64_t now, std::int64_t cap) const {
