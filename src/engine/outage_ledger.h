@@ -26,8 +26,9 @@ class OutageLedger {
     auto& list = by_limiter_[hash];
     list.emplace_back(t, cost);
     ++entries_;
-    if (window > longest_) longest_ = window;
-    if (t > newest_) newest_ = t;
+    if (window > longest_.load(std::memory_order_relaxed))
+      longest_.store(window, std::memory_order_relaxed);
+    if (t > newest_.load(std::memory_order_relaxed)) newest_.store(t, std::memory_order_relaxed);
     empty_.store(false, std::memory_order_relaxed);
   }
   bool empty() const noexcept { return empty_.load(std::memory_order_relaxed); }
@@ -50,9 +51,12 @@ class OutageLedger {
     return sum;
   }
   // Forgets everything once no window noted can still hold any of it, `slack` later.
+  // Called on every decision of a partitioned limit while the ledger holds anything: it
+  // takes the lock only once it has something to clear.
   void clear_if_done(std::int64_t now, std::int64_t slack) {
+    if (!done(now, slack)) return;
     std::lock_guard lock(mutex_);
-    if (now - newest_ <= longest_ + slack) return;
+    if (!done(now, slack)) return;  // (noted meanwhile)
     by_limiter_.clear();
     entries_ = 0;
     empty_.store(true, std::memory_order_relaxed);
@@ -61,9 +65,15 @@ class OutageLedger {
  private:
   std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::deque<std::pair<std::int64_t, std::uint64_t>>> by_limiter_;
+  bool done(std::int64_t now, std::int64_t slack) const noexcept {
+    return now - newest_.load(std::memory_order_relaxed) >
+           longest_.load(std::memory_order_relaxed) + slack;
+  }
+
   std::size_t entries_ = 0;
-  std::int64_t longest_ = 0;
-  std::int64_t newest_ = INT64_MIN;
+  // Written under the lock; read without it by clear_if_done's first check.
+  std::atomic<std::int64_t> longest_{0};
+  std::atomic<std::int64_t> newest_{INT64_MIN};
   std::atomic<bool> empty_{true};
 };
 
