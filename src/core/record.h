@@ -32,12 +32,18 @@ struct LimiterKey {
   // one still counts). Here a log's record is sized by its max, so a log whose max
   // changes starts this engine's copy afresh (the store's log still decides).
   static LimiterKey of(std::uint64_t resource, const Limit& limit) noexcept {
-    std::uint64_t counter = counter_of(resource, limit.scope());
+    return counted(resource ^ counter_mix(limit), limit);
+  }
+  // What of() mixes into a resource to make its counter: a function of the limit alone
+  // (its scope, and a log's interval), so that a caller deciding many resources under one
+  // limit can compute it once.
+  static std::uint64_t counter_mix(const Limit& limit) noexcept {
+    std::uint64_t mix = counter_of(0, limit.scope());
     if (limit.algorithm() == Algorithm::sliding_log) {
-      counter ^= fmix64(static_cast<std::uint64_t>(limit.interval().count()) ^
-                        0x736c6964696e67ULL);  // "sliding"
+      mix ^= fmix64(static_cast<std::uint64_t>(limit.interval().count()) ^
+                    0x736c6964696e67ULL);  // "sliding"
     }
-    return counted(counter, limit);
+    return mix;
   }
   // The limiter of a counter (a record's or the store's) under `limit`'s geometry.
   // The geometries of what is not a ring have resolution 0 (no ring has it): a token

@@ -34,11 +34,6 @@ Decision Admission::finish(bool written, std::span<std::uint64_t> counts, AsyncW
   return conclude();
 }
 
-Decision Admission::conclude() {
-  engine_.count(d_, limit_);
-  return d_;
-}
-
 void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version) {
   Store* const store = engine_.store_.get();
   std::lock_guard lock(shard_.mutex);

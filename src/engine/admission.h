@@ -66,7 +66,10 @@ class Admission {
   }
   // A give-back it makes goes through `async` when given, without waiting.
   Decision finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async = nullptr);
-  Decision conclude();
+  Decision conclude() noexcept {
+    engine_.count(d_, limit_);
+    return d_;
+  }
 
  private:
   void decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t version);

@@ -15,39 +15,13 @@
 
 #include "engine/acquire_all.h"
 #include "engine/admission.h"
+#include "engine/last_read.h"
 #include "engine/scratch.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
 
 std::atomic<std::uint64_t> next_engine_id{1};
-
-// This thread's last lock-free read. While the shard's version is the one seen then,
-// nothing in the shard has changed: the record found is still the key's, and if that
-// read rejected a request of cost 1, the same request keeps being rejected, with the
-// same absolute retry and reset times, until its retry time. The cached answer is used
-// only until the end of the record's epoch, so that a call in a later epoch still moves
-// the window forward (exactly as SlidingWindow::try_acquire does). It holds for the same
-// limit only: limits of one scope share a limiter however they decide.
-struct LastRead {
-  std::uint64_t engine = 0;
-  std::uint64_t version = 0;
-  LimiterKey key;
-  RecordRef ref;
-  std::uint64_t max = 0;  // the limit's, with its algorithm, burst and interval
-  Algorithm algorithm = Algorithm::sliding_window;
-  std::uint64_t burst = 0;
-  std::int64_t interval_ms = 0;
-  std::int64_t rejects_until = std::numeric_limits<std::int64_t>::min();  // min(retry, epoch end)
-  std::int64_t retry_at = 0;
-  std::int64_t reset_at = 0;
-
-  bool decides_as(const Limit& limit) const noexcept {
-    return max == limit.max() && algorithm == limit.algorithm() && burst == limit.burst() &&
-           interval_ms == limit.interval().count();
-  }
-};
-thread_local LastRead last_read;
 
 // Throws std::invalid_argument naming the first option out of range: a zero deadline
 // would mean "no deadline" to hiredis, and a brace in the prefix would change which part
@@ -126,18 +100,13 @@ EngineCore::~EngineCore() {
 
 [[gnu::always_inline]] inline std::uint64_t EngineCore::read_without_lock(
     Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef& ref, std::int64_t now,
-    const Limit& limit, std::uint64_t cost, Decision& out) noexcept {
+    const Limit& limit, std::uint64_t cost, Decision& out, const std::uint64_t* caller) noexcept {
   const std::uint64_t before = shard.read_begin();
   if ((before & 1) != 0) return 1;
   LastRead& last = last_read;
   const bool unchanged = last.engine == id_ && last.version == before && last.key == key;
-  if (unchanged && cost == 1 && now < last.rejects_until && last.decides_as(limit)) {
-    out.allowed = false;
-    out.degraded = false;
-    out.limit = limit.burst();
-    out.remaining = 0;
-    out.reset_after = std::chrono::nanoseconds(last.reset_at - now);
-    out.retry_after = std::chrono::nanoseconds(last.retry_at - now);
+  if (unchanged && cost == 1 && now < last.rejects_until && last.limit.same(limit)) {
+    last.rejection(now, limit, out);
     return before;
   }
   if (!ref) {
@@ -167,18 +136,18 @@ EngineCore::~EngineCore() {
   const std::int64_t retry_at = out.retry_after == Decision::kNever
                                     ? std::numeric_limits<std::int64_t>::max()
                                     : now + out.retry_after.count();
-  last = {id_,
-          before,
-          key,
-          ref,
-          limit.max(),
-          limit.algorithm(),
-          limit.burst(),
-          limit.interval().count(),
-          (!out.allowed && cost == 1) ? std::min(retry_at, epoch_end)
-                                      : std::numeric_limits<std::int64_t>::min(),
-          retry_at,
-          now + out.reset_after.count()};
+  last.engine = id_;
+  last.version = before;
+  last.shard = &shard;
+  last.key = key;
+  last.ref = ref;
+  last.limit.assign(limit);
+  last.rejects_until = (!out.allowed && cost == 1) ? std::min(retry_at, epoch_end)
+                                                   : std::numeric_limits<std::int64_t>::min();
+  last.retry_at = retry_at;
+  last.reset_at = now + out.reset_after.count();
+  last.caller_known = caller != nullptr;
+  last.caller = caller != nullptr ? *caller : 0;
   return before;
 }
 
@@ -186,28 +155,26 @@ EngineCore::~EngineCore() {
                                                           std::uint64_t& hash, RecordRef known,
                                                           std::int64_t now, const Limit& limit,
                                                           std::uint64_t cost, Counted* counted,
-                                                          std::optional<Admission>* defer) {
-  const bool degraded = store_ != nullptr && !store_->available(key.resource);
-  FailurePolicy policy = limit.failure_policy();
-  std::optional<Limit> split;
-  if (policy == FailurePolicy::partitioned && store_ != nullptr) {
-    if (degraded) {
-      policy = partition(limit, split);
-      if (split) {
-        Decision d = decide_split(shard, key, hash, known, now, *split, cost, counted, defer);
-        if (d.allowed && !d.would_reject && cost != 0 && key.ring())
-          ledger_.note(hash, now, cost, limit.interval() / std::chrono::nanoseconds(1));
-        return d;
-      }
-    } else if (!ledger_.empty() && key.ring()) {
-      if (store_->back_for(key.resource) <
-          limit.interval() / std::chrono::nanoseconds(1) + kRejoinNs) {
-        return after_outage(shard, key, hash, known, now, limit, cost, counted, defer);
-      } else {
-        ledger_.clear_if_done(now, kRejoinNs);
-      }
-    }
+                                                          std::optional<Admission>* defer,
+                                                          const std::uint64_t* caller) {
+  bool degraded = false;
+  if (store_ != nullptr) {
+    degraded = !store_->available(key.resource);
+    // (Out of line: the partitioned policy has work to do only during an outage and for a
+    // window after it.)
+    if (limit.failure_policy() == FailurePolicy::partitioned &&
+        (degraded || (!ledger_.empty() && key.ring())))
+      return decide_partitioned(shard, key, hash, known, now, limit, cost, counted, defer,
+                                degraded);
   }
+  return decide_as(shard, key, hash, known, now, limit, limit.failure_policy(), cost, counted,
+                   defer, degraded, caller);
+}
+
+[[gnu::always_inline]] inline Decision EngineCore::decide_as(
+    Shard& shard, LimiterKey& key, std::uint64_t& hash, RecordRef known, std::int64_t now,
+    const Limit& limit, FailurePolicy policy, std::uint64_t cost, Counted* counted,
+    std::optional<Admission>* defer, bool degraded, const std::uint64_t* caller) {
   RecordRef ref = known;
   Decision d;
   std::uint64_t version = 1;  // nothing read yet
@@ -222,7 +189,7 @@ EngineCore::~EngineCore() {
     }
     // FailurePolicy::open: allowed whatever the counts say, decided under the lock.
   } else {
-    version = read_without_lock(shard, key, hash, ref, now, limit, cost, d);
+    version = read_without_lock(shard, key, hash, ref, now, limit, cost, d, caller);
     if ((version & 1) == 0 && !d.allowed) {
       // A rejection changes nothing: it is decided from local state, without the lock.
       d.degraded = degraded;
@@ -248,6 +215,33 @@ EngineCore::~EngineCore() {
   }
   if (!overflowed) return d;
   return overflow(key, hash, now, limit, cost, counted, defer);
+}
+
+Decision EngineCore::decide_partitioned(Shard& shard, LimiterKey& key, std::uint64_t& hash,
+                                        RecordRef known, std::int64_t now, const Limit& limit,
+                                        std::uint64_t cost, Counted* counted,
+                                        std::optional<Admission>* defer, bool degraded) {
+  if (degraded) {
+    std::optional<Limit> split;
+    const FailurePolicy policy = partition(limit, split);
+    if (!split) {
+      // (As Options::partitioned_unknown says: local or closed.)
+      return decide_as(shard, key, hash, known, now, limit, policy, cost, counted, defer,
+                       degraded, nullptr);
+    }
+    // (The split limit is partitioned too: decided as local, with its smaller max.)
+    Decision d = decide(shard, key, hash, known, now,
+                        split->with_failure_policy(FailurePolicy::local), cost, counted, defer);
+    if (d.allowed && !d.would_reject && cost != 0 && key.ring())
+      ledger_.note(hash, now, cost, limit.interval() / std::chrono::nanoseconds(1));
+    return d;
+  }
+  if (store_->back_for(key.resource) < limit.interval() / std::chrono::nanoseconds(1) + kRejoinNs)
+    return after_outage(shard, key, hash, known, now, limit, cost, counted, defer);
+  ledger_.clear_if_done(now, kRejoinNs);
+  // (Not degraded: decided as local.)
+  return decide_as(shard, key, hash, known, now, limit, FailurePolicy::local, cost, counted, defer,
+                   false, nullptr);
 }
 
 FailurePolicy EngineCore::partition(const Limit& limit, std::optional<Limit>& split) {
@@ -296,15 +290,6 @@ Decision EngineCore::after_outage(Shard& shard, LimiterKey& key, std::uint64_t& 
   return d;
 }
 
-Decision EngineCore::decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,
-                                  RecordRef known, std::int64_t now, const Limit& split,
-                                  std::uint64_t cost, Counted* counted,
-                                  std::optional<Admission>* defer) {
-  // (The split limit is partitioned too: decided as local, with its smaller max.)
-  return decide(shard, key, hash, known, now, split.with_failure_policy(FailurePolicy::local),
-                cost, counted, defer);
-}
-
 Decision EngineCore::overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,
                               const Limit& limit, std::uint64_t cost, Counted* counted,
                               std::optional<Admission>* defer) {
@@ -326,11 +311,13 @@ RecordRef EngineCore::insert(Shard& shard, const LimiterKey& key, std::uint64_t 
                               key.resource == kOverflowResource);
 }
 
-Decision EngineCore::try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
-  const std::int64_t now = now_ns();
-  LimiterKey key = LimiterKey::of(resource, limit);
+Decision EngineCore::try_acquire_at(std::uint64_t resource, const Limit& limit, std::uint64_t cost,
+                                    std::int64_t now) {
+  LimiterKey key = last_limit.key_of(resource, limit);
   std::uint64_t hash = key.hash();
-  return decide(registry_.shard_for(hash), key, hash, {}, now, limit, cost);
+  // (The lock-free read notes the caller: its key is the key of `resource` under `limit`.)
+  return decide(registry_.shard_for(hash), key, hash, {}, now, limit, cost, nullptr, nullptr,
+                &resource);
 }
 
 Decision EngineCore::try_acquire(Shard& shard, RecordRef ref, const Limit& limit,
@@ -376,7 +363,7 @@ std::optional<std::size_t> AcquireAll::begin() {
     Decision d;
     const std::uint64_t version =
         engine_.read_without_lock(engine_.registry_.shard_for(state_[i].hash), state_[i].key,
-                                  state_[i].hash, ref, now, item.limit, item.cost, d);
+                                  state_[i].hash, ref, now, item.limit, item.cost, d, nullptr);
     // (A limit in shadow never refuses the request: it is decided below, with the others.)
     if ((version & 1) == 0 && !d.allowed && item.limit.mode() != Mode::shadow) {
       d.degraded = degraded;

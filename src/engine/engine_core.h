@@ -10,6 +10,7 @@
 
 #include "core/counters.h"
 #include "core/registry.h"
+#include "engine/last_read.h"
 #include "engine/outage_ledger.h"
 #include "engine/store.h"
 #include "ratewin/engine.h"
@@ -30,7 +31,17 @@ class EngineCore final : public SyncTarget {
   EngineCore(Options options, std::unique_ptr<Store> store);
   ~EngineCore() override;
 
-  Decision try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost);
+  // (Inline: a rejection that this thread's last read of the same resource and limit still
+  // holds is answered here, in a few dozen instructions.)
+  Decision try_acquire(std::uint64_t resource, const Limit& limit, std::uint64_t cost) {
+    const std::int64_t now = now_ns();
+    Decision d;
+    if (cost == 1 && reject_again(resource, limit, now, d)) {
+      count(d, limit);
+      return d;
+    }
+    return try_acquire_at(resource, limit, cost, now);
+  }
   // For a record pinned by a handle: no registry lookup.
   Decision try_acquire(Shard& shard, RecordRef ref, const Limit& limit, std::uint64_t cost);
   // Engine::try_acquire_all.
@@ -73,6 +84,10 @@ class EngineCore final : public SyncTarget {
     bool store = false;  // in the shared store, at `epoch`
   };
 
+  // try_acquire by resource past reject_again(), at `now` (out of line: the rejection
+  // path stays small).
+  [[gnu::noinline]] Decision try_acquire_at(std::uint64_t resource, const Limit& limit,
+                                            std::uint64_t cost, std::int64_t now);
   // The engine's time: its clock, moved onto the store's clock when there is one.
   std::int64_t now_ns() const noexcept {
     const std::int64_t local = system_clock_ ? SystemClock::read() : clock_->now().count();
@@ -85,15 +100,31 @@ class EngineCore final : public SyncTarget {
   // The decision path of both try_acquire overloads and of try_acquire_all. `known` is
   // the record when the caller holds it pinned; otherwise it is looked up. `counted`, if
   // given, is told where an admission was counted. Rejections on local counts return
-  // from here; anything else is an Admission.
+  // from here; anything else is an Admission (admit()).
   // With `defer`, an admission whose shared write is due is left there, begun (see
   // Admission::begin), for the caller to write and finish.
   // A new limiter that finds no room (the registry is full of live limiters) is counted
   // against the overflow limiter of its geometry instead: `key` and `hash` are then
   // changed to that limiter's (a deferred admission refers to them).
+  // `caller`, if given, is the resource `key` was made of by LastLimit::key_of (see
+  // LastRead).
   Decision decide(Shard& shard, LimiterKey& key, std::uint64_t& hash, RecordRef known,
                   std::int64_t now, const Limit& limit, std::uint64_t cost,
-                  Counted* counted = nullptr, std::optional<Admission>* defer = nullptr);
+                  Counted* counted = nullptr, std::optional<Admission>* defer = nullptr,
+                  const std::uint64_t* caller = nullptr);
+  // decide() once the failure policy that applies is known: `policy` (the limit's, or what
+  // a partitioned limit decides as), with the store unreachable when `degraded`.
+  Decision decide_as(Shard& shard, LimiterKey& key, std::uint64_t& hash, RecordRef known,
+                     std::int64_t now, const Limit& limit, FailurePolicy policy, std::uint64_t cost,
+                     Counted* counted, std::optional<Admission>* defer, bool degraded,
+                     const std::uint64_t* caller);
+  // decide() for a partitioned limit while the store is unreachable, or for a window after
+  // an outage in which this engine admitted on its own (out of line: rarely taken).
+  [[gnu::noinline]] Decision decide_partitioned(Shard& shard, LimiterKey& key,
+                                                std::uint64_t& hash, RecordRef known,
+                                                std::int64_t now, const Limit& limit,
+                                                std::uint64_t cost, Counted* counted,
+                                                std::optional<Admission>* defer, bool degraded);
   // While the store is unreachable, how a partitioned limit decides: as local with its
   // share of the limit (in `split`), or, before the live-node count was ever read, as
   // Options::partitioned_unknown says.
@@ -105,15 +136,9 @@ class EngineCore final : public SyncTarget {
   // from an outage in which this engine admitted without it: the store lacks those
   // admissions (and other nodes may still be without it), so this engine keeps to its
   // share as well, counting what it admits in the ledger.
-  [[gnu::noinline]] Decision after_outage(Shard& shard, LimiterKey& key, std::uint64_t& hash,
-                                          RecordRef known, std::int64_t now, const Limit& limit,
-                                          std::uint64_t cost, Counted* counted,
-                                          std::optional<Admission>* defer);
-  // decide() with a partitioned limit's share (out of line: decide()'s other recursion).
-  [[gnu::noinline]] Decision decide_split(Shard& shard, LimiterKey& key, std::uint64_t& hash,
-                                          RecordRef known, std::int64_t now, const Limit& split,
-                                          std::uint64_t cost, Counted* counted,
-                                          std::optional<Admission>* defer);
+  Decision after_outage(Shard& shard, LimiterKey& key, std::uint64_t& hash, RecordRef known,
+                        std::int64_t now, const Limit& limit, std::uint64_t cost,
+                        Counted* counted, std::optional<Admission>* defer);
   // decide() for a new limiter that found no room: on its geometry's overflow limiter
   // (made even over the bounds). Out of line: the only recursion of decide().
   [[gnu::noinline]] Decision overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,
@@ -128,7 +153,7 @@ class EngineCore final : public SyncTarget {
                               const Limit& limit, std::uint64_t cost);
   // Counts a decision of `limit` in the stats. A limit in shadow never refuses: its
   // refusal becomes an admission that counted nothing, marked would_reject.
-  void count(Decision& d, const Limit& limit) noexcept {
+  [[gnu::always_inline]] void count(Decision& d, const Limit& limit) noexcept {
     if (!d.allowed && limit.mode() == Mode::shadow) {
       d.allowed = true;
       d.would_reject = true;
@@ -141,11 +166,32 @@ class EngineCore final : public SyncTarget {
   // shard version at which `out` was decided from a consistent state of `ref`, or an
   // odd value when the limiter does not exist, must first move to a new epoch, or a
   // writer interfered. `ref` comes in set when the caller holds the record pinned;
-  // otherwise it is found from this thread's last lookup (valid while the shard's
-  // version has not changed since) or in the table.
+  // otherwise it is found from this thread's last read (valid while the shard's version
+  // has not changed since) or in the table. It becomes this thread's LastRead, made for
+  // `caller` when given.
   std::uint64_t read_without_lock(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                                   RecordRef& ref, std::int64_t now, const Limit& limit,
-                                  std::uint64_t cost, Decision& out) noexcept;
+                                  std::uint64_t cost, Decision& out,
+                                  const std::uint64_t* caller) noexcept;
+  // try_acquire by resource, when this thread's last lock-free read was made for the same
+  // resource and limit and its rejection still holds: that rejection in `out`, without
+  // making the key or looking the limiter up. False when it does not apply.
+  bool reject_again(std::uint64_t resource, const Limit& limit, std::int64_t now,
+                    Decision& out) const noexcept {
+    const LastRead& last = last_read;
+    if (!last.caller_known || last.caller != resource || last.engine != id_ ||
+        now >= last.rejects_until || !last.limit.same(limit))
+      return false;
+    // What decide() does before its lock-free read: a store that cannot be used, or a
+    // partitioned limit after an outage, decide otherwise.
+    if (store_ != nullptr &&
+        (!store_->available(last.key.resource) ||
+         (limit.failure_policy() == FailurePolicy::partitioned && !ledger_.empty())))
+      return false;
+    if (!last.shard->read_valid(last.version)) return false;
+    last.rejection(now, limit, out);
+    return true;
+  }
 
   const std::uint64_t id_;  // unique per engine in the process, never reused
   Options options_;

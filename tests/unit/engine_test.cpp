@@ -365,6 +365,98 @@ TEST_CASE_FIXTURE(Fixture, "limits of one scope and different algorithms decide 
   CHECK(half.remaining == 4);
 }
 
+// A rejection remembered from the last read (EngineCore::reject_again) answers only the
+// same engine, resource and limit: two engines, three resources and limits that share
+// counts (one scope: another max, shadow mode, another failure policy) or not (another
+// scope), called in random order, decide field by field as one pure window per engine,
+// resource and scope does.
+TEST_CASE_FIXTURE(Fixture, "a remembered rejection answers only its own engine, resource and limit") {
+  const Limit own(5, 1s, 100ms);
+  const Limit named = own.with_scope("named");
+  const std::vector<Limit> limits = {own, own.with_mode(Mode::shadow),
+                                     own.with_failure_policy(FailurePolicy::closed), named,
+                                     named.with_max(3)};
+  const auto group = [&](std::size_t limit) { return limit < 3 ? 0 : 1; };  // its scope
+  std::array<Engine, 2> engines{Engine(options()), Engine(options())};
+  const std::array<std::uint64_t, 3> resources = {hash("a"), hash("b"), hash("a") ^ 1};
+  struct Model {
+    detail::WindowState state;
+    std::vector<detail::Bucket> buckets = std::vector<detail::Bucket>(10);
+    detail::SlidingWindow window{state, buckets.data(), 10, 100 * kMs};
+  };
+  std::map<std::tuple<std::size_t, std::size_t, int>, Model> models;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 20'000; ++i) {
+    if (rng() % 8 == 0) clock->advance(std::chrono::microseconds(rng() % 60'000));
+    const std::size_t e = rng() % engines.size();
+    const std::size_t r = rng() % resources.size();
+    const std::size_t l = rng() % limits.size();
+    const std::uint64_t cost = rng() % 10 == 0 ? 2 : 1;
+    const auto [at, made] = models.try_emplace({e, r, group(l)});
+    if (made) at->second.window.reset(clock->now().count());
+    Decision want = at->second.window.try_acquire(clock->now().count(), limits[l].max(), cost,
+                                                  detail::Trailing::interpolated);
+    if (!want.allowed && limits[l].mode() == Mode::shadow) {
+      want.allowed = true;
+      want.would_reject = true;
+    }
+    const Decision got = engines[e].try_acquire(resources[r], limits[l], cost);
+    CAPTURE(i);
+    CAPTURE(e);
+    CAPTURE(r);
+    CAPTURE(l);
+    REQUIRE(got.allowed == want.allowed);
+    REQUIRE(got.would_reject == want.would_reject);
+    REQUIRE(got.limit == want.limit);
+    REQUIRE(got.remaining == want.remaining);
+    REQUIRE(got.reset_after == want.reset_after);
+    REQUIRE(got.retry_after == want.retry_after);
+  }
+}
+
+// A remembered rejection is not given while the store is unreachable: the limit's failure
+// policy decides then, and the decision says it is degraded.
+TEST_CASE_FIXTURE(Fixture, "a remembered rejection gives way to the failure policy") {
+  auto shared = std::make_shared<SharedCounts>();
+  detail::EngineCore engine(options(), std::make_unique<FakeStore>(shared));
+  const Limit local(3, 1s, 100ms);
+  const Limit open = local.with_failure_policy(FailurePolicy::open);
+  const std::uint64_t r = hash("r");
+  for (int i = 0; i < 3; ++i) REQUIRE(engine.try_acquire(r, local, 1).allowed);
+  for (const Limit& limit : {local, open}) {
+    shared->unreachable = false;
+    const Decision before = engine.try_acquire(r, limit, 1);
+    CHECK_FALSE(before.allowed);
+    CHECK_FALSE(before.degraded);
+    CHECK_FALSE(engine.try_acquire(r, limit, 1).allowed);  // (remembered)
+    shared->unreachable = true;
+    const Decision during = engine.try_acquire(r, limit, 1);
+    CHECK(during.degraded);
+    CHECK(during.allowed == (limit == open));
+  }
+}
+
+// A resource refused by an overflow limiter is not answered from that limiter's read once
+// its own limiter has room.
+TEST_CASE_FIXTURE(Fixture, "a rejection by the overflow limiter is not remembered for the resource") {
+  detail::EngineCore small(options(2), nullptr);
+  const Limit second(1, 1s, 100ms);
+  const Limit minute(1, 60s, 60s);
+  // Two limiters fill the bounds; new resources share the overflow limiter of their
+  // geometry (made over the bounds).
+  CHECK(small.try_acquire(hash("x"), second, 1).allowed);
+  CHECK(small.try_acquire(hash("y"), second, 1).allowed);
+  CHECK(small.try_acquire(hash("z"), minute, 1).allowed);  // the overflow limiter's first
+  CHECK_FALSE(small.try_acquire(hash("w"), minute, 1).allowed);
+  CHECK_FALSE(small.try_acquire(hash("w"), minute, 1).allowed);
+  CHECK(small.stats().overflowed == 3);
+  // x's and y's windows empty: w's own limiter takes their place, while the overflow
+  // limiter's refusal still holds for a minute.
+  clock->advance(1500ms);
+  CHECK(small.try_acquire(hash("w"), minute, 1).allowed);
+  CHECK(small.stats().overflowed == 3);
+}
+
 // The pure algorithms over storage of their own, as the engine tests' models.
 struct BucketModel {
   explicit BucketModel(const Limit& limit) : rule(detail::BucketRule::of(limit)) { bucket.reset(); }
