@@ -87,7 +87,7 @@ class RecordTable {
 // A shard: the limiters whose key hash falls here. Writers hold `mutex`; every change
 // a lock-free reader could see is made inside a write section (WriteSection), which
 // makes `version` odd while it lasts: a seqlock. A rejection can so be decided without
-// the lock and without writing shared memory (see EngineCore::reject_without_lock).
+// the lock and without writing shared memory (see EngineCore::read_without_lock).
 //
 // Bounded by a count of records and by bytes (records, plus the table at its largest).
 // A limiter whose window still holds counts is never evicted: that would hand its

@@ -15,21 +15,24 @@ namespace ratewin::inline v1::detail {
 //
 //  1. decide_locked(): under the shard's lock, finds or makes the limiter, moves its
 //     window to now, decides, and counts the cost locally. The lock-free read's decision
-//     is reused when no writer came in between.
+//     (and the record it found) is reused when no writer came in between; otherwise the
+//     limiter is looked up again and evaluated again.
 //  2. share(): with no lock held, one round trip to the shared store (the cost added,
 //     the whole shared window read back). Skipped in local mode and for what counted
 //     nothing.
 //  3. Under the lock again, merges the shared window into the limiter (the same record,
 //     unless it was evicted meanwhile: an evicted record no longer matches its key; one
 //     made again for the same key in the same memory is taken for it, which is rare and
-//     only misplaces this request's own count) and confirms the
-//     admission from the merged counts, re-evaluating only if the merge raised anything.
-//     If the shared counts leave no room after all, the local count is taken back, and
-//     then (no lock) the shared one.
+//     only misplaces this request's own count). The write's own shared counts (the
+//     window as Redis returned it, every node's writes in Redis' order) decide whether
+//     the admission stands; the merged window says what is left. If the shared counts
+//     leave no room after all, the local count is taken back, and then (no lock) the
+//     shared one.
 //
-// So an admitted request takes the lock twice in store mode (once locally), looks the
-// limiter up once, and is evaluated once, plus once more when other nodes' counts
-// changed the window.
+// So an admitted request takes the shard's lock once in local mode and twice in store
+// mode, where it also borrows a pooled connection (the pool's mutex, to take it and to
+// give it back). It finds the limiter once, by the lock-free read, unless a writer came
+// in between (then once more, under the lock).
 class Admission {
  public:
   using Counted = EngineCore::Counted;

@@ -444,12 +444,6 @@ std::vector<Command> StoreLayout::write_commands(const Write& w) const {
   return out;
 }
 
-Command StoreLayout::claim_command(const LimiterKey& key, std::int64_t epoch) const {
-  Command out = {"BITFIELD", window_key(key), "OVERFLOW", "SAT"};
-  append_claim(out, slot_of(epoch, key.subintervals), tag_of(epoch, key.subintervals));
-  return out;
-}
-
 std::vector<Command> StoreLayout::give_back_commands(const LimiterKey& key, std::int64_t epoch,
                                                      std::uint64_t cost) const {
   const std::uint32_t s = slot_of(epoch, key.subintervals);

@@ -149,8 +149,6 @@ class StoreLayout {
     bool first;
   };
   std::vector<Command> write_commands(const Write& write) const;
-  // Claims the slot of `epoch` (as a first write does), adding nothing.
-  Command claim_command(const LimiterKey& key, std::int64_t epoch) const;
   // A token bucket's write (StoreWrite, key.bucket()): EVALSHA <bucket_script_sha> 1
   // <key> <epoch's seconds> <its nanoseconds> <emission> <tolerance> <cost>, with -cost
   // for a give-back. Its reply is one integer: the TAT after it minus epoch if it counted
