@@ -2,6 +2,7 @@
 // leaves the library, and each one becomes a RATEWIN_E* code and a message.
 #include "ratewin.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ratewin/ratewin.h"
@@ -418,6 +420,13 @@ ratewin::Options to_cxx(const ratewin_options& c) {
   return o;
 }
 
+// Milliseconds given unsigned, as a duration: one past INT64_MAX ms reads as INT64_MAX ms
+// (longer than any bound, and refused as such), never as a negative duration.
+std::chrono::milliseconds to_milliseconds(std::uint64_t ms) noexcept {
+  return std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::min<std::uint64_t>(ms, std::uint64_t{INT64_MAX})));
+}
+
 ratewin::FailurePolicy to_policy(std::int32_t policy) {
   switch (policy) {
     case RATEWIN_FAILURE_LOCAL:
@@ -652,121 +661,31 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                       " (RATEWIN_MODE_ENFORCE or RATEWIN_MODE_SHADOW)");
     }
     const std::string where = "ratewin_limit_options: ";
-    ratewin::Algorithm algorithm{};
-    if (!to_algorithm(o.algorithm, algorithm)) {
+    ratewin::LimitSpec spec;
+    if (!to_algorithm(o.algorithm, spec.algorithm)) {
       return fail(errmsg, RATEWIN_EINVAL,
                   where + "unknown algorithm " + std::to_string(o.algorithm) +
                       " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW, _FIXED_WINDOW, "
                       "_TOKEN_BUCKET or _SLIDING_LOG)");
     }
-    const bool fixed = algorithm == ratewin::Algorithm::fixed_window;
-    const bool bucket = algorithm == ratewin::Algorithm::token_bucket;
-    const bool log = algorithm == ratewin::Algorithm::sliding_log;
-    // Refused rather than ignored: a burst for an algorithm that has none.
-    if (!bucket && o.burst != 0) {
-      return fail(errmsg, RATEWIN_EINVAL,
-                  where + "burst " + std::to_string(o.burst) + " with " +
-                      algorithm_macro(algorithm) +
-                      ": burst applies to RATEWIN_ALGORITHM_TOKEN_BUCKET only (leave it 0)");
+    spec.max = o.max;
+    spec.interval = to_milliseconds(o.interval_ms);
+    if (o.resolution_ms != 0) spec.resolution = to_milliseconds(o.resolution_ms);
+    spec.burst = o.burst;
+    spec.failure_policy = to_policy(o.failure_policy);
+    spec.mode = o.mode == RATEWIN_MODE_SHADOW ? ratewin::Mode::shadow : ratewin::Mode::enforce;
+    spec.scope = o.scope;
+    auto made = ratewin::Limit::from_spec(spec);
+    if (const ratewin::LimitIssue* issue = std::get_if<ratewin::LimitIssue>(&made)) {
+      // In this struct's terms: its field names, durations in ms, the algorithms' macros.
+      ratewin::LimitTerms terms;
+      terms.interval = "interval_ms";
+      terms.resolution = "resolution_ms";
+      terms.duration = [](std::chrono::milliseconds d) { return std::to_string(d.count()); };
+      terms.algorithm = [](ratewin::Algorithm a) { return std::string(algorithm_macro(a)); };
+      return fail(errmsg, RATEWIN_EINVAL, where + ratewin::describe(*issue, spec, terms));
     }
-    // A fixed window's one subinterval is the whole interval, and a token bucket or a
-    // log has none (its resolution is its interval): a resolution_ms that says otherwise
-    // is refused rather than ignored.
-    const bool one_subinterval = fixed || bucket || log;
-    if (one_subinterval && o.resolution_ms != 0 && o.resolution_ms != o.interval_ms) {
-      return fail(errmsg, RATEWIN_EINVAL,
-                  where + "resolution_ms " + std::to_string(o.resolution_ms) + " with " +
-                      algorithm_macro(algorithm) + ": a " +
-                      (fixed ? "fixed window" : bucket ? "token bucket" : "sliding log") +
-                      "'s resolution_ms is its " +
-                      "interval_ms " + std::to_string(o.interval_ms) + " (or 0)");
-    }
-    // Checked here, because milliseconds are signed: a huge unsigned value must not wrap.
-    if (o.interval_ms > RATEWIN_LIMIT_MAX_INTERVAL_MS) {
-      return fail(errmsg, RATEWIN_EINVAL,
-                  where + "interval_ms " + std::to_string(o.interval_ms) + " is longer than " +
-                      std::to_string(RATEWIN_LIMIT_MAX_INTERVAL_MS) + " (366 days)");
-    }
-    if (!one_subinterval && o.resolution_ms > RATEWIN_LIMIT_MAX_RESOLUTION_MS) {
-      return fail(errmsg, RATEWIN_EINVAL,
-                  where + "resolution_ms " + std::to_string(o.resolution_ms) + " is longer than " +
-                      std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS));
-    }
-    const auto interval = milliseconds(static_cast<std::int64_t>(o.interval_ms));
-    // (A fixed window's or a token bucket's resolution is its interval: the Limit is made
-    // with the default resolution, then with_algorithm makes it one subinterval.)
-    const auto resolution = o.resolution_ms == 0 || one_subinterval
-                                ? ratewin::Limit::default_resolution(interval)
-                                : milliseconds(static_cast<std::int64_t>(o.resolution_ms));
-    // A token bucket too slow to refill its burst (`what`: "burst N" or "max N").
-    const auto too_slow = [&](const std::string& what, const char* why) {
-      return where + "a token bucket of max " + std::to_string(o.max) + " per interval_ms " +
-             std::to_string(o.interval_ms) + " takes longer than " +
-             std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS) + " ms to refill " + what + " (" +
-             why + ")";
-    };
-    // ... its max, with burst 0.
-    const auto max_too_slow_text = [&] { return too_slow("max " + std::to_string(o.max), "burst 0: max"); };
-    const ratewin::LimitProblem problem =
-        ratewin::Limit::problem(o.max, interval, resolution, algorithm, o.burst);
-    // What the Limit would refuse, said with this struct's field names.
-    switch (problem) {
-      case ratewin::LimitProblem::none:
-        break;
-      case ratewin::LimitProblem::max_zero:
-      case ratewin::LimitProblem::max_too_large:
-        return fail(errmsg, RATEWIN_EINVAL,
-                    where + "max must be from 1 to " + std::to_string(RATEWIN_LIMIT_MAX_COUNT) +
-                        ", got " + std::to_string(o.max));
-      case ratewin::LimitProblem::interval_not_positive:
-        return fail(errmsg, RATEWIN_EINVAL, where + "interval_ms must be at least 1");
-      case ratewin::LimitProblem::resolution_does_not_divide:
-        return fail(errmsg, RATEWIN_EINVAL,
-                    where + "resolution_ms " + std::to_string(resolution.count()) +
-                        " does not divide interval_ms " + std::to_string(o.interval_ms));
-      case ratewin::LimitProblem::too_many_subintervals:
-        return fail(errmsg, RATEWIN_EINVAL,
-                    where + "interval_ms / resolution_ms = " +
-                        std::to_string(interval.count() / resolution.count()) +
-                        " subintervals, more than " +
-                        std::to_string(RATEWIN_LIMIT_MAX_SUBINTERVALS));
-      case ratewin::LimitProblem::resolution_too_long:
-        // Only a resolution chosen for interval_ms can be (a given one was checked above).
-        // For a fixed window, whose one subinterval is the interval, that interval is too
-        // long whatever resolution was chosen first; a token bucket that long would take
-        // longer than that to refill max.
-        if (bucket) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
-        if (!fixed) return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
-        [[fallthrough]];
-      case ratewin::LimitProblem::fixed_window_too_long:
-        return fail(errmsg, RATEWIN_EINVAL,
-                    where + "interval_ms " + std::to_string(o.interval_ms) + " is longer than " +
-                        std::to_string(RATEWIN_LIMIT_MAX_RESOLUTION_MS) +
-                        ", the longest fixed window (RATEWIN_ALGORITHM_FIXED_WINDOW's one "
-                        "subinterval is the whole interval)");
-      case ratewin::LimitProblem::burst_too_large:
-        return fail(errmsg, RATEWIN_EINVAL,
-                    where + "burst must be at most " + std::to_string(RATEWIN_LIMIT_MAX_COUNT) +
-                        ", got " + std::to_string(o.burst));
-      case ratewin::LimitProblem::log_too_large:
-        return fail(errmsg, RATEWIN_EINVAL,
-                    where + "max " + std::to_string(o.max) +
-                        " with RATEWIN_ALGORITHM_SLIDING_LOG: at most " +
-                        std::to_string(RATEWIN_LIMIT_MAX_LOG_COUNT) +
-                        " (every unit is an entry of its log)");
-      case ratewin::LimitProblem::bucket_too_slow:
-        if (o.burst == 0) return fail(errmsg, RATEWIN_EINVAL, max_too_slow_text());
-        return fail(errmsg, RATEWIN_EINVAL,
-                    too_slow("burst " + std::to_string(o.burst), "burst x interval_ms / max"));
-      default:  // (the bounds above leave none of the others)
-        return fail(errmsg, RATEWIN_EINVAL, where + "not a valid limit");
-    }
-    const ratewin::Limit limit = ratewin::Limit(o.max, interval, resolution)
-                                     .with_algorithm(algorithm, bucket ? o.burst : 0);
-    *out = new ratewin_limit{limit.with_failure_policy(to_policy(o.failure_policy))
-                                 .with_scope_id(o.scope)
-                                 .with_mode(o.mode == RATEWIN_MODE_SHADOW ? ratewin::Mode::shadow
-                                                                          : ratewin::Mode::enforce)};
+    *out = new ratewin_limit{std::get<ratewin::Limit>(made)};
     return RATEWIN_OK;
   });
 }

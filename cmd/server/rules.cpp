@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <utility>
+#include <variant>
 
 #include "ratewin/hash.h"
 #include "rules_data.h"
@@ -125,12 +126,12 @@ ratewin::Limit with_scaled_max(const ratewin::Limit& limit, std::uint64_t max) {
                               : scaled > most ? most
                                               : static_cast<std::uint64_t>(scaled);
   // Made afresh: with_max() would keep the burst, and refuse a bucket that refills it
-  // too slowly.
-  return Limit(max, limit.interval(), limit.resolution())
-      .with_algorithm(Algorithm::token_bucket, burst)
-      .with_failure_policy(limit.failure_policy())
-      .with_mode(limit.mode())
-      .with_scope_id(limit.scope());
+  // too slowly. (Valid by construction: max and burst refill within the bound.)
+  ratewin::LimitSpec spec = limit.spec();
+  spec.max = max;
+  spec.burst = burst;
+  spec.scope = limit.scope();
+  return std::get<Limit>(Limit::from_spec(spec));
 }
 
 ratewin::Limit effective_limit(const LimitRule& rule, double multiplier) {

@@ -12,8 +12,10 @@
 #include <memory>
 #include <sstream>
 #include <system_error>
+#include <variant>
 
 #include "address.h"
+#include "ratewin/hash.h"
 #include "rules_data.h"
 
 namespace ratewin::server {
@@ -24,6 +26,16 @@ constexpr std::size_t kMaxNameLength = 64;
 constexpr std::size_t kMaxLabelLength = 128;
 constexpr std::uint32_t kDefaultSubintervals = 10;
 constexpr std::size_t kMaxFileBytes = 16 << 20;
+
+// A duration as this file writes it: in its largest whole unit (500ms, 90s, 2m, 1h, 50d).
+std::string duration_text(std::chrono::milliseconds d) {
+  static constexpr std::pair<std::int64_t, const char*> kUnits[] = {
+      {86'400'000, "d"}, {3'600'000, "h"}, {60'000, "m"}, {1000, "s"}};
+  const std::int64_t ms = d.count();
+  for (const auto& [size, unit] : kUnits)
+    if (ms > 0 && ms % size == 0) return std::to_string(ms / size) + unit;
+  return std::to_string(ms) + "ms";
+}
 
 // A value for an error message: quoted, escaped, and cut short if long.
 std::string quoted(std::string_view s) {
@@ -250,8 +262,9 @@ std::uint64_t Parser::integer(const Item& item, std::uint64_t lo, std::uint64_t 
   std::uint64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
-    fail(item, quoted(s) + " is not a whole number from " + std::to_string(lo) + " to " +
-                   std::to_string(hi));
+    fail(item, quoted(s) + " is not a whole number " +
+                   (hi == UINT64_MAX ? "of " + std::to_string(lo) + " or more"
+                                     : "from " + std::to_string(lo) + " to " + std::to_string(hi)));
   }
   return v;
 }
@@ -350,153 +363,75 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
   const Item name_item = f.need("name");
   const std::string short_name = name(name_item);
   check_unique(names, short_name, name_item, "limit name");
-  const std::uint64_t max = integer(f.need("max"), 1, ratewin::Limit::kMaxCount);
+  ratewin::LimitSpec spec;
+  const Item max_item = f.need("max");
+  spec.max = integer(max_item, 0, UINT64_MAX);
   const Item window_item = f.need("window");
-  const std::chrono::milliseconds window = duration(window_item);
+  spec.interval = duration(window_item);
   const std::optional<Item> algorithm_item = f.get("algorithm");
-  const Algorithm algorithm =
-      algorithm_item ? choice(*algorithm_item, kAlgorithms) : data_->default_algorithm;
-  // Where the algorithm came from, for the messages about it.
-  const std::string by_default = algorithm_item             ? ""
-                                 : default_algorithm_given_ ? " (set by defaults.algorithm)"
-                                                            : " (the default algorithm)";
-  const std::string_view algorithm_text = algorithm_name(algorithm);
-
+  spec.algorithm = algorithm_item ? choice(*algorithm_item, kAlgorithms) : data_->default_algorithm;
   const std::optional<Item> burst_item = f.get("burst");
-  if (burst_item && algorithm != Algorithm::token_bucket) {
-    fail(*burst_item, "burst applies to algorithm: token_bucket only, not to a " +
-                          std::string(algorithm_text) + by_default +
-                          ": leave burst out, or set algorithm: token_bucket");
-  }
+  if (burst_item) spec.burst = integer(*burst_item, 1, UINT64_MAX);
   const std::optional<Item> subintervals_item = f.get("subintervals");
-  std::chrono::milliseconds resolution{};
-  std::uint64_t burst = 0;  // a token_bucket's; 0: max
-  if (algorithm == Algorithm::fixed_window || algorithm == Algorithm::token_bucket ||
-      algorithm == Algorithm::sliding_log) {
-    // A fixed_window counts each window in one counter; a token bucket keeps one time and
-    // no counts at all. The Limit is made with a resolution that divides the window, and
-    // with_algorithm makes the window its one subinterval (a token bucket's is not used).
-    if (subintervals_item) {
-      const std::uint64_t subintervals =
-          integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals);
-      if (subintervals != 1) {
-        fail(*subintervals_item,
-             "a " + std::string(algorithm_text) + by_default +
-                 (algorithm == Algorithm::fixed_window ? " counts each window in one counter, not "
-                  : algorithm == Algorithm::token_bucket
-                      ? " refills continuously, with no counts per subinterval, not "
-                      : " logs each unit, with no counts per subinterval, not ") +
-                 std::to_string(subintervals) +
-                 " subintervals: leave subintervals out, or set it to 1");
-      }
-    }
-    resolution = ratewin::Limit::default_resolution(window);
+  if (subintervals_item) {
+    spec.subintervals = integer(*subintervals_item, 0, UINT64_MAX);
+  } else if (spec.algorithm == Algorithm::sliding_window ||
+             spec.algorithm == Algorithm::strict_window) {
+    spec.subintervals = kDefaultSubintervals;  // (this file's default, not the library's)
   }
-  if (algorithm == Algorithm::sliding_log && max > ratewin::Limit::kMaxLogCount) {
-    fail(f.need("max"), "a sliding_log" + by_default + " holds at most " +
-                            std::to_string(ratewin::Limit::kMaxLogCount) +
-                            " entries (one per unit in its window), not max " +
-                            std::to_string(max) + ": lower max, or use another algorithm");
-  }
-  if (algorithm == Algorithm::fixed_window) {
-    if (ratewin::Limit::problem(max, window, resolution, algorithm) ==
-        ratewin::LimitProblem::fixed_window_too_long) {
-      fail(window_item, quoted(window_item.node.Scalar()) + " is too long for a fixed_window" +
-                            by_default + ", whose one counter spans the whole window: at most " +
-                            std::to_string(ratewin::Limit::kMaxResolution.count()) +
-                            "ms (about 49.7 days)");
-    }
-  }
-  if ((algorithm == Algorithm::token_bucket || algorithm == Algorithm::sliding_log) &&
-      resolution > ratewin::Limit::kMaxResolution) {
-    // A window over kMaxResolution that none of 2 to 10 divides ("4294967297ms"): any
-    // resolution would do (neither uses it), but none of Limit's own bounds does.
-    fail(window_item, quoted(window_item.node.Scalar()) +
-                          " is longer than 4294967295ms and does not divide into 2 to 10 "
-                          "equal whole milliseconds: give the window in seconds");
-  }
-  if (algorithm == Algorithm::token_bucket) {
-    if (burst_item) burst = integer(*burst_item, 1, ratewin::Limit::kMaxCount);
-    if (ratewin::Limit::problem(max, window, resolution, algorithm, burst) ==
-        ratewin::LimitProblem::bucket_too_slow) {
-      // It refills one unit every window / max, its whole burst in burst x window / max.
-      if (burst_item) {
-        fail(*burst_item, "a token_bucket of max " + std::to_string(max) + " per " +
-                              quoted(window_item.node.Scalar()) +
-                              " takes longer than 4294967295ms (about 49.7 days) to refill a "
-                              "burst of " +
-                              std::to_string(burst) +
-                              " (burst x window / max): lower burst, or raise max");
-      }
-      fail(window_item, quoted(window_item.node.Scalar()) + " is too long for a token_bucket" +
-                            by_default +
-                            ", whose burst (max, when burst is not set) refills in one window: "
-                            "at most 4294967295ms (about 49.7 days), or set a smaller burst");
-    }
-  } else if (algorithm == Algorithm::sliding_window || algorithm == Algorithm::strict_window) {
-    const std::uint64_t subintervals =
-        subintervals_item ? integer(*subintervals_item, 1, ratewin::Limit::kMaxSubintervals)
-                          : kDefaultSubintervals;
-    if (static_cast<std::uint64_t>(window.count()) % subintervals != 0) {
-      if (subintervals_item) {
-        fail(*subintervals_item, "the window of " + std::to_string(window.count()) +
-                                     "ms does not divide into " + std::to_string(subintervals) +
-                                     " subintervals of whole milliseconds");
-      }
-      fail(window_item,
-           "the window of " + std::to_string(window.count()) +
-               "ms does not divide into the default " + std::to_string(kDefaultSubintervals) +
-               " subintervals of whole milliseconds; set subintervals to a divisor of it");
-    }
-    resolution =
-        std::chrono::milliseconds(window.count() / static_cast<std::int64_t>(subintervals));
-  }
-
   const std::optional<Item> per = f.get("per");
   const Scope scope = per ? choice(*per, kScopes) : Scope::key;
   const std::optional<Item> policy_item = f.get("failure_policy");
-  const FailurePolicy policy =
-      policy_item ? choice(*policy_item, kPolicies) : data_->default_policy;
+  spec.failure_policy = policy_item ? choice(*policy_item, kPolicies) : data_->default_policy;
   if (const std::optional<Item> mode_item = f.get("mode")) mode = choice(*mode_item, kModes);
+  spec.mode = mode;
+  // Scoped by its name: a reload that changes max keeps what the rule counted (its
+  // resources hold the name as well, so rules never share counts). So does a reload that
+  // changes the algorithm but not the window and subintervals (sliding_window and
+  // strict_window, or fixed_window and a window of one subinterval): limits of one scope
+  // and geometry share their counts whatever their algorithms, and each decides from them
+  // its own way. Another geometry starts from nothing. A token_bucket keeps one time, not
+  // counts: it starts from nothing when a window becomes one or it becomes a window, and
+  // keeps its time through a change of max, window or burst. The mode is not part of the
+  // scope: a rule moved from shadow to enforce keeps what it counted in shadow.
+  std::string name = owner + "/" + short_name;
+  spec.scope = ratewin::hash(name);
+  auto made = ratewin::Limit::from_spec(spec);
+  if (const ratewin::LimitIssue* issue = std::get_if<ratewin::LimitIssue>(&made)) {
+    // Said in this file's terms, at the item it is about.
+    ratewin::LimitTerms terms;
+    terms.interval = "window";
+    terms.is = ": ";
+    terms.duration = duration_text;
+    const Item* at = &window_item;
+    if (issue->field == ratewin::LimitField::max) at = &max_item;
+    if (issue->field == ratewin::LimitField::burst && burst_item) at = &*burst_item;
+    if (issue->field == ratewin::LimitField::subintervals && subintervals_item)
+      at = &*subintervals_item;
+    std::string problem = ratewin::describe(*issue, spec, terms);
+    if (issue->field == ratewin::LimitField::subintervals && !subintervals_item) {
+      problem += " (the default subintervals: set subintervals to a divisor of the window)";
+    }
+    // Where an algorithm that is not this limit's own came from.
+    if (issue->about_algorithm() && !algorithm_item) {
+      problem += default_algorithm_given_ ? " (the algorithm set by defaults.algorithm)"
+                                          : " (the default algorithm)";
+    }
+    fail(*at, problem);
+  }
+  const ratewin::Limit& l = std::get<ratewin::Limit>(made);
   std::uint64_t cost = 1;
   if (const std::optional<Item> cost_item = f.get("cost")) {
     cost = integer(*cost_item, 1, ratewin::Limit::kMaxCount);
-    // The most a request may cost: a token bucket's burst (max unless it is set).
-    if (cost > (burst != 0 ? burst : max)) {
-      fail(*cost_item,
-           "cost " + std::to_string(cost) + " exceeds " +
-               (burst != 0 ? "burst " + std::to_string(burst) : "max " + std::to_string(max)) +
-               ": every request would be rejected");
+    // The most a request may cost: a token bucket's burst (max for the others).
+    if (cost > l.burst()) {
+      fail(*cost_item, "cost " + std::to_string(cost) + " exceeds " +
+                           (l.burst() != l.max() ? "burst " : "max ") +
+                           std::to_string(l.burst()) + ": every request would be rejected");
     }
   }
-
-  try {
-    std::string name = owner + "/" + short_name;
-    // Scoped by its name: a reload that changes max keeps what the rule counted (its
-    // resources hold the name as well, so rules never share counts). So does a reload
-    // that changes the algorithm but not the window and subintervals (sliding_window and
-    // strict_window, or fixed_window and a window of one subinterval): limits of one
-    // scope and geometry share their counts whatever their algorithms, and each decides
-    // from them its own way. Another geometry starts from nothing. A token_bucket keeps
-    // one time, not counts: it starts from nothing when a window becomes one or it
-    // becomes a window, and keeps its time through a change of max, window or burst.
-    // The mode is not part of the scope: a rule moved from shadow to enforce keeps what it
-    // counted in shadow.
-    const ratewin::Limit l = ratewin::Limit(max, window, resolution)
-                                 .with_algorithm(algorithm, burst)
-                                 .with_failure_policy(policy)
-                                 .with_mode(mode)
-                                 .with_scope(name);
-    return data_->rules.emplace_back(
-        LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global});
-  } catch (const std::invalid_argument& e) {
-    // The checks above leave only the Limit's own bounds; its message says which.
-    std::string_view what = e.what();
-    if (const std::string_view prefix = "ratewin::Limit: "; what.starts_with(prefix)) {
-      what.remove_prefix(prefix.size());
-    }
-    fail(item, std::string(what));
-  }
+  return data_->rules.emplace_back(
+      LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global});
 }
 
 std::vector<const LimitRule*> Parser::limits(const Item& list_item, const std::string& owner,

@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 
 namespace ratewin {
 inline namespace v1 {
@@ -77,24 +79,99 @@ const char* algorithm_name(Algorithm algorithm) noexcept;
 // The algorithm of a name; false when there is none.
 bool parse_algorithm(std::string_view name, Algorithm& out) noexcept;
 
-// Why a limit cannot be made (Limit::problem): each language's bindings say it in their
-// own names and units.
+// Why a limit cannot be made (LimitIssue::problem).
 enum class LimitProblem {
   none,
-  max_zero,                    // max is 0
-  max_too_large,               // max exceeds Limit::kMaxCount
-  interval_not_positive,       // interval <= 0
-  resolution_not_positive,     // resolution <= 0
-  interval_too_long,           // interval exceeds Limit::kMaxInterval
-  resolution_too_long,         // resolution exceeds Limit::kMaxResolution
-  resolution_does_not_divide,  // interval is not a whole number of resolutions
-  too_many_subintervals,       // interval / resolution exceeds Limit::kMaxSubintervals
-  fixed_window_too_long,       // a fixed_window's interval exceeds Limit::kMaxResolution
-  burst_too_large,             // a token_bucket's burst exceeds Limit::kMaxCount
-  log_too_large,               // a sliding_log's max exceeds Limit::kMaxLogCount
-  bucket_too_slow,             // a token_bucket's refill of its whole burst,
-                               // burst x interval / max, exceeds Limit::kMaxResolution
+  max_zero,                     // max is 0
+  max_too_large,                // max exceeds Limit::kMaxCount
+  interval_not_positive,        // interval <= 0
+  resolution_not_positive,      // resolution <= 0, or 0 subintervals
+  interval_too_long,            // interval exceeds Limit::kMaxInterval
+  resolution_too_long,          // the resolution exceeds Limit::kMaxResolution
+  resolution_does_not_divide,   // interval is not a whole number of resolutions
+  too_many_subintervals,        // interval / resolution exceeds Limit::kMaxSubintervals
+  fixed_window_too_long,        // a fixed_window's interval exceeds Limit::kMaxResolution
+  burst_too_large,              // a token_bucket's burst exceeds Limit::kMaxCount
+  log_too_large,                // a sliding_log's max exceeds Limit::kMaxLogCount
+  bucket_too_slow,              // a token_bucket's refill of its whole burst,
+                                // burst x interval / max, exceeds Limit::kMaxResolution
+  burst_not_bucket,             // a burst for an algorithm other than token_bucket
+  not_one_subinterval,          // a resolution other than the interval (or subintervals
+                                // other than 1) for a fixed_window, token_bucket or log
+  resolution_and_subintervals,  // both a resolution and a number of subintervals
 };
+
+// The part of a LimitSpec that a LimitIssue is about.
+enum class LimitField { max, interval, resolution, subintervals, burst };
+
+// A limit as a configuration gives it, before it is checked: what Limit::from_spec makes a
+// Limit of, or refuses with a LimitIssue. Every front end (C++, the C ABI, Python, the
+// server's rules) fills one in from what its user wrote, so the rules live in one place.
+struct LimitSpec {
+  std::uint64_t max = 0;
+  std::chrono::milliseconds interval{0};
+  // The subinterval, or how many the interval holds (at most one of the two); neither:
+  // Limit::default_resolution. A fixed_window, token_bucket or sliding_log has one
+  // subinterval, the whole interval: only that may be given for them.
+  std::optional<std::chrono::milliseconds> resolution{};
+  std::optional<std::uint64_t> subintervals{};
+  Algorithm algorithm = Algorithm::sliding_window;
+  std::uint64_t burst = 0;  // a token_bucket's, the most admitted at once; 0: max
+  FailurePolicy failure_policy = FailurePolicy::local;
+  Mode mode = Mode::enforce;
+  std::uint64_t scope = 0;  // a scope id (Limit::with_scope_id); 0: the limit's own
+};
+
+// Why a LimitSpec makes no limit: the first problem found, the field it is about, and
+// the bound that field breaks (a count, or milliseconds for a duration):
+//   max_zero, max_too_large       max; 1 to bound (kMaxCount)
+//   log_too_large                 max; bound kMaxLogCount
+//   interval_not_positive         interval; bound 1
+//   interval_too_long             interval; bound kMaxInterval
+//   fixed_window_too_long         interval; bound kMaxResolution
+//   resolution_not_positive       resolution or subintervals; bound 1
+//   resolution_too_long           resolution, subintervals, or interval (the resolution
+//                                 chosen for it); bound kMaxResolution
+//   resolution_does_not_divide    resolution or subintervals; bound the interval
+//   too_many_subintervals         resolution or subintervals; bound kMaxSubintervals
+//   not_one_subinterval           resolution (bound the interval) or subintervals (1)
+//   resolution_and_subintervals   subintervals
+//   burst_not_bucket              burst
+//   burst_too_large               burst; bound kMaxCount
+//   bucket_too_slow               burst, or interval when no burst is given; bound
+//                                 kMaxResolution (the ms to refill the burst)
+struct LimitIssue {
+  LimitProblem problem = LimitProblem::none;
+  LimitField field = LimitField::max;
+  std::uint64_t bound = 0;
+  explicit operator bool() const noexcept { return problem != LimitProblem::none; }
+  // Whether it is a rule of the spec's algorithm (a configuration that gave the algorithm
+  // by default may say where it came from).
+  bool about_algorithm() const noexcept {
+    return problem == LimitProblem::burst_not_bucket ||
+           problem == LimitProblem::not_one_subinterval ||
+           problem == LimitProblem::fixed_window_too_long ||
+           problem == LimitProblem::bucket_too_slow || problem == LimitProblem::log_too_large;
+  }
+};
+
+// How a front end names a LimitSpec's fields and writes their values, for describe().
+struct LimitTerms {
+  std::string_view max = "max";
+  std::string_view interval = "interval";
+  std::string_view resolution = "resolution";
+  std::string_view subintervals = "subintervals";
+  std::string_view burst = "burst";
+  // Between a field's name and its value ("max 0", "max=0").
+  std::string_view is = " ";
+  // A duration ("60s", "1500ms" when null) and an algorithm ("token_bucket" when null).
+  std::string (*duration)(std::chrono::milliseconds) = nullptr;
+  std::string (*algorithm)(Algorithm) = nullptr;
+};
+
+// What is wrong, in `terms`: one sentence that names the field, its value and the bound it
+// breaks (the C++ API's own wording with the default terms).
+std::string describe(const LimitIssue& issue, const LimitSpec& spec, const LimitTerms& terms = {});
 
 // A limit: at most `max` units in any sliding `interval`, tracked in subintervals of
 // `resolution` (interval / resolution = N subintervals; more subintervals follow the
@@ -120,7 +197,7 @@ class Limit {
   // Throws std::invalid_argument when max is 0 or above kMaxCount, interval or
   // resolution is not positive, resolution does not divide interval, interval exceeds
   // kMaxInterval, resolution exceeds kMaxResolution, or interval / resolution exceeds
-  // kMaxSubintervals.
+  // kMaxSubintervals (saying so as describe() does).
   Limit(std::uint64_t max, std::chrono::milliseconds interval,
         std::chrono::milliseconds resolution);
 
@@ -128,19 +205,11 @@ class Limit {
   // milliseconds, otherwise interval / d for the largest d < 10 that divides it.
   Limit(std::uint64_t max, std::chrono::milliseconds interval);
 
-  // What the constructor would refuse, first problem first; LimitProblem::none when it
-  // would make the limit.
-  static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
-                              std::chrono::milliseconds resolution) noexcept;
-  // What with_algorithm(algorithm) (and then, for a token_bucket, with_burst(burst))
-  // would refuse on a limit of this max, interval and resolution: problem(max, interval,
-  // resolution), then for fixed_window an interval longer than kMaxResolution (its one
-  // subinterval is the whole interval), for token_bucket a burst above kMaxCount or a
-  // bucket that takes longer than kMaxResolution to refill, for sliding_log a max above
-  // kMaxLogCount. burst 0: max.
-  static LimitProblem problem(std::uint64_t max, std::chrono::milliseconds interval,
-                              std::chrono::milliseconds resolution, Algorithm algorithm,
-                              std::uint64_t burst = 0) noexcept;
+  // The limit `spec` describes, or the first problem that keeps it from being one.
+  static std::variant<Limit, LimitIssue> from_spec(const LimitSpec& spec) noexcept;
+  // The spec that makes this limit (from_spec(limit.spec()) is the limit), with its scope
+  // id when it was given.
+  LimitSpec spec() const noexcept;
   // The resolution Limit(max, interval) picks.
   static std::chrono::milliseconds default_resolution(std::chrono::milliseconds interval) noexcept;
 
@@ -188,23 +257,23 @@ class Limit {
 
   // The same window with another max, in the same scope: it shares counts with this
   // limit (an override that raises max keeps what was already counted).
-  // For a token_bucket it keeps the burst (max, if it was max), and throws when the
-  // bucket would then take longer than kMaxResolution to refill; for a sliding_log it
-  // throws for a max above kMaxLogCount.
+  // For a token_bucket it keeps the burst (max, if it was max). Throws
+  // std::invalid_argument as from_spec() would refuse the result (a bucket that would then
+  // take longer than kMaxResolution to refill, a sliding_log's max above kMaxLogCount).
   Limit with_max(std::uint64_t max) const;
-  // The same limit counted by `algorithm`. For fixed_window the resolution becomes the
-  // interval (one counter per window); throws std::invalid_argument when that interval
-  // exceeds kMaxResolution. Limits of one scope and geometry share their counts whatever
-  // their algorithms (each decides from them its own way), so a limit whose algorithm
-  // changes under with_scope (as a server rule does on reload) keeps what was counted.
-  // For token_bucket likewise (its resolution is not used), with room for `burst` at once
-  // (0: max; as with_burst); throws when the bucket would take longer than kMaxResolution
-  // to refill, and for a burst with another algorithm. For sliding_log likewise (its
-  // resolution is not used); throws for a max above kMaxLogCount.
+  // The same limit counted by `algorithm`. For fixed_window, token_bucket and sliding_log
+  // the resolution becomes the interval (one subinterval: a fixed window's counter, and
+  // not used by the other two). Limits of one scope and geometry share their counts
+  // whatever their algorithms (each decides from them its own way), so a limit whose
+  // algorithm changes under with_scope (as a server rule does on reload) keeps what was
+  // counted. A token_bucket has room for `burst` at once (0: max; as with_burst). Throws
+  // std::invalid_argument as from_spec() would refuse the result (a fixed window longer
+  // than kMaxResolution, a bucket that would take longer than that to refill, a burst
+  // for another algorithm, a sliding_log's max above kMaxLogCount).
   Limit with_algorithm(Algorithm algorithm, std::uint64_t burst = 0) const;
   // A token_bucket with room for `burst` at once (0: max). Throws std::invalid_argument
-  // for another algorithm, a burst above kMaxCount, or a bucket that would take longer
-  // than kMaxResolution to refill.
+  // as from_spec() would refuse it (another algorithm, a burst above kMaxCount, a bucket
+  // that would take longer than kMaxResolution to refill).
   Limit with_burst(std::uint64_t burst) const;
   // The same limit with another failure policy.
   Limit with_failure_policy(FailurePolicy policy) const noexcept {
@@ -236,9 +305,11 @@ class Limit {
   }
 
  private:
-  std::uint64_t max_;
-  std::int64_t resolution_ms_;
-  std::uint32_t subintervals_;
+  Limit() = default;  // (from_spec fills it in)
+
+  std::uint64_t max_ = 0;
+  std::int64_t resolution_ms_ = 0;
+  std::uint32_t subintervals_ = 0;
   FailurePolicy failure_policy_ = FailurePolicy::local;
   Algorithm algorithm_ = Algorithm::sliding_window;
   Mode mode_ = Mode::enforce;

@@ -1056,10 +1056,11 @@ static void test_algorithms(void) {
       {1000, 100, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "resolution_ms 100"},
       {1000, 2000, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "resolution_ms 2000"},
       {RATEWIN_LIMIT_MAX_RESOLUTION_MS + 1, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0,
-       "interval_ms 4294967296 is longer than 4294967295, the longest fixed window"},
+       "interval_ms 4294967296 is longer than 4294967295, the longest for "
+       "RATEWIN_ALGORITHM_FIXED_WINDOW"},
       {RATEWIN_LIMIT_MAX_RESOLUTION_MS + 1, RATEWIN_LIMIT_MAX_RESOLUTION_MS + 1,
-       RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "the longest fixed window"},
-      {UINT64_C(60) * 86400000, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "longest fixed window"},
+       RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "the longest for RATEWIN_ALGORITHM_FIXED_WINDOW"},
+      {UINT64_C(60) * 86400000, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "longest for RATEWIN_ALGORITHM_FIXED_WINDOW"},
       {RATEWIN_LIMIT_MAX_INTERVAL_MS + 1, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "366 days"},
       {0, 0, RATEWIN_ALGORITHM_FIXED_WINDOW, 0, "interval_ms"},
   };
@@ -1180,11 +1181,11 @@ static void test_sliding_log(void) {
   big.max = RATEWIN_LIMIT_MAX_LOG_COUNT + 1;
   big.interval_ms = 1000;
   big.algorithm = RATEWIN_ALGORITHM_SLIDING_LOG;
-  CHECK_ERROR(ratewin_limit_new(&big, &out, &message), RATEWIN_EINVAL, message, "at most 4096");
+  CHECK_ERROR(ratewin_limit_new(&big, &out, &message), RATEWIN_EINVAL, message, "is more than 4096");
   big.max = RATEWIN_LIMIT_MAX_LOG_COUNT;
   big.resolution_ms = 100;
   CHECK_ERROR(ratewin_limit_new(&big, &out, &message), RATEWIN_EINVAL, message,
-              "a sliding log's resolution_ms");
+              "RATEWIN_ALGORITHM_SLIDING_LOG has one subinterval");
   big.resolution_ms = 0;
   CHECK(ratewin_limit_new(&big, &out, NULL) == 0 && out != NULL);
   ratewin_limit_free(out);
@@ -1458,25 +1459,26 @@ static void test_token_bucket(void) {
     const char* word;
   } bad[] = {
       {10, 1000, 0, 4, RATEWIN_ALGORITHM_SLIDING_WINDOW,
-       "burst 4 with RATEWIN_ALGORITHM_SLIDING_WINDOW: burst applies to "
-       "RATEWIN_ALGORITHM_TOKEN_BUCKET only"},
+       "burst applies to RATEWIN_ALGORITHM_TOKEN_BUCKET only, not to "
+       "RATEWIN_ALGORITHM_SLIDING_WINDOW: leave it out"},
       {10, 1000, 0, 10, RATEWIN_ALGORITHM_STRICT_WINDOW, "RATEWIN_ALGORITHM_STRICT_WINDOW"},
       {10, 1000, 0, 1, RATEWIN_ALGORITHM_FIXED_WINDOW, "RATEWIN_ALGORITHM_FIXED_WINDOW"},
       {10, 1000, 100, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET,
-       "resolution_ms 100 with RATEWIN_ALGORITHM_TOKEN_BUCKET: a token bucket's resolution_ms "
-       "is its interval_ms 1000 (or 0)"},
+       "RATEWIN_ALGORITHM_TOKEN_BUCKET has one subinterval, the whole window (interval_ms "
+       "1000): resolution_ms 100 says otherwise"},
       {10, 1000, 2000, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET, "resolution_ms 2000"},
       {10, 1000, 0, RATEWIN_LIMIT_MAX_COUNT + 1, RATEWIN_ALGORITHM_TOKEN_BUCKET,
-       "burst must be at most 4294967295, got 4294967296"},
-      {10, 1000, 0, UINT64_MAX, RATEWIN_ALGORITHM_TOKEN_BUCKET, "burst must be at most"},
+       "burst must be from 1 to 4294967295, got 4294967296"},
+      {10, 1000, 0, UINT64_MAX, RATEWIN_ALGORITHM_TOKEN_BUCKET, "burst must be from 1 to"},
       /* One unit every 6 s: 715828 of them take longer than 4294967295 ms. */
       {10, 60000, 0, 715828, RATEWIN_ALGORITHM_TOKEN_BUCKET,
-       "a token bucket of max 10 per interval_ms 60000 takes longer than 4294967295 ms to "
-       "refill burst 715828 (burst x interval_ms / max)"},
+       "RATEWIN_ALGORITHM_TOKEN_BUCKET with max 10 and interval_ms 60000 takes longer than "
+       "4294967295 (about 49.7 days) to refill burst 715828 (burst x interval_ms / max)"},
       {10, 60000, 0, 1000000000, RATEWIN_ALGORITHM_TOKEN_BUCKET, "refill burst 1000000000"},
       /* 60 days: refilling max takes that long (a burst of 1 would not: below). */
       {1000, UINT64_C(60) * 86400000, 0, 0, RATEWIN_ALGORITHM_TOKEN_BUCKET,
-       "takes longer than 4294967295 ms to refill max 1000 (burst 0: max)"},
+       "takes longer than 4294967295 (about 49.7 days) to refill its burst (max, when burst "
+       "is not given)"},
       {1000, RATEWIN_LIMIT_MAX_INTERVAL_MS + 1, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET, "366 days"},
       {0, 1000, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET, "max must be from 1"},
       {10, 0, 0, 1, RATEWIN_ALGORITHM_TOKEN_BUCKET, "interval_ms"},

@@ -126,15 +126,17 @@ def test_algorithms_by_name_or_enum():
     ({"algorithm": 1}, TypeError, "algorithm must be a str, not int"),
     ({"algorithm": None}, TypeError, "algorithm must be a str"),
     ({"algorithm": "fixed_window", "resolution": 6}, ValueError,
-     r"fixed_window's resolution is its window, per=60.0 s, not resolution=6.0 s"),
+     r"^Limit: algorithm='fixed_window' has one subinterval, the whole window \(per=60.0 s\): "
+     r"resolution=6.0 s says otherwise; leave it out$"),
     ({"algorithm": "fixed_window", "per": 60 * 86400}, ValueError,
-     r"per=5184000.0 s is longer than the longest fixed_window, 4294967.295 s"),
+     r"per=5184000.0 s is longer than 4294967.295 s, the longest for algorithm='fixed_window'"),
     ({"algorithm": "fixed_window", "per": 4294967.296, "resolution": 4294967.296},
-     ValueError, "longest fixed_window"),
+     ValueError, "longest for algorithm='fixed_window'"),
     ({"algorithm": "sliding_log", "resolution": 6}, ValueError,
-     r"a sliding_log has no subintervals: its resolution is per=60.0 s, not resolution=6.0 s"),
+     r"algorithm='sliding_log' has one subinterval, the whole window \(per=60.0 s\): "
+     r"resolution=6.0 s says otherwise"),
     ({"algorithm": "sliding_log", "max": 4097}, ValueError,
-     r"sliding_log's max=4097 is more than 4096"),
+     r"max=4097 is more than 4096 for algorithm='sliding_log'"),
 ])
 def test_algorithm_errors_in_pythons_terms(kwargs, error, words):
     kwargs.setdefault("per", 60)
@@ -166,7 +168,8 @@ def test_a_sliding_log_is_exact(engine, clock):
     assert engine.refund("k", log, 1) == 1
     assert engine.try_acquire("k", log, 0).remaining == 1
     assert log.with_max(4096).max == 4096
-    with pytest.raises(ValueError, match="sliding_log's max=4097 is more than 4096"):
+    with pytest.raises(ValueError, match="^Limit.with_max: max=4097 is more than 4096 for "
+                       "algorithm='sliding_log'"):
         log.with_max(4097)
 
 
@@ -252,8 +255,9 @@ def test_with_max_keeps_a_token_buckets_burst():
     assert ratewin.Limit(10, per=1, algorithm="token_bucket").with_max(20).burst == 20
     # A new max that would make the bucket too slow to refill is refused.
     slowest = ratewin.Limit(10, per=60, algorithm="token_bucket", burst=715827)
-    with pytest.raises(ValueError, match=r"^Limit.with_max: a token_bucket of 9 per 60.0 s "
-                       r"takes longer than 4294967.295 s to refill its burst"):
+    with pytest.raises(ValueError, match=r"^Limit.with_max: algorithm='token_bucket' with max=9 "
+                       r"and per=60.0 s takes longer than 4294967.295 s \(about 49.7 days\) to "
+                       r"refill burst=715827"):
         slowest.with_max(9)
 
 
@@ -283,26 +287,28 @@ def test_try_acquire_all_with_a_token_bucket(engine):
 
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"burst": 4, "algorithm": "sliding_window"}, ValueError,
-     "^Limit: burst applies to algorithm='token_bucket', not algorithm='sliding_window'$"),
-    ({"burst": 4, "algorithm": "fixed_window"}, ValueError, "not algorithm='fixed_window'"),
+     "^Limit: burst applies to algorithm='token_bucket' only, not to "
+     "algorithm='sliding_window': leave it out$"),
+    ({"burst": 4, "algorithm": "fixed_window"}, ValueError, "not to algorithm='fixed_window'"),
     ({"burst": None, "algorithm": "strict_window", "resolution": 7}, ValueError,
      "resolution=7.0 s does not divide per=60.0 s"),
-    ({"burst": 0}, ValueError, "^burst must be between 1 and 4294967295, got 0$"),
-    ({"burst": -1}, ValueError, "burst must be between 1 and 4294967295, got -1"),
-    ({"burst": 2**32}, ValueError, "burst must be between 1 and 4294967295, got 4294967296"),
+    ({"burst": 0}, ValueError, "^burst must be 1 or more, got 0$"),
+    ({"burst": -1}, ValueError, "burst must be 1 or more, got -1"),
+    ({"burst": 2**32}, ValueError, "^Limit: burst must be from 1 to 4294967295, got 4294967296$"),
     ({"burst": "4"}, TypeError, "^burst must be an int, not str$"),
     ({"burst": True}, TypeError, "burst must be an int, not bool"),
     ({"burst": 4.0}, TypeError, "burst must be an int, not float"),
     ({"resolution": 6}, ValueError,
-     r"^Limit: a token_bucket has no subintervals: its resolution is per=60.0 s, not "
-     r"resolution=6.0 s: leave resolution out$"),
+     r"^Limit: algorithm='token_bucket' has one subinterval, the whole window \(per=60.0 s\): "
+     r"resolution=6.0 s says otherwise; leave it out$"),
     # One unit every 6 s: 715828 of them take longer than 2^32 - 1 ms to come back.
     ({"burst": 715828}, ValueError,
-     r"^Limit: a token_bucket of 10 per 60.0 s takes longer than 4294967.295 s to refill "
-     r"burst=715828 \(burst x per / max\)$"),
+     r"^Limit: algorithm='token_bucket' with max=10 and per=60.0 s takes longer than "
+     r"4294967.295 s \(about 49.7 days\) to refill burst=715828 \(burst x per / max\)$"),
     ({"per": 60 * 86400}, ValueError,
-     r"^Limit: a token_bucket of 10 per 5184000.0 s takes longer than 4294967.295 s to "
-     r"refill max=10 \(burst=None: max\)$"),
+     r"^Limit: algorithm='token_bucket' with max=10 and per=5184000.0 s takes longer than "
+     r"4294967.295 s \(about 49.7 days\) to refill its burst \(max, when burst is not given\): "
+     r"give a smaller burst$"),
     ({"per": 367 * 86400, "burst": 1}, ValueError, "366 days"),
 ])
 def test_token_bucket_errors_in_pythons_terms(kwargs, error, words):
@@ -352,7 +358,7 @@ def test_parse_takes_a_policy_and_a_scope():
     ("0/second", "at least 1"),
     ("1/0 seconds", "window of 0"),
     ("10/second extra", "cannot read"),
-    ("99999999999/second", "between 1 and 4294967295"),
+    ("99999999999/second", "max must be from 1 to 4294967295, got 99999999999"),
     ("1/400 days", "366 days"),
 ])
 def test_parse_errors_say_what_is_wrong(text, words):
@@ -454,7 +460,8 @@ def test_reset_and_refund_reach_redis(redis):
     (lambda: ratewin.Limit(3, per=1, resolution=0.0003), "at least 0.001 s .* got 0.0003"),
     (lambda: ratewin.Limit(3, per=400 * 86400), "366 days"),
     (lambda: ratewin.Limit(3, per=100000, resolution=1), "100000 subintervals.*coarser"),
-    (lambda: ratewin.Limit(-1, per=1), "max must be between 1 and 4294967295, got -1"),
+    (lambda: ratewin.Limit(-1, per=1), "max must be 1 or more, got -1"),
+    (lambda: ratewin.Limit(2**32, per=1), "^Limit: max must be from 1 to 4294967295, got 4294967296$"),
     (lambda: ratewin.Engine(command_timeout=0.0001), "command_timeout .* at least 0.001 s"),
     (lambda: ratewin.Engine(max_limiters=0), "max_limiters must be 1 or more, got 0"),
 ])

@@ -417,12 +417,13 @@ TEST_CASE("defaults.algorithm applies where a limit says nothing") {
                                "      - {name: a, max: 1, window: 1s, subintervals: 4}\n");
   CHECK(f.line == 5);
   CHECK(f.problem ==
-        "tiers.t.limits[0].subintervals: a fixed_window (set by defaults.algorithm) counts each "
-        "window in one counter, not 4 subintervals: leave subintervals out, or set it to 1");
+        "tiers.t.limits[0].subintervals: fixed_window has one subinterval, the whole window "
+        "(window: 1s): subintervals: 4 says otherwise; leave it out (the algorithm set by "
+        "defaults.algorithm)");
   CHECK(failure_of(fixed + "tiers: {t: {limits: [{name: a, max: 1, window: 50d}]}}\n").problem ==
-        "tiers.t.limits[0].window: \"50d\" is too long for a fixed_window (set by "
-        "defaults.algorithm), whose one counter spans the whole window: at most 4294967295ms "
-        "(about 49.7 days)");
+        "tiers.t.limits[0].window: window: 50d is longer than 4294967295ms, the longest for "
+        "fixed_window (its one subinterval is the whole window) (the algorithm set by "
+        "defaults.algorithm)");
 }
 
 TEST_CASE("algorithm: token_bucket, with burst (max when it is not set)") {
@@ -504,14 +505,18 @@ TEST_CASE("algorithm: sliding_log, exact, with max bounded; a multiplier stops a
     return f.problem;
   };
   CHECK(problem("{name: a, max: 4097, window: 1s, algorithm: sliding_log}") ==
-        "tiers.t.limits[0].max: a sliding_log holds at most 4096 entries (one per unit in its "
-        "window), not max 4097: lower max, or use another algorithm");
+        "tiers.t.limits[0].max: max: 4097 is more than 4096 for sliding_log (every unit is an "
+        "entry of its log)");
   CHECK(problem("{name: a, max: 10, window: 1s, subintervals: 4, algorithm: sliding_log}") ==
-        "tiers.t.limits[0].subintervals: a sliding_log logs each unit, with no counts per "
-        "subinterval, not 4 subintervals: leave subintervals out, or set it to 1");
-  CHECK(problem("{name: a, max: 10, window: 4294967297ms, algorithm: sliding_log}") ==
-        "tiers.t.limits[0].window: \"4294967297ms\" is longer than 4294967295ms and does not "
-        "divide into 2 to 10 equal whole milliseconds: give the window in seconds");
+        "tiers.t.limits[0].subintervals: sliding_log has one subinterval, the whole window "
+        "(window: 1s): subintervals: 4 says otherwise; leave it out");
+  // A log's one subinterval is not a ring's: it may be longer than a ring's longest.
+  const Rules longer = Rules::parse(
+      "tiers: {t: {limits: [{name: a, max: 10, window: 4294967297ms, algorithm: sliding_log}, "
+      "{name: b, max: 5000, window: 4294967297ms, algorithm: token_bucket, burst: 1}]}}\n"
+      "default_tier: t\n");
+  CHECK(match(longer, "k").limits[0]->limit.interval() == milliseconds(4294967297));
+  CHECK(match(longer, "k").limits[1]->limit.burst() == 1);
 }
 
 TEST_CASE("defaults.algorithm: token_bucket, with a burst per limit") {
@@ -544,22 +549,21 @@ TEST_CASE("defaults.algorithm: token_bucket, with a burst per limit") {
     return f.problem;
   };
   CHECK(problem("{name: a, max: 10, window: 1s, subintervals: 4}") ==
-        "tiers.t.limits[0].subintervals: a token_bucket (set by defaults.algorithm) refills "
-        "continuously, with no counts per subinterval, not 4 subintervals: leave subintervals "
-        "out, or set it to 1");
+        "tiers.t.limits[0].subintervals: token_bucket has one subinterval, the whole window "
+        "(window: 1s): subintervals: 4 says otherwise; leave it out (the algorithm set by "
+        "defaults.algorithm)");
   CHECK(problem("{name: a, max: 10, window: 50d}") ==
-        "tiers.t.limits[0].window: \"50d\" is too long for a token_bucket (set by "
-        "defaults.algorithm), whose burst (max, when burst is not set) refills in one window: at "
-        "most 4294967295ms (about 49.7 days), or set a smaller burst");
+        "tiers.t.limits[0].window: token_bucket with max: 10 and window: 50d takes longer than "
+        "4294967295ms (about 49.7 days) to refill its burst (max, when burst is not given): give "
+        "a smaller burst (the algorithm set by defaults.algorithm)");
   CHECK(problem("{name: a, max: 10, window: 1s, burst: 3, algorithm: fixed_window}") ==
-        "tiers.t.limits[0].burst: burst applies to algorithm: token_bucket only, not to a "
-        "fixed_window: leave burst out, or set algorithm: token_bucket");
+        "tiers.t.limits[0].burst: burst applies to token_bucket only, not to fixed_window: leave "
+        "it out");
   CHECK(failure_of("defaults: {algorithm: strict_window}\n"
                    "tiers: {t: {limits: [{name: a, max: 10, window: 1s, burst: 3}]}}\n")
             .problem ==
-        "tiers.t.limits[0].burst: burst applies to algorithm: token_bucket only, not to a "
-        "strict_window (set by defaults.algorithm): leave burst out, or set algorithm: "
-        "token_bucket");
+        "tiers.t.limits[0].burst: burst applies to token_bucket only, not to strict_window: leave "
+        "it out (the algorithm set by defaults.algorithm)");
 }
 
 TEST_CASE("overrides: tier, multiplier, limits") {
@@ -839,10 +843,11 @@ TEST_CASE("every kind of invalid input names its line") {
       {head + "  x:\n    limits:\n      - [a]\n", 10,
        "tiers.x.limits[0]: expected a mapping, got a list"},
       {limit("        max: -1\n        window: 1s\n"), 13,
-       "endpoints[0].limits[0].max: \"-1\" is not a whole number from 1 to 4294967295"},
-      {limit("        max: 0\n        window: 1s\n"), 13, "\"0\" is not a whole number from 1"},
+       "endpoints[0].limits[0].max: \"-1\" is not a whole number of 0 or more"},
+      {limit("        max: 0\n        window: 1s\n"), 13,
+       "endpoints[0].limits[0].max: max must be from 1 to 4294967295, got 0"},
       {limit("        max: 4294967296\n        window: 1s\n"), 13,
-       "\"4294967296\" is not a whole number"},
+       "max must be from 1 to 4294967295, got 4294967296"},
       {limit("        max: 1e3\n        window: 1s\n"), 13, "\"1e3\" is not a whole number"},
       {limit("        max: 5\n        window: 10x\n"), 14,
        "endpoints[0].limits[0].window: \"10x\" is not a duration (use 500ms, 1s, 1m, 1h or 1d)"},
@@ -855,14 +860,15 @@ TEST_CASE("every kind of invalid input names its line") {
       {limit("        max: 5\n        window:\n        cost: 1\n"), 14,
        "endpoints[0].limits[0].window: expected a string, got nothing"},
       {limit("        max: 5\n        window: 15ms\n"), 14,
-       "the window of 15ms does not divide into the default 10 subintervals of whole milliseconds; "
-       "set subintervals"},
+       "endpoints[0].limits[0].window: window: 15ms does not divide into 10 subintervals of whole "
+       "milliseconds (the default subintervals: set subintervals to a divisor of the window)"},
       {limit("        max: 5\n        window: 1s\n        subintervals: 3\n"), 15,
-       "subintervals: the window of 1000ms does not divide into 3 subintervals"},
+       "subintervals: window: 1s does not divide into 3 subintervals of whole milliseconds"},
       {limit("        max: 5\n        window: 1s\n        subintervals: 0\n"), 15,
-       "\"0\" is not a whole number from 1 to 65535"},
-      {limit("        max: 5\n        window: 50d\n        subintervals: 1\n"), 12,
-       "endpoints[0].limits[0]: resolution 1200h exceeds 4294967295ms"},
+       "endpoints[0].limits[0].subintervals: subintervals must be at least 1, got 0"},
+      {limit("        max: 5\n        window: 50d\n        subintervals: 1\n"), 15,
+       "endpoints[0].limits[0].subintervals: subintervals: 1 makes subintervals longer than the "
+       "longest, 4294967295ms"},
       {limit("        max: 5\n        window: 1s\n        per: user\n"), 15,
        "per: \"user\" is not one of key, endpoint, global"},
       {limit("        max: 5\n        window: 1s\n        failure_policy: fail\n"), 15,
@@ -877,29 +883,30 @@ TEST_CASE("every kind of invalid input names its line") {
       {limit("        max: 5\n        window: 1m\n        algorithm: fixed_window\n"
              "        subintervals: 4\n"),
        16,
-       "endpoints[0].limits[0].subintervals: a fixed_window counts each window in one counter, "
-       "not 4 subintervals: leave subintervals out, or set it to 1"},
+       "endpoints[0].limits[0].subintervals: fixed_window has one subinterval, the whole window "
+       "(window: 1m): subintervals: 4 says otherwise; leave it out"},
       {limit("        max: 5\n        window: 1m\n        subintervals: 0\n"
              "        algorithm: fixed_window\n"),
-       15, "subintervals: \"0\" is not a whole number from 1 to 65535"},
+       15, "subintervals: fixed_window has one subinterval, the whole window (window: 1m): "
+           "subintervals: 0 says otherwise"},
       {limit("        max: 5\n        window: 50d\n        algorithm: fixed_window\n"), 14,
-       "endpoints[0].limits[0].window: \"50d\" is too long for a fixed_window, whose one counter "
-       "spans the whole window: at most 4294967295ms (about 49.7 days)"},
+       "endpoints[0].limits[0].window: window: 50d is longer than 4294967295ms, the longest for "
+       "fixed_window (its one subinterval is the whole window)"},
       {limit("        max: 5\n        window: 50d\n        subintervals: 1\n"
              "        algorithm: fixed_window\n"),
-       14, "\"50d\" is too long for a fixed_window"},
+       14, "window: 50d is longer than 4294967295ms, the longest for fixed_window"},
       {limit("        max: 5\n        window: 1s\n        burst: 3\n"), 15,
-       "endpoints[0].limits[0].burst: burst applies to algorithm: token_bucket only, not to a "
-       "sliding_window (the default algorithm): leave burst out, or set algorithm: token_bucket"},
+       "endpoints[0].limits[0].burst: burst applies to token_bucket only, not to sliding_window: "
+       "leave it out (the default algorithm)"},
       {limit("        max: 5\n        window: 1s\n        algorithm: fixed_window\n"
              "        burst: 3\n"),
-       16, "burst: burst applies to algorithm: token_bucket only, not to a fixed_window: leave"},
+       16, "burst: burst applies to token_bucket only, not to fixed_window"},
       {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
              "        burst: 0\n"),
-       16, "endpoints[0].limits[0].burst: \"0\" is not a whole number from 1 to 4294967295"},
+       16, "endpoints[0].limits[0].burst: \"0\" is not a whole number of 1 or more"},
       {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
              "        burst: 4294967296\n"),
-       16, "burst: \"4294967296\" is not a whole number"},
+       16, "burst: burst must be from 1 to 4294967295, got 4294967296"},
       {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
              "        burst: many\n"),
        16, "burst: \"many\" is not a whole number"},
@@ -909,23 +916,17 @@ TEST_CASE("every kind of invalid input names its line") {
       {limit("        max: 5\n        window: 1m\n        algorithm: token_bucket\n"
              "        subintervals: 4\n"),
        16,
-       "endpoints[0].limits[0].subintervals: a token_bucket refills continuously, with no counts "
-       "per subinterval, not 4 subintervals: leave subintervals out, or set it to 1"},
+       "endpoints[0].limits[0].subintervals: token_bucket has one subinterval, the whole window "
+       "(window: 1m): subintervals: 4 says otherwise; leave it out"},
       {limit("        max: 5\n        window: 50d\n        algorithm: token_bucket\n"), 14,
-       "endpoints[0].limits[0].window: \"50d\" is too long for a token_bucket, whose burst (max, "
-       "when burst is not set) refills in one window: at most 4294967295ms (about 49.7 days), or "
-       "set a smaller burst"},
+       "endpoints[0].limits[0].window: token_bucket with max: 5 and window: 50d takes longer than "
+       "4294967295ms (about 49.7 days) to refill its burst (max, when burst is not given): give a "
+       "smaller burst"},
       {limit("        max: 5\n        window: 1d\n        algorithm: token_bucket\n"
              "        burst: 300\n"),
        16,
-       "endpoints[0].limits[0].burst: a token_bucket of max 5 per \"1d\" takes longer than "
-       "4294967295ms (about 49.7 days) to refill a burst of 300 (burst x window / max): lower "
-       "burst, or raise max"},
-      {limit("        max: 5000\n        window: 4294967297ms\n        algorithm: token_bucket\n"
-             "        burst: 1\n"),
-       14,
-       "endpoints[0].limits[0].window: \"4294967297ms\" is longer than 4294967295ms and does not "
-       "divide into 2 to 10 equal whole milliseconds: give the window in seconds"},
+       "endpoints[0].limits[0].burst: token_bucket with max: 5 and window: 1d takes longer than "
+       "4294967295ms (about 49.7 days) to refill burst: 300 (burst x window / max)"},
       {limit("        max: 5\n        window: 1s\n        algorithm: token_bucket\n"
              "        burst: 3\n        cost: 4\n"),
        17, "cost: cost 4 exceeds burst 3: every request would be rejected"},

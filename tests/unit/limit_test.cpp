@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <variant>
 
 namespace ratewin::test {
 namespace {
@@ -78,17 +79,149 @@ TEST_CASE("a limit's own scope follows from its max; a named one is shared on pu
   CHECK(a.with_failure_policy(FailurePolicy::open).scope() == a.scope());
 }
 
-TEST_CASE("Limit::problem names what the constructor refuses, for bindings to say it") {
-  CHECK(Limit::problem(1, seconds(1), milliseconds(100)) == LimitProblem::none);
-  CHECK(Limit::problem(0, seconds(1), milliseconds(100)) == LimitProblem::max_zero);
-  CHECK(Limit::problem(Limit::kMaxCount + 1, seconds(1), seconds(1)) ==
-        LimitProblem::max_too_large);
-  CHECK(Limit::problem(1, seconds(1), milliseconds(300)) ==
-        LimitProblem::resolution_does_not_divide);
-  CHECK(Limit::problem(1, seconds(100000), seconds(1)) == LimitProblem::too_many_subintervals);
-  CHECK(Limit::problem(1, hours(24 * 400), hours(24)) == LimitProblem::interval_too_long);
-  CHECK(Limit::problem(1, milliseconds(0), milliseconds(1)) == LimitProblem::interval_not_positive);
+// The issue from_spec finds in `spec` (none: it makes a limit).
+LimitIssue issue_of(const LimitSpec& spec) {
+  const auto made = Limit::from_spec(spec);
+  const LimitIssue* issue = std::get_if<LimitIssue>(&made);
+  return issue != nullptr ? *issue : LimitIssue{};
+}
+
+TEST_CASE("Limit::from_spec makes a limit, or names the first problem, its field and its bound") {
+  using P = LimitProblem;
+  using F = LimitField;
+  const auto spec = [](std::uint64_t max, std::chrono::milliseconds interval) {
+    LimitSpec s;
+    s.max = max;
+    s.interval = interval;
+    return s;
+  };
+  const auto with = [](LimitSpec s, auto change) {
+    change(s);
+    return s;
+  };
+  const LimitSpec second = spec(10, seconds(1));
+  const auto res = [&](std::chrono::milliseconds r) {
+    return with(second, [&](LimitSpec& s) { s.resolution = r; });
+  };
+  const auto subs = [&](std::uint64_t n) {
+    return with(second, [&](LimitSpec& s) { s.subintervals = n; });
+  };
+  const auto algo = [](LimitSpec s, Algorithm a, std::uint64_t burst = 0) {
+    s.algorithm = a;
+    s.burst = burst;
+    return s;
+  };
+  struct Case {
+    LimitSpec spec;
+    LimitProblem problem;
+    LimitField field;
+    std::uint64_t bound;
+  };
+  const std::uint64_t max_res = static_cast<std::uint64_t>(Limit::kMaxResolution.count());
+  const Case cases[] = {
+      {spec(0, seconds(1)), P::max_zero, F::max, Limit::kMaxCount},
+      {spec(Limit::kMaxCount + 1, seconds(1)), P::max_too_large, F::max, Limit::kMaxCount},
+      {spec(1, seconds(0)), P::interval_not_positive, F::interval, 1},
+      {spec(1, seconds(-3)), P::interval_not_positive, F::interval, 1},
+      {spec(1, hours(24 * 367)), P::interval_too_long, F::interval,
+       static_cast<std::uint64_t>(Limit::kMaxInterval.count())},
+      {res(milliseconds(0)), P::resolution_not_positive, F::resolution, 1},
+      {res(milliseconds(300)), P::resolution_does_not_divide, F::resolution, 1000},
+      {with(spec(1, seconds(100)), [](LimitSpec& s) { s.resolution = milliseconds(1); }),
+       P::too_many_subintervals, F::resolution, Limit::kMaxSubintervals},
+      {with(spec(1, hours(24 * 60)), [](LimitSpec& s) { s.resolution = hours(24 * 60); }),
+       P::resolution_too_long, F::resolution, max_res},
+      {subs(0), P::resolution_not_positive, F::subintervals, 1},
+      {subs(3), P::resolution_does_not_divide, F::subintervals, 1000},
+      {with(spec(1, seconds(100)), [](LimitSpec& s) { s.subintervals = 100'000; }),
+       P::too_many_subintervals, F::subintervals, Limit::kMaxSubintervals},
+      {with(spec(1, hours(24 * 60)), [](LimitSpec& s) { s.subintervals = 1; }),
+       P::resolution_too_long, F::subintervals, max_res},
+      {with(res(milliseconds(100)), [](LimitSpec& s) { s.subintervals = 10; }),
+       P::resolution_and_subintervals, F::subintervals, 0},
+      // A window longer than the longest subinterval that none of 2 to 10 divides: the
+      // resolution chosen for it is too long.
+      {spec(1, milliseconds(max_res + 2)), P::resolution_too_long, F::interval, max_res},
+      {algo(second, Algorithm::sliding_window, 3), P::burst_not_bucket, F::burst, 0},
+      {algo(res(milliseconds(100)), Algorithm::fixed_window), P::not_one_subinterval,
+       F::resolution, 1000},
+      {algo(subs(10), Algorithm::token_bucket), P::not_one_subinterval, F::subintervals, 1},
+      {algo(res(milliseconds(100)), Algorithm::sliding_log), P::not_one_subinterval,
+       F::resolution, 1000},
+      {algo(spec(1, hours(24 * 60)), Algorithm::fixed_window), P::fixed_window_too_long,
+       F::interval, max_res},
+      {algo(second, Algorithm::token_bucket, Limit::kMaxCount + 1), P::burst_too_large, F::burst,
+       Limit::kMaxCount},
+      {algo(spec(1000, hours(24 * 60)), Algorithm::token_bucket), P::bucket_too_slow, F::interval,
+       max_res},
+      {algo(spec(10, hours(24 * 60)), Algorithm::token_bucket, 9), P::bucket_too_slow, F::burst,
+       max_res},
+      {algo(spec(Limit::kMaxLogCount + 1, seconds(1)), Algorithm::sliding_log),
+       P::log_too_large, F::max, Limit::kMaxLogCount},
+  };
+  for (const Case& c : cases) {
+    const LimitIssue got = issue_of(c.spec);
+    CAPTURE(describe(got, c.spec));
+    CHECK(got.problem == c.problem);
+    CHECK(got.field == c.field);
+    CHECK(got.bound == c.bound);
+    CHECK(static_cast<bool>(got));
+    CHECK_FALSE(describe(got, c.spec).empty());
+  }
+
+  // What it makes: resolution given, chosen, or from subintervals; one subinterval for
+  // the algorithms that have one (a token bucket's or a log's may exceed a ring's longest:
+  // it is not used); a spec's limit back from spec().
+  const auto limit_of = [](const LimitSpec& s) { return std::get<Limit>(Limit::from_spec(s)); };
+  CHECK(limit_of(second) == Limit(10, seconds(1)));
+  CHECK(limit_of(res(milliseconds(250))) == Limit(10, seconds(1), milliseconds(250)));
+  CHECK(limit_of(subs(4)) == Limit(10, seconds(1), milliseconds(250)));
+  CHECK(limit_of(algo(second, Algorithm::fixed_window)).resolution() == seconds(1));
+  CHECK(limit_of(algo(res(seconds(1)), Algorithm::fixed_window)).subintervals() == 1);
+  CHECK(limit_of(algo(subs(1), Algorithm::sliding_log)).subintervals() == 1);
+  const Limit long_bucket = limit_of(algo(spec(10, hours(24 * 60)), Algorithm::token_bucket, 1));
+  CHECK(long_bucket.resolution() == hours(24 * 60));
+  CHECK(long_bucket.burst() == 1);
+  LimitSpec full = algo(spec(20, seconds(60)), Algorithm::token_bucket, 5);
+  full.failure_policy = FailurePolicy::closed;
+  full.mode = Mode::shadow;
+  full.scope = hash("s");
+  const Limit made = limit_of(full);
+  CHECK(made == Limit(20, seconds(60))
+                    .with_algorithm(Algorithm::token_bucket, 5)
+                    .with_failure_policy(FailurePolicy::closed)
+                    .with_mode(Mode::shadow)
+                    .with_scope("s"));
+  for (const Limit& l : {made, Limit(10, seconds(1), milliseconds(250)), long_bucket,
+                         Limit(3, seconds(60)).with_algorithm(Algorithm::sliding_log),
+                         Limit(7, seconds(9)).with_algorithm(Algorithm::fixed_window).with_max(9)})
+    CHECK(limit_of(l.spec()) == l);
   CHECK(Limit::default_resolution(seconds(1)) == milliseconds(100));
+}
+
+TEST_CASE("describe words an issue in a front end's terms") {
+  LimitSpec s;
+  s.max = 10;
+  s.interval = seconds(2);
+  s.resolution = milliseconds(300);
+  const LimitIssue issue = issue_of(s);
+  CHECK(describe(issue, s) ==
+        "resolution 300ms does not divide interval 2s: the window must be a whole number of "
+        "subintervals");
+  LimitTerms terms;
+  terms.interval = "per";
+  terms.is = "=";
+  terms.duration = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
+  CHECK(describe(issue, s, terms) ==
+        "resolution=300 ms does not divide per=2000 ms: the window must be a whole number of "
+        "subintervals");
+  s.resolution.reset();
+  s.algorithm = Algorithm::fixed_window;
+  s.burst = 4;
+  terms.algorithm = [](Algorithm a) { return std::string("algorithm '") + algorithm_name(a) + "'"; };
+  CHECK(describe(issue_of(s), s, terms) ==
+        "burst applies to algorithm 'token_bucket' only, not to algorithm 'fixed_window': leave it "
+        "out");
   // A negative max converted to unsigned: the message says what probably happened.
   CHECK_THROWS_WITH(Limit(static_cast<std::uint64_t>(-1), seconds(1)),
                     doctest::Contains("a negative number converted"));
@@ -104,9 +237,9 @@ TEST_CASE("default resolution") {
 
 TEST_CASE("invalid limits are clear errors") {
   CHECK(error_of([] { Limit(0, seconds(1), seconds(1)); }) ==
-        "ratewin::Limit: max must be at least 1");
+        "ratewin::Limit: max must be from 1 to 4294967295, got 0");
   CHECK(error_of([] { Limit(Limit::kMaxCount + 1, seconds(1), seconds(1)); }) ==
-        "ratewin::Limit: max 4294967296 exceeds 4294967295");
+        "ratewin::Limit: max must be from 1 to 4294967295, got 4294967296");
   CHECK(error_of([] { Limit(1, seconds(0), seconds(1)); }) ==
         "ratewin::Limit: interval must be positive, got 0ms");
   CHECK(error_of([] { Limit(1, seconds(-3), seconds(1)); }) ==
@@ -114,14 +247,17 @@ TEST_CASE("invalid limits are clear errors") {
   CHECK(error_of([] { Limit(1, seconds(1), milliseconds(0)); }) ==
         "ratewin::Limit: resolution must be positive, got 0ms");
   CHECK(error_of([] { Limit(1, seconds(10), seconds(3)); }) ==
-        "ratewin::Limit: resolution 3000ms does not divide interval 10000ms");
+        "ratewin::Limit: resolution 3s does not divide interval 10s: the window must be a whole "
+        "number of subintervals");
   CHECK(error_of([] { Limit(1, hours(24 * 367), hours(24)); }) ==
-        "ratewin::Limit: interval 8808h exceeds 366 days");
+        "ratewin::Limit: interval 8808h is longer than 366 days, the longest window");
   CHECK(error_of([] { Limit(1, hours(24 * 60), hours(24 * 60)); }) ==
-        "ratewin::Limit: resolution 1440h exceeds 4294967295ms");
+        "ratewin::Limit: resolution 1440h makes subintervals longer than the longest, "
+        "4294967295ms");
   CHECK(Limit(1, hours(24 * 49), hours(24 * 49)).resolution() == hours(24 * 49));
   CHECK(error_of([] { Limit(1, seconds(100), milliseconds(1)); }) ==
-        "ratewin::Limit: interval / resolution = 100000 subintervals, more than 65535");
+        "ratewin::Limit: interval 100s / resolution 1ms = 100000 subintervals, more than "
+        "65535: choose a coarser resolution");
   CHECK(error_of([] { Limit(1, seconds(0)); }) ==
         "ratewin::Limit: interval must be positive, got 0ms");
 }
@@ -153,28 +289,24 @@ TEST_CASE("a limit's algorithm: names, fixed_window's one subinterval, scopes, e
                     Algorithm::token_bucket, Algorithm::sliding_log},
                    "token bucket");
   // A fixed window's interval is its resolution: at most kMaxResolution.
-  CHECK(Limit::problem(1, hours(24 * 60), hours(24), Algorithm::fixed_window) ==
-        LimitProblem::fixed_window_too_long);
-  CHECK(Limit::problem(1, hours(24 * 60), hours(24), Algorithm::strict_window) ==
-        LimitProblem::none);
+  CHECK_NOTHROW((void)Limit(1, hours(24 * 60), hours(24)).with_algorithm(Algorithm::strict_window));
   CHECK(error_of([] {
           (void)Limit(1, hours(24 * 60), hours(24)).with_algorithm(Algorithm::fixed_window);
         }) ==
-        "ratewin::Limit: a fixed_window's interval 1440h exceeds its longest, 4294967295ms "
-        "(its one subinterval is the whole interval)");
+        "ratewin::Limit: interval 1440h is longer than 4294967295ms, the longest for "
+        "fixed_window (its one subinterval is the whole window)");
 }
 
 TEST_CASE("a token bucket's burst: with_algorithm and problem agree") {
   const Limit slow(1000, hours(24 * 60));
   // Refilling max takes 60 days, too long; a burst of 1 refills in 86.4 s.
-  CHECK(Limit::problem(1000, hours(24 * 60), hours(24 * 6), Algorithm::token_bucket, 1) ==
-        LimitProblem::none);
   const Limit one = slow.with_algorithm(Algorithm::token_bucket, 1);
   CHECK(one.burst() == 1);
-  CHECK(one.to_string() == "1000/1440h@144h token_bucket burst 1");
-  CHECK(Limit::problem(1000, hours(24 * 60), hours(24 * 6), Algorithm::token_bucket) ==
-        LimitProblem::bucket_too_slow);
-  CHECK_THROWS_AS((void)slow.with_algorithm(Algorithm::token_bucket), std::invalid_argument);
+  CHECK(one.to_string() == "1000/1440h@1440h token_bucket burst 1");
+  CHECK(error_of([&] { (void)slow.with_algorithm(Algorithm::token_bucket); }) ==
+        "ratewin::Limit: token_bucket with max 1000 and interval 1440h takes longer than "
+        "4294967295ms (about 49.7 days) to refill its burst (max, when burst is not given): "
+        "give a smaller burst");
   CHECK_THROWS_AS((void)slow.with_algorithm(Algorithm::strict_window, 3), std::invalid_argument);
   const Limit bucket = Limit(10, seconds(1)).with_algorithm(Algorithm::token_bucket, 4);
   CHECK(bucket == Limit(10, seconds(1)).with_algorithm(Algorithm::token_bucket).with_burst(4));

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <variant>
 
 #include "bindings.h"
 
@@ -120,67 +121,19 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return py::repr(py::float_(static_cast<double>(ms.count()) / 1000.0)).cast<std::string>();
 }
 
-// Raises ValueError for what Limit's constructor, with_algorithm and with_burst would
-// refuse, in Python's terms (the arguments' names, seconds). For a fixed window or a token
-// bucket, `resolution` is the one chosen for per (its own, the whole window, comes with
-// with_algorithm). burst 0: burst=None (max).
-void check_limit(std::uint64_t max, std::chrono::milliseconds per,
-                 std::chrono::milliseconds resolution, Algorithm algorithm, std::uint64_t burst) {
-  const auto s = [](std::chrono::milliseconds ms) { return seconds_text(ms) + " s"; };
-  const bool fixed = algorithm == Algorithm::fixed_window;
-  const bool bucket = algorithm == Algorithm::token_bucket;
-  // A token bucket too slow to refill `what` ("burst=N" or "max=N").
-  const auto too_slow = [&](const std::string& what, const char* why) {
-    return py::value_error("Limit: a token_bucket of " + std::to_string(max) + " per " + s(per) +
-                           " takes longer than " + s(Limit::kMaxResolution) + " to refill " + what +
-                           " (" + why + ")");
-  };
-  // ... its max, with burst=None.
-  const auto max_too_slow = [&] {
-    return too_slow("max=" + std::to_string(max), "burst=None: max");
-  };
-  const LimitProblem problem = Limit::problem(max, per, resolution, algorithm, burst);
-  switch (problem) {
-    case LimitProblem::none:
-      return;
-    case LimitProblem::resolution_too_long:
-      // (A token bucket's resolution was chosen for per: a per that long takes longer
-      // than that to refill max.)
-      if (bucket) throw max_too_slow();
-      if (!fixed) {
-        throw py::value_error("Limit: resolution=" + s(resolution) +
-                              " is longer than the longest, " + s(Limit::kMaxResolution));
-      }
-      // (A fixed window's resolution was chosen for per: per itself is too long.)
-      [[fallthrough]];
-    case LimitProblem::fixed_window_too_long:
-      throw py::value_error("Limit: per=" + s(per) + " is longer than the longest fixed_window, " +
-                            s(Limit::kMaxResolution) +
-                            " (its one subinterval is the whole window)");
-    case LimitProblem::burst_too_large:  // (burst was checked as it was read)
-      throw py::value_error("Limit: burst=" + std::to_string(burst) + " is more than " +
-                            std::to_string(Limit::kMaxCount));
-    case LimitProblem::log_too_large:
-      throw py::value_error("Limit: a sliding_log's max=" + std::to_string(max) +
-                            " is more than " + std::to_string(Limit::kMaxLogCount) +
-                            " (every unit is an entry of its log)");
-    case LimitProblem::bucket_too_slow:
-      if (burst == 0) throw max_too_slow();
-      throw too_slow("burst=" + std::to_string(burst), "burst x per / max");
-    case LimitProblem::interval_too_long:
-      throw py::value_error("Limit: per=" + s(per) +
-                            " is longer than the longest window, 366 days");
-    case LimitProblem::resolution_does_not_divide:
-      throw py::value_error("Limit: resolution=" + s(resolution) + " does not divide per=" +
-                            s(per) + ": the window must be a whole number of subintervals");
-    case LimitProblem::too_many_subintervals:
-      throw py::value_error(
-          "Limit: per / resolution = " + std::to_string(per.count() / resolution.count()) +
-          " subintervals, more than " + std::to_string(Limit::kMaxSubintervals) +
-          ": choose a coarser resolution");
-    default:  // (max and the durations were checked as they were read)
-      throw py::value_error("Limit: not a valid limit");
+// The limit `spec` describes, or ValueError saying what is wrong in Python's terms (the
+// arguments' names, seconds), after `where` ("Limit", "Limit.with_max").
+Limit made(const LimitSpec& spec, const char* where) {
+  auto made = Limit::from_spec(spec);
+  if (const LimitIssue* issue = std::get_if<LimitIssue>(&made)) {
+    LimitTerms terms;
+    terms.interval = "per";
+    terms.is = "=";
+    terms.duration = [](std::chrono::milliseconds ms) { return seconds_text(ms) + " s"; };
+    terms.algorithm = [](Algorithm a) { return std::string("algorithm='") + algorithm_name(a) + "'"; };
+    throw py::value_error(std::string(where) + ": " + describe(*issue, spec, terms));
   }
+  return std::get<Limit>(made);
 }
 
 std::string limit_repr(const Limit& l) {
@@ -234,44 +187,16 @@ void init_limit(py::module_& m) {
       .def(py::init([](IntArg max, SecondsArg per, OptionalSecondsArg resolution,
                        PolicyArg on_failure, OptionalStrArg scope, StrArg algorithm,
                        OptionalIntArg burst, StrArg mode) {
-             const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
-             const auto interval = to_milliseconds(per, "per");
-             const auto given = resolution.is_none() ? std::optional<std::chrono::milliseconds>()
-                                                     : to_milliseconds(resolution, "resolution");
-             const Algorithm how = to_algorithm(algorithm);
-             const Mode enforcing = to_mode(mode);
-             const bool fixed = how == Algorithm::fixed_window;
-             const bool bucket = how == Algorithm::token_bucket;
-             const bool log = how == Algorithm::sliding_log;
-             // A fixed window's one subinterval is the window, and a token bucket or a log
-             // has none: a resolution that says otherwise is refused rather than ignored.
-             if (fixed && given && *given != interval) {
-               throw py::value_error("Limit: a fixed_window's resolution is its window, per=" +
-                                     seconds_text(interval) + " s, not resolution=" +
-                                     seconds_text(*given) + " s: leave resolution out");
-             }
-             if ((bucket || log) && given && *given != interval) {
-               throw py::value_error(
-                   std::string("Limit: a ") + algorithm_name(how) +
-                   " has no subintervals: its resolution is per=" +
-                   seconds_text(interval) + " s, not resolution=" + seconds_text(*given) +
-                   " s: leave resolution out");
-             }
-             // A burst, for a token bucket only; 0: None, max.
-             if (!burst.is_none() && !bucket) {
-               throw py::value_error(std::string("Limit: burst applies to "
-                                                 "algorithm='token_bucket', not algorithm='") +
-                                     algorithm_name(how) + "'");
-             }
-             const std::uint64_t room =
-                 burst.is_none() ? 0 : to_u64(burst, "burst", 1, Limit::kMaxCount);
-             const auto step =
-                 given && !fixed && !bucket && !log ? *given : Limit::default_resolution(interval);
-             check_limit(count, interval, step, how, room);
-             const Limit limit =
-                 Limit(count, interval, step).with_algorithm(how, bucket ? room : 0);
-             return with_scope_name(
-                 limit.with_failure_policy(to_policy(on_failure, "on_failure")).with_mode(enforcing), scope);
+             LimitSpec spec;
+             spec.max = to_u64(max, "max", 1, UINT64_MAX);
+             spec.interval = to_milliseconds(per, "per");
+             if (!resolution.is_none()) spec.resolution = to_milliseconds(resolution, "resolution");
+             spec.algorithm = to_algorithm(algorithm);
+             // (None: max; 0 is not a burst.)
+             if (!burst.is_none()) spec.burst = to_u64(burst, "burst", 1, UINT64_MAX);
+             spec.failure_policy = to_policy(on_failure, "on_failure");
+             spec.mode = to_mode(mode);
+             return with_scope_name(made(spec, "Limit"), scope);
            }),
            py::arg("max"), py::arg("per"), py::arg("resolution") = py::none(),
            py::arg("on_failure") = "local", py::kw_only(), py::arg("scope") = py::none(),
@@ -324,31 +249,17 @@ void init_limit(py::module_& m) {
       .def(
           "with_max",
           [](const Limit& l, IntArg max) {
-            const std::uint64_t count = to_u64(max, "max", 1, Limit::kMaxCount);
-            std::optional<Limit> raised;
-            try {
-              raised = l.with_max(count);
-            } catch (const std::invalid_argument&) {
-              // (Only a log's bound or a token bucket's refill can be refused: max was
-              // checked.)
-              if (l.algorithm() == Algorithm::sliding_log) {
-                throw py::value_error("Limit.with_max: a sliding_log's max=" +
-                                      std::to_string(count) + " is more than " +
-                                      std::to_string(Limit::kMaxLogCount) +
-                                      " (every unit is an entry of its log)");
-              }
-              throw py::value_error("Limit.with_max: a token_bucket of " + std::to_string(count) +
-                                    " per " + seconds_text(l.interval()) + " s takes longer than " +
-                                    seconds_text(Limit::kMaxResolution) +
-                                    " s to refill its burst (burst x per / max)");
-            }
+            LimitSpec spec = l.spec();
+            spec.max = to_u64(max, "max", 1, UINT64_MAX);
+            spec.scope = l.scope();
+            const Limit raised = made(spec, "Limit.with_max");
             if (!l.has_scope()) {
               // (A limit of its own scope was made by Limit(): its burst is 0, max, unless
               // it differs from max.)
               ScopeNames::instance().record(l.scope(), std::to_string(l.max()), true,
                                             l.burst() != l.max() ? l.burst() : 0);
             }
-            return *raised;
+            return raised;
           },
           py::arg("max"),
           "The same window with another max, in the same scope: it shares counts with this "
