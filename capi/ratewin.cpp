@@ -3,6 +3,7 @@
 #include "ratewin.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -198,6 +199,76 @@ static_assert(sizeof(ratewin_stats) ==
 static_assert(offsetof(ratewin_stats, would_reject) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_acquisition) == kFirstSize<ratewin_acquisition>);
+
+// Where each figure of ratewin::kStatFields goes in ratewin_stats: its C field (a
+// duration's name has _ns after it, in nanoseconds; a flag is an int32_t 0 or 1; a count a
+// uint64_t). Checked against the table when this compiles: every figure has its field, and
+// every field but the retired evictions_active (always 0 since 1.5) has its figure.
+struct CStat {
+  std::string_view name;
+  std::size_t offset;
+  std::size_t index = 0;  // in kStatFields
+};
+#define RATEWIN_STAT(field) CStat{#field, offsetof(ratewin_stats, field)}
+constexpr CStat kCStatFields[] = {
+    RATEWIN_STAT(allowed),          RATEWIN_STAT(rejected),
+    RATEWIN_STAT(degraded),         RATEWIN_STAT(limiters),
+    RATEWIN_STAT(max_limiters),     RATEWIN_STAT(pinned),
+    RATEWIN_STAT(evictions),        RATEWIN_STAT(store),
+    RATEWIN_STAT(store_available),  RATEWIN_STAT(circuit_opens),
+    RATEWIN_STAT(connections),      RATEWIN_STAT(writes_ok),
+    RATEWIN_STAT(writes_failed),    RATEWIN_STAT(writes_skipped),
+    RATEWIN_STAT(write_p50_ns),     RATEWIN_STAT(write_p90_ns),
+    RATEWIN_STAT(write_p99_ns),     RATEWIN_STAT(write_max_ns),
+    RATEWIN_STAT(warm_starts),      RATEWIN_STAT(warm_start_failures),
+    RATEWIN_STAT(sync_rounds),      RATEWIN_STAT(sync_failures),
+    RATEWIN_STAT(sync_last_keys),   RATEWIN_STAT(sync_last_duration_ns),
+    RATEWIN_STAT(sync_max_duration_ns), RATEWIN_STAT(active_limiters),
+    RATEWIN_STAT(clock_offset_ns),  RATEWIN_STAT(clock_rtt_ns),
+    RATEWIN_STAT(overflowed),       RATEWIN_STAT(memory),
+    RATEWIN_STAT(max_memory),       RATEWIN_STAT(sync_last_change_sets),
+    RATEWIN_STAT(would_reject),     RATEWIN_STAT(live_nodes),
+};
+#undef RATEWIN_STAT
+
+// A figure's C name: its name, with _ns after a duration's.
+constexpr bool c_name_is(const ratewin::StatField& f, std::string_view c_name) {
+  if (f.unit != ratewin::StatUnit::seconds) return c_name == f.name;
+  return c_name.size() == f.name.size() + 3 && c_name.starts_with(f.name) &&
+         c_name.ends_with("_ns");
+}
+
+// kCStatFields with each field's figure found, or a field left at kNone when none names it.
+constexpr std::size_t kNone = ~std::size_t{0};
+consteval auto with_figures() {
+  std::array<CStat, std::size(kCStatFields)> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = kCStatFields[i];
+    out[i].index = kNone;
+    for (std::size_t j = 0; j < std::size(ratewin::kStatFields); ++j)
+      if (c_name_is(ratewin::kStatFields[j], out[i].name)) out[i].index = j;
+  }
+  return out;
+}
+constexpr auto kCStats = with_figures();
+
+consteval bool c_stats_match_the_table() {
+  for (const CStat& c : kCStats)
+    if (c.index == kNone) return false;  // a C field no figure names
+  for (std::size_t j = 0; j < std::size(ratewin::kStatFields); ++j) {
+    std::size_t fields = 0;
+    for (const CStat& c : kCStats) fields += c.index == j ? 1 : 0;
+    if (fields != 1) return false;  // a figure without its C field (or with two)
+  }
+  // And no C field is missing from the list: with `size` and the retired field, the
+  // fields listed make the whole struct.
+  std::size_t bytes = sizeof(std::size_t) + sizeof(std::uint64_t);
+  for (const CStat& c : kCStats)
+    bytes += ratewin::kStatFields[c.index].flag != nullptr ? sizeof(std::int32_t) : sizeof(std::uint64_t);
+  return bytes == sizeof(ratewin_stats);
+}
+static_assert(c_stats_match_the_table(),
+              "ratewin_stats and ratewin::kStatFields must name the same figures");
 
 template <class T>
 bool size_too_small(const T* s) noexcept {
@@ -895,41 +966,20 @@ int ratewin_engine_stats(const ratewin_engine* engine, ratewin_stats* stats) {
     const ratewin::Stats s = engine->rep.stats();
     ratewin_stats c{};
     c.size = sizeof c;
-    c.allowed = s.allowed;
-    c.rejected = s.rejected;
-    c.degraded = s.degraded;
-    c.would_reject = s.would_reject;
-    c.live_nodes = s.live_nodes;
-    c.limiters = s.limiters;
-    c.max_limiters = s.max_limiters;
-    c.pinned = s.pinned;
-    c.evictions = s.evictions;
-    c.evictions_active = s.evictions_active;
-    c.store = s.store ? 1 : 0;
-    c.store_available = s.store_available ? 1 : 0;
-    c.circuit_opens = s.circuit_opens;
-    c.connections = s.connections;
-    c.writes_ok = s.writes_ok;
-    c.writes_failed = s.writes_failed;
-    c.writes_skipped = s.writes_skipped;
-    c.write_p50_ns = s.write_p50.count();
-    c.write_p90_ns = s.write_p90.count();
-    c.write_p99_ns = s.write_p99.count();
-    c.write_max_ns = s.write_max.count();
-    c.warm_starts = s.warm_starts;
-    c.warm_start_failures = s.warm_start_failures;
-    c.sync_rounds = s.sync_rounds;
-    c.sync_failures = s.sync_failures;
-    c.sync_last_keys = s.sync_last_keys;
-    c.sync_last_duration_ns = s.sync_last_duration.count();
-    c.sync_max_duration_ns = s.sync_max_duration.count();
-    c.active_limiters = s.active_limiters;
-    c.clock_offset_ns = s.clock_offset.count();
-    c.clock_rtt_ns = s.clock_rtt.count();
-    c.overflowed = s.overflowed;
-    c.memory = s.memory;
-    c.max_memory = s.max_memory;
-    c.sync_last_change_sets = s.sync_last_change_sets;
+    auto* bytes = reinterpret_cast<unsigned char*>(&c);
+    for (const CStat& field : kCStats) {
+      const ratewin::StatField& f = ratewin::kStatFields[field.index];
+      if (f.count != nullptr) {
+        const std::uint64_t v = s.*f.count;
+        std::memcpy(bytes + field.offset, &v, sizeof v);
+      } else if (f.duration != nullptr) {
+        const std::int64_t v = (s.*f.duration).count();
+        std::memcpy(bytes + field.offset, &v, sizeof v);
+      } else {
+        const std::int32_t v = (s.*f.flag) ? 1 : 0;
+        std::memcpy(bytes + field.offset, &v, sizeof v);
+      }
+    }
     write_sized(c, stats);
     return RATEWIN_OK;
   });
@@ -950,6 +1000,17 @@ int ratewin_engine_capacity(const ratewin_engine* engine, const ratewin_limit* l
   return guarded(nullptr, [&] {
     if (engine == nullptr || limit == nullptr || out == nullptr) return RATEWIN_EINVAL;
     *out = engine->rep.capacity(limit->rep);
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_store_key(const ratewin_engine* engine, uint64_t resource,
+                             const ratewin_limit* limit, char** out) {
+  return guarded(nullptr, [&] {
+    if (engine == nullptr || limit == nullptr || out == nullptr) return RATEWIN_EINVAL;
+    char* copy = copy_string(engine->rep.store_key(resource, limit->rep));
+    if (copy == nullptr) return RATEWIN_ENOMEM;
+    *out = copy;
     return RATEWIN_OK;
   });
 }

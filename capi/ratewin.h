@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 4
+#define RATEWIN_VERSION_MINOR 5
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -520,7 +520,8 @@ typedef struct ratewin_stats {
   uint64_t max_limiters;     /* the configured bound */
   uint64_t pinned;           /* limiters held by open ratewin_limiter handles */
   uint64_t evictions;        /* limiters with empty windows dropped to make room */
-  uint64_t evictions_active; /* of those, ones whose window still held counts: 0 */
+  uint64_t evictions_active; /* retired in 1.5: always 0 (a limiter whose window still
+                                holds counts is never evicted) */
   int32_t store;             /* 1: a store is configured */
   int32_t store_available;   /* 1: writes and reads go through */
   uint64_t circuit_opens;    /* times the store was found unreachable */
@@ -565,6 +566,11 @@ RATEWIN_EXPORT int ratewin_engine_last_error(const ratewin_engine* engine, char*
  * (its window is larger than a shard's share of max_memory). */
 RATEWIN_EXPORT int ratewin_engine_capacity(const ratewin_engine* engine, const ratewin_limit* limit,
                                            uint64_t* out);
+/* Since 1.5. The key in the shared store (Redis) that holds `resource`'s counts under
+ * `limit` in *out, "" in local mode (resources are hashed into keys: this finds a name's
+ * key for redis-cli); the caller frees it with ratewin_free(). */
+RATEWIN_EXPORT int ratewin_engine_store_key(const ratewin_engine* engine, uint64_t resource,
+                                            const ratewin_limit* limit, char** out);
 
 /* ---- Limiters ------------------------------------------------------------------- */
 

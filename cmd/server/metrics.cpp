@@ -63,72 +63,21 @@ void PrometheusText::single(std::string_view name, std::string_view type, std::s
 namespace {
 
 double u(std::uint64_t v) { return static_cast<double>(v); }
-double s(std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e9; }
-
-void write_engine_metrics(PrometheusText& out, const Stats& st) {
-  out.single("ratewin_store_configured", "gauge", "1 when the engine shares counts through Redis.",
-             st.store ? 1 : 0);
-  out.single("ratewin_store_up", "gauge",
-             "1 while the store is reachable (its circuit is closed); 0 while decisions are "
-             "degraded. Always 1 without a store.",
-             !st.store || st.store_available ? 1 : 0);
-  out.family("ratewin_engine_decisions_total", "counter", "Decisions of the engine, per limit.");
-  out.sample("result=\"allowed\"", u(st.allowed));
-  out.sample("result=\"rejected\"", u(st.rejected));
-  out.single("ratewin_engine_degraded_decisions_total", "counter",
-             "Decisions made while the store was unreachable.", u(st.degraded));
-  out.single("ratewin_engine_limiters", "gauge", "Limiters held now.", u(st.limiters));
-  out.single("ratewin_engine_max_limiters", "gauge", "The configured bound on limiters.",
-             u(st.max_limiters));
-  out.single("ratewin_engine_evictions_total", "counter",
-             "Limiters whose windows were empty, dropped to make room.", u(st.evictions));
-  out.single("ratewin_engine_memory_bytes", "gauge", "Memory the limiters take now.",
-             u(st.memory));
-  out.single("ratewin_engine_max_memory_bytes", "gauge", "The configured bound on that memory.",
-             u(st.max_memory));
-  out.single("ratewin_engine_overflowed_decisions_total", "counter",
-             "Decisions on new client keys made by an overflow limiter (the bounds full of "
-             "limiters that still count).",
-             u(st.overflowed));
-  if (!st.store) return;
-  out.single("ratewin_store_circuit_opens_total", "counter",
-             "Times the store was found unreachable.", u(st.circuit_opens));
-  out.single("ratewin_store_connections_total", "counter",
-             "Times the background connection (re)connected.", u(st.connections));
-  out.family("ratewin_store_writes_total", "counter", "Writes of allowed requests, by result.");
-  out.sample("result=\"ok\"", u(st.writes_ok));
-  out.sample("result=\"failed\"", u(st.writes_failed));
-  out.sample("result=\"skipped\"", u(st.writes_skipped));
-  out.family("ratewin_store_write_latency_seconds", "gauge",
-             "Write round-trip latency quantiles since start (within 12.5%).");
-  out.sample("quantile=\"0.5\"", s(st.write_p50));
-  out.sample("quantile=\"0.9\"", s(st.write_p90));
-  out.sample("quantile=\"0.99\"", s(st.write_p99));
-  out.single("ratewin_store_write_latency_max_seconds", "gauge", "The slowest write since start.",
-             s(st.write_max));
-  out.single("ratewin_store_warm_starts_total", "counter",
-             "Limiters loaded from the store before deciding.", u(st.warm_starts));
-  out.family("ratewin_store_sync_rounds_total", "counter", "Boundary reads by result.");
-  out.sample("result=\"ok\"", u(st.sync_rounds));
-  out.sample("result=\"failed\"", u(st.sync_failures));
-  out.single("ratewin_store_sync_last_seconds", "gauge", "Duration of the last boundary read.",
-             s(st.sync_last_duration));
-  out.single("ratewin_store_sync_last_keys", "gauge",
-             "Windows read by the last boundary read (limiters other nodes wrote).",
-             u(st.sync_last_keys));
-  out.single("ratewin_store_sync_last_change_sets", "gauge",
-             "Change sets read by the last boundary read.", u(st.sync_last_change_sets));
-  out.single("ratewin_store_active_limiters", "gauge", "Limiters kept in step by boundary reads.",
-             u(st.active_limiters));
-  out.single("ratewin_store_live_nodes", "gauge",
-             "Instances on this key prefix at the last heartbeat (0: not read yet): what "
-             "failure_policy: partitioned splits a limit by.",
-             u(st.live_nodes));
-  out.single("ratewin_store_clock_offset_seconds", "gauge",
-             "The store's clock minus this engine's.", s(st.clock_offset));
-}
 
 }  // namespace
+
+void write_engine_metrics(PrometheusText& out, const Stats& st) {
+  std::string_view family;
+  for (const StatField& f : kStatFields) {
+    if (f.store_only && !st.store) continue;
+    if (f.metric != family) {
+      family = f.metric;
+      out.family(f.metric, f.kind == StatKind::counter ? "counter" : "gauge",
+                 f.metric_help.empty() ? f.help : f.metric_help);
+    }
+    out.sample(f.labels, f.sample_value(st));
+  }
+}
 
 void Service::write_request_metrics(PrometheusText& out) const {
   std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule

@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "ratewin/stats.h"
+
 namespace ratewin::server {
 
 inline constexpr std::string_view kPrometheusContentType =
@@ -28,5 +30,9 @@ class PrometheusText {
   std::string out_;
   std::string current_;
 };
+
+// Every figure of an engine's Stats, as ratewin::kStatFields describes it: one sample each,
+// under its family's HELP and TYPE (the store's figures only with a store).
+void write_engine_metrics(PrometheusText& out, const Stats& stats);
 
 }  // namespace ratewin::server

@@ -15,6 +15,7 @@
 #include "ratewin/decision.h"
 #include "ratewin/hash.h"
 #include "ratewin/limit.h"
+#include "ratewin/stats.h"
 
 namespace ratewin {
 inline namespace v1 {
@@ -96,50 +97,6 @@ struct Options {
   // Where the engine reports what happens to its connection (warnings and errors by
   // default go to stderr, prefixed "ratewin: "). Called from the engine's threads.
   std::function<void(LogLevel, std::string_view)> logger;
-};
-
-// Counters since the engine was created, and gauges of its current state.
-struct Stats {
-  std::uint64_t allowed = 0;           // decisions that admitted the request
-  std::uint64_t rejected = 0;          // decisions that turned it away
-  std::uint64_t degraded = 0;          // decisions made while the store was unreachable
-  std::uint64_t would_reject = 0;      // limits in shadow that would have refused (allowed)
-  std::uint64_t limiters = 0;          // limiters held now
-  std::uint64_t max_limiters = 0;      // the configured bound
-  std::uint64_t pinned = 0;            // limiters held by LimiterHandles now
-  std::uint64_t evictions = 0;         // limiters with empty windows dropped to make room
-  std::uint64_t evictions_active = 0;  // of those, ones whose window still held counts: 0
-  std::uint64_t overflowed = 0;        // decisions on new resources made by an overflow limiter
-  std::uint64_t memory = 0;            // bytes held by limiters now (records and table)
-  std::uint64_t max_memory = 0;        // the configured bound
-
-  // The shared store (all zero in local mode).
-  bool store = false;                     // a store is configured
-  bool store_available = false;           // circuit closed: writes and reads go through
-  std::uint64_t circuit_opens = 0;        // times the store was found unreachable
-  std::uint64_t connections = 0;          // times the background connection (re)connected
-  std::uint64_t writes_ok = 0;            // allowed requests counted in the store
-  std::uint64_t writes_failed = 0;        // writes that failed or timed out
-  std::uint64_t writes_skipped = 0;       // writes not attempted: the circuit was open
-  std::chrono::nanoseconds write_p50{0};  // write round-trip latency quantiles
-  std::chrono::nanoseconds write_p90{0};
-  std::chrono::nanoseconds write_p99{0};
-  std::chrono::nanoseconds write_max{0};
-  std::uint64_t warm_starts = 0;  // limiters loaded from the store before deciding
-  std::uint64_t warm_start_failures = 0;
-  std::uint64_t sync_rounds = 0;            // boundary reads completed
-  std::uint64_t sync_failures = 0;          // boundary reads that failed (retried later)
-  std::uint64_t sync_last_keys = 0;         // windows read by the last boundary read
-  std::uint64_t sync_last_change_sets = 0;  // change sets read by it
-  std::chrono::nanoseconds sync_last_duration{0};
-  std::chrono::nanoseconds sync_max_duration{0};
-  std::uint64_t active_limiters = 0;         // limiters kept in step by boundary reads
-  std::chrono::nanoseconds clock_offset{0};  // the store's clock minus the engine's
-  std::chrono::nanoseconds clock_rtt{0};     // round trip of the measurement used
-  // Engines on this key prefix heartbeating to the store at its last reading, this one
-  // included (0: not read yet); what FailurePolicy::partitioned splits a limit by.
-  std::uint64_t live_nodes = 0;
-  std::string last_error;                    // the latest store failure, empty if none
 };
 
 class LimiterHandle;
@@ -231,6 +188,13 @@ class Engine {
   LimiterHandle limiter(std::string_view resource, const Limit& limit);
 
   Stats stats() const;
+  // The key in the shared store (Redis) that holds `resource`'s counts under `limit`
+  // (resources are hashed into keys: this finds a name's key for redis-cli); empty in
+  // local mode.
+  std::string store_key(std::uint64_t resource, const Limit& limit) const;
+  std::string store_key(std::string_view resource, const Limit& limit) const {
+    return store_key(hash(resource), limit);
+  }
   const Options& options() const noexcept;
   // How many limiters of `limit`'s geometry the bounds hold, were they all of it
   // (0: not even one, its window is larger than a shard's share of max_memory).

@@ -193,7 +193,6 @@ class alignas(64) Shard {
 
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
-  std::uint64_t evictions_active = 0;  // stays 0: live limiters are not evicted
   std::uint64_t full = 0;              // insertions refused: full of live limiters
   std::uint64_t pinned = 0;
 

@@ -46,6 +46,10 @@ LimiterHandle Engine::limiter(std::string_view resource, const Limit& limit) {
 
 Stats Engine::stats() const { return core_->stats(); }
 
+std::string Engine::store_key(std::uint64_t resource, const Limit& limit) const {
+  return core_->store_key(resource, limit);
+}
+
 const Options& Engine::options() const noexcept { return core_->options(); }
 
 std::size_t Engine::capacity(const Limit& limit) const noexcept { return core_->capacity(limit); }

@@ -671,7 +671,6 @@ Stats EngineCore::stats() const {
     s.limiters += shard.size();
     s.pinned += shard.pinned;
     s.evictions += shard.evictions;
-    s.evictions_active += shard.evictions_active;
     s.memory += shard.bytes();
   }
   if (store_ != nullptr) {

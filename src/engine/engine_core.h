@@ -60,6 +60,10 @@ class EngineCore final : public SyncTarget {
   static void unpin(Shard& shard, RecordRef ref) noexcept;
 
   Stats stats() const;
+  // Engine::store_key.
+  std::string store_key(std::uint64_t resource, const Limit& limit) const {
+    return store_ != nullptr ? store_->counts_key(LimiterKey::of(resource, limit)) : std::string();
+  }
   const Options& options() const noexcept { return options_; }
   // (A limit's records have its key's geometry: a log's holds its entries.)
   std::size_t capacity(const Limit& limit) const noexcept {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/record.h"
@@ -131,6 +132,8 @@ class Store {
   // the give-back). A log's takes back up to `cost` of this engine's entries that leave at
   // `expiry`.
   virtual void remove(const StoreWrite& give_back) = 0;
+  // The name of what holds the limiter's shared counts in the store (Engine::store_key).
+  virtual std::string counts_key(const LimiterKey& key) const = 0;
   // Deletes the limiter's shared counts (Engine::reset). False when the store could not
   // be reached in time or refused (noted in Stats::last_error as well).
   virtual bool reset(const LimiterKey& key) = 0;

@@ -15,11 +15,6 @@ std::vector<std::vector<std::string>> store_write_commands(std::string_view pref
       {detail::LimiterKey::of(resource, limit), epoch, cost, first && cost != 0});
 }
 
-std::string store_window_key(std::string_view prefix, std::uint64_t resource, const Limit& limit) {
-  return detail::StoreLayout{std::string(prefix), 1}.window_key(
-      detail::LimiterKey::of(resource, limit));
-}
-
 std::size_t limiter_record_bytes(std::uint32_t subintervals, bool with_store) {
   return detail::Record::bytes_for(subintervals, with_store);
 }

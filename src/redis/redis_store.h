@@ -67,6 +67,7 @@ class RedisStore final : public Store, private ReadRouter {
     writes_.remove(give_back);
   }
   bool reset(const LimiterKey& key) override { return writes_.reset(key); }
+  std::string counts_key(const LimiterKey& key) const override { return layout_.window_key(key); }
   bool available(std::uint64_t resource) const noexcept override {
     return topology_.all_available() ||
            topology_.node_for_resource(resource).circuit().available();

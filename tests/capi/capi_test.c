@@ -505,6 +505,13 @@ static void test_local_engine(void) {
   CHECK(ratewin_engine_capacity(NULL, limit, &fit) == RATEWIN_EINVAL);
   CHECK(ratewin_engine_capacity(engine, NULL, &fit) == RATEWIN_EINVAL);
   CHECK(ratewin_engine_capacity(engine, limit, NULL) == RATEWIN_EINVAL);
+  /* 1.5: no store, no key. */
+  char* key = NULL;
+  CHECK(ratewin_engine_store_key(engine, 1, limit, &key) == 0 && key != NULL && key[0] == '\0');
+  ratewin_free(key);
+  CHECK(ratewin_engine_store_key(NULL, 1, limit, &key) == RATEWIN_EINVAL);
+  CHECK(ratewin_engine_store_key(engine, 1, NULL, &key) == RATEWIN_EINVAL);
+  CHECK(ratewin_engine_store_key(engine, 1, limit, NULL) == RATEWIN_EINVAL);
   char* last = NULL;
   CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] == '\0');
   ratewin_free(last);
@@ -1957,6 +1964,15 @@ static void test_redis_unreachable(void) {
   char* last = NULL;
   CHECK(ratewin_engine_last_error(engine, &last) == 0 && last != NULL && last[0] != '\0');
   ratewin_free(last);
+  /* The key of a resource's counts (Redis need not be up to name it): its counter in a
+   * hash tag, then the window's geometry. */
+  char* key = NULL;
+  CHECK(ratewin_engine_store_key(engine, 1, local, &key) == 0 && key != NULL);
+  CHECK(strstr(key, ":{") != NULL && strstr(key, "}:100x10:w") != NULL);
+  char* other = NULL;
+  CHECK(ratewin_engine_store_key(engine, 2, local, &other) == 0 && strcmp(key, other) != 0);
+  ratewin_free(key);
+  ratewin_free(other);
 
   /* Reset and refund still succeed: this engine's counts go, the store's cannot be
    * reached, and reset says so. (The last error says why, until the next attempt to

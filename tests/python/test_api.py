@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
 import importlib
 import inspect
@@ -252,6 +253,15 @@ def test_engine_stats(engine):
     assert s["store"] is False and s["store_available"] is False
     assert s["last_error"] == "" and s["write_p50"] == 0.0
     assert set(s) >= {"evictions", "pinned", "writes_ok", "sync_rounds", "clock_offset"}
+    # A Stats: attributes, and a read-only mapping of the same names.
+    assert isinstance(s, ratewin.Stats) and isinstance(s, collections.abc.Mapping)
+    assert dict(s) == s.to_dict() and len(s) == len(s.keys()) == len(set(s))
+    assert all(getattr(s, name) == s[name] for name in s)
+    assert s.allowed == 1 and s.write_p99 == 0.0 and s.store is False
+    assert "evictions_active" not in s  # retired: live limiters are never evicted
+    with pytest.raises(KeyError):
+        s["nothing"]
+    assert repr(s).startswith("Stats(store=False, store_available=False, allowed=1, ")
 
 
 def test_memory_bound_and_overflow(clock):

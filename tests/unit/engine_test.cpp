@@ -113,6 +113,9 @@ class FakeStore final : public detail::Store {
         shared_->counts[{w.key.resource, w.key.resolution_ms, w.key.subintervals, w.epoch}];
     c -= std::min(c, w.cost);
   }
+  std::string counts_key(const detail::LimiterKey& key) const override {
+    return "fake:" + std::to_string(key.resource);
+  }
   bool reset(const detail::LimiterKey& key) override {
     if (shared_->down) return false;
     std::lock_guard lock(shared_->mutex);

@@ -18,6 +18,7 @@ Limits from strings: ``ratewin.parse("10/second")``, ``ratewin.parse_many("10/se
 from __future__ import annotations
 
 import atexit
+import collections.abc
 
 from ._ratewin import (
     ClosedError,
@@ -29,6 +30,7 @@ from ._ratewin import (
     Limit,
     Limiter,
     ManualClock,
+    Stats,
     StoreError,
     __version__,
     hash,
@@ -40,6 +42,8 @@ from ._parse import parse, parse_many
 from . import _waiting
 
 _waiting.install()
+# Engine.stats() reads as a mapping too (stats["allowed"], dict(stats)).
+collections.abc.Mapping.register(Stats)
 
 __all__ = [
     "Algorithm",
@@ -53,6 +57,7 @@ __all__ = [
     "Limiter",
     "ManualClock",
     "Mode",
+    "Stats",
     "StoreError",
     "__version__",
     "hash",

@@ -20,6 +20,7 @@ void init_clock(py::module_& m);
 void init_limit(py::module_& m);
 void init_decision(py::module_& m);
 void init_engine(py::module_& m);
+void init_stats(py::module_& m);
 
 // Engine.try_acquire_all's answer: one Decision per limit (none for the limits after the
 // one that refused, which were not decided), and which one describes the outcome.

@@ -287,47 +287,9 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return without_gil([&] { return e->try_acquire(id, limit, units); });
   }
 
-  py::dict stats() const {
+  Stats stats() const {
     const std::shared_ptr<Engine> e = engine();
-    const Stats s = without_gil([&] { return e->stats(); });
-    py::dict d;
-    d["allowed"] = s.allowed;
-    d["rejected"] = s.rejected;
-    d["degraded"] = s.degraded;
-    d["would_reject"] = s.would_reject;
-    d["live_nodes"] = s.live_nodes;
-    d["limiters"] = s.limiters;
-    d["max_limiters"] = s.max_limiters;
-    d["pinned"] = s.pinned;
-    d["evictions"] = s.evictions;
-    d["evictions_active"] = s.evictions_active;
-    d["overflowed"] = s.overflowed;
-    d["memory"] = s.memory;
-    d["max_memory"] = s.max_memory;
-    d["store"] = s.store;
-    d["store_available"] = s.store_available;
-    d["circuit_opens"] = s.circuit_opens;
-    d["connections"] = s.connections;
-    d["writes_ok"] = s.writes_ok;
-    d["writes_failed"] = s.writes_failed;
-    d["writes_skipped"] = s.writes_skipped;
-    d["write_p50"] = to_seconds(s.write_p50);
-    d["write_p90"] = to_seconds(s.write_p90);
-    d["write_p99"] = to_seconds(s.write_p99);
-    d["write_max"] = to_seconds(s.write_max);
-    d["warm_starts"] = s.warm_starts;
-    d["warm_start_failures"] = s.warm_start_failures;
-    d["sync_rounds"] = s.sync_rounds;
-    d["sync_failures"] = s.sync_failures;
-    d["sync_last_keys"] = s.sync_last_keys;
-    d["sync_last_change_sets"] = s.sync_last_change_sets;
-    d["sync_last_duration"] = to_seconds(s.sync_last_duration);
-    d["sync_max_duration"] = to_seconds(s.sync_max_duration);
-    d["active_limiters"] = s.active_limiters;
-    d["clock_offset"] = to_seconds(s.clock_offset);
-    d["clock_rtt"] = to_seconds(s.clock_rtt);
-    d["last_error"] = s.last_error;
-    return d;
+    return without_gil([&] { return e->stats(); });
   }
 
   std::uint64_t capacity(const Limit& limit) const { return engine()->capacity(limit); }
@@ -579,9 +541,8 @@ void init_engine(py::module_& m) {
       .def(
           "redis_key",
           [](const PyEngine& e, ResourceArg resource, const Limit& limit) -> py::object {
-            if (e.redis().empty()) return py::none();
-            return py::str(internal::store_window_key(e.engine()->options().key_prefix,
-                                                      to_resource(resource), limit));
+            const std::string key = e.engine()->store_key(to_resource(resource), limit);
+            return key.empty() ? py::object(py::none()) : py::object(py::str(key));
           },
           py::arg("resource"), py::arg("limit"),
           "The Redis key that holds `resource`'s shared counts under `limit` (names are "
@@ -594,8 +555,8 @@ void init_engine(py::module_& m) {
            "How many limiters of `limit`'s window geometry the bounds (max_limiters, "
            "max_memory) hold, were they all of it: 0 when not even one fits.")
       .def("stats", &PyEngine::stats,
-           "Counters since the engine started and its state now, as a dict (durations in "
-           "seconds; the store fields are zero in local mode).")
+           "Counters since the engine started and its state now, as a Stats (durations in "
+           "seconds; the store's figures are zero in local mode).")
       .def("close", &PyEngine::close,
            "Closes the engine: stops its threads and connections (waiting at most for calls "
            "in flight to finish or time out). Idempotent. Limiters made from it keep working "

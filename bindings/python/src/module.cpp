@@ -17,5 +17,6 @@ PYBIND11_MODULE(_ratewin, m) {
   ratewin::python::init_clock(m);
   ratewin::python::init_limit(m);
   ratewin::python::init_decision(m);
+  ratewin::python::init_stats(m);
   ratewin::python::init_engine(m);
 }

@@ -22,8 +22,6 @@ std::vector<std::vector<std::string>> store_write_commands(std::string_view pref
                                                            std::uint64_t resource,
                                                            const Limit& limit, std::int64_t epoch,
                                                            std::uint64_t cost, bool first);
-// The key of a limiter's shared window.
-std::string store_window_key(std::string_view prefix, std::uint64_t resource, const Limit& limit);
 // Bytes of a limiter's record (header and buckets) with `subintervals` subintervals, in an
 // engine with a shared store or without.
 std::size_t limiter_record_bytes(std::uint32_t subintervals, bool with_store);
