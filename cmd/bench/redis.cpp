@@ -28,6 +28,16 @@ redisContext* connect(const test::RedisServer& redis) {
   return c;
 }
 
+// Sends `count` commands already in RESP as one pipeline and reads every reply.
+void pipeline(redisContext* c, const std::string& resp, std::size_t count) {
+  redisAppendFormattedCommand(c, resp.data(), resp.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    void* reply = nullptr;
+    if (redisGetReply(c, &reply) != REDIS_OK) throw std::runtime_error("bench: Redis failed");
+    freeReplyObject(reply);
+  }
+}
+
 // Sends the commands as one pipeline and reads every reply.
 void pipeline(redisContext* c, const std::vector<std::vector<std::string>>& commands) {
   for (const auto& command : commands) {
@@ -306,8 +316,9 @@ int run_redis(const cxxopts::ParseResult& args) {
       Latencies raw = measure_calls(threads, 700ms, [&](int t) {
         const auto i = static_cast<std::size_t>(t);
         const std::int64_t epoch = SystemClock::read() / 5'000'000'000;
-        pipeline(contexts[i], internal::store_write_commands("raw", 1000 + i, unlimited, epoch, 1,
-                                                             epoch != last_epoch[i]));
+        const internal::StoreWriteCommands write = internal::store_write_commands(
+            "raw", 1000 + i, unlimited, epoch, 1, epoch != last_epoch[i]);
+        pipeline(contexts[i], write.resp, write.count);
         last_epoch[i] = epoch;
       });
       Latencies mine = measure_calls(threads, 700ms, [&](int t) {
@@ -425,17 +436,20 @@ int run_redis(const cxxopts::ParseResult& args) {
     // with its bookkeeping, as a node that writes each subinterval sends): the change sets
     // of the last ones are still there, as in service.
     for (std::int64_t e = now_epoch - 13; e <= now_epoch; ++e) {
-      std::vector<std::vector<std::string>> batch;
+      std::string batch;
+      std::size_t commands = 0;
       for (std::uint64_t r = 0; r < kResources; ++r) {
-        const auto commands =
+        const internal::StoreWriteCommands write =
             internal::store_write_commands("mem", r * 0x9e3779b97f4a7c15ULL, limit, e, 1, true);
-        batch.insert(batch.end(), commands.begin(), commands.end());
-        if (batch.size() >= 4000) {
-          pipeline(c, batch);
+        batch += write.resp;
+        commands += write.count;
+        if (commands >= 4000) {
+          pipeline(c, batch, commands);
           batch.clear();
+          commands = 0;
         }
       }
-      pipeline(c, batch);
+      pipeline(c, batch, commands);
     }
     const long long after = redis.info_number("memory", "used_memory");
     redisFree(c);

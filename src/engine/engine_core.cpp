@@ -24,8 +24,8 @@ namespace {
 std::atomic<std::uint64_t> next_engine_id{1};
 
 // Throws std::invalid_argument naming the first option out of range: a zero deadline
-// would mean "no deadline" to hiredis, and a brace in the prefix would change which part
-// of a key Redis Cluster hashes.
+// would fail every call at once, and a brace in the prefix would change which part of a
+// key Redis Cluster hashes.
 void validate(const Options& o) {
   constexpr std::chrono::milliseconds kMaxDeadline = std::chrono::hours(24);
   const auto fail = [](const std::string& what) {

@@ -5,14 +5,15 @@
 
 namespace ratewin::inline v1::internal {
 
-std::vector<std::vector<std::string>> store_write_commands(std::string_view prefix,
-                                                           std::uint64_t resource,
-                                                           const Limit& limit, std::int64_t epoch,
-                                                           std::uint64_t cost, bool first) {
+StoreWriteCommands store_write_commands(std::string_view prefix, std::uint64_t resource,
+                                        const Limit& limit, std::int64_t epoch,
+                                        std::uint64_t cost, bool first) {
   // Node 1: the change-set entry is the same size whatever the node.
   const detail::StoreLayout layout{std::string(prefix), 1};
-  return layout.write_commands(
-      {detail::LimiterKey::of(resource, limit), epoch, cost, first && cost != 0});
+  detail::RespWriter out;
+  layout.append_write({detail::LimiterKey::of(resource, limit), epoch, cost, first && cost != 0},
+                      out);
+  return {std::string(out.bytes()), out.commands()};
 }
 
 std::size_t limiter_record_bytes(std::uint32_t subintervals, bool with_store) {

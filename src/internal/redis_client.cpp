@@ -48,6 +48,7 @@ bool server_for(const detail::RedisAddress& address, std::string_view route_key,
                 std::chrono::milliseconds connect_timeout,
                 std::chrono::milliseconds command_timeout, detail::RedisEndpoint& out,
                 std::string& error) {
+  detail::Status status;
   using Kind = detail::RedisAddress::Kind;
   detail::Reporter reporter(nullptr, address.describe());
   if (address.kind == Kind::kSingle) {
@@ -56,8 +57,11 @@ bool server_for(const detail::RedisAddress& address, std::string_view route_key,
   }
   if (address.kind == Kind::kSentinel) {
     detail::SentinelWatch sentinels(address, connect_timeout, command_timeout, reporter, nullptr);
-    const detail::SentinelWatch::Primary primary = sentinels.resolve(error);
-    if (primary.host.empty()) return false;
+    const detail::SentinelWatch::Primary primary = sentinels.resolve(status);
+    if (primary.host.empty()) {
+      error = status.message();
+      return false;
+    }
     out = address.node(primary.host, primary.port);
     return true;
   }
@@ -70,17 +74,17 @@ bool server_for(const detail::RedisAddress& address, std::string_view route_key,
   options.command_timeout = command_timeout;
   detail::Topology topology(address, options, reporter, nullptr);
   for (const detail::RedisEndpoint& seed : address.servers) {
-    auto connection =
-        detail::RedisConnection::open(seed, connect_timeout, command_timeout, error);
-    if (connection == nullptr) continue;
-    bool mapped = false;
-    if (!connection->round_trip(
-            {"CLUSTER", "SLOTS"},
-            [&](std::size_t, const redisReply& r) {
-              mapped = topology.apply_cluster_slots(r, seed.host, error);
-            },
-            error) ||
-        !mapped) {
+    auto connection = detail::RedisConnection::open(seed, connect_timeout, command_timeout, status);
+    if (connection == nullptr) {
+      error = status.message();
+      continue;
+    }
+    detail::Status mapped(detail::Status::Code::protocol, "no reply");
+    status = connection->round_trip({"CLUSTER", "SLOTS"}, [&](std::size_t, const redisReply& r) {
+      mapped = topology.apply_cluster_slots(r, seed.host);
+    });
+    if (!status.ok() || !mapped.ok()) {
+      error = (status.ok() ? mapped : status).message();
       continue;
     }
     out = topology.node_for_slot(detail::key_slot(route_key)).endpoint();
@@ -112,11 +116,13 @@ std::unique_ptr<RedisClient> RedisClient::open(std::string_view url,
                            error)) {
       return nullptr;
     }
+    detail::Status status;
     auto connection =
-        detail::RedisConnection::open(endpoint, connect_timeout, command_timeout, error);
+        detail::RedisConnection::open(endpoint, connect_timeout, command_timeout, status);
     if (connection != nullptr) {
       return std::unique_ptr<RedisClient>(new RedisClient(std::move(connection)));
     }
+    error = status.message();
   }
   return nullptr;
 }
@@ -124,22 +130,22 @@ std::unique_ptr<RedisClient> RedisClient::open(std::string_view url,
 bool RedisClient::run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
                       std::chrono::milliseconds timeout, std::string& error) {
   replies.clear();
-  return connection_->round_trip(
-      commands, [&](std::size_t, const redisReply& r) { replies.push_back(copy(r)); },
-      std::chrono::steady_clock::now() + timeout, error);
+  for (const Argv& command : commands) connection_->out().command(command);
+  const detail::Status status = connection_->round_trip(
+      [&](std::size_t, const redisReply& r) { replies.push_back(copy(r)); },
+      std::chrono::steady_clock::now() + timeout);
+  if (!status.ok()) error = status.message();
+  return status.ok();
 }
 
 RedisClient::Received RedisClient::receive(RedisReply& message, std::chrono::milliseconds wait,
                                            std::string& error) {
-  switch (connection_->receive([&](std::size_t, const redisReply& r) { message = copy(r); }, wait,
-                               error)) {
-    case detail::RedisConnection::Received::kMessage:
-      return Received::kMessage;
-    case detail::RedisConnection::Received::kIdle:
-      return Received::kIdle;
-    default:
-      return Received::kFailed;
-  }
+  const detail::Status status = connection_->receive_message(
+      [&](std::size_t, const redisReply& r) { message = copy(r); }, wait);
+  if (status.ok()) return Received::kMessage;
+  if (status.code() == detail::Status::Code::timeout) return Received::kIdle;
+  error = status.message();
+  return Received::kFailed;
 }
 
 bool RedisClient::usable() const noexcept { return !connection_->broken() && connection_->alive(); }

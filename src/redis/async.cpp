@@ -1,196 +1,20 @@
 #include "redis/async.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <new>
+#include <utility>
 
 namespace ratewin::inline v1::detail {
 namespace {
 
 constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{2000};
+constexpr std::size_t kReadChunk = 64 * 1024;
 
-// hiredis's event hooks on a libuv poll handle, in place of hiredis 0.14's own libuv
-// adapter, which restarts the poll handle every time hiredis asks to watch for writes,
-// that is for every command queued; libuv carries out each restart as epoll_ctl calls,
-// and a boundary read of 100,000 limiters spent about a third of its time in them.
-// Here asking for what is already watched does nothing. Attaching also fails cleanly
-// when the poll handle cannot be made (the adapter left hooks behind that crashed).
-struct LoopEvents {
-  redisAsyncContext* context = nullptr;
-  uv_poll_t handle{};
-  int events = 0;
-};
-
-void on_poll(uv_poll_t* handle, int status, int events) {
-  auto* p = static_cast<LoopEvents*>(handle->data);
-  if (status != 0) return;
-  if (p->context != nullptr && (events & UV_READABLE) != 0) redisAsyncHandleRead(p->context);
-  if (p->context != nullptr && (events & UV_WRITABLE) != 0) redisAsyncHandleWrite(p->context);
-}
-
-void watch(void* data, int events) {
-  auto* p = static_cast<LoopEvents*>(data);
-  if (events == p->events) return;
-  p->events = events;
-  if (events != 0) {
-    uv_poll_start(&p->handle, events, &on_poll);
-  } else {
-    uv_poll_stop(&p->handle);
-  }
-}
-
-int attach(redisAsyncContext* ac, uv_loop_t* loop) {
-  if (ac->ev.data != nullptr) return REDIS_ERR;
-  auto* p = new (std::nothrow) LoopEvents;
-  if (p == nullptr) return REDIS_ERR;
-  if (uv_poll_init(loop, &p->handle, ac->c.fd) != 0) {
-    delete p;
-    return REDIS_ERR;
-  }
-  p->context = ac;
-  p->handle.data = p;
-  ac->ev.addRead = [](void* d) { watch(d, static_cast<LoopEvents*>(d)->events | UV_READABLE); };
-  ac->ev.delRead = [](void* d) { watch(d, static_cast<LoopEvents*>(d)->events & ~UV_READABLE); };
-  ac->ev.addWrite = [](void* d) { watch(d, static_cast<LoopEvents*>(d)->events | UV_WRITABLE); };
-  ac->ev.delWrite = [](void* d) { watch(d, static_cast<LoopEvents*>(d)->events & ~UV_WRITABLE); };
-  ac->ev.cleanup = [](void* d) {
-    auto* events = static_cast<LoopEvents*>(d);
-    events->context = nullptr;  // the context may be gone before the handle closes
-    uv_close(reinterpret_cast<uv_handle_t*>(&events->handle),
-             [](uv_handle_t* h) { delete static_cast<LoopEvents*>(h->data); });
-  };
-  ac->ev.data = p;
-  return REDIS_OK;
-}
+void free_poll(uv_handle_t* handle) { delete reinterpret_cast<uv_poll_t*>(handle); }
 
 }  // namespace
-
-// Reply objects for the connection's reader, the same redisReply structs hiredis makes,
-// but from a free list with small strings and element vectors inline: a boundary read
-// parses hundreds of thousands of replies, each otherwise 3 to 4 mallocs and frees.
-// Used by the loop thread only.
-class AsyncRedis::ReplyPool {
- public:
-  ReplyPool() = default;
-  ReplyPool(const ReplyPool&) = delete;
-  ReplyPool& operator=(const ReplyPool&) = delete;
-  ~ReplyPool() {
-    while (free_ != nullptr) {
-      Block* b = free_;
-      free_ = b->next_free;
-      delete b;
-    }
-  }
-
-  static redisReplyObjectFunctions functions;
-
- private:
-  static constexpr std::size_t kInline = 48;
-  struct Block {
-    redisReply reply;  // first: a redisReply* is a Block*
-    ReplyPool* pool;
-    Block* next_free;
-    alignas(void*) char data[kInline];
-  };
-
-  // A reply block of `type`, not yet linked to its parent; nullptr when out of memory
-  // (hiredis then fails the connection). No exception may cross hiredis' C frames.
-  static redisReply* make(const redisReadTask* task, int type) noexcept {
-    auto* pool = static_cast<ReplyPool*>(task->privdata);
-    Block* b = pool->free_;
-    if (b != nullptr) {
-      pool->free_ = b->next_free;
-    } else {
-      b = new (std::nothrow) Block;
-      if (b == nullptr) return nullptr;
-      b->pool = pool;
-    }
-    b->reply = redisReply{};
-    b->reply.type = type;
-    return &b->reply;
-  }
-  // Hands a complete reply to its parent (if any): from then on the parent frees it.
-  static redisReply* link(const redisReadTask* task, redisReply* r) noexcept {
-    if (task->parent != nullptr) {
-      static_cast<redisReply*>(task->parent->obj)->element[task->idx] = r;
-    }
-    return r;
-  }
-  // Returns a block that could not be completed to the free list.
-  static void* give_up(redisReply* r) noexcept {
-    Block* b = reinterpret_cast<Block*>(r);
-    b->next_free = b->pool->free_;
-    b->pool->free_ = b;
-    return nullptr;
-  }
-  static void* create_string(const redisReadTask* task, char* str, std::size_t len) {
-    redisReply* r = make(task, task->type);
-    if (r == nullptr) return nullptr;
-    Block* b = reinterpret_cast<Block*>(r);
-    char* buf = len < kInline ? b->data : static_cast<char*>(std::malloc(len + 1));
-    if (buf == nullptr) return give_up(r);
-    std::memcpy(buf, str, len);
-    buf[len] = '\0';
-    r->str = buf;
-    r->len = len;
-    return link(task, r);
-  }
-  static void* create_array(const redisReadTask* task, int elements) {
-    redisReply* r = make(task, REDIS_REPLY_ARRAY);
-    if (r == nullptr) return nullptr;
-    Block* b = reinterpret_cast<Block*>(r);
-    const auto n = static_cast<std::size_t>(elements > 0 ? elements : 0);
-    if (n > 0) {
-      r->element = n * sizeof(redisReply*) <= kInline
-                       ? reinterpret_cast<redisReply**>(b->data)
-                       : static_cast<redisReply**>(std::calloc(n, sizeof(redisReply*)));
-      if (r->element == nullptr) return give_up(r);
-      std::fill_n(r->element, n, nullptr);
-    }
-    r->elements = n;
-    return link(task, r);
-  }
-  static void* create_integer(const redisReadTask* task, long long value) {
-    redisReply* r = make(task, REDIS_REPLY_INTEGER);
-    if (r == nullptr) return nullptr;
-    r->integer = value;
-    return link(task, r);
-  }
-  static void* create_nil(const redisReadTask* task) {
-    redisReply* r = make(task, REDIS_REPLY_NIL);
-    return r == nullptr ? nullptr : link(task, r);
-  }
-  static void free_object(void* object) {
-    auto* r = static_cast<redisReply*>(object);
-    if (r == nullptr) return;
-    Block* b = reinterpret_cast<Block*>(r);
-    if (r->type == REDIS_REPLY_ARRAY && r->element != nullptr) {
-      for (std::size_t i = 0; i < r->elements; ++i) free_object(r->element[i]);
-      if (reinterpret_cast<char*>(r->element) != b->data) std::free(r->element);
-    } else if (r->str != nullptr && r->str != b->data) {
-      std::free(r->str);
-    }
-    b->next_free = b->pool->free_;
-    b->pool->free_ = b;
-  }
-
-  Block* free_ = nullptr;
-};
-
-redisReplyObjectFunctions AsyncRedis::ReplyPool::functions = {
-    &ReplyPool::create_string, &ReplyPool::create_array, &ReplyPool::create_integer,
-    &ReplyPool::create_nil, &ReplyPool::free_object};
-
-struct AsyncRedis::Pending {
-  AsyncRedis* self;
-  ReplyFn done;
-  bool counted;  // a caller's command (counted in in_flight_), not part of logging in
-};
 
 AsyncRedis::AsyncRedis(uv_loop_t* loop, RedisEndpoint endpoint,
                        std::chrono::milliseconds connect_timeout,
@@ -202,7 +26,7 @@ AsyncRedis::AsyncRedis(uv_loop_t* loop, RedisEndpoint endpoint,
       events_(std::move(events)),
       backoff_(kFirstBackoff),
       jitter_(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(this) ^ uv_hrtime())),
-      replies_(std::make_unique<ReplyPool>()) {
+      chunk_(std::make_unique<char[]>(kReadChunk)) {
   uv_timer_init(loop_, &timer_);
   timer_.data = this;
   uv_timer_init(loop_, &watchdog_);
@@ -226,45 +50,77 @@ void AsyncRedis::arm(TimerAction action, std::chrono::milliseconds delay) {
 void AsyncRedis::connect_now() {
   state_ = State::kConnecting;
   login_failed_ = false;
-  redisAsyncContext* ac = endpoint_.unix_path.empty()
-                              ? redisAsyncConnect(endpoint_.host.c_str(), endpoint_.port)
-                              : redisAsyncConnectUnix(endpoint_.unix_path.c_str());
-  if (ac == nullptr) {
-    lose("cannot allocate a Redis context");
+  Status status;
+  transport_ = Transport::open(endpoint_, status);
+  if (transport_ == nullptr) {
+    lose(status.message());
     return;
   }
-  if (ac->err != 0) {
-    const std::string error = ac->errstr;
-    redisAsyncFree(ac);
-    lose("cannot connect to " + endpoint_.describe() + ": " + error);
-    return;
-  }
-  ac->data = this;
-  // Replies from the pool (the reader has parsed nothing yet).
-  ac->c.reader->fn = &ReplyPool::functions;
-  ac->c.reader->privdata = replies_.get();
-  if (attach(ac, loop_) != REDIS_OK) {
-    redisAsyncFree(ac);
-    lose("cannot attach the Redis connection to the loop");
-    return;
-  }
-  context_ = ac;
-  redisAsyncSetConnectCallback(ac, &AsyncRedis::on_connect);
-  redisAsyncSetDisconnectCallback(ac, &AsyncRedis::on_disconnect);
   arm(TimerAction::kConnectDeadline, connect_timeout_);
+  pump(0);
 }
 
-void AsyncRedis::on_connect(const redisAsyncContext* ac, int status) {
-  auto* self = static_cast<AsyncRedis*>(ac->data);
-  if (self->context_ != ac) return;
-  if (status != REDIS_OK) {
-    // hiredis frees the context when this returns.
-    self->context_ = nullptr;
-    self->lose("cannot connect to " + self->endpoint_.describe() + ": " + ac->errstr);
+void AsyncRedis::watch() {
+  if (transport_ == nullptr) return;
+  if (poll_ != nullptr && polled_fd_ != transport_->fd()) {
+    // The transport tried another address, on another socket.
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), &free_poll);
+    poll_ = nullptr;
+  }
+  if (poll_ == nullptr) {
+    poll_ = new uv_poll_t;
+    if (uv_poll_init(loop_, poll_, transport_->fd()) != 0) {
+      delete poll_;
+      poll_ = nullptr;
+      abort("cannot watch the connection to " + endpoint_.describe() + " on the loop");
+      return;
+    }
+    poll_->data = this;
+    polled_fd_ = transport_->fd();
+    watching_ = 0;
+  }
+  int events = 0;
+  if (wants_ == Io::Result::want_write || written_ < out_.size()) events |= UV_WRITABLE;
+  if (state_ != State::kConnecting || wants_ == Io::Result::want_read) events |= UV_READABLE;
+  if (events == watching_) return;
+  watching_ = events;
+  uv_poll_start(poll_, events, &AsyncRedis::on_poll);
+}
+
+void AsyncRedis::on_poll(uv_poll_t* handle, int status, int events) {
+  auto* self = static_cast<AsyncRedis*>(handle->data);
+  if (handle != self->poll_) return;  // (a handle being closed)
+  if (status < 0) {
+    self->abort("connection to " + self->endpoint_.describe() + " failed: " + uv_strerror(status),
+                self->state_ == State::kReady);
     return;
   }
-  self->state_ = State::kLoggingIn;
-  self->log_in();
+  self->pump(events);
+}
+
+void AsyncRedis::pump(int events) {
+  if (transport_ == nullptr) return;
+  const std::uint64_t generation = generation_;
+  if (state_ == State::kConnecting) {
+    Status status;
+    const Io io = transport_->handshake(status);
+    if (io.result == Io::Result::failed || io.result == Io::Result::closed) {
+      abort(status.message());
+      return;
+    }
+    wants_ = io.result == Io::Result::done ? Io::Result::done : io.result;
+    if (io.result == Io::Result::done) {
+      state_ = State::kLoggingIn;
+      log_in();
+      if (generation != generation_) return;
+    }
+  }
+  if (state_ != State::kConnecting) {
+    if ((events & UV_READABLE) != 0 && !read_in()) return;
+    if (generation != generation_ || transport_ == nullptr) return;
+    if (!write_out()) return;
+  }
+  watch();
 }
 
 void AsyncRedis::log_in() {
@@ -276,114 +132,190 @@ void AsyncRedis::log_in() {
       login_failed_ = true;
       last_error_ = std::string(what) + " on " + endpoint_.describe() + ": " +
                     (reply != nullptr ? reply_text(*reply) : error);
-      // The context cannot be freed inside its own callback: end it from the timer.
+      // Ended from the timer, not inside the reply's own handling.
       arm(TimerAction::kLoginDeadline, std::chrono::milliseconds(0));
     };
   };
   for (const auto& command : endpoint_.login_commands()) {
-    send(RedisConnection::Argv(command.begin(), command.end()),
-         refused(command.front() == "AUTH" ? "authentication failed" : "SELECT failed"));
+    out_.command(command.size());
+    for (const std::string& arg : command) out_.arg(arg);
+    expect({nullptr, refused(command.front() == "AUTH" ? "authentication failed" : "SELECT failed"),
+            false, false});
   }
-  send({"PING"},
-       [this, fail = refused("PING failed")](const redisReply* reply, const std::string& error) {
-         fail(reply, error);
-         if (reply == nullptr || reply->type == REDIS_REPLY_ERROR || login_failed_) return;
-         uv_timer_stop(&timer_);
-         timer_action_ = TimerAction::kNone;
-         state_ = State::kReady;
-         backoff_ = kFirstBackoff;
-         ready_since_ms_ = now_ms();
-         if (events_.ready) events_.ready();
-       });
+  out_.command({"PING"});
+  expect({nullptr,
+          [this, fail = refused("PING failed")](const redisReply* reply, const std::string& error) {
+            fail(reply, error);
+            if (reply == nullptr || reply->type == REDIS_REPLY_ERROR || login_failed_) return;
+            uv_timer_stop(&timer_);
+            timer_action_ = TimerAction::kNone;
+            state_ = State::kReady;
+            backoff_ = kFirstBackoff;
+            ready_since_ms_ = now_ms();
+            if (events_.ready) events_.ready();
+          },
+          false, false});
 }
 
-void AsyncRedis::send(const RedisConnection::Argv& argv, ReplyFn done) {
-  std::vector<const char*> args;
-  std::vector<std::size_t> lengths;
-  args.reserve(argv.size());
-  lengths.reserve(argv.size());
-  for (const std::string_view a : argv) {
-    args.push_back(a.data());
-    lengths.push_back(a.size());
-  }
-  const bool counted = state_ == State::kReady;
-  auto* pending = new Pending{this, std::move(done), counted};
-  if (redisAsyncCommandArgv(context_, &AsyncRedis::on_reply, pending, static_cast<int>(args.size()),
-                            args.data(), lengths.data()) != REDIS_OK) {
-    std::unique_ptr<Pending> owned(pending);
-    owned->done(nullptr, "cannot send the command");
-    return;
-  }
+void AsyncRedis::expect(Pending pending) {
   // The watchdog measures silence from the oldest command still waiting: sending more
   // to a server that has stopped answering is not progress.
-  if (counted && in_flight_++ == 0) last_progress_ms_ = now_ms();
+  if (pending.counted && in_flight_++ == 0) last_progress_ms_ = now_ms();
+  queue_.push_back(std::move(pending));
 }
 
-void AsyncRedis::command(const RedisConnection::Argv& argv, ReplyFn done) {
-  if (state_ != State::kReady || context_ == nullptr) {
+void AsyncRedis::command(std::initializer_list<std::string_view> args, ReplyFn done) {
+  if (state_ != State::kReady) {
     done(nullptr, state_ == State::kClosed
                       ? std::string("closed")
                       : "not connected" + (last_error_.empty() ? "" : " (" + last_error_ + ")"));
     return;
   }
-  send(argv, std::move(done));
+  out_.command(args);
+  expect({nullptr, std::move(done), false, true});
+  watch();
+}
+
+void AsyncRedis::command_resp(std::string_view resp, ReplyFn done) {
+  if (state_ != State::kReady) {
+    if (done) done(nullptr, state_ == State::kClosed ? std::string("closed") : "not connected");
+    return;
+  }
+  out_.copy_command(resp);
+  expect({nullptr, std::move(done), false, true});
+  watch();
 }
 
 bool AsyncRedis::command_formatted(std::string_view resp, void* context) {
-  if (state_ != State::kReady || context_ == nullptr || raw_handler_ == nullptr) return false;
-  if (redisAsyncFormattedCommand(context_, &AsyncRedis::on_raw_reply, context, resp.data(),
-                                 resp.size()) != REDIS_OK) {
-    return false;
-  }
-  if (in_flight_++ == 0) last_progress_ms_ = now_ms();
+  if (state_ != State::kReady || raw_handler_ == nullptr) return false;
+  out_.copy_command(resp);
+  expect({context, {}, true, true});
+  watch();
   return true;
 }
 
 void AsyncRedis::flush() {
-  if (state_ != State::kReady || context_ == nullptr) return;
+  if (state_ != State::kReady) return;
   last_progress_ms_ = now_ms();  // queueing a batch counts as progress
-  redisAsyncHandleWrite(context_);
+  if (write_out()) watch();
 }
 
-void AsyncRedis::on_raw_reply(redisAsyncContext* ac, void* reply, void* privdata) {
-  // Freed or not, the context still carries its owner in `data`.
-  auto* self = static_cast<AsyncRedis*>(ac->data);
-  if (self->in_flight_ > 0) --self->in_flight_;
-  self->last_progress_ms_ = now_ms();
-  self->raw_handler_(static_cast<const redisReply*>(reply), privdata);
+bool AsyncRedis::write_out() {
+  while (written_ < out_.size()) {
+    Status status;
+    const std::string_view bytes = out_.bytes();
+    const Io io = transport_->write(bytes.data() + written_, bytes.size() - written_, status);
+    if (io.result == Io::Result::done) {
+      written_ += io.bytes;
+      continue;
+    }
+    if (io.result == Io::Result::want_write || io.result == Io::Result::want_read) {
+      wants_ = io.result;
+      return true;
+    }
+    abort("connection to " + endpoint_.describe() + " lost: " + status.message(),
+          state_ == State::kReady);
+    return false;
+  }
+  // Everything is out: the buffer starts afresh (keeping its memory).
+  out_.clear();
+  written_ = 0;
+  if (wants_ == Io::Result::want_write) wants_ = Io::Result::done;
+  return true;
 }
 
-void AsyncRedis::on_reply(redisAsyncContext* /*ac*/, void* reply, void* privdata) {
-  std::unique_ptr<Pending> pending(static_cast<Pending*>(privdata));
-  AsyncRedis* self = pending->self;
-  if (pending->counted && self->in_flight_ > 0) --self->in_flight_;
-  self->last_progress_ms_ = now_ms();
-  if (reply == nullptr) {
-    pending->done(nullptr, self->fail_reason_.empty() ? "connection lost" : self->fail_reason_);
-  } else {
-    pending->done(static_cast<const redisReply*>(reply), std::string());
+bool AsyncRedis::read_in() {
+  const std::uint64_t generation = generation_;
+  // A few chunks at a turn of the loop, each answered before the next is read: a long
+  // stream of replies neither holds the loop nor piles up unparsed (the socket, still
+  // readable, brings the rest at the next turn).
+  for (int chunks = 0; chunks < 4; ++chunks) {
+    Status status;
+    const Io io = transport_->read(chunk_.get(), kReadChunk, status);
+    if (io.result == Io::Result::want_read || io.result == Io::Result::want_write) return true;
+    if (io.result != Io::Result::done) {
+      const bool ready = state_ == State::kReady;
+      abort(io.result == Io::Result::closed
+                ? "connection closed by " + endpoint_.describe()
+                : "connection to " + endpoint_.describe() + " lost: " + status.message(),
+            ready && io.result == Io::Result::closed);
+      return false;
+    }
+    if (Status fed = in_.feed(chunk_.get(), io.bytes); !fed.ok()) {
+      abort(fed.message());
+      return false;
+    }
+    for (;;) {
+      redisReply* reply = nullptr;
+      if (Status parsed = in_.next(reply); !parsed.ok()) {
+        abort(parsed.message());
+        return false;
+      }
+      if (reply == nullptr) break;
+      if (queue_head_ == queue_.size()) {
+        abort("a reply from " + endpoint_.describe() + " to no command");
+        return false;
+      }
+      Pending pending = std::move(queue_[queue_head_++]);
+      if (queue_head_ == queue_.size()) {
+        queue_.clear();
+        queue_head_ = 0;
+      } else if (queue_head_ >= 1024 && queue_head_ * 2 >= queue_.size()) {
+        // (Commands keep coming while replies arrive: drop the answered ones now and
+        // then, so that the queue holds only what is in flight.)
+        queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(queue_head_));
+        queue_head_ = 0;
+      }
+      if (pending.counted && in_flight_ > 0) --in_flight_;
+      last_progress_ms_ = now_ms();
+      if (pending.raw) {
+        raw_handler_(reply, pending.context);
+      } else if (pending.done) {
+        pending.done(reply, std::string());
+      }
+      in_.release(reply);
+      if (generation != generation_) return false;  // ended from the callback
+    }
+  }
+  return true;
+}
+
+void AsyncRedis::fail_pending(const std::string& reason) {
+  // Taken out first: a callback may queue commands of its own (they fail at once, the
+  // connection being down).
+  std::vector<Pending> failing;
+  failing.swap(queue_);
+  const std::size_t head = queue_head_;
+  queue_head_ = 0;
+  in_flight_ = 0;
+  for (std::size_t i = head; i < failing.size(); ++i) {
+    if (failing[i].raw) {
+      raw_handler_(nullptr, failing[i].context);
+    } else if (failing[i].done) {
+      failing[i].done(nullptr, reason);
+    }
   }
 }
 
-void AsyncRedis::on_disconnect(const redisAsyncContext* ac, int status) {
-  auto* self = static_cast<AsyncRedis*>(ac->data);
-  if (self->context_ != ac) return;  // we are freeing it ourselves
-  self->context_ = nullptr;
-  self->lose(status == REDIS_OK
-                 ? "connection closed by " + self->endpoint_.describe()
-                 : "connection to " + self->endpoint_.describe() + " lost: " + ac->errstr,
-             self->state_ == State::kReady);
+void AsyncRedis::close_transport() {
+  ++generation_;
+  if (poll_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), &free_poll);
+    poll_ = nullptr;
+  }
+  polled_fd_ = -1;
+  watching_ = 0;
+  transport_.reset();
+  out_.clear();
+  written_ = 0;
+  wants_ = Io::Result::done;
+  in_.reset();  // the old stream's bytes are gone
 }
 
-void AsyncRedis::abort(const std::string& reason) {
-  if (context_ != nullptr) {
-    redisAsyncContext* ac = context_;
-    context_ = nullptr;  // on_disconnect, if hiredis calls it, then knows it is ours
-    fail_reason_ = reason;
-    redisAsyncFree(ac);  // runs the in-flight callbacks with a null reply
-    fail_reason_.clear();
-  }
-  lose(reason);
+void AsyncRedis::abort(const std::string& reason, bool dropped) {
+  close_transport();
+  fail_pending(reason);
+  lose(reason, dropped);
 }
 
 void AsyncRedis::lose(const std::string& reason, bool dropped) {
@@ -448,13 +380,8 @@ void AsyncRedis::close() {
   state_ = State::kClosed;
   uv_timer_stop(&timer_);
   uv_timer_stop(&watchdog_);
-  if (context_ != nullptr) {
-    redisAsyncContext* ac = context_;
-    context_ = nullptr;
-    fail_reason_ = "closed";
-    redisAsyncFree(ac);
-    fail_reason_.clear();
-  }
+  close_transport();
+  fail_pending("closed");
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&watchdog_), nullptr);
 }

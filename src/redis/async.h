@@ -6,28 +6,34 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "redis/connection.h"
 #include "redis/endpoint.h"
+#include "redis/resp.h"
+#include "redis/status.h"
+#include "redis/transport.h"
 
-struct redisAsyncContext;
 struct redisReply;
 
 namespace ratewin::inline v1::detail {
 
-// hiredis' async API on the given loop, through its libuv adapter. It connects, logs in
-// (AUTH, SELECT, PING), and keeps trying to be connected: after a failure it waits an
-// exponential backoff with jitter (from 50 ms up to 2 s) and connects again. Deadlines
-// are libuv timers (hiredis 0.14 has none): connecting and logging in must finish within
-// their timeouts, and a connection with commands in flight that receives no reply for
-// command_timeout is dropped (so a paused or unreachable server is noticed; a long
-// pipelined batch that keeps receiving replies is not cut short).
+// A connection on the given loop, over the same transport as the blocking connections
+// (redis/transport.h) and the same RESP (commands written once, replies parsed into
+// recycled objects), waiting on a libuv poll handle instead of blocking. It connects, logs
+// in (AUTH, SELECT, PING), and keeps trying to be connected: after a failure it waits an
+// exponential backoff with jitter (from 50 ms up to 2 s) and connects again. Connecting
+// and logging in must finish within their timeouts, and a connection with commands in
+// flight that receives no reply for command_timeout is dropped (so a paused or
+// unreachable server is noticed; a long pipelined batch that keeps receiving replies is
+// not cut short). Commands queued in one turn of the loop go out together.
 //
-// Everything runs on the loop thread. Callbacks run exactly once each, on the loop.
+// Everything runs on the loop thread. Callbacks run exactly once each, on the loop; they
+// may queue further commands, and close the connection, but not destroy it.
 class AsyncRedis {
  public:
   struct Events {
@@ -51,11 +57,13 @@ class AsyncRedis {
   bool ready() const noexcept { return state_ == State::kReady; }
   // Sends a command; `done` gets its reply, or an error if not connected or the
   // connection is lost before the reply.
-  void command(const RedisConnection::Argv& argv, ReplyFn done);
-  // For large batches: a command already in RESP, answered through one plain handler
-  // set beforehand, so that nothing of ours is allocated per command.
-  // `raw_handler(reply or null, context)` runs exactly once per command, unless
-  // command_formatted returns false (not connected; then it never runs).
+  void command(std::initializer_list<std::string_view> args, ReplyFn done);
+  // The same for a command already in RESP (one of a RespWriter's); `done` may be empty.
+  void command_resp(std::string_view resp, ReplyFn done);
+  // For writes and large batches: a command already in RESP (one of a RespWriter's),
+  // answered through one plain handler set beforehand, so that nothing of ours is
+  // allocated per command. `raw_handler(reply or null, context)` runs exactly once per
+  // command, unless command_formatted returns false (not connected; then it never runs).
   using RawFn = void (*)(const redisReply* reply, void* context);
   void set_raw_handler(RawFn handler) noexcept { raw_handler_ = handler; }
   bool command_formatted(std::string_view resp, void* context);
@@ -67,28 +75,45 @@ class AsyncRedis {
   // then end.
   void close();
 
-
  private:
   enum class State { kIdle, kConnecting, kLoggingIn, kReady, kBackoff, kClosed };
   enum class TimerAction { kNone, kConnectDeadline, kLoginDeadline, kReconnect };
-  struct Pending;
-  class ReplyPool;  // reply objects for this connection's reader
+  // A command waiting for its reply: a raw one (handler and context) or one with its own
+  // callback.
+  struct Pending {
+    void* context = nullptr;
+    ReplyFn done;
+    bool raw = false;
+    bool counted = false;  // a caller's command (counted in in_flight_), not logging in
+  };
 
-  static void on_connect(const redisAsyncContext* ac, int status);
-  static void on_disconnect(const redisAsyncContext* ac, int status);
-  static void on_reply(redisAsyncContext* ac, void* reply, void* privdata);
-  static void on_raw_reply(redisAsyncContext* ac, void* reply, void* privdata);
+  static void on_poll(uv_poll_t* handle, int status, int events);
   static void on_timer(uv_timer_t* timer);
   static void on_watchdog(uv_timer_t* timer);
 
   void connect_now();
+  // Moves the connection forward: the handshake, then writes and reads as the socket
+  // allows. `events`: what the poll handle reported.
+  void pump(int events);
   void log_in();
-  void send(const RedisConnection::Argv& argv, ReplyFn done);
-  // Frees the context from outside hiredis' callbacks; in-flight commands fail.
-  void abort(const std::string& reason);
+  // Queues a command's callback (the command's bytes are in out_ already).
+  void expect(Pending pending);
+  // Watches the socket for what the connection waits for now.
+  void watch();
+  // Writes out_ as far as the socket takes it; false on a failure (then lost).
+  bool write_out();
+  // Reads what the socket holds and hands every complete reply to its callback; false on
+  // a failure (then lost).
+  bool read_in();
+  // Ends the connection (transport and poll handle) and fails what is in flight with
+  // `reason`; then reports it and schedules the next attempt (lose).
+  void abort(const std::string& reason, bool dropped = false);
+  // Fails every command in flight with `reason`.
+  void fail_pending(const std::string& reason);
   // Records a failure and schedules the next attempt.
   void lose(const std::string& reason, bool dropped = false);
   void arm(TimerAction action, std::chrono::milliseconds delay);
+  void close_transport();
   // Real time, not the loop's cached time: a long callback (a large batch being queued)
   // must count as progress when it ends.
   static std::uint64_t now_ms() noexcept { return uv_hrtime() / 1'000'000; }
@@ -99,11 +124,20 @@ class AsyncRedis {
   const std::chrono::milliseconds command_timeout_;
   Events events_;
   State state_ = State::kIdle;
-  redisAsyncContext* context_ = nullptr;
+  std::unique_ptr<Transport> transport_;
+  uv_poll_t* poll_ = nullptr;  // on transport_'s socket; freed in its close callback
+  int polled_fd_ = -1;
+  int watching_ = 0;  // the events poll_ watches
+  Io::Result wants_ = Io::Result::done;  // what the transport waits for, if anything
+  RespWriter out_;
+  std::size_t written_ = 0;  // of out_
+  RespReader in_;
+  std::vector<Pending> queue_;  // in flight, oldest from queue_head_
+  std::size_t queue_head_ = 0;
+  std::uint64_t generation_ = 0;  // changes when the connection ends
   uv_timer_t timer_{};
   uv_timer_t watchdog_{};
   TimerAction timer_action_ = TimerAction::kNone;
-  std::string fail_reason_;  // what in-flight callbacks report when the context is freed
   std::string last_error_;
   std::uint64_t in_flight_ = 0;
   std::uint64_t last_progress_ms_ = 0;
@@ -112,7 +146,7 @@ class AsyncRedis {
   bool login_failed_ = false;
   RawFn raw_handler_ = nullptr;
   std::minstd_rand jitter_;
-  std::unique_ptr<ReplyPool> replies_;  // outlives every context (which may hold a reply)
+  std::unique_ptr<char[]> chunk_;  // read buffer
 };
 
 }  // namespace ratewin::inline v1::detail

@@ -4,32 +4,10 @@
 
 #include <algorithm>
 
-#include "redis/connection.h"
 #include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
-
-constexpr int kRounds = 4;  // sends of one command, redirections included
-
-RedisConnection::Argv argv_of(const std::vector<std::string>& command) {
-  return RedisConnection::Argv(command.begin(), command.end());
-}
-
-// A command in RESP, as Redis reads it.
-void format(const std::vector<std::string>& command, std::string& out) {
-  out.clear();
-  out += '*';
-  out += std::to_string(command.size());
-  out += "\r\n";
-  for (const std::string& arg : command) {
-    out += '$';
-    out += std::to_string(arg.size());
-    out += "\r\n";
-    out += arg;
-    out += "\r\n";
-  }
-}
 
 constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
 int asked;  // the context of an ASKING, whose reply says nothing
@@ -50,68 +28,77 @@ AsyncRedis* AsyncWritePath::connection(RedisNode& node) {
   return links_.back().redis.get();
 }
 
-void AsyncWritePath::add_all(std::span<const StoreWrite> writes,
-                             std::span<const std::span<std::uint64_t>> counts,
-                             std::span<bool> written, std::function<void()> done) {
+AsyncWritePath::Batch& AsyncWritePath::new_batch() {
   if (spare_.empty()) spare_.emplace_front();
   batches_.splice(batches_.begin(), spare_, spare_.begin());
   Batch& b = batches_.front();
   b.self = batches_.begin();
   b.path = this;
+  b.resp.clear();
   b.items.clear();
-  b.error.clear();
-  for (WriteReplies& r : b.replies) r = WriteReplies{};
+  b.failure = Status();
+  b.started = steady_ns();
+  b.removing = false;
+  b.done = nullptr;
+  return b;
+}
+
+void AsyncWritePath::add_all(std::span<const StoreWrite> writes,
+                             std::span<const std::span<std::uint64_t>> counts,
+                             std::span<bool> written, std::function<void()> done) {
+  Batch& b = new_batch();
   b.writes = writes;
   b.counts = counts;
   b.written = written;
   b.done = std::move(done);
-  b.started = steady_ns();
-  b.plans.resize(writes.size());
-  b.replies.resize(writes.size());
+  b.commands_of.assign(writes.size(), {0, 0});
+  b.replies.assign(writes.size(), WriteReplies{});
   for (std::size_t j = 0; j < writes.size(); ++j) {
     written[j] = false;
-    WritePlan& plan = b.plans[j];
-    plan.commands.clear();
-    if (!path_.plan(writes[j], plan)) continue;  // its node is down: skipped
+    const auto first = static_cast<std::uint32_t>(b.items.size());
+    if (!path_.plan(writes[j], static_cast<std::uint32_t>(j), b.resp,
+                    [&](const CommandState& s) { b.items.push_back({&b, s}); })) {
+      continue;  // its node is down: skipped
+    }
     bool ready = true;
-    for (std::size_t i = 0; i < plan.commands.size(); ++i) {
-      const AsyncRedis* c = connection(plan.node(i));
+    for (std::size_t i = first; i < b.items.size(); ++i) {
+      const AsyncRedis* c = connection(*b.items[i].state.node);
       ready = ready && c != nullptr && c->ready();
     }
     if (!ready) {
       // No connection of this loop's yet (or again): the blocking path, this once.
-      plan.commands.clear();
+      b.items.resize(first);
       written[j] = path_.add(writes[j], counts[j]);
       continue;
     }
-    for (std::size_t i = 0; i < plan.commands.size(); ++i)
-      b.items.push_back({&b, j, i, &plan.node(i)});
+    b.commands_of[j] = {first, static_cast<std::uint32_t>(b.items.size()) - first};
   }
   b.open = b.items.size();
   if (b.open == 0) return finish(b);
-  // (The items vector is complete: sends may now refer to its elements by index.)
+  // (The items vector is complete: sends may now refer to its elements.)
   for (std::size_t k = 0; k < b.items.size(); ++k) send(b, k);
 }
 
 void AsyncWritePath::send(Batch& b, std::size_t k) {
-  Batch::Item& item = b.items[k];
-  RedisNode& node = *item.node;
+  CommandState& state = b.items[k].state;
+  RedisNode& node = *state.node;
   if (!node.circuit().available()) {
-    if (b.error.empty()) b.error = node.name() + " unavailable";
+    if (b.failure.ok()) b.failure = Status(Status::Code::closed, node.name() + " unavailable");
     return settle(b, k, CommandEnd::kSkipped);
   }
   AsyncRedis* c = connection(node);
   if (c == nullptr || !c->ready()) {
     // (A redirection to a node this loop has no connection to yet: it fails this time,
     // and the connection is made for the next.)
-    if (b.error.empty()) b.error = node.name() + ": no connection from this loop yet";
+    if (b.failure.ok()) {
+      b.failure = Status(Status::Code::connect, node.name() + ": no connection from this loop yet");
+    }
     return settle(b, k, CommandEnd::kFailed);
   }
-  ++item.rounds;
-  if (item.asking) (void)c->command_formatted(kAsking, &asked);
-  format(b.plans[item.write].commands[item.index], resp_);
-  if (!c->command_formatted(resp_, &item)) {
-    if (b.error.empty()) b.error = node.name() + ": cannot send the command";
+  ++state.sends;
+  if (state.asking) (void)c->command_formatted(kAsking, &asked);
+  if (!c->command_formatted(b.resp.command_bytes(state.command), &b.items[k])) {
+    if (b.failure.ok()) b.failure = Status(Status::Code::io, node.name() + ": cannot send the command");
     settle(b, k, CommandEnd::kFailed);
   }
 }
@@ -123,101 +110,83 @@ void AsyncWritePath::on_reply(const redisReply* reply, void* context) {
   b.path->take(b, static_cast<std::size_t>(item - b.items.data()), reply);
 }
 
-void AsyncWritePath::take(Batch& bb, std::size_t k, const redisReply* r) {
-  Batch::Item& it = bb.items[k];
-  RedisNode& from = *it.node;
+void AsyncWritePath::take(Batch& b, std::size_t k, const redisReply* r) {
+  CommandState& state = b.items[k].state;
+  RedisNode& from = *state.node;
   if (r == nullptr) {
-    const std::string why = from.name() + ": " + (closed_ ? "closed" : "connection lost");
-    if (bb.error.empty()) bb.error = why;
-    if (!closed_) from.circuit().open("write: " + why);
-    return settle(bb, k, CommandEnd::kFailed);
+    const Status why(closed_ ? Status::Code::closed : Status::Code::io,
+                     from.name() + ": " + (closed_ ? "closed" : "connection lost"));
+    if (why.opens_circuit()) from.circuit().open("write: " + why.message());
+    if (b.failure.ok()) b.failure = why;
+    return settle(b, k, CommandEnd::kFailed);
   }
-  if (const Topology::Redirect to = topology_.redirect(*r, from); to.node) {
-    if (it.rounds >= kRounds) {
-      if (bb.error.empty()) bb.error = "redirected too many times";
-      return settle(bb, k, CommandEnd::kFailed);
+  Status why;
+  const CommandEnd end = path_.route(*r, state, b.resp, b.writes, why);
+  if (end == CommandEnd::kPending) return send(b, k);  // redirected, or the script's text
+  if (end == CommandEnd::kFailed) {
+    if (b.failure.ok()) b.failure = std::move(why);
+    return settle(b, k, CommandEnd::kFailed);
+  }
+  if (b.removing) {
+    // A give-back: the error it may get is noted; a ring's first reply may call for a
+    // correction (the slot had moved on).
+    if (r->type == REDIS_REPLY_ERROR && b.failure.ok()) b.failure = status_of(*r);
+    repair_.clear();
+    if (state.index == 0 && b.give_back.key.ring() && r->type != REDIS_REPLY_ERROR &&
+        path_.give_back_repair(b.give_back, *r, repair_)) {
+      fire(from, repair_);
     }
-    it.node = to.node;
-    it.asking = to.ask;
-    return send(bb, k);
+  } else {
+    b.replies[state.write].take(b.writes[state.write], state.index, *r, b.counts[state.write]);
   }
-  it.asking = false;
-  if (r->type == REDIS_REPLY_ERROR &&
-      StoreLayout::load_instead(bb.plans[it.write].commands[it.index],
-                                std::string_view(r->str, r->len))) {
-    // The script's text instead of its SHA, as WritePath does.
-    if (it.rounds >= kRounds) {
-      if (bb.error.empty()) bb.error = "NOSCRIPT after loading the script";
-      return settle(bb, k, CommandEnd::kFailed);
-    }
-    return send(bb, k);
-  }
-  if (server_unavailable(*r)) {
-    // As WritePath: a server that cannot serve is as good as unreachable.
-    topology_.want_refresh();
-    const std::string why = "Redis at " + from.name() + " cannot serve: " + reply_text(*r);
-    if (bb.error.empty()) bb.error = why;
-    from.circuit().open("write: " + why);
-    return settle(bb, k, CommandEnd::kFailed);
-  }
-  bb.replies[it.write].take(bb.writes[it.write], it.index, *r);
-  settle(bb, k, CommandEnd::kAnswered);
+  settle(b, k, CommandEnd::kAnswered);
 }
 
 void AsyncWritePath::settle(Batch& b, std::size_t k, CommandEnd end) {
-  b.items[k].end = end;
+  b.items[k].state.end = end;
   if (--b.open == 0) finish(b);
 }
 
 void AsyncWritePath::finish(Batch& b) {
-  std::vector<CommandEnd> ends;
-  std::vector<Command> repair;
-  std::size_t k = 0;
-  for (std::size_t j = 0; j < b.writes.size(); ++j) {
-    const std::size_t size = b.plans[j].commands.size();
-    if (size == 0) continue;  // skipped, or made synchronously
-    ends.clear();
-    for (std::size_t i = 0; i < size; ++i) ends.push_back(b.items[k + i].end);
-    RedisNode& home = *b.items[k].node;
-    k += size;
-    repair.clear();
-    b.written[j] =
-        path_.conclude(b.writes[j], b.replies[j], ends, b.error, b.counts[j], b.started, repair);
-    for (const Command& c : repair) fire(home, c);
+  if (b.removing) {
+    if (!b.failure.ok()) reporter_.note_error("giving back a count: " + b.failure.message());
+  } else {
+    for (std::size_t j = 0; j < b.writes.size(); ++j) {
+      const auto [first, size] = b.commands_of[j];
+      if (size == 0) continue;  // skipped, or made synchronously
+      std::array<CommandEnd, WritePath::kMostCommands> ends{};
+      for (std::uint32_t i = 0; i < size; ++i) ends[i] = b.items[first + i].state.end;
+      repair_.clear();
+      b.written[j] = path_.conclude(b.writes[j], b.replies[j], std::span(ends).first(size),
+                                    b.failure, b.counts[j], b.started, repair_);
+      if (repair_.commands() > 0) fire(*b.items[first].state.node, repair_);
+    }
   }
   // The batch goes before its caller learns the outcome: `done` may free the spans.
   const std::function<void()> done = std::move(b.done);
   spare_.splice(spare_.begin(), batches_, b.self);
-  done();
+  if (done) done();
 }
 
-void AsyncWritePath::fire(RedisNode& node, const std::vector<std::string>& command,
-                          std::function<void(const redisReply*)> then) {
+void AsyncWritePath::fire(RedisNode& node, const RespWriter& resp) {
   AsyncRedis* c = connection(node);
   if (c == nullptr || !c->ready() || !node.circuit().available()) {
     reporter_.note_error("write: a correction could not be sent to " + node.name());
     return;
   }
-  c->command(argv_of(command),
-             [this, then = std::move(then)](const redisReply* r, const std::string& error) {
-               if (r == nullptr) {
-                 reporter_.note_error("write: a correction failed: " + error);
-                 return;
-               }
-               // (A NOSCRIPT that `then` answers by loading the script is not an error.)
-               const bool reloads = then && r->type == REDIS_REPLY_ERROR &&
-                                    std::string_view(r->str, r->len).starts_with("NOSCRIPT");
-               if (r->type == REDIS_REPLY_ERROR && !reloads)
-                 reporter_.note_error("write: a correction: " + reply_text(*r));
-               if (then) then(r);
-             });
+  for (std::size_t i = 0; i < resp.commands(); ++i) {
+    c->command_resp(resp.command_bytes(i), [this](const redisReply* r, const std::string& error) {
+      if (r == nullptr) {
+        reporter_.note_error("write: a correction failed: " + error);
+      } else if (r->type == REDIS_REPLY_ERROR) {
+        reporter_.note_error("write: a correction: " + reply_text(*r));
+      }
+    });
+  }
 }
 
 void AsyncWritePath::remove(const StoreWrite& give_back) {
-  const LimiterKey& key = give_back.key;
-  const std::int64_t epoch = give_back.epoch;
-  const std::uint64_t cost = give_back.cost;
-  RedisNode& home = topology_.node_for_resource(key.resource);
+  RedisNode& home = topology_.node_for_resource(give_back.key.resource);
   if (!home.circuit().available()) {
     reporter_.note_error("giving back a count: Redis unavailable");
     return;
@@ -227,28 +196,23 @@ void AsyncWritePath::remove(const StoreWrite& give_back) {
     path_.remove(give_back);
     return;
   }
-  if (!key.ring()) {
-    Command command = layout_.script_command(give_back, true);
-    RedisNode* node = &home;
-    fire(home, command, [this, node, command](const redisReply* r) mutable {
-      if (r->type == REDIS_REPLY_ERROR &&
-          StoreLayout::load_instead(command, std::string_view(r->str, r->len)))
-        fire(*node, command);
-    });
-    return;
+  Batch& b = new_batch();
+  b.removing = true;
+  b.give_back = give_back;
+  b.writes = std::span<const StoreWrite>(&b.give_back, 1);
+  b.counts = {};
+  b.written = {};
+  layout_.append_give_back(b.give_back, b.resp);
+  for (std::uint32_t i = 0; i < b.resp.commands(); ++i) {
+    CommandState s;
+    s.node = &home;
+    s.command = i;
+    s.index = static_cast<std::uint8_t>(i);
+    s.give_back = true;
+    b.items.push_back({&b, s});
   }
-  const std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);
-  RedisNode* node = &home;
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    if (i != 0) {
-      fire(home, commands[i]);
-      continue;
-    }
-    fire(home, commands[i], [this, node, key, epoch, cost](const redisReply* r) {
-      if (r->type == REDIS_REPLY_ERROR) return;
-      for (const Command& fix : path_.give_back_repair(key, epoch, cost, *r)) fire(*node, fix);
-    });
-  }
+  b.open = b.items.size();
+  for (std::size_t k = 0; k < b.items.size(); ++k) send(b, k);
 }
 
 void AsyncWritePath::close() {

@@ -13,20 +13,22 @@
 
 #include "engine/store.h"
 #include "redis/async.h"
+#include "redis/resp.h"
 #include "redis/write_path.h"
 
 namespace ratewin::inline v1::detail {
 
-// WritePath's writes, made from a libuv loop without blocking it: the same commands to
-// the same nodes (StoreLayout, Topology), sent on asynchronous connections of this loop's
-// own, one per node, made when first needed. Commands written in one turn of the loop go
-// out together (hiredis pipelines them); each reply is read as WritePath reads it, and a
-// batch completes once every command has its final reply, after MOVED and ASK
-// redirections (at most four rounds), or failed. A connection that stays silent for the
-// command timeout is dropped (AsyncRedis), which fails its commands; a network failure,
-// or a server that cannot serve, opens the node's circuit, as WritePath does (the store's
-// probes close it). A write whose node has no connection ready on this loop yet (just
-// made, or reconnecting) is made synchronously by WritePath instead.
+// WritePath's writes, made from a libuv loop without blocking it: the same commands,
+// written once into the batch's RESP (WritePath::plan), to the same nodes, sent as they
+// are on asynchronous connections of this loop's own, one per node, made when first
+// needed. Commands written in one turn of the loop go out together; each reply is routed
+// as WritePath routes it (WritePath::route: MOVED, ASK, NOSCRIPT, a server that cannot
+// serve), and a batch completes once every command has its final reply, or failed. A
+// connection that stays silent for the command timeout is dropped (AsyncRedis), which
+// fails its commands; a network failure, or a server that cannot serve, opens the node's
+// circuit, as WritePath does (the store's probes close it). A write whose node has no
+// connection ready on this loop yet (just made, or reconnecting) is made synchronously by
+// WritePath instead.
 //
 // Threads: the loop's thread only.
 class AsyncWritePath final : public AsyncWriter {
@@ -47,30 +49,31 @@ class AsyncWritePath final : public AsyncWriter {
   void close() override;
 
  private:
-  // One add_all call: its writes' commands, each on its way to the node of its slot.
+  // One add_all call (or give-back): its commands in RESP, each on its way to the node of
+  // its slot.
   struct Batch {
     struct Item {
       Batch* batch;
-      std::size_t write;  // its write
-      std::size_t index;  // among the write's commands
-      RedisNode* node;
-      bool asking = false;
-      int rounds = 0;
-      CommandEnd end = CommandEnd::kPending;
+      CommandState state;
     };
     std::span<const StoreWrite> writes;
     std::span<const std::span<std::uint64_t>> counts;
     std::span<bool> written;
     std::function<void()> done;
-    std::vector<WritePlan> plans;  // per write (no commands: made synchronously or skipped)
+    StoreWrite give_back;  // a give-back's (its writes span points here)
+    RespWriter resp;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> commands_of;  // per write: first, n
     std::vector<WriteReplies> replies;
     std::vector<Item> items;
     std::size_t open = 0;  // items without their final reply
-    std::string error;     // the first failure
+    Status failure;        // the first failure
     std::int64_t started = 0;
+    bool removing = false;  // a give-back: its replies may call for a correction
     std::list<Batch>::iterator self;
     AsyncWritePath* path;
   };
+  // A batch from the spare list (kept for its buffers), linked in batches_.
+  Batch& new_batch();
   // This loop's connection to `node`, connecting if new; nullptr once closed.
   AsyncRedis* connection(RedisNode& node);
   // Sends (or sends again, after a redirection) a batch's command.
@@ -80,9 +83,10 @@ class AsyncWritePath final : public AsyncWriter {
   void take(Batch& batch, std::size_t index, const redisReply* reply);
   void settle(Batch& batch, std::size_t index, CommandEnd end);
   void finish(Batch& batch);
-  // A command whose reply is not waited for (a correction, a give-back's second step).
-  void fire(RedisNode& node, const std::vector<std::string>& command,
-            std::function<void(const redisReply*)> then = {});
+  // Sends the commands of `resp` to `node`, without waiting for their replies (a
+  // correction): on a connection of this loop's, or, if there is none yet, on a blocking
+  // one of the node's pool.
+  void fire(RedisNode& node, const RespWriter& resp);
 
   uv_loop_t* loop_;
   const Options& options_;
@@ -97,7 +101,7 @@ class AsyncWritePath final : public AsyncWriter {
   std::vector<Link> links_;
   std::list<Batch> batches_;
   std::list<Batch> spare_;  // finished batches, kept for their buffers
-  std::string resp_;        // a command in RESP, as it is sent
+  RespWriter repair_;       // corrections, as they are sent
   bool closed_ = false;
 };
 

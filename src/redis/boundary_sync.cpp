@@ -13,27 +13,12 @@
 namespace ratewin::inline v1::detail {
 namespace {
 
-// A command in RESP, as hiredis sends it.
-// A reply saying that the key's slot is served elsewhere, or is moving.
+// A reply saying that the key's slot is served elsewhere, or is moving: MOVED, ASK,
+// TRYAGAIN, or a cluster that is down (its map is being changed).
 bool redirected(const redisReply& r) {
-  const std::string_view text(r.str, r.len);
-  for (const std::string_view prefix : {"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"}) {
-    if (text.starts_with(prefix)) return true;
-  }
-  return false;
-}
-
-std::string resp(std::initializer_list<std::string_view> args) {
-  std::string out = marked('*', args.size());
-  out += "\r\n";
-  for (const std::string_view a : args) {
-    out += '$';
-    out += std::to_string(a.size());
-    out += "\r\n";
-    out += a;
-    out += "\r\n";
-  }
-  return out;
+  const Status status = status_of(r);
+  return status.code() == Status::Code::redirect || status.code() == Status::Code::retry ||
+         std::string_view(r.str, r.len).starts_with("CLUSTERDOWN");
 }
 
 }  // namespace
@@ -80,7 +65,7 @@ struct BoundarySync::Batch {
   std::vector<EpochCount> merged;        // merging scratch: the counts of a reply's windows
   std::vector<std::pair<std::size_t, std::size_t>> ranges;  // per window: its span of them
   std::vector<SharedCounts> windows;                        // merging scratch: a reply's windows
-  std::string command;                                      // formatting scratch
+  RespWriter command;                                       // formatting scratch
   std::vector<std::pair<std::uint16_t, std::uint64_t>> by_slot;  // sorting scratch
   std::vector<AsyncRedis*> used;  // the connections written to
   std::size_t in_flight = 0;
@@ -183,22 +168,22 @@ void BoundarySync::tick(bool available) {
 void BoundarySync::heartbeat(std::int64_t now) {
   AsyncRedis* connection = nullptr;
   const std::string key = layout_.nodes_key();
-  if (router_ == nullptr || router_->route(key_slot(key), connection) != ReadRouter::Route::kSend)
+  if (router_ == nullptr || !router_->route(key_slot(key), connection).ok())
     return;  // tried again at the next tick
   next_heartbeat_ = steady_ns() + kHeartbeatNs;
   heartbeat_in_flight_ = true;
-  const std::vector<Command> commands = layout_.heartbeat_commands(now / 1'000'000, kLiveMs);
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    const bool last = i + 1 == commands.size();
-    const RedisConnection::Argv argv(commands[i].begin(), commands[i].end());
-    connection->command(argv, [this, last](const redisReply* r, const std::string&) {
-      if (!last) return;
-      heartbeat_in_flight_ = false;
-      // (A failure, or a redirection while a slot moves, leaves the last count.)
-      if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
-        take_live_count(static_cast<std::uint32_t>(r->integer));
-    });
-  }
+  RespWriter commands;
+  layout_.append_heartbeat(now / 1'000'000, kLiveMs, commands);
+  for (std::size_t i = 0; i + 1 < commands.commands(); ++i)
+    connection->command_resp(commands.command_bytes(i), nullptr);
+  connection->command_resp(commands.command_bytes(commands.commands() - 1),
+                           [this](const redisReply* r, const std::string&) {
+                             heartbeat_in_flight_ = false;
+                             // (A failure, or a redirection while a slot moves, leaves the
+                             // last count.)
+                             if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
+                               take_live_count(static_cast<std::uint32_t>(r->integer));
+                           });
 }
 
 void BoundarySync::take_live_count(std::uint32_t seen) {
@@ -265,7 +250,7 @@ void BoundarySync::read(Geometry& g, std::vector<std::int64_t> epochs, bool whol
   } else {
     batch->ask_change_sets();
   }
-  // Not inside hiredis' callback here: let Redis start now.
+  // Not inside a reply's callback here: let Redis start now.
   for (AsyncRedis* c : batch->used) c->flush();
   --batch->in_flight;
   batch->settle();
@@ -274,14 +259,10 @@ void BoundarySync::read(Geometry& g, std::vector<std::int64_t> epochs, bool whol
 bool BoundarySync::Batch::send(std::string_view formatted, Slot slot, std::uint16_t key_slot) {
   if (!ok) return false;
   AsyncRedis* connection = nullptr;
-  switch (sync->router_->route(key_slot, connection)) {
-    case ReadRouter::Route::kSkip:
-      return true;
-    case ReadRouter::Route::kFail:
-      ok = false;  // not connected: the epochs are read again next time
-      return false;
-    case ReadRouter::Route::kSend:
-      break;
+  if (const Status routed = sync->router_->route(key_slot, connection); !routed.ok()) {
+    if (routed.code() == Status::Code::closed) return true;  // its node is down: left out
+    ok = false;  // not connected: the epochs are read again next time
+    return false;
   }
   slots.push_back(slot);
   if (!connection->command_formatted(formatted, &slots.back())) {
@@ -302,26 +283,17 @@ void BoundarySync::Batch::ask_change_sets() {
     for (unsigned shard = 0; shard < StoreLayout::kChangeSetShards; ++shard) {
       if ((shards >> shard & 1) == 0) continue;
       ++change_sets;
-      if (!send(resp({"GET", sync->layout_.change_set_key(geometry->resolution_ms,
-                                                          geometry->subintervals, shard, x)}),
-                {this, 0, 1, false}, StoreLayout::change_set_slot(shard))) {
-        return;
-      }
+      command.clear();
+      command.command(2);
+      command.arg("GET");
+      sync->layout_.append_change_set_key(geometry->resolution_ms, geometry->subintervals, shard,
+                                          x, command);
+      if (!send(command.bytes(), {this, 0, 1, false}, StoreLayout::change_set_slot(shard))) return;
     }
   }
 }
 
 void BoundarySync::Batch::ask_windows(std::size_t from) {
-  // Every key differs only in the resource's 16 hex digits: format one argument and
-  // patch them in.
-  const std::string key =
-      sync->layout_.window_key({0, geometry->resolution_ms, geometry->subintervals});
-  std::string argument = marked('$', key.size());
-  argument += "\r\n";
-  argument += key;
-  argument += "\r\n";
-  const std::size_t hex_at = argument.size() - 2 - key.size() + sync->layout_.prefix().size() + 2;
-  constexpr char kDigits[] = "0123456789abcdef";
   const bool cross_slot = sync->router_->cross_slot();
   if (!cross_slot) {
     // One slot a command: sorted by slot.
@@ -341,16 +313,14 @@ void BoundarySync::Batch::ask_windows(std::size_t from) {
         ++count;
       }
     }
-    command = marked('*', count + 1);
-    command += "\r\n$4\r\nMGET\r\n";
+    command.clear();
+    command.command(count + 1);
+    command.arg("MGET");
     for (std::size_t i = first; i < first + count; ++i) {
-      const std::size_t at = command.size() + hex_at;
-      command += argument;
-      std::uint64_t v = resources[i];
-      for (int d = 15; d >= 0; --d, v >>= 4)
-        command[at + static_cast<std::size_t>(d)] = kDigits[v & 15];
+      sync->layout_.append_window_key(
+          {resources[i], geometry->resolution_ms, geometry->subintervals}, command);
     }
-    if (!send(command, {this, first, count, true}, slot)) return;
+    if (!send(command.bytes(), {this, first, count, true}, slot)) return;
     first += count;
   }
 }
@@ -401,7 +371,7 @@ void BoundarySync::Batch::take_change_set(std::string_view value) {
   found.erase(std::unique(found.begin(), found.end()), found.end());
   const std::size_t from = resources.size();
   resources.insert(resources.end(), found.begin(), found.end());
-  ask_windows(from);  // inside hiredis' callback: it writes them on the loop's next turn
+  ask_windows(from);  // inside a reply's callback: written once the replies read are handled
 }
 
 void BoundarySync::Batch::take_window(std::size_t index, std::string_view value) {

@@ -15,6 +15,7 @@
 #include "redis/clock_sync.h"
 #include "redis/layout.h"
 #include "redis/reporter.h"
+#include "redis/status.h"
 
 struct redisReply;
 
@@ -27,11 +28,11 @@ class AsyncRedis;
 class ReadRouter {
  public:
   virtual ~ReadRouter() = default;
-  enum class Route { kSend, kSkip, kFail };
-  // The connection to the node serving `slot`, if it is ready (kSend). kSkip: that node
-  // is known to be down (its circuit is open), so its keys are left out: its limiters are
-  // read whole when it is back. kFail: not connected now; the read is tried again later.
-  virtual Route route(std::uint16_t slot, AsyncRedis*& connection) = 0;
+  // The connection to the node serving `slot`, if it is ready (ok). Otherwise: closed,
+  // when that node is known to be down (its circuit is open), so its keys are left out
+  // (its limiters are read whole when it is back); connect, when it is not connected now
+  // (the read is tried again later).
+  virtual Status route(std::uint16_t slot, AsyncRedis*& connection) = 0;
   // Whether every node that serves slots is connected.
   virtual bool all_ready() const = 0;
   // Whether one command may name keys of different slots (not on a Cluster).

@@ -3,8 +3,9 @@
 #include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
-void CircuitBreaker::start(bool reachable, const std::string& why, bool credentials_refused) {
-  if (reachable || !available_.exchange(false, std::memory_order_acq_rel)) return;
+void CircuitBreaker::start(const Status& failure, const std::string& why) {
+  if (failure.ok() || !available_.exchange(false, std::memory_order_acq_rel)) return;
+  const bool credentials_refused = failure.code() == Status::Code::auth;
   open_count_.fetch_add(1, std::memory_order_acq_rel);
   opens_.fetch_add(1, std::memory_order_relaxed);
   down_since_ns_.store(steady_ns(), std::memory_order_relaxed);

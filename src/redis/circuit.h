@@ -33,10 +33,11 @@ class CircuitBreaker {
         opened_(std::move(opened)) {}
 
   bool available() const noexcept { return available_.load(std::memory_order_acquire); }
-  // The state found on starting: it stays closed if Redis answered, else opens (counted
-  // and logged as an outage that started now, without calling `opened`; or, when Redis
-  // refused the credentials, logged once as the error in the configuration it is).
-  void start(bool reachable, const std::string& why, bool credentials_refused = false);
+  // The state found on starting: it stays closed if Redis answered (`failure` ok), else
+  // opens (counted and logged as an outage that started now, without calling `opened`;
+  // or, when Redis refused the credentials (an auth failure), logged once as the error in
+  // the configuration it is). `why` says what failed.
+  void start(const Status& failure, const std::string& why);
   // Opens it (logged once per outage). True if it was closed.
   bool open(const std::string& why);
   // Closes it. True if it was open (and then logs how long the outage lasted).

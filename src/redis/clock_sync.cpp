@@ -10,27 +10,26 @@
 
 namespace ratewin::inline v1::detail {
 
-bool ClockSync::measure(RedisConnection& connection, int samples, std::string& error) {
+Status ClockSync::measure(RedisConnection& connection, int samples) {
   for (int i = 0; i < samples; ++i) {
     const std::int64_t sent = clock_->now().count();
     std::optional<std::int64_t> server;
     std::string refusal;
-    if (!connection.round_trip(
-            {"TIME"},
-            [&](std::size_t, const redisReply& r) {
-              server = server_time(r);
-              if (!server) refusal = reply_text(r);
-            },
-            error)) {
-      return false;
+    if (Status status = connection.round_trip({"TIME"},
+                                              [&](std::size_t, const redisReply& r) {
+                                                server = server_time(r);
+                                                if (!server) refusal = reply_text(r);
+                                              });
+        !status.ok()) {
+      return status;
     }
     if (!server) {
       refused(refusal);
-      return true;
+      return {};
     }
     take_sample(sent, clock_->now().count(), *server);
   }
-  return true;
+  return {};
 }
 
 void ClockSync::probe(AsyncRedis& connection, int samples) {

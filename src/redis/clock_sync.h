@@ -11,6 +11,7 @@
 
 #include "ratewin/clock.h"
 #include "redis/reporter.h"
+#include "redis/status.h"
 
 struct redisReply;
 
@@ -39,9 +40,9 @@ class ClockSync {
   // Redis' time now, as this engine reckons it.
   std::int64_t now() const noexcept { return clock_->now().count() + offset(); }
 
-  // `samples` TIME round trips on a blocking connection. False if the connection failed
-  // (with `error`); a server that refuses TIME is not a failure (see refused()).
-  bool measure(RedisConnection& connection, int samples, std::string& error);
+  // `samples` TIME round trips on a blocking connection. A failure if the connection
+  // failed; a server that refuses TIME is not one (see refused()).
+  Status measure(RedisConnection& connection, int samples);
   // `samples` TIME commands one after another on the background connection.
   void probe(AsyncRedis& connection, int samples);
 

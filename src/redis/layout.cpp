@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <random>
+#include <string_view>
+#include <type_traits>
 
 #include "engine/store.h"
 #include "redis/slot.h"
@@ -11,18 +14,59 @@
 namespace ratewin::inline v1::detail {
 namespace {
 
-void append_hex16(std::string& out, std::uint64_t value) {
-  constexpr char kDigits[] = "0123456789abcdef";
-  char digits[16];
-  for (int i = 15; i >= 0; --i, value >>= 4) digits[i] = kDigits[value & 15];
-  out.append(digits, 16);
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+// Text made of a few pieces, assembled on the stack: what a key or an argument is made
+// of before it is appended, whole, to a string or as one RESP argument.
+class Text {
+ public:
+  Text& operator<<(std::string_view piece) noexcept {
+    for (const char c : piece) put(c);
+    return *this;
+  }
+  Text& operator<<(char c) noexcept {
+    put(c);
+    return *this;
+  }
+  template <class Int, std::enable_if_t<std::is_integral_v<Int>, int> = 0>
+  Text& operator<<(Int n) noexcept {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+    return *this << std::string_view(digits, static_cast<std::size_t>(end - digits));
+  }
+  // 16 hex digits.
+  Text& hex16(std::uint64_t value) noexcept {
+    char digits[16];
+    for (int i = 15; i >= 0; --i, value >>= 4) digits[i] = kHexDigits[value & 15];
+    return *this << std::string_view(digits, 16);
+  }
+  std::string_view view() const noexcept { return {data_.data(), size_}; }
+
+ private:
+  void put(char c) noexcept {
+    if (size_ < data_.size()) data_[size_++] = c;
+  }
+  std::array<char, 96> data_{};
+  std::size_t size_ = 0;
+};
+
+// An argument made of a prefix (of any length) and a tail assembled in a Text.
+void arg_of(RespWriter& out, std::string_view prefix, const Text& tail) {
+  out.arg_of_length(prefix.size() + tail.view().size());
+  out.append(prefix);
+  out.append(tail.view());
+  out.end_arg();
 }
 
-std::string geometry(std::uint32_t resolution_ms, std::uint32_t subintervals) {
-  std::string out = std::to_string(resolution_ms);
-  out += 'x';
-  out += std::to_string(subintervals);
-  return out;
+// What follows the prefix in a limiter's key: ":{<resource as 16 hex digits>}:" and its
+// kind, "tb", "log", or its geometry and "w".
+Text window_key_tail(const LimiterKey& key) {
+  Text t;
+  t << ":{";
+  t.hex16(key.resource) << "}:";
+  if (key.bucket()) return t << "tb";
+  if (key.log()) return t << "log";
+  return t << key.resolution_ms << 'x' << key.subintervals << ":w";
 }
 
 std::int64_t floor_mod(std::int64_t value, std::int64_t m) noexcept {
@@ -36,10 +80,23 @@ std::uint64_t big_endian(std::string_view bytes, std::size_t at, std::size_t wid
   return v;
 }
 
+// `mark` followed by `n` in decimal ("#12"): BITFIELD's offsets in units of the type.
+void arg_marked(RespWriter& out, char mark, std::uint64_t n) {
+  Text t;
+  t << mark << n;
+  out.arg(t.view());
+}
 // BITFIELD offsets of slot s: the whole slot (u48, as #s), its tag (u16, as #3s) and its
 // count (u32, a bit offset: 48s + 16 is not a multiple of 32).
-std::string tag_field(std::uint32_t s) { return marked('#', 3 * std::uint64_t{s}); }
-std::string count_field(std::uint32_t s) { return std::to_string(48 * std::uint64_t{s} + 16); }
+void arg_tag_field(RespWriter& out, std::uint32_t s) { arg_marked(out, '#', 3 * std::uint64_t{s}); }
+void arg_count_field(RespWriter& out, std::uint32_t s) { out.arg(48 * std::uint64_t{s} + 16); }
+
+// This node's id as entries and members name it: 8 hex digits.
+Text node_id_text(std::uint32_t node) {
+  Text t;
+  for (int i = 7; i >= 0; --i) t << kHexDigits[(node >> (4 * i)) & 15];
+  return t;
+}
 
 }  // namespace
 
@@ -47,21 +104,11 @@ StoreLayout::StoreLayout(std::string prefix, std::uint32_t node)
     : prefix_(std::move(prefix)), node_(node) {}
 
 std::string StoreLayout::window_key(const LimiterKey& key) const {
-  std::string out = prefix_;
-  out += ":{";
-  append_hex16(out, key.resource);
-  if (key.bucket()) {
-    out += "}:tb";
-    return out;
-  }
-  if (key.log()) {
-    out += "}:log";
-    return out;
-  }
-  out += "}:";
-  out += geometry(key.resolution_ms, key.subintervals);
-  out += ":w";
-  return out;
+  return prefix_ + std::string(window_key_tail(key).view());
+}
+
+void StoreLayout::append_window_key(const LimiterKey& key, RespWriter& out) const {
+  arg_of(out, prefix_, window_key_tail(key));
 }
 
 const std::string& StoreLayout::bucket_script() {
@@ -95,21 +142,6 @@ const std::string& StoreLayout::bucket_script_sha() {
   // SHA-1 of bucket_script(): checked against Redis' SCRIPT LOAD by the Redis tests.
   static const std::string sha = "988f383165cba5233bb9407131b74d82bb8007c8";
   return sha;
-}
-
-Command StoreLayout::bucket_command(const LimiterKey& key, std::int64_t epoch,
-                                    std::int64_t emission, std::int64_t tolerance,
-                                    std::int64_t cost) const {
-  const std::int64_t seconds = epoch / 1'000'000'000;
-  return {"EVALSHA",
-          bucket_script_sha(),
-          "1",
-          window_key(key),
-          std::to_string(seconds),
-          std::to_string(epoch - seconds * 1'000'000'000),
-          std::to_string(emission),
-          std::to_string(tolerance),
-          std::to_string(cost)};
 }
 
 void StoreLayout::bucket_reply(long long reply, std::span<std::uint64_t> counts) noexcept {
@@ -185,67 +217,57 @@ const std::string& StoreLayout::log_script_sha() {
   return sha;
 }
 
+void StoreLayout::append_heartbeat(std::int64_t now_ms, std::int64_t ttl_ms,
+                                   RespWriter& out) const {
+  Text nodes;
+  nodes << ":{nodes}";
+  Text older;
+  older << '(' << now_ms - ttl_ms;
+  out.command(4);
+  out.arg("ZADD");
+  arg_of(out, prefix_, nodes);
+  out.arg(now_ms);
+  out.arg(node_id_text(node_).view());
+  out.command(4);
+  out.arg("ZREMRANGEBYSCORE");
+  arg_of(out, prefix_, nodes);
+  out.arg("-inf");
+  out.arg(older.view());
+  out.command(3);
+  out.arg("PEXPIRE");
+  arg_of(out, prefix_, nodes);
+  out.arg(ttl_ms);
+  out.command(2);
+  out.arg("ZCARD");
+  arg_of(out, prefix_, nodes);
+}
+
 namespace {
 
-std::string node_id_text(std::uint32_t node) {
-  std::string out;
-  append_hex16(out, node);
-  out.erase(0, 8);
-  out += '.';
-  return out;
+// A script command's start: EVALSHA <sha> 1, or EVAL <text> 1, of `args` arguments in all.
+void begin_script(RespWriter& out, std::size_t args, StoreLayout::Script script,
+                  const std::string& sha, const std::string& text) {
+  out.command(args);
+  if (script == StoreLayout::Script::sha) {
+    out.arg("EVALSHA");
+    out.arg(sha);
+  } else {
+    out.arg("EVAL");
+    out.arg(text);
+  }
+  out.arg("1");
+}
+
+// A log write's number, so that its members are new even when another of this node's
+// writes has the same expiry. It starts at random (48 bits), so that two processes whose
+// node ids collide (1 in 2^32 for a pair) still write members of their own.
+std::atomic<std::uint64_t>& log_writes() {
+  static std::atomic<std::uint64_t> writes{
+      (std::random_device()() | (std::uint64_t{std::random_device()()} << 32)) >> 16};
+  return writes;
 }
 
 }  // namespace
-
-std::vector<Command> StoreLayout::heartbeat_commands(std::int64_t now_ms,
-                                                     std::int64_t ttl_ms) const {
-  const std::string key = nodes_key();
-  std::string id = node_id_text(node_);
-  id.pop_back();  // (its '.')
-  return {{"ZADD", key, std::to_string(now_ms), std::move(id)},
-          {"ZREMRANGEBYSCORE", key, "-inf", "(" + std::to_string(now_ms - ttl_ms)},
-          {"PEXPIRE", key, std::to_string(ttl_ms)},
-          {"ZCARD", key}};
-}
-
-Command StoreLayout::log_command(const StoreWrite& write) const {
-  // A write's own number, so that its members are new even when another of this node's
-  // writes has the same expiry. It starts at random (48 bits), so that two processes whose
-  // node ids collide (1 in 2^32 for a pair) still write members of their own.
-  static std::atomic<std::uint64_t> writes{
-      (std::random_device()() | (std::uint64_t{std::random_device()()} << 32)) >> 16};
-  const std::int64_t now_us = write.epoch / 1000;
-  const std::int64_t expiry_us = (write.expiry + 999) / 1000;
-  // Entries are kept a window after they leave (see log_script), and so is the key.
-  const std::int64_t keep_us = expiry_us - now_us;
-  const std::int64_t ttl_ms = (2 * (write.expiry - write.epoch) + 999'999) / 1'000'000 + 1;
-  std::string prefix = node_id_text(node_);
-  prefix += std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
-  prefix += ':';
-  return {"EVALSHA",
-          log_script_sha(),
-          "1",
-          window_key(write.key),
-          "a",
-          std::to_string(now_us),
-          std::to_string(expiry_us),
-          std::to_string(write.cost),
-          std::to_string(write.max),
-          std::to_string(ttl_ms > 0 ? ttl_ms : 1),
-          std::move(prefix),
-          std::to_string(keep_us > 0 ? keep_us : 0)};
-}
-
-Command StoreLayout::log_give_back_command(const StoreWrite& give_back) const {
-  return {"EVALSHA",
-          log_script_sha(),
-          "1",
-          window_key(give_back.key),
-          "r",
-          std::to_string((give_back.expiry + 999) / 1000),
-          std::to_string(give_back.cost),
-          node_id_text(node_)};
-}
 
 void StoreLayout::log_reply(std::span<const long long> reply, std::int64_t epoch,
                             std::span<std::uint64_t> counts) noexcept {
@@ -269,27 +291,6 @@ void StoreLayout::log_reply(std::span<const long long> reply, std::int64_t epoch
   counts[LogReply::kCount] = reply[1] > 0 ? static_cast<std::uint64_t>(reply[1]) : 0;
   counts[LogReply::kHolds] = after(reply[2]);
   counts[LogReply::kFits] = after(reply[3]);
-}
-
-Command StoreLayout::script_command(const StoreWrite& write, bool give_back) const {
-  if (write.key.log()) return give_back ? log_give_back_command(write) : log_command(write);
-  const auto cost = static_cast<std::int64_t>(write.cost);
-  return bucket_command(write.key, write.epoch, write.emission, write.tolerance,
-                        give_back ? -cost : cost);
-}
-
-bool StoreLayout::load_instead(Command& command, std::string_view error) {
-  if (!error.starts_with("NOSCRIPT") || command.size() < 2 || command[0] != "EVALSHA")
-    return false;
-  if (command[1] == bucket_script_sha()) {
-    command[1] = bucket_script();
-  } else if (command[1] == log_script_sha()) {
-    command[1] = log_script();
-  } else {
-    return false;
-  }
-  command[0] = "EVAL";
-  return true;
 }
 
 namespace {
@@ -317,16 +318,28 @@ const std::array<std::string, StoreLayout::kChangeSetShards>& shard_tags() {
 
 }  // namespace
 
+namespace {
+
+// What follows the prefix in a change set's key.
+Text change_set_tail(std::uint32_t resolution_ms, std::uint32_t subintervals, unsigned shard,
+                     std::int64_t epoch) {
+  Text t;
+  t << ":cs:{" << shard_tags()[shard] << "}:" << resolution_ms << 'x' << subintervals << ':'
+    << epoch;
+  return t;
+}
+
+}  // namespace
+
 std::string StoreLayout::change_set_key(std::uint32_t resolution_ms, std::uint32_t subintervals,
                                         unsigned shard, std::int64_t epoch) const {
-  std::string out = prefix_;
-  out += ":cs:{";
-  out += shard_tags()[shard];
-  out += "}:";
-  out += geometry(resolution_ms, subintervals);
-  out += ':';
-  out += std::to_string(epoch);
-  return out;
+  return prefix_ + std::string(change_set_tail(resolution_ms, subintervals, shard, epoch).view());
+}
+
+void StoreLayout::append_change_set_key(std::uint32_t resolution_ms, std::uint32_t subintervals,
+                                        unsigned shard, std::int64_t epoch,
+                                        RespWriter& out) const {
+  arg_of(out, prefix_, change_set_tail(resolution_ms, subintervals, shard, epoch));
 }
 
 std::uint16_t StoreLayout::change_set_slot(unsigned shard) { return key_slot(shard_tags()[shard]); }
@@ -401,67 +414,159 @@ void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32
   }
 }
 
-namespace {
-
-// The two saturating additions that leave max(slot, tag x 2^32) in the slot of `epoch`.
-void append_claim(Command& bitfield, std::uint32_t slot, std::uint16_t tag) {
-  const std::int64_t claimed = std::int64_t{tag} << 32;
-  bitfield.insert(bitfield.end(), {"INCRBY", "u48", marked('#', slot), std::to_string(-claimed),
-                                   "INCRBY", "u48", marked('#', slot), std::to_string(claimed)});
+void StoreLayout::append_bucket(const StoreWrite& w, std::int64_t cost, RespWriter& out,
+                                Script script) const {
+  const std::int64_t seconds = w.epoch / 1'000'000'000;
+  begin_script(out, 9, script, bucket_script_sha(), bucket_script());
+  append_window_key(w.key, out);
+  out.arg(seconds);
+  out.arg(w.epoch - seconds * 1'000'000'000);
+  out.arg(w.emission);
+  out.arg(w.tolerance);
+  out.arg(cost);
 }
 
-}  // namespace
-
-std::vector<Command> StoreLayout::write_commands(const Write& w) const {
-  const std::string key = window_key(w.key);
-  if (w.cost == 0) return {{"GET", key}};
+void StoreLayout::append_write(const StoreWrite& w, RespWriter& out, Script script) const {
+  if (w.key.bucket()) return append_bucket(w, static_cast<std::int64_t>(w.cost), out, script);
+  if (w.key.log()) {
+    const std::int64_t now_us = w.epoch / 1000;
+    const std::int64_t expiry_us = (w.expiry + 999) / 1000;
+    // Entries are kept a window after they leave (see log_script), and so is the key.
+    const std::int64_t keep_us = expiry_us - now_us;
+    const std::int64_t ttl_ms = (2 * (w.expiry - w.epoch) + 999'999) / 1'000'000 + 1;
+    Text member;
+    member << node_id_text(node_).view() << '.'
+           << log_writes().fetch_add(1, std::memory_order_relaxed) << ':';
+    begin_script(out, 12, script, log_script_sha(), log_script());
+    append_window_key(w.key, out);
+    out.arg("a");
+    out.arg(now_us);
+    out.arg(expiry_us);
+    out.arg(w.cost);
+    out.arg(w.max);
+    out.arg(ttl_ms > 0 ? ttl_ms : 1);
+    out.arg(member.view());
+    out.arg(keep_us > 0 ? keep_us : 0);
+    return;
+  }
+  if (w.cost == 0) {
+    out.command(2);
+    out.arg("GET");
+    append_window_key(w.key, out);
+    return;
+  }
   const std::uint32_t n = w.key.subintervals;
   const std::uint32_t s = slot_of(w.epoch, n);
-  Command bitfield = {"BITFIELD", key, "OVERFLOW", "SAT"};
+  // BITFIELD <key> OVERFLOW SAT, two claims and the last byte (four words each) on a first
+  // write, and the count's addition.
+  out.command(w.first ? 20 : 8);
+  out.arg("BITFIELD");
+  append_window_key(w.key, out);
+  out.arg("OVERFLOW");
+  out.arg("SAT");
   if (w.first) {
-    append_claim(bitfield, s, tag_of(w.epoch, n));
+    // The two saturating additions that leave max(slot, tag x 2^32) in the slot of e.
+    const std::int64_t claimed = std::int64_t{tag_of(w.epoch, n)} << 32;
+    for (const std::int64_t step : {-claimed, claimed}) {
+      out.arg("INCRBY");
+      out.arg("u48");
+      arg_marked(out, '#', s);
+      out.arg(step);
+    }
     // Adding 0 to the ring's last byte changes nothing, but makes a new key the ring's
     // whole size at once: a string that BITFIELD grows later is given twice the room.
-    bitfield.insert(bitfield.end(),
-                    {"INCRBY", "u8", marked('#', ring_slots(n) * kSlotBytes - 1), "0"});
+    out.arg("INCRBY");
+    out.arg("u8");
+    arg_marked(out, '#', ring_slots(n) * kSlotBytes - 1);
+    out.arg("0");
   }
-  bitfield.insert(bitfield.end(), {"INCRBY", "u32", count_field(s), std::to_string(w.cost)});
-  std::vector<Command> out = {std::move(bitfield),
-                              {"GETEX", key, "PX", std::to_string(ttl_ms(w.key))}};
-  if (w.first) {
-    const unsigned shard = change_set_shard(w.key.resource);
-    std::string cs = change_set_key(w.key.resolution_ms, n, shard, w.epoch);
-    std::string entry(kChangeEntryBytes, '\0');
-    for (std::size_t i = 0; i < 8; ++i)
-      entry[i] = static_cast<char>((w.key.resource >> (8 * i)) & 0xff);
-    for (std::size_t i = 0; i < 4; ++i) entry[8 + i] = static_cast<char>((node_ >> (8 * i)) & 0xff);
-    out.push_back({"APPEND", cs, std::move(entry)});
-    // Every time, though the time is the same: a change set that expired and that a late
-    // APPEND makes again must not be left without an expiry.
-    out.push_back({"PEXPIREAT", std::move(cs),
-                   std::to_string(change_set_expiry_ms(w.key.resolution_ms, w.epoch))});
-  }
-  return out;
+  out.arg("INCRBY");
+  out.arg("u32");
+  arg_count_field(out, s);
+  out.arg(w.cost);
+  out.command(4);
+  out.arg("GETEX");
+  append_window_key(w.key, out);
+  out.arg("PX");
+  out.arg(ttl_ms(w.key));
+  if (!w.first) return;
+  const unsigned shard = change_set_shard(w.key.resource);
+  char entry[kChangeEntryBytes];
+  for (std::size_t i = 0; i < 8; ++i)
+    entry[i] = static_cast<char>((w.key.resource >> (8 * i)) & 0xff);
+  for (std::size_t i = 0; i < 4; ++i) entry[8 + i] = static_cast<char>((node_ >> (8 * i)) & 0xff);
+  out.command(3);
+  out.arg("APPEND");
+  append_change_set_key(w.key.resolution_ms, n, shard, w.epoch, out);
+  out.arg(std::string_view(entry, sizeof entry));
+  // Every time, though the time is the same: a change set that expired and that a late
+  // APPEND makes again must not be left without an expiry.
+  out.command(3);
+  out.arg("PEXPIREAT");
+  append_change_set_key(w.key.resolution_ms, n, shard, w.epoch, out);
+  out.arg(change_set_expiry_ms(w.key.resolution_ms, w.epoch));
 }
 
-std::vector<Command> StoreLayout::give_back_commands(const LimiterKey& key, std::int64_t epoch,
-                                                     std::uint64_t cost) const {
-  const std::uint32_t s = slot_of(epoch, key.subintervals);
-  const std::string k = window_key(key);
-  return {{"BITFIELD", k, "GET", "u16", tag_field(s), "OVERFLOW", "FAIL", "INCRBY", "u32",
-           count_field(s), std::to_string(-static_cast<std::int64_t>(cost))},
-          {"PEXPIRE", k, std::to_string(ttl_ms(key))}};
+void StoreLayout::append_give_back(const StoreWrite& give_back, RespWriter& out,
+                                   Script script) const {
+  if (give_back.key.bucket())
+    return append_bucket(give_back, -static_cast<std::int64_t>(give_back.cost), out, script);
+  if (give_back.key.log()) {
+    begin_script(out, 8, script, log_script_sha(), log_script());
+    append_window_key(give_back.key, out);
+    out.arg("r");
+    out.arg((give_back.expiry + 999) / 1000);
+    out.arg(give_back.cost);
+    out.arg(node_id_text(node_).view());
+    return;
+  }
+  const std::uint32_t s = slot_of(give_back.epoch, give_back.key.subintervals);
+  out.command(11);
+  out.arg("BITFIELD");
+  append_window_key(give_back.key, out);
+  out.arg("GET");
+  out.arg("u16");
+  arg_tag_field(out, s);
+  out.arg("OVERFLOW");
+  out.arg("FAIL");
+  out.arg("INCRBY");
+  out.arg("u32");
+  arg_count_field(out, s);
+  out.arg(-static_cast<std::int64_t>(give_back.cost));
+  out.command(3);
+  out.arg("PEXPIRE");
+  append_window_key(give_back.key, out);
+  out.arg(ttl_ms(give_back.key));
 }
 
-std::vector<Command> StoreLayout::adjust_commands(const LimiterKey& key, std::int64_t epoch,
-                                                  std::int64_t delta, std::uint16_t tag) const {
+void StoreLayout::append_adjust(const LimiterKey& key, std::int64_t epoch, std::int64_t delta,
+                                std::uint16_t tag, RespWriter& out) const {
   const std::uint32_t s = slot_of(epoch, key.subintervals);
-  const std::string k = window_key(key);
-  Command bitfield = {"BITFIELD", k};
-  if (tag != 0) bitfield.insert(bitfield.end(), {"SET", "u16", tag_field(s), std::to_string(tag)});
-  bitfield.insert(bitfield.end(),
-                  {"OVERFLOW", "SAT", "INCRBY", "u32", count_field(s), std::to_string(delta)});
-  return {std::move(bitfield), {"PEXPIRE", k, std::to_string(ttl_ms(key))}};
+  out.command(tag != 0 ? 12 : 8);  // BITFIELD <key> [SET u16 <tag field> <tag>] OVERFLOW ...
+  out.arg("BITFIELD");
+  append_window_key(key, out);
+  if (tag != 0) {
+    out.arg("SET");
+    out.arg("u16");
+    arg_tag_field(out, s);
+    out.arg(tag);
+  }
+  out.arg("OVERFLOW");
+  out.arg("SAT");
+  out.arg("INCRBY");
+  out.arg("u32");
+  arg_count_field(out, s);
+  out.arg(delta);
+  out.command(3);
+  out.arg("PEXPIRE");
+  append_window_key(key, out);
+  out.arg(ttl_ms(key));
+}
+
+void StoreLayout::append_reset(const LimiterKey& key, RespWriter& out) const {
+  out.command(2);
+  out.arg("DEL");
+  append_window_key(key, out);
 }
 
 }  // namespace ratewin::inline v1::detail

@@ -12,11 +12,9 @@
 
 #include "core/record.h"
 #include "engine/store.h"
+#include "redis/resp.h"
 
 namespace ratewin::inline v1::detail {
-
-// One Redis command, each argument a string (binary-safe).
-using Command = std::vector<std::string>;
 
 // `mark` followed by `n` in decimal ("#12", "*3", "$40"): built by appending, as
 // "#" + std::to_string(n) makes GCC 12 at -O3 warn (-Wrestrict, a false positive,
@@ -134,55 +132,72 @@ class StoreLayout {
                                                             std::int64_t epoch,
                                                             std::uint32_t subintervals) noexcept;
 
-  // The commands of one write, sent as one pipeline (see WritePath):
-  //   BITFIELD <window> OVERFLOW SAT [INCRBY u48 <slot of e> -tag(e)<<32
-  //                                   INCRBY u48 <slot of e> +tag(e)<<32
-  //                                   INCRBY u8 <the ring's last byte> 0]
-  //                     INCRBY u32 <count of e> <cost>
-  //   GETEX <window> PX <ttl>
-  //   [APPEND <change set> <entry>  PEXPIREAT <change set> <expiry>]
-  // The bracketed parts on a first write. cost 0 reads only: GET <window>.
-  struct Write {
-    const LimiterKey& key;
-    std::int64_t epoch;
-    std::uint64_t cost;
-    bool first;
-  };
-  std::vector<Command> write_commands(const Write& write) const;
-  // A token bucket's write (StoreWrite, key.bucket()): EVALSHA <bucket_script_sha> 1
-  // <key> <epoch's seconds> <its nanoseconds> <emission> <tolerance> <cost>, with -cost
-  // for a give-back. Its reply is one integer: the TAT after it minus epoch if it counted
-  // (cost 0: read only), -1 minus that if it did not fit (bucket_reply).
-  Command bucket_command(const LimiterKey& key, std::int64_t epoch, std::int64_t emission,
-                         std::int64_t tolerance, std::int64_t cost) const;
-  // The script and its SHA-1 (hex), as Redis names it.
+  // Commands are written straight into a RespWriter (RESP, once), as one pipeline. A
+  // script command names its script by its SHA-1 (EVALSHA), or by its text (EVAL, which
+  // also loads it) after Redis answered that it does not hold it (NOSCRIPT: after SCRIPT
+  // FLUSH, a restart, a failover, or on a node not used before).
+  enum class Script { sha, text };
+
+  // The commands of one write (see WritePath):
+  // - a ring's (key.ring()):
+  //     BITFIELD <window> OVERFLOW SAT [INCRBY u48 <slot of e> -tag(e)<<32
+  //                                     INCRBY u48 <slot of e> +tag(e)<<32
+  //                                     INCRBY u8 <the ring's last byte> 0]
+  //                       INCRBY u32 <count of e> <cost>
+  //     GETEX <window> PX <ttl>
+  //     [APPEND <change set> <entry>  PEXPIREAT <change set> <expiry>]
+  //   the bracketed parts on a first write (write.first, with a cost); cost 0 reads only:
+  //   GET <window>;
+  // - a token bucket's: EVALSHA <bucket_script_sha> 1 <key> <epoch's seconds> <its
+  //   nanoseconds> <emission> <tolerance> <cost>. Its reply is one integer: the TAT after
+  //   it minus epoch if it counted (cost 0: read only), -1 minus that if it did not fit
+  //   (bucket_reply);
+  // - a sliding log's, on its sorted set <prefix>:{<resource>}:log, whose members are
+  //   entries (this node's id, a number of the write's own and the unit's) scored by their
+  //   expiry in whole microseconds (rounded up: an entry leaves no earlier than it does
+  //   here), all in the resource's slot:
+  //     EVALSHA <log_script_sha> 1 <key> a <now, us> <expiry, us> <cost> <max> <ttl, ms>
+  //             <member prefix> <keep, us>
+  //   counts the entries live at now (those that left are dropped `keep` later, one
+  //   window: a write decided earlier may reach Redis after this one), adds the cost's
+  //   entries if they fit, and replies the count after them if they did and the log is
+  //   not full (the common case, kept cheap), else [admitted, count, us until the oldest
+  //   leaves, us until the cost fits (a refusal's)], relative to now (log_reply).
+  void append_write(const StoreWrite& write, RespWriter& out, Script script = Script::sha) const;
+  // The commands of a give-back (Store::remove):
+  // - a ring's takes back `cost` from the count of `epoch` (never below 0), reading the
+  //   slot's tag in the same command, and refreshes the key's expiry:
+  //     BITFIELD <window> GET u16 <tag> OVERFLOW FAIL INCRBY u32 <count> -cost
+  //     PEXPIRE <window> <ttl>
+  // - a bucket's: its write's command with -cost;
+  // - a log's: EVALSHA <log_script_sha> 1 <key> r <expiry, us> <count> <this node's id>
+  //   takes back up to count of this node's entries of that expiry.
+  void append_give_back(const StoreWrite& give_back, RespWriter& out,
+                        Script script = Script::sha) const;
+  // BITFIELD <window> OVERFLOW SAT INCRBY u32 <count of epoch> <delta> (delta may be < 0),
+  // optionally setting the slot's tag first (`tag` != 0), then PEXPIRE <window> <ttl>.
+  void append_adjust(const LimiterKey& key, std::int64_t epoch, std::int64_t delta,
+                     std::uint16_t tag, RespWriter& out) const;
+  // A change set's key, as one argument of a command begun in `out`.
+  void append_change_set_key(std::uint32_t resolution_ms, std::uint32_t subintervals,
+                             unsigned shard, std::int64_t epoch, RespWriter& out) const;
+  // DEL <window>: a limiter's shared counts forgotten (Store::reset).
+  void append_reset(const LimiterKey& key, RespWriter& out) const;
+  // The window of `key`, as one argument of a command begun in `out`.
+  void append_window_key(const LimiterKey& key, RespWriter& out) const;
+
+  // The scripts and their SHA-1 (hex), as Redis names them.
   static const std::string& bucket_script();
   static const std::string& bucket_script_sha();
-  // What a bucket command's integer reply says, as BucketReply fills a write's counts.
-  static void bucket_reply(long long reply, std::span<std::uint64_t> counts) noexcept;
-
-  // A sliding log's write (StoreWrite, key.log()), on its sorted set
-  // <prefix>:{<resource>}:log, whose members are entries (this node's id, a number of the
-  // write's own and the unit's) scored by their expiry in whole microseconds (rounded up:
-  // an entry leaves no earlier than it does here), all in the resource's slot:
-  //   EVALSHA <log_script_sha> 1 <key> a <now, us> <expiry, us> <cost> <max> <ttl, ms>
-  //           <member prefix> <keep, us>
-  // counts the entries live at now (those that left are dropped `keep` later, one
-  // window: a write decided earlier may reach Redis after this one), adds the cost's
-  // entries if they fit, and replies the
-  // count after them if they did and the log is not full (the common case, kept cheap),
-  // else [admitted, count, us until the oldest leaves, us until the cost fits (a
-  // refusal's)], relative to now (log_reply). A give-back:
-  //   EVALSHA <log_script_sha> 1 <key> r <expiry, us> <count> <this node's id>
-  // takes back up to count of this node's entries of that expiry.
-  Command log_command(const StoreWrite& write) const;
-  Command log_give_back_command(const StoreWrite& give_back) const;
   static const std::string& log_script();
   static const std::string& log_script_sha();
+  // What a bucket command's integer reply says, as BucketReply fills a write's counts.
+  static void bucket_reply(long long reply, std::span<std::uint64_t> counts) noexcept;
   // What a log command's reply (its one or four integers) says, as LogReply fills the
   // counts of a write decided at `epoch` (ns).
   static void log_reply(std::span<const long long> reply, std::int64_t epoch,
                         std::span<std::uint64_t> counts) noexcept;
+
   // The live nodes of this prefix: a sorted set, in one Cluster slot,
   //
   //     <prefix>:{nodes}
@@ -192,25 +207,7 @@ class StoreLayout {
   // it scores this node at `now_ms`, drops the nodes silent for `ttl_ms`, keeps the key
   // as long, and its last command's reply (ZCARD) is the live count.
   std::string nodes_key() const { return prefix_ + ":{nodes}"; }
-  std::vector<Command> heartbeat_commands(std::int64_t now_ms, std::int64_t ttl_ms) const;
-  // The command of a token bucket's or a log's write (or give-back).
-  Command script_command(const StoreWrite& write, bool give_back) const;
-  // A command that an error reply `error` says to send again differently: an EVALSHA of
-  // the bucket or the log script that Redis does not hold (NOSCRIPT: after SCRIPT FLUSH, a restart,
-  // a failover, or on a node not used before) becomes the EVAL of the script's text,
-  // which also loads it for the next EVALSHA. True when `command` was changed.
-  static bool load_instead(Command& command, std::string_view error);
-
-  // Takes back `cost` from the count of `epoch` (never below 0), reading the slot's tag
-  // in the same command, and refreshes the key's expiry:
-  //   BITFIELD <window> GET u16 <tag> OVERFLOW FAIL INCRBY u32 <count> -cost
-  //   PEXPIRE <window> <ttl>
-  std::vector<Command> give_back_commands(const LimiterKey& key, std::int64_t epoch,
-                                          std::uint64_t cost) const;
-  // BITFIELD <window> OVERFLOW SAT INCRBY u32 <count of epoch> <delta> (delta may be < 0),
-  // optionally setting the slot's tag first (`tag` != 0), then PEXPIRE <window> <ttl>.
-  std::vector<Command> adjust_commands(const LimiterKey& key, std::int64_t epoch,
-                                       std::int64_t delta, std::uint16_t tag = 0) const;
+  void append_heartbeat(std::int64_t now_ms, std::int64_t ttl_ms, RespWriter& out) const;
 
   // A change set's entries that another node wrote: calls found(resource) for each.
   template <class Found>
@@ -229,6 +226,10 @@ class StoreLayout {
   }
 
  private:
+  // A token bucket's command, counting `cost` (< 0: given back).
+  void append_bucket(const StoreWrite& write, std::int64_t cost, RespWriter& out,
+                     Script script) const;
+
   std::string prefix_;
   std::uint32_t node_;
 };

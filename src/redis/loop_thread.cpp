@@ -3,8 +3,6 @@
 #include <string>
 #include <system_error>
 
-#include "redis/sigpipe.h"
-
 namespace ratewin::inline v1::detail {
 
 namespace {
@@ -22,10 +20,7 @@ LoopThread::LoopThread() {
   }
   wake_.data = this;
   try {
-    thread_ = std::thread([this] {
-      SigpipeBlock::block_for_this_thread();  // it writes to Redis
-      uv_run(&loop_, UV_RUN_DEFAULT);
-    });
+    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
   } catch (...) {
     uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);

@@ -9,17 +9,15 @@ RedisPool::RedisPool(RedisEndpoint endpoint, std::chrono::milliseconds connect_t
       command_timeout_(command_timeout),
       max_connections_(max_connections == 0 ? 1 : max_connections) {}
 
-RedisPool::Lease RedisPool::acquire(RedisConnection::Deadline deadline, Failure& failure,
-                                    std::string& error) {
-  failure = Failure::kNone;
+RedisPool::Lease RedisPool::acquire(RedisConnection::Deadline deadline, Status& status) {
   {
     std::unique_lock lock(mutex_);
     for (;;) {
       const bool available = released_.wait_until(
           lock, deadline, [&] { return !idle_.empty() || open_ < max_connections_; });
       if (!available) {
-        failure = Failure::kBusy;
-        error = "all " + std::to_string(max_connections_) + " Redis connections stayed busy";
+        status = Status(Status::Code::busy, "all " + std::to_string(max_connections_) +
+                                                " Redis connections stayed busy");
         return {};
       }
       if (idle_.empty()) break;
@@ -34,9 +32,8 @@ RedisPool::Lease RedisPool::acquire(RedisConnection::Deadline deadline, Failure&
     ++open_;  // reserve the slot while connecting without the lock
   }
   std::unique_ptr<RedisConnection> c =
-      RedisConnection::open(endpoint_, connect_timeout_, command_timeout_, error);
+      RedisConnection::open(endpoint_, connect_timeout_, command_timeout_, status);
   if (c == nullptr) {
-    failure = Failure::kConnect;
     std::lock_guard lock(mutex_);
     --open_;
     released_.notify_one();

@@ -57,14 +57,10 @@ class RedisPool {
     bool fresh_ = false;
   };
 
-  enum class Failure {
-    kNone,
-    kBusy,     // every connection stayed lent until the deadline: not a network failure
-    kConnect,  // a new connection could not be opened
-  };
-  // A connection, or an empty lease with `failure` and `error` set. Waits for a free
-  // connection until `deadline`; opening one takes up to the connect timeout more.
-  Lease acquire(RedisConnection::Deadline deadline, Failure& failure, std::string& error);
+  // A connection, or an empty lease with `status` set: busy when every connection stayed
+  // lent until `deadline` (not a network failure), or why a new one could not be opened.
+  // Opening one takes up to the connect timeout more.
+  Lease acquire(RedisConnection::Deadline deadline, Status& status);
   // Closes the idle connections (after a failure: they may be as dead as the one that
   // failed).
   void drop_idle();

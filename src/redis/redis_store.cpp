@@ -45,10 +45,7 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
     throw StoreError("ratewin: Redis at " + reporter_.where() +
                      " cannot be used: " + reporter_.last_error());
   }
-  if (!reachable) {
-    topology_.node_for_slot(0).circuit().start(false, reporter_.last_error(),
-                                               credentials_refused_);
-  }
+  if (!reachable) topology_.node_for_slot(0).circuit().start(start_failure_, reporter_.last_error());
   loop_.post([this] {
     uv_timer_init(loop_.loop(), &tick_timer_);
     tick_timer_.data = this;
@@ -89,85 +86,76 @@ void RedisStore::shutdown() {
   }
 }
 
-bool RedisStore::read_slot_map(RedisNode& node, RedisConnection& connection,
-                               std::string& error) {
-  bool applied = false;
-  std::string refused;
-  if (!connection.round_trip(
-          {"CLUSTER", "SLOTS"},
-          [&](std::size_t, const redisReply& r) {
-            if (r.type == REDIS_REPLY_ERROR) {
-              refused = reply_text(r);
-            } else {
-              applied = topology_.apply_cluster_slots(r, node.endpoint().host, refused);
-            }
-          },
-          error)) {
-    return false;
+Status RedisStore::read_slot_map(RedisNode& node, RedisConnection& connection) {
+  Status applied(Status::Code::protocol, "no reply");
+  if (Status status = connection.round_trip({"CLUSTER", "SLOTS"},
+                                            [&](std::size_t, const redisReply& r) {
+                                              applied = topology_.apply_cluster_slots(
+                                                  r, node.endpoint().host);
+                                            });
+      !status.ok()) {
+    return status;
   }
-  if (!applied) error = "reading the slot map from " + node.name() + ": " + refused;
-  return applied;
+  return applied.ok() ? applied : applied.within("reading the slot map from " + node.name());
 }
 
 bool RedisStore::connect_now() {
   // Outside a cluster, node 0; in one, each seed in turn until one gives the slot map.
-  std::string error;
   if (sentinel_) {
-    const SentinelWatch::Primary primary = sentinel_->resolve(error);
+    Status status;
+    const SentinelWatch::Primary primary = sentinel_->resolve(status);
     if (primary.host.empty()) {
-      reporter_.note_error("finding the primary: " + error);
+      start_failure_ = status;
+      reporter_.note_error("finding the primary: " + status.message());
       return false;
     }
     RedisNode* node = topology_.node_at(primary.host, primary.port);
     if (node == nullptr) return false;
     topology_.assign(0, kClusterSlots - 1, *node);
   }
-  // A failure's text, or what to fix when Redis refused this client's credentials.
-  const auto failed = [this](const std::string& failure, const std::string& reply) {
-    const std::string credentials = credentials_problem(reporter_.where(), reply);
-    credentials_refused_ = !credentials.empty();
-    reporter_.note_error(credentials_refused_ ? credentials : failure);
+  // A failure noted (and, when Redis refused this client's credentials, what to fix).
+  const auto failed = [this](const Status& failure) {
+    start_failure_ = failure;
+    reporter_.note_error(credentials_problem(reporter_.where(),
+                                             topology_.address().login.authenticates(), failure));
   };
   const std::size_t seeds = topology_.cluster() ? topology_.size() : 1;
   for (std::size_t i = 0; i < seeds; ++i) {
-    credentials_refused_ = false;  // (of this seed: its failure is the last one noted)
     RedisNode& node = topology_.cluster() ? topology_.node(i) : topology_.node_for_slot(0);
-    RedisPool::Failure failure{};
-    RedisPool::Lease lease = node.pool().acquire(
-        std::chrono::steady_clock::now() + options_.command_timeout, failure, error);
+    Status status;
+    RedisPool::Lease lease =
+        node.pool().acquire(std::chrono::steady_clock::now() + options_.command_timeout, status);
     if (!lease) {
-      failed(error, error);
+      failed(status);
       continue;
     }
     if (topology_.cluster()) {
-      if (!read_slot_map(node, *lease, error)) {
-        reporter_.note_error(error);
-        continue;
-      }
+      status = read_slot_map(node, *lease);
     } else {
-      // One round trip proves the connection (PING).
-      std::string refused;
-      if (!lease->round_trip(
-              {"PING"},
-              [&](std::size_t, const redisReply& r) {
-                if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
-              },
-              error)) {
-        reporter_.note_error("connecting: " + error);
-        continue;
-      }
-      if (!refused.empty()) {
-        // A server that refuses PING cannot serve this client (no password given, still
-        // loading its data): not reachable, so the engine starts degraded and says why.
-        failed("PING refused: " + refused, refused);
-        continue;
+      // One round trip proves the connection (PING). A server that refuses it cannot
+      // serve this client (no password given, still loading its data): not reachable,
+      // so the engine starts degraded and says why.
+      Status refused;
+      status = lease->round_trip({"PING"},
+                                 [&](std::size_t, const redisReply& r) { refused = status_of(r); });
+      if (!status.ok()) {
+        status = status.within("connecting");
+      } else if (!refused.ok()) {
+        status = refused.within("PING refused");
       }
     }
-    if (options_.sync_clock && !clock_sync_.measure(*lease, 3, error)) {
-      reporter_.note_error("reading the Redis clock: " + error);
+    if (!status.ok()) {
+      failed(status);
       continue;
     }
+    if (options_.sync_clock) {
+      if (Status measured = clock_sync_.measure(*lease, 3); !measured.ok()) {
+        failed(measured.within("reading the Redis clock"));
+        continue;
+      }
+    }
     map_refreshes_.fetch_add(topology_.cluster() ? 1 : 0, std::memory_order_relaxed);
+    start_failure_ = Status();
     return true;
   }
   return false;
@@ -237,13 +225,13 @@ AsyncRedis& RedisStore::connection_for(RedisNode& node) {
   return *state.connection;
 }
 
-ReadRouter::Route RedisStore::route(std::uint16_t slot, AsyncRedis*& connection) {
+Status RedisStore::route(std::uint16_t slot, AsyncRedis*& connection) {
   RedisNode& node = topology_.node_for_slot(slot);
-  if (!node.circuit().available()) return Route::kSkip;
+  if (!node.circuit().available()) return Status(Status::Code::closed, node.name() + " is down");
   AsyncRedis& c = connection_for(node);
-  if (!c.ready()) return Route::kFail;
+  if (!c.ready()) return Status(Status::Code::connect, node.name() + " is not connected");
   connection = &c;
-  return Route::kSend;
+  return {};
 }
 
 bool RedisStore::all_ready() const {
@@ -319,7 +307,7 @@ void RedisStore::probe(RedisNode& node) {
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
         reply->element[0]->type == REDIS_REPLY_STRING) {
       serves = std::string_view(reply->element[0]->str, reply->element[0]->len) == "master";
-    } else if (server_unavailable(*reply)) {
+    } else if (status_of(*reply).code() == Status::Code::unavailable) {
       serves = false;
     }
     if (!serves) {
@@ -359,9 +347,11 @@ void RedisStore::refresh_map() {
   connection->command(
       {"CLUSTER", "SLOTS"}, [this, asked](const redisReply* reply, const std::string& error) {
         refreshing_ = false;
-        std::string why = error;
-        if (reply != nullptr && reply->type != REDIS_REPLY_ERROR &&
-            topology_.apply_cluster_slots(*reply, topology_.node(asked).endpoint().host, why)) {
+        const Status applied = reply == nullptr
+                                   ? Status(Status::Code::io, error)
+                                   : topology_.apply_cluster_slots(
+                                         *reply, topology_.node(asked).endpoint().host);
+        if (applied.ok()) {
           map_refreshes_.fetch_add(1, std::memory_order_relaxed);
           refresh_backoff_ns_ = 250'000'000;
           // A node that serves no slots now (a failed primary, replaced) is no outage:
@@ -373,8 +363,7 @@ void RedisStore::refresh_map() {
             if (topology_.serves(i)) connection_for(topology_.node(i));
           return;
         }
-        if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) why = reply_text(*reply);
-        reporter_.note_error("reading the slot map: " + why);
+        reporter_.note_error("reading the slot map: " + applied.message());
         refresh_backoff_ns_ = std::min<std::int64_t>(refresh_backoff_ns_ * 2, 2'000'000'000);
       });
 }

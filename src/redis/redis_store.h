@@ -99,13 +99,13 @@ class RedisStore final : public Store, private ReadRouter {
  private:
   // Synchronous start: connect, read the slot map (Cluster), measure the clock. False if
   // Redis is not reachable now (the background connections keep trying); then
-  // credentials_refused_ says whether the last failure was Redis refusing the credentials.
+  // start_failure_ says what failed last (auth: Redis refused the credentials).
   bool connect_now();
   // On a Cluster: CLUSTER SLOTS on a blocking connection to `node`.
-  bool read_slot_map(RedisNode& node, RedisConnection& connection, std::string& error);
+  Status read_slot_map(RedisNode& node, RedisConnection& connection);
 
   // ReadRouter (loop thread).
-  Route route(std::uint16_t slot, AsyncRedis*& connection) override;
+  Status route(std::uint16_t slot, AsyncRedis*& connection) override;
   bool all_ready() const override;
   bool cross_slot() const override { return !topology_.cluster(); }
   void moved() override { topology_.want_refresh(); }
@@ -157,7 +157,7 @@ class RedisStore final : public Store, private ReadRouter {
   int loop_close_result_ = 0;
   LoopThread loop_;
   std::unique_ptr<AsyncWriter> loop_writer_;  // write_async's, made on the loop thread
-  bool credentials_refused_ = false;           // see connect_now()
+  Status start_failure_;                       // see connect_now()
   std::unique_ptr<SentinelWatch> sentinel_;  // last: its thread stops first
 };
 

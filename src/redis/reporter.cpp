@@ -2,18 +2,15 @@
 
 namespace ratewin::inline v1::detail {
 
-std::string credentials_problem(const std::string& where, const std::string& error) {
-  if (error.find("NOAUTH") != std::string::npos) {
+std::string credentials_problem(const std::string& where, bool given, const Status& failure) {
+  if (failure.code() != Status::Code::auth) return failure.message();
+  if (!given) {
     return "Redis at " + where +
            " requires a password and none was given: put it in the URL "
-           "(redis://[user:]password@host:port) (" + error + ")";
+           "(redis://[user:]password@host:port) (" + failure.message() + ")";
   }
-  if (error.find("WRONGPASS") != std::string::npos ||
-      error.find("invalid password") != std::string::npos ||
-      error.find("invalid username-password") != std::string::npos) {
-    return "Redis at " + where + " refused the user or password in the URL (" + error + ")";
-  }
-  return {};
+  return "Redis at " + where + " refused the user or password in the URL (" + failure.message() +
+         ")";
 }
 
 }  // namespace ratewin::inline v1::detail

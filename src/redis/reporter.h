@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "ratewin/engine.h"
+#include "redis/status.h"
 
 namespace ratewin::inline v1::detail {
 
-// When `error` (a failure's text, which may quote Redis's reply) says that Redis refused
-// this client's credentials (NOAUTH, WRONGPASS, or an older server's "invalid
-// password"), the message to give instead, which says what to fix; empty otherwise.
-std::string credentials_problem(const std::string& where, const std::string& error);
+// What to fix when Redis refused this client's credentials (an auth status): the
+// password is missing (none was `given`) or wrong. The status's own message otherwise.
+std::string credentials_problem(const std::string& where, bool given, const Status& failure);
 
 // The options' logger and the latest failure (Stats::last_error). Thread-safe: every part
 // of the store reports here, from the application threads and the loop thread.

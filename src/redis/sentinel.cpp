@@ -19,71 +19,70 @@ SentinelWatch::SentinelWatch(RedisAddress address, std::chrono::milliseconds con
 
 SentinelWatch::~SentinelWatch() { stop(); }
 
-SentinelWatch::Primary SentinelWatch::resolve(std::string& error) {
+SentinelWatch::Primary SentinelWatch::resolve(Status& status) {
   const std::size_t count = address_.servers.size();
+  const auto failed = [&](Status::Code code, const std::string& why) { status = Status(code, why); };
   for (std::size_t tried = 0; tried < count && !stopping(); ++tried) {
     const RedisEndpoint& sentinel = address_.servers[(next_sentinel_ + tried) % count];
-    std::string why;
+    const std::string named = "sentinel " + sentinel.describe();
+    Status why;
     auto connection = RedisConnection::open(sentinel, connect_timeout_, command_timeout_, why);
     if (connection == nullptr) {
-      error = "sentinel " + sentinel.describe() + ": " + why;
+      status = why.within(named);
       continue;
     }
     Primary primary;
     std::string refused;
-    if (!connection->round_trip(
-            {"SENTINEL", "get-master-addr-by-name", address_.master_name},
-            [&](std::size_t, const redisReply& r) {
-              if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 &&
-                  r.element[0]->type == REDIS_REPLY_STRING &&
-                  r.element[1]->type == REDIS_REPLY_STRING) {
-                primary.host.assign(r.element[0]->str, r.element[0]->len);
-                const std::string_view port(r.element[1]->str, r.element[1]->len);
-                std::from_chars(port.data(), port.data() + port.size(), primary.port);
-              } else if (r.type == REDIS_REPLY_NIL) {
-                refused = "knows no primary named '" + address_.master_name + "'";
-              } else {
-                refused = reply_text(r);
-              }
-            },
-            why)) {
-      error = "sentinel " + sentinel.describe() + ": " + why;
+    why = connection->round_trip(
+        {"SENTINEL", "get-master-addr-by-name", address_.master_name},
+        [&](std::size_t, const redisReply& r) {
+          if (r.type == REDIS_REPLY_ARRAY && r.elements == 2 &&
+              r.element[0]->type == REDIS_REPLY_STRING &&
+              r.element[1]->type == REDIS_REPLY_STRING) {
+            primary.host.assign(r.element[0]->str, r.element[0]->len);
+            const std::string_view port(r.element[1]->str, r.element[1]->len);
+            std::from_chars(port.data(), port.data() + port.size(), primary.port);
+          } else if (r.type == REDIS_REPLY_NIL) {
+            refused = "knows no primary named '" + address_.master_name + "'";
+          } else {
+            refused = reply_text(r);
+          }
+        });
+    if (!why.ok()) {
+      status = why.within(named);
       continue;
     }
     if (primary.host.empty() || primary.port <= 0) {
-      error = "sentinel " + sentinel.describe() + ": " + refused;
+      failed(Status::Code::refused, named + ": " + refused);
       continue;
     }
     // The sentinel's word, checked with the primary itself: it must say it is one.
     const RedisEndpoint endpoint = address_.node(primary.host, primary.port);
     auto data = RedisConnection::open(endpoint, connect_timeout_, command_timeout_, why);
     if (data == nullptr) {
-      error = "the primary " + endpoint.describe() + " that sentinel " + sentinel.describe() +
-              " named: " + why;
+      status = why.within("the primary " + endpoint.describe() + " that " + named + " named");
       continue;
     }
     std::string role;
-    if (!data->round_trip(
-            {"ROLE"},
-            [&](std::size_t, const redisReply& r) {
-              role = r.type == REDIS_REPLY_ARRAY && r.elements > 0 &&
-                             r.element[0]->type == REDIS_REPLY_STRING
-                         ? std::string(r.element[0]->str, r.element[0]->len)
-                         : reply_text(r);
-            },
-            why)) {
-      error = "the primary " + endpoint.describe() + ": " + why;
+    why = data->round_trip({"ROLE"}, [&](std::size_t, const redisReply& r) {
+      role = r.type == REDIS_REPLY_ARRAY && r.elements > 0 &&
+                     r.element[0]->type == REDIS_REPLY_STRING
+                 ? std::string(r.element[0]->str, r.element[0]->len)
+                 : reply_text(r);
+    });
+    if (!why.ok()) {
+      status = why.within("the primary " + endpoint.describe());
       continue;
     }
     if (role != "master") {
-      error = "sentinel " + sentinel.describe() + " named " + endpoint.describe() +
-              " as the primary, but it says it is a " + role;
+      failed(Status::Code::unavailable, named + " named " + endpoint.describe() +
+                                            " as the primary, but it says it is a " + role);
       continue;
     }
     next_sentinel_ = (next_sentinel_ + tried) % count;  // keep asking the one that knew
     return primary;
   }
-  if (error.empty()) error = "no sentinel answered";
+  if (status.ok()) failed(Status::Code::connect, "no sentinel answered");
   return {};
 }
 
@@ -110,17 +109,17 @@ void SentinelWatch::run() {
   auto backoff = std::chrono::milliseconds(100);
   while (!stopping()) {
     asked_.store(false, std::memory_order_release);
-    std::string error;
-    const Primary primary = resolve(error);
+    Status status;
+    const Primary primary = resolve(status);
     if (!primary.host.empty() && !(primary == last_)) {
       last_ = primary;
       found_(primary);
     }
-    if (primary.host.empty()) reporter_.note_error("finding the primary: " + error);
+    if (primary.host.empty()) reporter_.note_error("finding the primary: " + status.message());
     // Subscribed on a sentinel until something happens: a switch is announced at once.
     // Without a primary, only briefly (the sentinels may not have noticed a failure yet).
     const RedisEndpoint& sentinel = address_.servers[next_sentinel_];
-    std::string why;
+    Status why;
     auto connection = RedisConnection::open(sentinel, connect_timeout_, command_timeout_, why);
     if (connection != nullptr &&
         watch(*connection, primary.host.empty() ? std::chrono::milliseconds(250)
@@ -129,7 +128,7 @@ void SentinelWatch::run() {
       continue;
     }
     if (connection == nullptr) {
-      reporter_.note_error("sentinel " + sentinel.describe() + ": " + why);
+      reporter_.note_error("sentinel " + sentinel.describe() + ": " + why.message());
       next_sentinel_ = (next_sentinel_ + 1) % address_.servers.size();
     }
     std::unique_lock lock(mutex_);
@@ -140,12 +139,11 @@ void SentinelWatch::run() {
 }
 
 bool SentinelWatch::watch(RedisConnection& sentinel, std::chrono::milliseconds at_most) {
-  std::string error;
   bool subscribed = false;
-  if (!sentinel.round_trip(
-          {"SUBSCRIBE", "+switch-master"},
-          [&](std::size_t, const redisReply& r) { subscribed = r.type == REDIS_REPLY_ARRAY; },
-          error) ||
+  if (!sentinel
+           .round_trip({"SUBSCRIBE", "+switch-master"},
+                       [&](std::size_t, const redisReply& r) { subscribed = r.type == REDIS_REPLY_ARRAY; })
+           .ok() ||
       !subscribed) {
     return false;
   }
@@ -153,7 +151,7 @@ bool SentinelWatch::watch(RedisConnection& sentinel, std::chrono::milliseconds a
   while (!stopping() && !asked_.load(std::memory_order_acquire) &&
          std::chrono::steady_clock::now() < until) {
     bool switched = false;
-    const auto got = sentinel.receive(
+    const Status got = sentinel.receive_message(
         [&](std::size_t, const redisReply& r) {
           // ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"]
           if (r.type == REDIS_REPLY_ARRAY && r.elements == 3 &&
@@ -162,8 +160,8 @@ bool SentinelWatch::watch(RedisConnection& sentinel, std::chrono::milliseconds a
             switched = text.starts_with(address_.master_name + " ");
           }
         },
-        std::chrono::milliseconds(100), error);
-    if (got == RedisConnection::Received::kFailed) return false;
+        std::chrono::milliseconds(100));
+    if (!got.ok() && got.code() != Status::Code::timeout) return false;
     if (switched) return true;
   }
   return true;

@@ -11,6 +11,7 @@
 
 #include "redis/endpoint.h"
 #include "redis/reporter.h"
+#include "redis/status.h"
 
 namespace ratewin::inline v1::detail {
 
@@ -41,8 +42,8 @@ class SentinelWatch {
   SentinelWatch& operator=(const SentinelWatch&) = delete;
 
   // Asks now, on the calling thread: the primary (checked with ROLE), or an empty host
-  // (with `error`) if no sentinel knows one that answers as a primary.
-  Primary resolve(std::string& error);
+  // (with `status` saying why) if no sentinel knows one that answers as a primary.
+  Primary resolve(Status& status);
   // Starts following failovers.
   void start();
   // Asks the sentinels again soon.

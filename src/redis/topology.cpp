@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "redis/resp.h"
+
 namespace ratewin::inline v1::detail {
 namespace {
 
@@ -84,11 +86,13 @@ void Topology::assign(std::uint16_t first, std::uint16_t last, RedisNode& node) 
   }
 }
 
-bool Topology::apply_cluster_slots(const redisReply& reply, const std::string& asked_host,
-                                   std::string& error) {
+Status Topology::apply_cluster_slots(const redisReply& reply, const std::string& asked_host) {
+  const auto failed = [](std::string why) {
+    return Status(Status::Code::protocol, "CLUSTER SLOTS: " + std::move(why));
+  };
+  if (reply.type == REDIS_REPLY_ERROR) return status_of(reply);
   if (reply.type != REDIS_REPLY_ARRAY) {
-    error = "CLUSTER SLOTS: unexpected reply";
-    return false;
+    return failed("unexpected reply");
   }
   // Checked whole before anything changes.
   struct Range {
@@ -104,20 +108,17 @@ bool Topology::apply_cluster_slots(const redisReply& reply, const std::string& a
         !is_int(e->element[1]) || e->element[2]->type != REDIS_REPLY_ARRAY ||
         e->element[2]->elements < 2 || !is_string(e->element[2]->element[0]) ||
         !is_int(e->element[2]->element[1])) {
-      error = "CLUSTER SLOTS: malformed entry";
-      return false;
+      return failed("malformed entry");
     }
     const long long first = e->element[0]->integer;
     const long long last = e->element[1]->integer;
     if (first < 0 || last < first || last >= kClusterSlots) {
-      error = "CLUSTER SLOTS: bad slot range";
-      return false;
+      return failed("bad slot range");
     }
     std::string host(e->element[2]->element[0]->str, e->element[2]->element[0]->len);
     if (host.empty()) host = asked_host;  // "the address you reached me at"
     if (host == "?") {
-      error = "CLUSTER SLOTS: a primary's address is unknown";
-      return false;
+      return failed("a primary's address is unknown");
     }
     ranges.push_back({static_cast<std::uint16_t>(first), static_cast<std::uint16_t>(last),
                       std::move(host), static_cast<int>(e->element[2]->element[1]->integer)});
@@ -125,19 +126,17 @@ bool Topology::apply_cluster_slots(const redisReply& reply, const std::string& a
   }
   for (std::uint32_t s = 0; s < kClusterSlots; ++s) {
     if (!covered[s]) {
-      error = "CLUSTER SLOTS: slot " + std::to_string(s) + " has no primary (cluster down?)";
-      return false;
+      return failed("slot " + std::to_string(s) + " has no primary (cluster down?)");
     }
   }
   for (const Range& r : ranges) {
     RedisNode* node = node_at(r.host, r.port);
     if (node == nullptr) {
-      error = "CLUSTER SLOTS: more than " + std::to_string(kMaxNodes) + " nodes";
-      return false;
+      return failed("more than " + std::to_string(kMaxNodes) + " nodes");
     }
     assign(r.first, r.last, *node);
   }
-  return true;
+  return {};
 }
 
 Topology::Redirect Topology::redirect(const redisReply& reply, const RedisNode& from) {

@@ -17,6 +17,7 @@
 #include "redis/pool.h"
 #include "redis/reporter.h"
 #include "redis/slot.h"
+#include "redis/status.h"
 
 struct redisReply;
 
@@ -100,10 +101,9 @@ class Topology {
   void assign(std::uint16_t first, std::uint16_t last, RedisNode& node);
 
   // Takes in a CLUSTER SLOTS reply, from a node reached at `asked_host` (which stands for
-  // an empty or unknown address in the reply). False (with `error`) if the reply is not
-  // one, or leaves slots unserved (the map keeps them where they were).
-  bool apply_cluster_slots(const redisReply& reply, const std::string& asked_host,
-                           std::string& error);
+  // an empty or unknown address in the reply). A failure if the reply is not one, or
+  // leaves slots unserved (the map keeps them where they were).
+  Status apply_cluster_slots(const redisReply& reply, const std::string& asked_host);
   // Takes in a redirection ("MOVED <slot> <host>:<port>" moves the slot in the map; "ASK
   // ..." does not). The node it names, or nullptr if `reply` is not a redirection.
   struct Redirect {

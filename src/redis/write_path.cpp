@@ -3,8 +3,10 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "engine/scratch.h"
 #include "redis/steady_ns.h"
 
 namespace ratewin::inline v1::detail {
@@ -12,6 +14,9 @@ namespace {
 
 using std::chrono::nanoseconds;
 using Deadline = RedisConnection::Deadline;
+
+// Sends of one command at most (its first, then redirections and a script's reload).
+constexpr int kMostSends = 4;
 
 // The integers of a BITFIELD reply (nil: an operation that OVERFLOW FAIL skipped).
 struct BitfieldReply {
@@ -31,13 +36,44 @@ struct BitfieldReply {
   }
 };
 
+// The RESP of this thread's calls, reused from call to call so that a steady call
+// allocates nothing: a stack of writers, for a call made while another is under way (a
+// correction after a write).
+class PlanStack {
+ public:
+  RespWriter& take() {
+    if (depth_ == writers_.size()) writers_.push_back(std::make_unique<RespWriter>());
+    RespWriter& w = *writers_[depth_++];
+    w.clear();
+    return w;
+  }
+  void give_back() noexcept { --depth_; }
+
+ private:
+  std::vector<std::unique_ptr<RespWriter>> writers_;
+  std::size_t depth_ = 0;
+};
+thread_local PlanStack plans;
+
+// One of this thread's writers, for one call.
+class Plan {
+ public:
+  Plan() : writer_(plans.take()) {}
+  ~Plan() { plans.give_back(); }
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  RespWriter& operator*() noexcept { return writer_; }
+  RespWriter* operator->() noexcept { return &writer_; }
+
+ private:
+  RespWriter& writer_;
+};
+
 }  // namespace
 
-void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply& r) {
-  if (r.type == REDIS_REPLY_ERROR) {
-    if (server_unavailable(r)) unavailable = true;
-    if (refused.empty()) refused = reply_text(r);
-  }
+void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply& r,
+                        std::span<std::uint64_t> counts) {
+  if (r.type == REDIS_REPLY_ERROR && refused.ok()) refused = status_of(r);
   if (!write.key.ring()) {
     // A bucket's integer, a log's array of four.
     script_read = false;
@@ -53,7 +89,8 @@ void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply
       }
       script_size = r.elements;
     }
-    if (!script_read && refused.empty()) refused = "unexpected reply: " + reply_text(r);
+    if (!script_read && refused.ok())
+      refused = Status(Status::Code::protocol, "unexpected reply: " + reply_text(r));
     return;
   }
   const bool counted = write.cost != 0;
@@ -63,85 +100,149 @@ void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply
       bitfield = b.values;
       present = b.present;
       bitfield_size = b.size;
-    } else {
-      refused = "unexpected BITFIELD reply: " + reply_text(r);
+    } else if (refused.ok()) {
+      refused = Status(Status::Code::protocol, "unexpected BITFIELD reply: " + reply_text(r));
     }
   }
   if (i == (counted ? 1U : 0U) && (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_NIL)) {
     window_read = true;
-    if (r.type == REDIS_REPLY_STRING) window.assign(r.str, r.len);
+    const std::string_view value =
+        r.type == REDIS_REPLY_STRING ? std::string_view(r.str, r.len) : std::string_view();
+    StoreLayout::decode(value, write.epoch, write.key.subintervals, counts);
+    slot = StoreLayout::slot_value(value, write.epoch, write.key.subintervals);
   }
 }
 
+CommandEnd WritePath::route(const redisReply& reply, CommandState& state, RespWriter& out,
+                            std::span<const StoreWrite> writes, Status& failure) {
+  const Status status = status_of(reply);
+  RedisNode& from = *state.node;
+  switch (status.code()) {
+    case Status::Code::redirect: {
+      const Topology::Redirect to = topology_.redirect(reply, from);
+      if (to.node == nullptr) break;  // (not one that can be followed: an error reply)
+      if (state.sends >= kMostSends) {
+        failure = Status(Status::Code::io, "redirected too many times");
+        return CommandEnd::kFailed;
+      }
+      state.node = to.node;
+      state.asking = to.ask;
+      return CommandEnd::kPending;
+    }
+    case Status::Code::noscript: {
+      const StoreWrite& write = writes[state.write];
+      if (write.key.ring()) break;
+      if (state.sends >= kMostSends) {
+        failure = Status(Status::Code::io, "NOSCRIPT after loading the script");
+        return CommandEnd::kFailed;
+      }
+      // Sent again as the script's text, which loads it for the next EVALSHA.
+      if (state.give_back) {
+        layout_.append_give_back(write, out, StoreLayout::Script::text);
+      } else {
+        layout_.append_write(write, out, StoreLayout::Script::text);
+      }
+      state.command = static_cast<std::uint32_t>(out.commands() - 1);
+      state.asking = false;
+      return CommandEnd::kPending;
+    }
+    case Status::Code::unavailable:
+      // A server that cannot serve (a replica after a failover, loading, a cluster that is
+      // down) is as good as unreachable: open the circuit; reconnecting (and reading the
+      // slot map again) finds out more.
+      topology_.want_refresh();
+      failure = Status(Status::Code::unavailable,
+                       "Redis at " + from.name() + " cannot serve: " + status.message());
+      from.circuit().open("write: " + failure.message());
+      return CommandEnd::kFailed;
+    default:
+      break;
+  }
+  state.asking = false;
+  return CommandEnd::kAnswered;
+}
+
 // One parallel round trip: the commands grouped by the node that serves their slot, each
-// group sent on a connection of its node before any reply is read. A redirected command
-// is sent again to the node named (after ASKING for an ASK), at most kRounds times in
-// all. on_reply(i, reply) runs once for each command that got its final reply.
+// group copied from the call's RESP to a connection of its node and sent before any reply
+// is read. A command that route() sends again goes in the next round.
 struct WritePath::Exchange {
-  static constexpr int kRounds = 4;
-  using End = CommandEnd;
-  struct Item {
-    RedisNode* node;
-    bool asking = false;
-    End end = End::kPending;
-  };
   WritePath& path;
+  RespWriter& plan;
+  std::span<CommandState> items;
+  std::span<const StoreWrite> writes;
   Deadline deadline;
-  std::vector<Item> items;
-  std::string error;  // the first failure
+  Status failure;  // the first failure
 
-  Exchange(WritePath& p, std::size_t count)
-      : path(p), deadline(std::chrono::steady_clock::now() + p.options_.command_timeout) {
-    items.reserve(count);
+  Exchange(WritePath& p, RespWriter& commands, std::span<CommandState> states,
+           std::span<const StoreWrite> made_of)
+      : path(p),
+        plan(commands),
+        items(states),
+        writes(made_of),
+        deadline(std::chrono::steady_clock::now() + p.options_.command_timeout) {}
+
+  // The items `which` failed as `end`, for `why`; their node's circuit opens if it says so.
+  void fail(RedisNode& node, std::span<const std::uint32_t> which, CommandEnd end, Status why) {
+    for (const std::uint32_t i : which)
+      if (items[i].end == CommandEnd::kPending) items[i].end = end;
+    if (why.opens_circuit()) node.circuit().open("write: " + why.message());
+    if (failure.ok()) failure = std::move(why);
   }
 
-  void fail(RedisNode& node, std::span<const std::size_t> which, End end, std::string why,
-            bool open) {
-    for (const std::size_t i : which) items[i].end = end;
-    if (open) node.circuit().open("write: " + why);
-    if (error.empty()) error = std::move(why);
-  }
-
-  // A command that Redis asks to send differently (StoreLayout::load_instead) is changed
-  // in `commands`.
-  void run(std::vector<Command>& commands, const RedisConnection::ReplyFn& on_reply) {
+  void run(FunctionRef<void(std::size_t, const redisReply&)> on_reply) {
     struct Leg {
-      RedisNode* node;
-      std::vector<std::size_t> which;
-      std::vector<RedisConnection::Argv> argv;
+      RedisNode* node = nullptr;
+      std::uint32_t begin = 0;  // its items in `order`
+      std::uint32_t end = 0;
+      std::size_t replies = 0;  // commands sent (ASKING included)
       RedisPool::Lease lease;
     };
-    std::vector<Leg> legs;
-    for (int round = 0; round < kRounds; ++round) {
-      legs.clear();
+    Scratch<Leg, 4> leg_space(items.size());
+    Scratch<std::uint32_t, 8> order_space(items.size());
+    const std::span<Leg> legs_all = leg_space.span();
+    const std::span<std::uint32_t> order = order_space.span();
+    for (int round = 0; round < kMostSends; ++round) {
+      // The nodes of the pending items, and each node's items in order.
+      std::size_t legs = 0;
+      std::uint32_t ordered = 0;
       for (std::size_t i = 0; i < items.size(); ++i) {
-        if (items[i].end != End::kPending) continue;
-        auto leg = std::find_if(legs.begin(), legs.end(),
-                                [&](const Leg& l) { return l.node == items[i].node; });
-        if (leg == legs.end()) leg = legs.insert(legs.end(), Leg{items[i].node, {}, {}, {}});
-        leg->which.push_back(i);
-        if (items[i].asking) leg->argv.push_back({"ASKING"});
-        leg->argv.emplace_back(commands[i].begin(), commands[i].end());
+        if (items[i].end != CommandEnd::kPending) continue;
+        std::size_t l = 0;
+        while (l < legs && legs_all[l].node != items[i].node) ++l;
+        if (l == legs) {
+          legs_all[legs] = Leg();
+          legs_all[legs++].node = items[i].node;
+        }
       }
-      if (legs.empty()) return;
-      for (Leg& leg : legs) {
+      if (legs == 0) return;
+      for (std::size_t l = 0; l < legs; ++l) {
+        Leg& leg = legs_all[l];
+        leg.begin = ordered;
+        for (std::size_t i = 0; i < items.size(); ++i)
+          if (items[i].end == CommandEnd::kPending && items[i].node == leg.node)
+            order[ordered++] = static_cast<std::uint32_t>(i);
+        leg.end = ordered;
+      }
+      for (std::size_t l = 0; l < legs; ++l) {
+        Leg& leg = legs_all[l];
         RedisNode& node = *leg.node;
+        const std::span<const std::uint32_t> which = order.subspan(leg.begin, leg.end - leg.begin);
         if (!node.circuit().available()) {
-          fail(node, leg.which, End::kSkipped, node.name() + " unavailable", false);
+          fail(node, which, CommandEnd::kSkipped,
+               Status(Status::Code::closed, node.name() + " unavailable"));
           continue;
         }
-        std::string why;
-        RedisPool::Failure failure{};
-        leg.lease = node.pool().acquire(deadline, failure, why);
+        Status acquired;
+        leg.lease = node.pool().acquire(deadline, acquired);
         if (!leg.lease) {
-          // Busy connections say nothing about Redis' health.
-          fail(node, leg.which, End::kFailed, why, failure == RedisPool::Failure::kConnect);
+          fail(node, which, CommandEnd::kFailed, std::move(acquired));
           continue;
         }
         if (!node.circuit().available()) {
           // The circuit opened while this call waited for a connection: no round trip.
           leg.lease.reset();
-          fail(node, leg.which, End::kSkipped, node.name() + " unavailable", false);
+          fail(node, which, CommandEnd::kSkipped,
+               Status(Status::Code::closed, node.name() + " unavailable"));
           continue;
         }
         if (leg.lease.fresh()) {
@@ -150,68 +251,63 @@ struct WritePath::Exchange {
           deadline =
               std::max(deadline, std::chrono::steady_clock::now() + path.options_.command_timeout);
         }
-        if (!leg.lease->send(leg.argv, deadline, why)) {
-          fail(node, leg.which, End::kFailed, why, true);
+        RespWriter& out = leg.lease->out();
+        for (const std::uint32_t i : which) {
+          if (items[i].asking) out.command({"ASKING"});
+          out.copy_command(plan.command_bytes(items[i].command));
+          ++items[i].sends;
+        }
+        leg.replies = out.commands();
+        if (Status sent = leg.lease->send(deadline); !sent.ok()) {
           leg.lease.reset();
+          fail(node, which, CommandEnd::kFailed, sent.within(node.name()));
         }
       }
-      for (Leg& leg : legs) {
+      for (std::size_t l = 0; l < legs; ++l) {
+        Leg& leg = legs_all[l];
         if (!leg.lease) continue;
         RedisNode& node = *leg.node;
+        const std::span<const std::uint32_t> which = order.subspan(leg.begin, leg.end - leg.begin);
         std::size_t next = 0;  // the item whose reply comes next
         bool asked = false;    // its ASKING has been answered
-        std::string unavailable;
-        std::string why;
-        const bool received = leg.lease->receive(
-            leg.argv.size(),
+        bool unavailable = false;
+        const Status received = leg.lease->receive(
+            leg.replies,
             [&](std::size_t, const redisReply& r) {
-              Item& item = items[leg.which[next]];
+              CommandState& item = items[which[next]];
               if (item.asking && !asked) {
                 asked = true;
                 return;
               }
               asked = false;
-              const std::size_t index = leg.which[next++];
-              if (const Topology::Redirect to = path.topology_.redirect(r, node); to.node) {
-                item.node = to.node;
-                item.asking = to.ask;
-                return;  // pending: sent again in the next round
+              const std::size_t index = which[next++];
+              Status why;
+              const CommandEnd end = path.route(r, item, plan, writes, why);
+              if (end == CommandEnd::kPending) return;  // sent again in the next round
+              item.end = end;
+              if (end == CommandEnd::kAnswered) {
+                on_reply(index, r);
+              } else {
+                unavailable = unavailable || why.code() == Status::Code::unavailable;
+                if (failure.ok()) failure = std::move(why);
               }
-              item.asking = false;
-              if (r.type == REDIS_REPLY_ERROR &&
-                  StoreLayout::load_instead(commands[index], std::string_view(r.str, r.len))) {
-                return;  // pending: sent again, as the script's text, in the next round
-              }
-              if (server_unavailable(r)) {
-                if (unavailable.empty()) unavailable = reply_text(r);
-                item.end = End::kFailed;
-                return;
-              }
-              item.end = End::kAnswered;
-              on_reply(index, r);
             },
-            deadline, why);
-        if (!received) {
-          for (const std::size_t i : leg.which)
-            if (items[i].end == End::kPending && items[i].node == &node)
-              items[i].end = End::kFailed;
-          fail(node, {}, End::kFailed, node.name() + ": " + why, true);
-        } else if (!unavailable.empty()) {
-          // A server that cannot serve (a replica after a failover, loading, a cluster
-          // that is down) is as good as unreachable: drop the connection, open the
-          // circuit; reconnecting (and reading the slot map again) finds out more.
-          leg.lease->discard();
-          path.topology_.want_refresh();
-          fail(node, {}, End::kFailed, "Redis at " + node.name() + " cannot serve: " + unavailable,
-               true);
+            deadline);
+        if (!received.ok()) {
+          for (const std::uint32_t i : which)
+            if (items[i].end == CommandEnd::kPending && items[i].node == &node)
+              items[i].end = CommandEnd::kFailed;
+          fail(node, {}, CommandEnd::kFailed, received.within(node.name()));
+        } else if (unavailable) {
+          leg.lease->discard();  // (its server cannot serve: made again after the outage)
         }
         leg.lease.reset();
       }
     }
-    for (Item& item : items) {
-      if (item.end != End::kPending) continue;
-      item.end = End::kFailed;
-      if (error.empty()) error = "redirected too many times";
+    for (CommandState& item : items) {
+      if (item.end != CommandEnd::kPending) continue;
+      item.end = CommandEnd::kFailed;
+      if (failure.ok()) failure = Status(Status::Code::io, "redirected too many times");
     }
   }
 };
@@ -223,83 +319,57 @@ bool WritePath::add(const StoreWrite& write, std::span<std::uint64_t> counts) {
   return written;
 }
 
-bool WritePath::plan(const StoreWrite& w, WritePlan& out) {
-  const bool counted = w.cost != 0;
-  RedisNode& home = topology_.node_for_resource(w.key.resource);
-  if (!home.circuit().available()) {
-    if (counted) writes_skipped_.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  if (!w.key.ring()) {
-    out.commands = {layout_.script_command(w, false)};
-    out.home = &home;
-    out.sets = &home;
-    return true;
-  }
-  out.commands = layout_.write_commands({w.key, w.epoch, w.cost, w.first && counted});
-  out.home = &home;
-  out.sets = out.commands.size() > 2 ? &topology_.node_for_slot(StoreLayout::change_set_slot(
-                                           StoreLayout::change_set_shard(w.key.resource)))
-                                     : &home;
-  return true;
-}
-
 void WritePath::add_all(std::span<const StoreWrite> writes,
                         std::span<const std::span<std::uint64_t>> counts, std::span<bool> written) {
   const std::int64_t started = steady_ns();
-  // Every write's commands in one exchange: each to the node of its slot, all nodes at
-  // once.
-  struct Part {
-    std::size_t first = 0;  // its commands in `all`
-    std::size_t size = 0;
-    WriteReplies replies;
-  };
-  std::vector<Part> parts(writes.size());
-  std::vector<Command> all;
-  std::vector<std::size_t> owner;  // per command: its write
-  Exchange x(*this, writes.size() * 4);
-  WritePlan plan_of;
+  // Every write's commands, written once, in one exchange: each to the node of its slot,
+  // all nodes at once.
+  Plan plan;
+  Scratch<CommandState, kMostCommands> state_space(writes.size() * kMostCommands);
+  const std::span<CommandState> states = state_space.span();
+  Scratch<std::pair<std::uint32_t, std::uint32_t>, 1> commands_of(writes.size());  // first, n
+  std::uint32_t n = 0;
   for (std::size_t j = 0; j < writes.size(); ++j) {
     written[j] = false;
-    if (!plan(writes[j], plan_of)) continue;
-    parts[j].first = all.size();
-    parts[j].size = plan_of.commands.size();
-    for (std::size_t i = 0; i < plan_of.commands.size(); ++i) {
-      x.items.push_back({&plan_of.node(i)});
-      owner.push_back(j);
-      all.push_back(std::move(plan_of.commands[i]));
-    }
+    const std::uint32_t first = n;
+    this->plan(writes[j], static_cast<std::uint32_t>(j), *plan,
+         [&](const CommandState& s) { states[n++] = s; });
+    commands_of.span()[j] = {first, n - first};
   }
-  if (all.empty()) return;
-  x.run(all, [&](std::size_t index, const redisReply& r) {
-    const std::size_t j = owner[index];
-    parts[j].replies.take(writes[j], index - parts[j].first, r);
+  if (n == 0) return;
+  Scratch<WriteReplies, 1> replies(writes.size());
+  Exchange x(*this, *plan, states.first(n), writes);
+  x.run([&](std::size_t i, const redisReply& r) {
+    const CommandState& s = states[i];
+    replies.span()[s.write].take(writes[s.write], s.index, r, counts[s.write]);
   });
-  std::vector<CommandEnd> ends;
-  std::vector<Command> repair;
+  Plan repair;
   for (std::size_t j = 0; j < writes.size(); ++j) {
-    if (parts[j].size == 0) continue;  // skipped: its node is down
-    ends.clear();
-    for (std::size_t i = 0; i < parts[j].size; ++i) ends.push_back(x.items[parts[j].first + i].end);
-    repair.clear();
-    written[j] = conclude(writes[j], parts[j].replies, ends, x.error, counts[j], started, repair);
-    if (repair.empty()) continue;
-    Exchange fix(*this, repair.size());
+    const auto [first, size] = commands_of.span()[j];
+    if (size == 0) continue;  // skipped: its node is down
+    std::array<CommandEnd, kMostCommands> ends{};
+    for (std::uint32_t i = 0; i < size; ++i) ends[i] = states[first + i].end;
+    repair->clear();
+    written[j] = conclude(writes[j], replies.span()[j], std::span(ends).first(size), x.failure,
+                          counts[j], started, *repair);
+    if (repair->commands() == 0) continue;
+    std::array<CommandState, 2> fixes{};
+    for (std::uint32_t i = 0; i < repair->commands(); ++i) fixes[i] = {states[first].node, i};
+    Exchange fix(*this, *repair, std::span(fixes).first(repair->commands()), {});
     fix.deadline = x.deadline;
-    fix.items.assign(repair.size(), {x.items[parts[j].first].node});
-    fix.run(repair, [](std::size_t, const redisReply&) {});
-    if (!fix.error.empty()) {
-      reporter_.note_error("write: tagging the shared window's slot: " + fix.error);
+    fix.run([](std::size_t, const redisReply&) {});
+    if (!fix.failure.ok()) {
+      reporter_.note_error("write: tagging the shared window's slot: " + fix.failure.message());
     }
   }
 }
 
 bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
-                         std::span<const CommandEnd> items, const std::string& error,
+                         std::span<const CommandEnd> items, const Status& failure,
                          std::span<std::uint64_t> counts, std::int64_t started,
-                         std::vector<Command>& repair) {
+                         RespWriter& repair) {
   const bool counted = write.cost != 0;
-  if (!write.key.ring()) return conclude_script(write, call, items[0], error, counts, started);
+  if (!write.key.ring()) return conclude_script(write, call, items[0], failure, counts, started);
   const std::size_t window_reply = counted ? 1 : 0;
   for (std::size_t i = 0; i <= window_reply; ++i) {
     if (items[i] == CommandEnd::kAnswered) continue;
@@ -307,42 +377,41 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
       (items[i] == CommandEnd::kSkipped ? writes_skipped_ : writes_failed_)
           .fetch_add(1, std::memory_order_relaxed);
     }
-    reporter_.note_error("write: " + error);
+    reporter_.note_error("write: " + failure.message());
     return false;
   }
   for (std::size_t i = window_reply + 1; i < items.size(); ++i) {
     if (items[i] == CommandEnd::kAnswered) continue;
     // The window was written but its change set was not: other nodes' boundary reads
     // miss this write (their own writes still read it).
-    reporter_.note_error("write: recording a change: " + error);
+    reporter_.note_error("write: recording a change: " + failure.message());
     break;
   }
   const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
-  if (!call.refused.empty() || !call.window_read || call.bitfield_size != expected) {
+  if (!call.refused.ok() || !call.window_read || call.bitfield_size != expected) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    reporter_.note_error("write refused by Redis: " +
-                         (call.refused.empty() ? std::string("unexpected reply") : call.refused));
+    reporter_.note_error("write refused by Redis: " + (call.refused.ok()
+                                                           ? std::string("unexpected reply")
+                                                           : call.refused.message()));
     return false;
   }
-  StoreLayout::decode(call.window, write.epoch, write.key.subintervals, counts);
   if (!counted) return true;
 
   const std::int64_t e = write.epoch;
-  const std::uint32_t n = write.key.subintervals;
-  const std::uint16_t tag = StoreLayout::tag_of(e, n);
+  const std::uint16_t tag = StoreLayout::tag_of(e, write.key.subintervals);
   // The tag e's slot has now (a first write's BITFIELD answers [the slot after the first
   // half of the claim, after the claim, the ring's last byte, e's count]; a later write's,
   // [e's count], and its GETEX the window).
-  const auto found = write.first ? static_cast<std::uint16_t>(call.bitfield[1] >> 32)
-                                 : StoreLayout::slot_value(call.window, e, n).first;
+  const auto found =
+      write.first ? static_cast<std::uint16_t>(call.bitfield[1] >> 32) : call.slot.first;
   if (found != tag && StoreLayout::earlier(found, tag)) {
     // Not e's slot, and not a later lap's: the tag wrapped (a claim cannot lift 65535 to
     // 1), or the key was deleted or expired since this node's first write in e and made
     // again by this one. Tag it, keeping what it counts (for one epoch, perhaps an old
     // lap's count too: it errs high).
     repairs_.fetch_add(1, std::memory_order_relaxed);
-    counts[0] = StoreLayout::slot_value(call.window, e, n).second;
-    repair = layout_.adjust_commands(write.key, e, 0, tag);
+    counts[0] = call.slot.second;
+    layout_.append_adjust(write.key, e, 0, tag, repair);
   }
   // (A later lap's tag: this write reached Redis a whole ring late, and counted in that
   // lap's epoch. The count errs high; e's decoded count is 0.)
@@ -352,7 +421,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
 }
 
 bool WritePath::conclude_script(const StoreWrite& write, const WriteReplies& call, CommandEnd end,
-                                const std::string& error, std::span<std::uint64_t> counts,
+                                const Status& failure, std::span<std::uint64_t> counts,
                                 std::int64_t started) {
   const bool counted = write.cost != 0;
   if (end != CommandEnd::kAnswered) {
@@ -360,13 +429,14 @@ bool WritePath::conclude_script(const StoreWrite& write, const WriteReplies& cal
       (end == CommandEnd::kSkipped ? writes_skipped_ : writes_failed_)
           .fetch_add(1, std::memory_order_relaxed);
     }
-    reporter_.note_error("write: " + error);
+    reporter_.note_error("write: " + failure.message());
     return false;
   }
-  if (!call.refused.empty() || !call.script_read) {
+  if (!call.refused.ok() || !call.script_read) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
-    reporter_.note_error("write refused by Redis: " +
-                         (call.refused.empty() ? std::string("unexpected reply") : call.refused));
+    reporter_.note_error("write refused by Redis: " + (call.refused.ok()
+                                                           ? std::string("unexpected reply")
+                                                           : call.refused.message()));
     return false;
   }
   bool admitted = false;
@@ -383,62 +453,59 @@ bool WritePath::conclude_script(const StoreWrite& write, const WriteReplies& cal
   return true;
 }
 
-std::vector<Command> WritePath::give_back_repair(const LimiterKey& key, std::int64_t epoch,
-                                                 std::uint64_t cost, const redisReply& r) {
+bool WritePath::give_back_repair(const StoreWrite& give_back, const redisReply& r,
+                                 RespWriter& repair) {
   BitfieldReply reply;
   if (!reply.read(r) || reply.size != 2 || !reply.present[1] ||
-      static_cast<std::uint16_t>(reply.values[0]) == StoreLayout::tag_of(epoch, key.subintervals))
-    return {};
+      static_cast<std::uint16_t>(reply.values[0]) ==
+          StoreLayout::tag_of(give_back.epoch, give_back.key.subintervals))
+    return false;
   // [the slot's tag, its count after the decrement, or nil if it held less than `cost`]
   // The slot had moved on to another epoch (the give-back came a whole ring late): what
   // was taken was not this epoch's. Put it back (that other epoch reads low meanwhile).
   repairs_.fetch_add(1, std::memory_order_relaxed);
-  return layout_.adjust_commands(key, epoch, static_cast<std::int64_t>(cost));
+  layout_.append_adjust(give_back.key, give_back.epoch, static_cast<std::int64_t>(give_back.cost),
+                        0, repair);
+  return true;
 }
 
 void WritePath::remove(const StoreWrite& give_back) {
-  const LimiterKey& key = give_back.key;
-  const std::int64_t epoch = give_back.epoch;
-  const std::uint64_t cost = give_back.cost;
-  RedisNode& home = topology_.node_for_resource(key.resource);
+  RedisNode& home = topology_.node_for_resource(give_back.key.resource);
   if (!home.circuit().available()) {
     reporter_.note_error("giving back a count: Redis unavailable");
     return;
   }
-  if (!key.ring()) {
-    std::vector<Command> commands = {layout_.script_command(give_back, true)};
-    Exchange x(*this, 1);
-    x.items.assign(1, {&home});
-    std::string refused;
-    x.run(commands, [&](std::size_t, const redisReply& r) {
-      if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
-    });
-    if (x.items[0].end != Exchange::End::kAnswered || !refused.empty())
-      reporter_.note_error("giving back a count: " + (refused.empty() ? x.error : refused));
-    return;
-  }
   // Not fatal if it fails: the count stays (the shared estimate errs on the safe side)
   // and leaves the window with its subinterval.
-  std::vector<Command> commands = layout_.give_back_commands(key, epoch, cost);
-  Exchange x(*this, commands.size());
-  x.items.assign(commands.size(), {&home});
-  std::vector<Command> repair;
-  std::string refused;
-  x.run(commands, [&](std::size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_ERROR && refused.empty()) refused = reply_text(r);
-    if (i == 0 && r.type != REDIS_REPLY_ERROR) repair = give_back_repair(key, epoch, cost, r);
-  });
-  bool ok = x.items[0].end == Exchange::End::kAnswered;
-  if (ok && !repair.empty()) {
-    Exchange fix(*this, repair.size());
-    fix.deadline = x.deadline;
-    fix.items.assign(repair.size(), {x.items[0].node});
-    fix.run(repair, [](std::size_t, const redisReply&) {});
-    ok = fix.items[0].end == Exchange::End::kAnswered;
-    if (!ok) x.error = fix.error;
+  Plan plan;
+  layout_.append_give_back(give_back, *plan);
+  std::array<CommandState, 2> states{};
+  for (std::uint32_t i = 0; i < plan->commands(); ++i) {
+    states[i] = {&home, i};
+    states[i].give_back = true;
   }
-  if (!ok || !refused.empty()) {
-    reporter_.note_error("giving back a count: " + (refused.empty() ? x.error : refused));
+  Exchange x(*this, *plan, std::span(states).first(plan->commands()),
+             std::span<const StoreWrite>(&give_back, 1));
+  Plan repair;
+  Status refused;
+  x.run([&](std::size_t i, const redisReply& r) {
+    if (refused.ok()) refused = status_of(r);
+    if (i == 0 && give_back.key.ring() && r.type != REDIS_REPLY_ERROR)
+      give_back_repair(give_back, r, *repair);
+  });
+  bool ok = states[0].end == CommandEnd::kAnswered;
+  if (ok && repair->commands() > 0) {
+    std::array<CommandState, 2> fixes{};
+    for (std::uint32_t i = 0; i < repair->commands(); ++i) fixes[i] = {x.items[0].node, i};
+    Exchange fix(*this, *repair, std::span(fixes).first(repair->commands()), {});
+    fix.deadline = x.deadline;
+    fix.run([](std::size_t, const redisReply&) {});
+    ok = fixes[0].end == CommandEnd::kAnswered;
+    if (!ok) x.failure = fix.failure;
+  }
+  if (!ok || !refused.ok()) {
+    reporter_.note_error("giving back a count: " +
+                         (refused.ok() ? x.failure.message() : refused.message()));
   }
 }
 
@@ -448,15 +515,17 @@ bool WritePath::reset(const LimiterKey& key) {
     reporter_.note_error("resetting counts: Redis unavailable");
     return false;
   }
-  std::vector<Command> commands = {{"DEL", layout_.window_key(key)}};
-  Exchange x(*this, commands.size());
-  x.items.assign(commands.size(), {&home});
-  std::string refused;
-  x.run(commands, [&](std::size_t, const redisReply& r) {
-    if (r.type == REDIS_REPLY_ERROR) refused = reply_text(r);
-  });
-  const bool ok = x.items[0].end == Exchange::End::kAnswered && refused.empty();
-  if (!ok) reporter_.note_error("resetting counts: " + (refused.empty() ? x.error : refused));
+  Plan plan;
+  layout_.append_reset(key, *plan);
+  std::array<CommandState, 1> states{CommandState{&home, 0}};
+  Exchange x(*this, *plan, states, {});
+  Status refused;
+  x.run([&](std::size_t, const redisReply& r) { refused = status_of(r); });
+  const bool ok = states[0].end == CommandEnd::kAnswered && refused.ok();
+  if (!ok) {
+    reporter_.note_error("resetting counts: " +
+                         (refused.ok() ? x.failure.message() : refused.message()));
+  }
   return ok;
 }
 

@@ -13,6 +13,7 @@
 #include "redis/topology.h"
 #include "redis/write_path.h"
 #include "redis_server.h"
+#include "resp_commands.h"
 
 namespace ratewin::test {
 namespace {
@@ -21,6 +22,15 @@ using detail::LimiterKey;
 using detail::StoreLayout;
 using detail::key_slot;
 using namespace std::chrono_literals;
+using Command = std::vector<std::string>;
+
+// The commands a layout writes for a ring's write.
+std::vector<Command> write_commands(const StoreLayout& layout, const LimiterKey& key,
+                                    std::int64_t epoch, std::uint64_t cost, bool first) {
+  detail::RespWriter out;
+  layout.append_write({key, epoch, cost, first}, out);
+  return commands_of(out.bytes());
+}
 
 // A window string with the given (slot -> tag, count).
 std::string ring(std::uint32_t slots, const std::map<std::uint32_t, std::pair<int, long>>& set) {
@@ -110,9 +120,9 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
 
   // Epoch 777 with M = 7: slot 0, lap 111, tag 112.
   const std::string claim = std::to_string(std::int64_t{112} << 32);
-  const auto first = layout.write_commands({key, 777, 3, true});
+  const auto first = write_commands(layout, key, 777, 3, true);
   REQUIRE(first.size() == 4);
-  CHECK(first[0] == detail::Command{"BITFIELD", layout.window_key(key),
+  CHECK(first[0] == Command{"BITFIELD", layout.window_key(key),
                                     "OVERFLOW", "SAT",
                                     "INCRBY",   "u48",
                                     "#0",       "-" + claim,
@@ -122,9 +132,9 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
                                     "#41",      "0",  // the ring's size
                                     "INCRBY",   "u32",
                                     "16",       "3"});
-  CHECK(first[1] == detail::Command{"GETEX", layout.window_key(key), "PX", "1750"});
+  CHECK(first[1] == Command{"GETEX", layout.window_key(key), "PX", "1750"});
   CHECK(first[2][0] == "APPEND");
-  CHECK(first[3] == detail::Command{"PEXPIREAT", first[2][1], "194750"});
+  CHECK(first[3] == Command{"PEXPIREAT", first[2][1], "194750"});
   // The entry names the resource and this node, and a reader finds it unless it wrote it.
   std::vector<std::uint64_t> found;
   layout.others_in_change_set(first[2][2], [&](std::uint64_t r) { found.push_back(r); });
@@ -133,12 +143,12 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
                                               [&](std::uint64_t r) { found.push_back(r); });
   CHECK(found == std::vector<std::uint64_t>{0x1234abcd, 0x1234abcd});
 
-  const auto hot = layout.write_commands({key, 778, 2, false});
+  const auto hot = write_commands(layout, key, 778, 2, false);
   REQUIRE(hot.size() == 2);
-  CHECK(hot[0] == detail::Command{"BITFIELD", layout.window_key(key), "OVERFLOW", "SAT", "INCRBY",
+  CHECK(hot[0] == Command{"BITFIELD", layout.window_key(key), "OVERFLOW", "SAT", "INCRBY",
                                   "u32", "64", "2"});
-  CHECK(layout.write_commands({key, 778, 0, false}) ==
-        std::vector<detail::Command>{{"GET", layout.window_key(key)}});
+  CHECK(write_commands(layout, key, 778, 0, false) ==
+        std::vector<Command>{{"GET", layout.window_key(key)}});
 }
 
 namespace {
@@ -178,7 +188,7 @@ struct Writers {
   // nobody reads the replies, nothing follows them.
   void send_unread(const RedisServer& redis, const LimiterKey& key, std::int64_t epoch,
                    std::uint64_t cost, bool first) const {
-    for (const auto& command : layouts[0]->write_commands({key, epoch, cost, first}))
+    for (const auto& command : write_commands(*layouts[0], key, epoch, cost, first))
       redis.command(command);
   }
 };

@@ -772,16 +772,15 @@ TEST_CASE("a pool lease that is assigned over gives its connection back") {
   RedisServer redis;
   detail::RedisPool pool(detail::RedisEndpoint::parse(redis.url()), 1s, 1s, 1);
   const auto soon = [] { return std::chrono::steady_clock::now() + 200ms; };
-  detail::RedisPool::Failure failure{};
-  std::string error;
-  detail::RedisPool::Lease lease = pool.acquire(soon(), failure, error);
+  detail::Status status;
+  detail::RedisPool::Lease lease = pool.acquire(soon(), status);
   REQUIRE(lease);
   lease = detail::RedisPool::Lease();  // the only connection goes back to the pool
-  detail::RedisPool::Lease again = pool.acquire(soon(), failure, error);
+  detail::RedisPool::Lease again = pool.acquire(soon(), status);
   CHECK(again);
-  CHECK(failure == detail::RedisPool::Failure::kNone);
+  CHECK(status.ok());
   again.reset();
-  CHECK(pool.acquire(soon(), failure, error));
+  CHECK(pool.acquire(soon(), status));
 }
 
 }  // namespace ratewin::test
