@@ -156,3 +156,56 @@ def test_closing_the_engine_inside_its_logger(tmp_path):
     for _ in range(4):
         result = run(code, tmp_path)
         assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+ASYNC_AT_EXIT = {
+    # The main thread leaves with decisions waiting on a stopped Redis: exit closes the
+    # engine, which answers them (their callbacks run then, while they still may).
+    "waiting": """
+        import atexit, os, signal
+        answered = []
+        # (Registered before ratewin's exit hook, so it runs after it.)
+        atexit.register(lambda: print("answered", len(answered)))
+        import ratewin
+        limit = ratewin.Limit(10**9, per=60)
+        engine = ratewin.Engine("{url}", command_timeout=2, logger=lambda level, message: None)
+        assert engine.try_acquire("warm", limit).allowed and engine.stats().store_available
+        os.kill({pid}, signal.SIGSTOP)
+        for i in range(20):
+            assert engine._try_acquire_all_async(f"k{{i}}", [limit], 1, answered.append) is None
+        print("exiting")
+        """,
+    # Daemon threads keep deciding asynchronously (on new engines once exit closed theirs)
+    # while the interpreter finalizes: the engines' threads then still finish writes and
+    # must neither call back nor let go of a callback by taking the GIL (which unwinds a
+    # thread during finalization: std::terminate).
+    "deciding": """
+        import threading, time
+        import ratewin
+        limit = ratewin.Limit(10**9, per=60)
+        def work(i):
+            engine = None
+            while True:
+                try:
+                    if engine is None or engine.closed:
+                        engine = ratewin.Engine("{url}", logger=lambda level, message: None)
+                    engine._try_acquire_all_async(f"k{{i}}", [limit], 1, lambda d: d.allowed)
+                except ratewin.ClosedError:
+                    pass
+        for i in range(3):
+            threading.Thread(target=work, args=(i,), daemon=True).start()
+        time.sleep(0.2)
+        print("exiting")
+        """,
+}
+
+
+@pytest.mark.parametrize("case", sorted(ASYNC_AT_EXIT))
+def test_exit_with_asynchronous_decisions_in_flight(tmp_path, redis, case):
+    code = textwrap.dedent(ASYNC_AT_EXIT[case]).format(url=redis.url, pid=redis.process.pid)
+    for _ in range(3 if case == "waiting" else 8):
+        result = run(code, tmp_path)
+        redis.resume()
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == "", result.stderr
+        assert result.stdout == "exiting\n" + ("answered 20\n" if case == "waiting" else "")

@@ -66,5 +66,5 @@ __all__ = [
 ]
 
 # Engines still open when the interpreter exits are closed first, while their threads
-# can still call back into Python.
-atexit.register(_ratewin._close_all)
+# can still call back into Python; then those calls stop.
+atexit.register(_ratewin._at_exit)

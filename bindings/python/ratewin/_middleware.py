@@ -8,7 +8,8 @@ import json
 import logging
 import math
 import time
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Union
+from typing import (Any, Callable, ClassVar, Generic, Iterable, NamedTuple, Optional, Sequence,
+                    TypeVar, Union)
 
 from ._parse import parse_many
 from ._ratewin import Decisions, Engine, Limit
@@ -237,3 +238,44 @@ def with_length(answer: Answer, extra: Iterable[tuple[str, str]]) -> list[tuple[
         headers.append(("Content-Length", str(len(answer.body))))
     headers.extend((n, v) for n, v in extra if n.lower() not in own)
     return headers
+
+
+App = TypeVar("App")
+Req = TypeVar("Req")
+
+
+class Middleware(Generic[App, Req]):
+    """The options every rate-limiting middleware takes (see ratewin.wsgi's and
+    ratewin.asgi's RateLimitMiddleware), checked and kept for its __call__: the wrapped
+    ``app``, the ``engine`` that decides, the request's ``limits`` and the ``responder``
+    that words headers and refusals. A subclass names its framework's request
+    (``request_name``) and the key used without ``key=`` (``default_key``)."""
+
+    request_name: ClassVar[str]
+
+    @staticmethod
+    def default_key(request: Any) -> Optional[str]:
+        raise NotImplementedError
+
+    def __init__(
+        self,
+        app: App,
+        engine: Engine,
+        limit: LimitChoice,
+        *,
+        key: Optional[Callable[[Req], Optional[str]]] = None,
+        cost: Optional[Callable[[Req], int]] = None,
+        per_path: PathChoice = False,
+        headers: str = "both",
+        reset: str = "delay",
+        on_reject: Optional[RejectHook] = None,
+    ) -> None:
+        self.app = app
+        self.engine = engine
+        self.limits = RequestLimits(limit, key, self.default_key, cost, per_path,
+                                    self.request_name)
+        self.responder = Responder(headers, reset, on_reject)
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        return f"<{cls.__module__}.{cls.__qualname__} {self.limits.limit!r} around {self.app!r}>"

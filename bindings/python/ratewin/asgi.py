@@ -23,15 +23,11 @@ from ._middleware import (
     REFUSED_MARK,
     Answer,
     Charge,
-    LimitChoice,
-    PathChoice,
-    RejectHook,
-    RequestLimits,
-    Responder,
+    Middleware,
     refund,
     with_length,
 )
-from ._ratewin import Decisions, Engine
+from ._ratewin import Decisions
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -55,7 +51,7 @@ def _encoded(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
     """Limits an ASGI application per client key (and per route).
 
     ``limit`` is what every request counts against: a Limit, a limit string
@@ -87,26 +83,8 @@ class RateLimitMiddleware:
     decided in place, in well under a microsecond.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        engine: Engine,
-        limit: LimitChoice,
-        *,
-        key: Optional[Callable[[Scope], Optional[str]]] = None,
-        cost: Optional[Callable[[Scope], int]] = None,
-        per_path: PathChoice = False,
-        headers: str = "both",
-        reset: str = "delay",
-        on_reject: Optional[RejectHook] = None,
-    ) -> None:
-        self.app = app
-        self.engine = engine
-        self.limits = RequestLimits(limit, key, client_address, cost, per_path, "scope")
-        self.responder = Responder(headers, reset, on_reject)
-
-    def __repr__(self) -> str:
-        return f"<ratewin.asgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
+    request_name = "scope"
+    default_key = staticmethod(client_address)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -24,15 +24,10 @@ from ._middleware import (
     REFUSED_MARK,
     Answer,
     Charge,
-    LimitChoice,
-    PathChoice,
-    RejectHook,
-    RequestLimits,
-    Responder,
+    Middleware,
     refund,
     with_length,
 )
-from ._ratewin import Engine
 
 Environ = Dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -57,7 +52,7 @@ def _status_line(status: int) -> str:
         return str(status)
 
 
-class RateLimitMiddleware:
+class RateLimitMiddleware(Middleware[WSGIApp, Environ]):
     """Limits a WSGI application per client key (and per route).
 
     ``limit`` is what every request counts against: a Limit, a limit string
@@ -91,26 +86,8 @@ class RateLimitMiddleware:
     the request, and leaves the inner one's headers alone.
     """
 
-    def __init__(
-        self,
-        app: WSGIApp,
-        engine: Engine,
-        limit: LimitChoice,
-        *,
-        key: Optional[Callable[[Environ], Optional[str]]] = None,
-        cost: Optional[Callable[[Environ], int]] = None,
-        per_path: PathChoice = False,
-        headers: str = "both",
-        reset: str = "delay",
-        on_reject: Optional[RejectHook] = None,
-    ) -> None:
-        self.app = app
-        self.engine = engine
-        self.limits = RequestLimits(limit, key, client_address, cost, per_path, "environ")
-        self.responder = Responder(headers, reset, on_reject)
-
-    def __repr__(self) -> str:
-        return f"<ratewin.wsgi.RateLimitMiddleware {self.limits.limit!r} around {self.app!r}>"
+    request_name = "environ"
+    default_key = staticmethod(client_address)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         found = self.limits.charge(

@@ -1,159 +1,17 @@
 #include <pybind11/functional.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "bindings.h"
-#include "ratewin_internal/introspection.h"
+#include "lifetime.h"
 #include "ratewin_internal/redis_client.h"
 
 namespace ratewin::python {
 namespace {
-
-// Set while an engine's thread runs the Python logger.
-thread_local bool in_engine_callback = false;
-struct InCallback {
-  InCallback() noexcept { in_engine_callback = true; }
-  ~InCallback() { in_engine_callback = false; }
-  InCallback(const InCallback&) = delete;
-  InCallback& operator=(const InCallback&) = delete;
-};
-
-// Deletes, on a thread of its own, the engines and limiter handles whose last reference
-// goes where deleting them is unsafe: under the GIL (their threads may be waiting for it
-// to call the logger), in a destructor (which must not give the GIL up and take it back:
-// at interpreter exit taking it back ends a daemon thread by unwinding, and unwinding
-// out of a destructor is std::terminate), or on one of the engine's own threads (which
-// cannot join itself). _close_all waits until it has deleted everything.
-class Reaper {
- public:
-  static Reaper& instance() {
-    static auto* reaper = new Reaper();  // never destroyed: it may outlive static cleanup
-    return *reaper;
-  }
-
-  void adopt(std::shared_ptr<void> last) noexcept {
-    try {
-      std::lock_guard lock(mutex_);
-      queue_.push_back(std::move(last));
-      if (!started_) {
-        std::thread([this] { run(); }).detach();
-        started_ = true;
-      }
-      wake_.notify_one();
-    } catch (...) {
-      // Out of memory or threads: keep the object alive rather than delete it unsafely.
-      new std::shared_ptr<void>(std::move(last));
-    }
-  }
-
-  // Blocks until everything adopted so far is deleted. Call without the GIL.
-  void drain() {
-    std::unique_lock lock(mutex_);
-    drained_.wait(lock, [this] { return queue_.empty() && busy_ == 0; });
-  }
-
- private:
-  void run() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [this] { return !queue_.empty(); });
-      std::shared_ptr<void> next = std::move(queue_.front());
-      queue_.pop_front();
-      ++busy_;
-      lock.unlock();
-      next.reset();  // deletes: joins the engine's threads, without the GIL
-      lock.lock();
-      --busy_;
-      if (queue_.empty() && busy_ == 0) drained_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable drained_;
-  std::deque<std::shared_ptr<void>> queue_;
-  std::size_t busy_ = 0;
-  bool started_ = false;
-};
-
-// An engine or limiter handle owned by shared_ptrs whose deleter never touches the GIL:
-// it deletes at once when the thread holds no GIL and is not one of the engine's own,
-// and hands the object to the Reaper otherwise. close() releases the GIL itself first,
-// so that closing is synchronous.
-template <class T>
-std::shared_ptr<T> deleted_safely(T* object) {
-  return std::shared_ptr<T>(object, [](T* p) {
-    const bool holds_gil = Py_IsInitialized() != 0 && PyGILState_Check() != 0;
-    if (in_engine_callback || holds_gil) {
-      Reaper::instance().adopt(
-          std::shared_ptr<void>(p, [](void* q) { delete static_cast<T*>(q); }));
-    } else {
-      delete p;
-    }
-  });
-}
-
-// Runs `work` (which must not touch Python) without the GIL and returns its result. Not
-// a scoped guard on purpose: when the interpreter is finalizing, taking the GIL back
-// ends a daemon thread by unwinding its stack, and that unwinding must not start in a
-// destructor (implicitly noexcept: std::terminate).
-template <class Work>
-auto without_gil(Work&& work) -> decltype(work()) {
-  std::optional<decltype(work())> result;
-  std::exception_ptr error;
-  PyThreadState* state = PyEval_SaveThread();
-  try {
-    result.emplace(work());
-  } catch (...) {
-    error = std::current_exception();
-  }
-  PyEval_RestoreThread(state);
-  if (error) std::rethrow_exception(error);
-  return std::move(*result);
-}
-
-bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
-// A Python callable the engine's threads call. Its reference is dropped without taking
-// the GIL (this runs in destructors, on any thread): at once when the GIL is held, else
-// by the interpreter's main thread through Py_AddPendingCall.
-struct PyCallback {
-  py::object fn;
-  explicit PyCallback(py::object f) : fn(std::move(f)) {}
-  PyCallback(const PyCallback&) = delete;
-  PyCallback& operator=(const PyCallback&) = delete;
-  ~PyCallback() {
-    PyObject* object = fn.release().ptr();
-    if (Py_IsInitialized() == 0 || finalizing()) return;  // going away: leak it
-    if (PyGILState_Check() != 0) {
-      Py_DECREF(object);
-      return;
-    }
-    // If the queue of pending calls is full, the reference leaks.
-    Py_AddPendingCall(
-        [](void* o) {
-          Py_DECREF(static_cast<PyObject*>(o));
-          return 0;
-        },
-        object);
-  }
-};
 
 const char* level_name(LogLevel level) {
   switch (level) {
@@ -168,70 +26,6 @@ const char* level_name(LogLevel level) {
   }
   return "error";
 }
-
-class PyLimiter;
-
-// Drops an owner's reference to an engine or limiter handle when it is closed: at once
-// and without the GIL, so that close() returns once the engine's threads are gone; on
-// one of those threads (close() called from the logger), through the Reaper.
-template <class T>
-void drop(std::shared_ptr<T>& owner) {
-  std::shared_ptr<T> last = std::move(owner);
-  if (!last) return;
-  if (in_engine_callback) {
-    Reaper::instance().adopt(std::move(last));
-    return;
-  }
-  without_gil([&] {
-    last.reset();
-    return 0;
-  });
-}
-
-// The same for an owner being destroyed: always through the Reaper, as a destructor
-// must not give up the GIL and take it back.
-template <class T>
-void drop_in_destructor(std::shared_ptr<T>& owner) noexcept {
-  if (owner) Reaper::instance().adopt(std::move(owner));
-}
-
-// The Python object that owns an engine or a limiter handle: open until close(), and
-// listed meanwhile (for _close_all; guarded by the GIL). Closing drops the object at once
-// without the GIL; destruction hands it to the Reaper. The list is updated first in
-// both, before anything could release the GIL.
-template <class Self, class T>
-class Owner {
- public:
-  static std::unordered_set<Self*>& open() {
-    static auto* objects = new std::unordered_set<Self*>();  // never destroyed
-    return *objects;
-  }
-  Owner(const Owner&) = delete;
-  Owner& operator=(const Owner&) = delete;
-
-  void close() {
-    forget();
-    drop(object_);
-  }
-  bool closed() const noexcept { return !object_; }
-
- protected:
-  Owner() = default;
-  ~Owner() {
-    forget();
-    drop_in_destructor(object_);
-  }
-  // Takes the object and lists the owner as open: the last step of a constructor.
-  void own(std::shared_ptr<T> object) {
-    object_ = std::move(object);
-    open().insert(static_cast<Self*>(this));
-  }
-
-  std::shared_ptr<T> object_;
-
- private:
-  void forget() { open().erase(static_cast<Self*>(this)); }
-};
 
 // The acquisitions of one resource under several limits: TypeError or ValueError for
 // what is not an iterable of Limit, or is empty.
@@ -321,21 +115,13 @@ class PyEngine : public Owner<PyEngine, Engine> {
                                    const py::function& callback) const {
     const std::vector<Acquisition> items = acquisitions(resource, limits, cost);
     std::vector<Decision> out(items.size());
-    // The callback is let go of with the GIL, whichever thread drops it last.
-    std::shared_ptr<py::function> call(new py::function(callback), [](py::function* f) {
-      const py::gil_scoped_acquire gil;
-      delete f;
-    });
+    const auto call = std::make_shared<PyCallback>(
+        callback, "ratewin: the callback of an asynchronous decision");
     const std::shared_ptr<Engine> e = engine();
     const std::size_t refused = without_gil([&] {
       return e->try_acquire_all_async(
           items, out, [call](std::size_t refused_at, std::span<const Decision> decisions) {
-            const py::gil_scoped_acquire gil;
-            try {
-              (*call)(decisions_of(refused_at, decisions));
-            } catch (py::error_already_set& error) {
-              error.discard_as_unraisable("ratewin: the callback of an asynchronous decision");
-            }
+            (*call)(decisions_of(refused_at, decisions));
           });
     });
     if (refused == Engine::kPending) return py::none();
@@ -381,34 +167,22 @@ class PyLimiter : public Owner<PyLimiter, LimiterHandle> {
   Limit limit_;
 };
 
-// Closes every object in `open` (which close() leaves); the GIL is held.
-template <class T>
-void close_each(std::unordered_set<T*>& open) {
-  while (!open.empty()) {
-    T* object = *open.begin();
-    const py::object keep = py::cast(object, py::return_value_policy::reference);
-    object->close();
-  }
-}
-
-// __enter__ (returns the object) and __exit__ (closes it) for a class with close().
-template <class T>
-void def_context_manager(py::class_<T>& cls, const std::string& what) {
-  cls.def(
-         "__enter__", [](T& self) -> T& { return self; }, py::return_value_policy::reference,
-         ("Returns the " + what + ".").c_str())
-      .def(
-          "__exit__",
-          [](T& self, const py::args&) {
-            self.close();
-            return false;
-          },
-          ("Closes the " + what + ".").c_str());
+// Closes every limiter and engine still open (limiters first: an open one keeps its
+// engine's threads running), then waits for what is still being deleted (engines dropped
+// unclosed, or closed from their own logger).
+void close_all() {
+  close_each(PyLimiter::open());
+  close_each(PyEngine::open());
+  without_gil([] {
+    drain_reaped();
+    return 0;
+  });
 }
 
 }  // namespace
 
 void init_engine(py::module_& m) {
+  note_main_thread();
   py::class_<PyEngine> engine_class(
       m, "Engine",
       "The rate-limiting engine: one per process is typical. Thread-safe: any number of "
@@ -461,16 +235,9 @@ void init_engine(py::module_& m) {
                if (PyCallable_Check(sink.ptr()) == 0) {
                  throw py::type_error("logger must be a callable (level, message) or None");
                }
-               auto callback = std::make_shared<PyCallback>(sink);
+               auto callback = std::make_shared<PyCallback>(sink, "ratewin: the Engine's logger");
                o.logger = [callback](LogLevel level, std::string_view message) {
-                 if (Py_IsInitialized() == 0 || finalizing()) return;
-                 py::gil_scoped_acquire gil;
-                 const InCallback in_callback;
-                 try {
-                   callback->fn(level_name(level), py::str(message.data(), message.size()));
-                 } catch (py::error_already_set& e) {
-                   e.discard_as_unraisable("ratewin: the Engine's logger");
-                 }
+                 (*callback)(level_name(level), message);
                };
              }
              return new PyEngine(std::move(o));
@@ -607,22 +374,18 @@ void init_engine(py::module_& m) {
       "bytes given), the id every ratewin API and process computes for that name. An int "
       "is returned as it is.");
 
+  m.def("_close_all", &close_all,
+        "Closes every limiter and engine still open, and waits until they are deleted.");
   m.def(
-      "_close_all",
+      "_at_exit",
       [] {
-        // Limiters first: an open one keeps its engine's threads running. One at a time,
-        // each held by a reference while it closes: closing releases the GIL, and
-        // meanwhile other threads may drop, close or open others.
-        close_each(PyLimiter::open());
-        close_each(PyEngine::open());
-        // And wait for what the Reaper still has to delete (engines dropped unclosed,
-        // or closed from their own logger).
-        without_gil([] {
-          Reaper::instance().drain();
-          return 0;
-        });
+        close_all();
+        callbacks_stop();
       },
-      "Closes every limiter and engine still open (registered with atexit by the package).");
+      "Registered with atexit by the package: closes what is still open while the "
+      "engines' threads can still call back into Python, then stops those calls for "
+      "good, as taking the GIL during finalization would unwind the thread that takes "
+      "it.");
 
   m.def(
       "_cxx_loop",
