@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up a fresh Debian 12 machine (see cmd/setup.sh), builds, runs
 # every suite (unit, Redis, Redis Cluster and Sentinel, C ABI with its symbol, ABI and
-# install checks, Python, the README's examples, the server's unit and end-to-end suites,
-# the demo), then builds and runs the unit, Redis (single, Cluster, Sentinel), C ABI and
+# install checks, Python, the examples of README.md and docs/, the server's unit and
+# end-to-end suites, the demo), then builds and runs the unit, Redis (single, Cluster, Sentinel), C ABI and
 # server suites (against a sanitized server) under AddressSanitizer+UBSan and under
 # ThreadSanitizer, runs the libFuzzer targets for a bounded smoke time, and runs
 # clang-tidy over the library. Exits non-zero on the first failure. Tests that need Redis

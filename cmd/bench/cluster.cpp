@@ -1,6 +1,6 @@
 // ratewin-bench cluster: the store on a local 3-primary Redis Cluster next to one Redis, in
 // the same run: allowed-path throughput, boundary reads, how evenly the primaries share
-// the work, and whether the capacity model (README) predicts what Redis spends.
+// the work, and whether the capacity model (docs/redis.md) predicts what Redis spends.
 #include <cxxopts.hpp>
 
 #include <hiredis/hiredis.h>
@@ -33,10 +33,10 @@ struct Target {
   std::vector<const test::RedisServer*> servers;  // the primaries
 };
 
-// The capacity model's constants (README, "Capacity"): Redis microseconds per first write
-// of a node to a limiter in a subinterval (with its change-set entry), per later write,
-// per key a boundary read fetches and per command it sends (an MGET: on a cluster one per
-// slot, so a read sends many more).
+// The capacity model's constants (docs/redis.md, "Capacity"): Redis microseconds per
+// first write of a node to a limiter in a subinterval (with its change-set entry), per
+// later write, per key a boundary read fetches and per command it sends (an MGET: on a
+// cluster one per slot, so a read sends many more).
 struct Model {
   double first = 0;
   double later = 0;

@@ -1,7 +1,7 @@
 // request_parser.h: strict HTTP/1.1 request framing (RFC 9112), incremental and
 // independent of sockets: bytes in, complete requests out. What a lenient parser would
-// let pass as something else is refused, the connection then closed (see README, "What
-// the server refuses"):
+// let pass as something else is refused, the connection then closed (see docs/server.md,
+// "What it refuses, and why"):
 //   - lines end in CRLF: a bare LF or a bare CR anywhere in the head, a chunk line or the
 //     trailers is 400, and so is chunk data not followed by exactly CRLF;
 //   - request line: method SP target SP HTTP/x.y with single spaces; a version other

@@ -40,15 +40,13 @@ class StoreError : public std::runtime_error {
 struct Options {
   // Bounds on the limiters held in memory: how many (one per resource and window
   // geometry), and their bytes (records and table; a limiter takes 48 bytes plus 4 per
-  // subinterval, plus about 11 of table). Both are split evenly over up to 64 shards by
-  // resource hash. A limiter whose window still holds counts is never dropped to make
-  // room (its client would get a fresh quota): only ones whose windows are empty are,
-  // least recently used first, each counted in Stats::evictions. While the bounds are
-  // full of limiters that still count, a new resource shares the overflow limiter of its
-  // window geometry: all such resources together get what one would (Stats::overflowed
-  // counts those decisions). Limiters held by a LimiterHandle are never dropped and are
-  // made even over the bounds.
+  // subinterval, plus about 11 of table), each split evenly over up to 64 shards by
+  // resource hash. Only limiters whose windows are empty are evicted, least recently used
+  // first (Stats::evictions). While the bounds are full of limiters that still count, new
+  // resources share the overflow limiter of their window geometry (Stats::overflowed).
+  // Limiters held by a LimiterHandle are never evicted and are made even over the bounds.
   // max_limiters is at least 1; max_memory at least 16 KiB (see Engine::capacity).
+  // docs/algorithms.md, "Memory and new keys", says why.
   std::size_t max_limiters = 1'000'000;
   std::size_t max_memory = std::size_t{256} << 20;
   // Source of time; nullptr means system_clock().
@@ -59,8 +57,8 @@ struct Options {
   // "redis-cluster://[user[:password]@]host:port[,host:port...]", or a primary behind
   // Redis Sentinel "redis-sentinel://[user[:password]@]host:port[,...]/master-name
   // [?sentinel_password=...&sentinel_user=...&db=N]". The engine starts whether or not
-  // Redis is up, and connects when it can (see require_store). rediss:// (TLS) is refused:
-  // this build's hiredis has no TLS.
+  // Redis is up, and connects when it can (see require_store). rediss:// (TLS) is not
+  // supported yet: the constructor throws std::invalid_argument.
   std::string redis;
   // Fail fast: the Engine constructor throws StoreError when the store cannot be used at
   // start (no answer within connect_timeout, a password refused or missing), instead of

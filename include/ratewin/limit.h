@@ -19,18 +19,16 @@ enum class FailurePolicy {
   closed,  // reject every request (for login-like endpoints)
   // Split the limit among the nodes: enforce max x Options::partition_share / live nodes
   // with this process's own counts, where live nodes is the count of engines on the same
-  // key prefix this engine last read from the store (each heartbeats with its boundary
-  // reads). So an outage costs about the limit across all nodes, not nodes x the limit.
-  // An engine that has never read the count decides as Options::partitioned_unknown says
-  // (local by default), and logs it.
+  // key prefix this engine last read from the store (Stats::live_nodes). An engine that
+  // has never read the count decides as Options::partitioned_unknown says (local by
+  // default), and logs it. See docs/operations.md.
   partitioned,
 };
 
-// Whether a limit's refusals take effect. A limit in shadow runs exactly as if it
-// enforced (it counts what it admits, in the store too, so its counts are an enforcing
-// limit's), but never refuses: what it would have refused is allowed, uncounted, with
-// Decision::would_reject set. A rollout runs a new or changed limit in shadow first, and
-// switching it to enforce (Limit::with_mode) keeps what it counted.
+// Whether a limit's refusals take effect. A limit in shadow counts what it admits, in the
+// store too, exactly as if it enforced, but never refuses: what it would have refused is
+// allowed, uncounted, with Decision::would_reject set. Switching it to enforce
+// (Limit::with_mode) keeps what it counted.
 enum class Mode {
   enforce,  // refusals are refusals (the default)
   shadow,   // refusals are allowed and reported (Decision::would_reject)
@@ -238,9 +236,8 @@ class Limit {
 
   // Which limits count together. Limits share counts on a resource only when they have
   // the same scope, interval and resolution. A limit's own scope follows from its max
-  // and algorithm, so two different limits never share counts (a login limit of 3 and an
-  // API limit of 100 on one client are counted apart). with_scope() names a scope, for limits meant
-  // to count together; with_max() keeps the scope it is called on.
+  // and algorithm, so two different limits never share counts. with_scope() names a
+  // scope, for limits meant to count together; with_max() keeps the scope it is called on.
   std::uint64_t scope() const noexcept;
   // True when the scope was given (with_scope, with_scope_id or with_max), not the
   // limit's own.

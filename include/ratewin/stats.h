@@ -122,8 +122,8 @@ constexpr StatField flag(std::string_view name, bool Stats::*field, std::string_
 }
 }  // namespace stat_fields_detail
 
-// Every figure of Stats (all but last_error), in the order /metrics shows them. A new
-// figure is a field of Stats and a line here; the C struct adds it in a new version.
+// Every figure of Stats (all but last_error), in the order /metrics shows them. How the
+// outputs are made from it: docs/architecture.md, "Stats, described once".
 inline constexpr StatField kStatFields[] = {
     stat_fields_detail::flag("store", &Stats::store, "A shared store (Redis) is configured.",
                              {"ratewin_store_configured", {},

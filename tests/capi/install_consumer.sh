@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs a build into a temporary prefix and builds the README's C and C++ examples
 # against the installed tree only, through CMake (find_package(ratewin)) and through
-# pkg-config with the README's own commands, then runs them; and builds them once more in
+# pkg-config with docs/c-and-cpp.md's own commands, then runs them; and builds them once more in
 # a project that vendors ratewin's source with add_subdirectory.
 #   install_consumer.sh <build dir> <source dir>
 set -euo pipefail
@@ -21,7 +21,7 @@ done
 examples="$work/examples"
 mkdir -p "$examples"
 for pair in c:example.c cpp:example.cpp; do
-  cmake -DREADME="$source/README.md" -DNAME="${pair%%:*}" -DOUT="$examples/${pair#*:}" \
+  cmake -DROOT="$source" -DNAME="${pair%%:*}" -DOUT="$examples/${pair#*:}" \
     -P "$source/tests/readme/extract.cmake"
 done
 
@@ -50,11 +50,11 @@ grep -q "libxxhash" "$work/cxx-missing.log" || {
   exit 1
 }
 
-echo "install_consumer: pkg-config, with the README's commands"
+echo "install_consumer: pkg-config, with docs/c-and-cpp.md's commands"
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
 cd "$examples"
 commands="$work/commands.sh"
-cmake -DREADME="$source/README.md" -DNAME=build-installed -DOUT="$commands" \
+cmake -DROOT="$source" -DNAME=build-installed -DOUT="$commands" \
   -P "$source/tests/readme/extract.cmake"
 bash -euo pipefail "$commands"
 LD_LIBRARY_PATH="$prefix/$libdir" ./example

@@ -1,4 +1,4 @@
-"""The README's Python example runs as written."""
+"""The Python examples of README.md and docs/python.md run as written."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_example(tmp_path, name: str) -> list[str]:
-    """Runs README's code block marked <!-- example:NAME --> as written; its output lines."""
+    """Runs the code block marked <!-- example:NAME --> (in README.md or docs/*.md) as
+    written; its output lines."""
     example = tmp_path / f"{name}.py"
-    subprocess.run(["cmake", f"-DREADME={ROOT / 'README.md'}", f"-DNAME={name}",
+    subprocess.run(["cmake", f"-DROOT={ROOT}", f"-DNAME={name}",
                     f"-DOUT={example}", "-P", str(ROOT / "tests" / "readme" / "extract.cmake")],
                    check=True, timeout=60)
     package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent

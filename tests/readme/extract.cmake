@@ -1,18 +1,66 @@
-# Writes the code block that follows "<!-- example:<NAME> -->" in README (up to its
-# closing fence) to OUT, exactly as written. The README's examples are compiled and run
-# from these copies, so the README cannot drift from what works.
-#   cmake -DREADME=README.md -DNAME=c -DOUT=example.c -P tests/readme/extract.cmake
-# or, while configuring, set the same variables and include() this file.
-foreach(var README NAME OUT)
+# Writes the code block that follows "<!-- example:<NAME> -->" (up to its closing fence)
+# to OUT, exactly as written. The examples of README.md and docs/*.md are compiled and run
+# from these copies, so the documentation cannot drift from what works.
+#   cmake -DROOT=<repository root> -DNAME=c -DOUT=example.c -P tests/readme/extract.cmake
+# searches README.md and docs/*.md under ROOT; -DEXAMPLE_FILES="a.md;b.md" searches those
+# instead. The marker must be in exactly one place: found nowhere, or twice (in one file
+# or in two), is an error. While configuring, set the same variables and include() this
+# file; EXTRACT_FILES then lists the files searched (for CMAKE_CONFIGURE_DEPENDS) and
+# EXTRACT_FOUND_IN the one the block came from.
+foreach(var NAME OUT)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "extract.cmake: ${var} is not set")
   endif()
 endforeach()
-file(READ ${README} readme)
-string(REGEX MATCH "<!-- example:${NAME} -->[\r\n]+```[a-z]*[\r\n]+(.*)" tail "${readme}")
-if(NOT tail)
-  message(FATAL_ERROR "${README}: no code block after <!-- example:${NAME} -->")
+if(DEFINED EXAMPLE_FILES)
+  set(EXTRACT_FILES ${EXAMPLE_FILES})
+elseif(DEFINED ROOT)
+  file(GLOB extract_docs ${ROOT}/docs/*.md)
+  list(SORT extract_docs)
+  set(EXTRACT_FILES ${ROOT}/README.md ${extract_docs})
+else()
+  message(FATAL_ERROR "extract.cmake: set ROOT (the repository root) or EXAMPLE_FILES")
 endif()
-string(FIND "${CMAKE_MATCH_1}" "```" fence_end)
-string(SUBSTRING "${CMAKE_MATCH_1}" 0 ${fence_end} block)
-file(WRITE ${OUT} "${block}")
+
+set(extract_marker "<!-- example:${NAME} -->")
+string(LENGTH "${extract_marker}" extract_marker_length)
+set(EXTRACT_FOUND_IN "")
+set(extract_places "")
+foreach(extract_file IN LISTS EXTRACT_FILES)
+  file(READ ${extract_file} extract_text)
+  set(extract_rest "${extract_text}")
+  string(FIND "${extract_rest}" "${extract_marker}" extract_at)
+  while(NOT extract_at EQUAL -1)
+    list(APPEND extract_places ${extract_file})
+    if(EXTRACT_FOUND_IN STREQUAL "")
+      set(EXTRACT_FOUND_IN ${extract_file})
+      math(EXPR extract_after "${extract_at} + ${extract_marker_length}")
+      string(SUBSTRING "${extract_rest}" ${extract_after} -1 extract_tail)
+    endif()
+    math(EXPR extract_after "${extract_at} + ${extract_marker_length}")
+    string(SUBSTRING "${extract_rest}" ${extract_after} -1 extract_rest)
+    string(FIND "${extract_rest}" "${extract_marker}" extract_at)
+  endwhile()
+endforeach()
+list(LENGTH extract_places extract_count)
+if(extract_count EQUAL 0)
+  string(REPLACE ";" ", " extract_searched "${EXTRACT_FILES}")
+  message(FATAL_ERROR "extract.cmake: ${extract_marker} is in none of ${extract_searched}")
+elseif(extract_count GREATER 1)
+  string(REPLACE ";" ", " extract_where "${extract_places}")
+  message(FATAL_ERROR "extract.cmake: ${extract_marker} is in more than one place: ${extract_where}")
+endif()
+
+# The marker, blank lines, an opening fence with its language, then the block.
+string(REGEX MATCH "^[\r\n]+```[a-z]*[\r\n]+" extract_opening "${extract_tail}")
+if(NOT extract_opening)
+  message(FATAL_ERROR "${EXTRACT_FOUND_IN}: no code block after ${extract_marker}")
+endif()
+string(LENGTH "${extract_opening}" extract_opening_length)
+string(SUBSTRING "${extract_tail}" ${extract_opening_length} -1 extract_body)
+string(FIND "${extract_body}" "```" extract_fence_end)
+if(extract_fence_end EQUAL -1)
+  message(FATAL_ERROR "${EXTRACT_FOUND_IN}: the code block after ${extract_marker} is not closed")
+endif()
+string(SUBSTRING "${extract_body}" 0 ${extract_fence_end} extract_block)
+file(WRITE ${OUT} "${extract_block}")

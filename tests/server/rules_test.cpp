@@ -1000,7 +1000,7 @@ TEST_CASE("every kind of invalid input names its line") {
   }
 }
 
-TEST_CASE("an error message reads as the README promises") {
+TEST_CASE("an error message reads as docs/server.md promises") {
   const Failure f = failure_of(
       "tiers:\n"
       "  free:\n"

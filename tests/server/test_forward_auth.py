@@ -44,7 +44,7 @@ def checker(start_server, rules):
 
 
 def nginx_check(server, uri: str, method: str = "GET", client: str = "203.0.113.1", **extra):
-    """A check as the README's nginx configuration sends it."""
+    """A check as the nginx configuration of docs/server.md sends it."""
     headers = {"X-Original-URI": uri, "X-Original-Method": method, "X-Real-IP": client,
                "X-Forwarded-For": client, **extra}
     return server.get(CHECK, headers)

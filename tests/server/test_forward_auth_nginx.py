@@ -1,8 +1,9 @@
 """A real nginx (Debian's, with auth_request) in front of a small upstream, asking
-ratewin-server whether each request may pass, with the configuration README shows:
+ratewin-server whether each request may pass, with the configuration docs/server.md shows:
 cmd/server/forward-auth/nginx.conf.in, run as it is. Limits hold through nginx, the
 rate-limit headers reach the client, a 429 carries Retry-After, and with ratewin-server
-down nginx answers as README says (503; or, in the fail-open variant, the upstream)."""
+down nginx answers as docs/server.md says (503; or, in the fail-open variant, the
+upstream)."""
 
 from __future__ import annotations
 
@@ -240,15 +241,15 @@ def test_with_the_checker_down_nginx_answers_503(stack):
     assert "auth request unexpected status: 502" in nginx.log()
 
 
-def test_readme_shows_the_tested_configuration():
-    """README quotes the file this test runs, whole, so the two cannot drift apart."""
-    readme = (ROOT / "README.md").read_text()
-    assert "```nginx\n" + TEMPLATE.read_text() + "```" in readme
-    assert "# checker down" in readme and CHECKER_DOWN in readme
+def test_docs_show_the_tested_configuration():
+    """docs/server.md quotes the file this test runs, whole, so the two cannot drift apart."""
+    page = (ROOT / "docs" / "server.md").read_text()
+    assert "```nginx\n" + TEMPLATE.read_text() + "```" in page
+    assert "# checker down" in page and CHECKER_DOWN in page
 
 
 def test_fail_open_variant_passes_requests_while_the_checker_is_down(start_server, tmp_path):
-    """README's one-line change: the checker-down line replaced by proxy_pass."""
+    """docs/server.md's one-line change: the checker-down line replaced by proxy_pass."""
     checker = start_server("--trust-proxy", "127.0.0.1",
                            rules=write_rules(tmp_path / "rules.yaml", RULES))
     upstream = Upstream()
