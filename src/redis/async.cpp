@@ -10,7 +10,7 @@ namespace {
 
 constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{2000};
-constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 
 void free_poll(uv_handle_t* handle) { delete reinterpret_cast<uv_poll_t*>(handle); }
 

@@ -13,7 +13,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-constexpr std::size_t kReadChunk = 16 * 1024;
+constexpr std::size_t kReadChunk = std::size_t{16} * 1024;
 
 }  // namespace
 
@@ -160,10 +160,10 @@ Status RedisConnection::receive_message(OnReply on_reply, milliseconds wait) {
     in_.release(reply);
     return {};
   }
-  const Status waited =
+  Status waited =
       Transport::wait(transport_->fd(), Io::Result::want_read, steady_clock::now() + wait);
   if (waited.code() == Status::Code::timeout) return waited;  // idle: still good
-  if (!waited.ok()) return fail(waited);
+  if (!waited.ok()) return fail(std::move(waited));
   return receive(1, on_reply, steady_clock::now() + command_timeout_);
 }
 

@@ -53,7 +53,9 @@ SentinelWatch::Primary SentinelWatch::resolve(Status& status) {
       continue;
     }
     if (primary.host.empty() || primary.port <= 0) {
-      failed(Status::Code::refused, named + ": " + refused);
+      std::string why_refused = named;
+      why_refused.append(": ").append(refused);
+      failed(Status::Code::refused, why_refused);
       continue;
     }
     // The sentinel's word, checked with the primary itself: it must say it is one.
@@ -75,8 +77,12 @@ SentinelWatch::Primary SentinelWatch::resolve(Status& status) {
       continue;
     }
     if (role != "master") {
-      failed(Status::Code::unavailable, named + " named " + endpoint.describe() +
-                                            " as the primary, but it says it is a " + role);
+      std::string mismatch = named;
+      mismatch.append(" named ")
+          .append(endpoint.describe())
+          .append(" as the primary, but it says it is a ")
+          .append(role);
+      failed(Status::Code::unavailable, mismatch);
       continue;
     }
     next_sentinel_ = (next_sentinel_ + tried) % count;  // keep asking the one that knew
