@@ -10,7 +10,8 @@ packages=(
   g++ cmake make pkg-config    # toolchain (present on most machines already)
   clang-tidy                   # static analysis in the test command
   libxxhash-dev                # resource hashing
-  libhiredis-dev libuv1-dev    # the Redis store: hiredis (sync and async) on a libuv loop
+  libhiredis-dev libuv1-dev    # the Redis store: hiredis's reply parser, on a libuv loop
+  libssl-dev openssl           # TLS to Redis (OpenSSL); the TLS tests make their certificates
   libcxxopts-dev               # command-line options of ratewin-bench and ratewin-server
   libyaml-cpp-dev              # ratewin-server: the rules file
   clang-14 libclang-rt-14-dev  # the libFuzzer smoke runs in the test command

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "control.h"
@@ -22,6 +23,7 @@
 #include "log.h"
 #include "overrides.h"
 #include "ratewin/engine.h"
+#include "redis_password.h"
 #include "service.h"
 #include "transport.h"
 
@@ -64,6 +66,63 @@ bool parse_listen(const std::string& text, Config& config) {
   return true;
 }
 
+// The Redis password (--redis-password-file, else RATEWIN_REDIS_PASSWORD) put into
+// options.redis, and the --redis-tls-* flags into options.tls; false (the problem said)
+// when they cannot be used. The files are the engine's to read and check.
+bool redis_settings(const cxxopts::ParseResult& args, Options& options) {
+  std::string password;
+  const std::string password_file = args["redis-password-file"].as<std::string>();
+  if (!password_file.empty()) {
+    std::string error;
+    std::optional<std::string> read = read_password_file(password_file, error);
+    if (!read) {
+      std::fprintf(stderr, "ratewin-server: --redis-password-file: %s\n", error.c_str());
+      return false;
+    }
+    if (options.redis.empty()) {
+      std::fprintf(stderr, "ratewin-server: --redis-password-file needs --redis\n");
+      return false;
+    }
+    password = std::move(*read);
+  } else if (const char* env = std::getenv("RATEWIN_REDIS_PASSWORD");
+             env != nullptr && !options.redis.empty()) {
+    password = env;
+  }
+  if (!password.empty()) {
+    std::string error;
+    std::optional<std::string> url = with_redis_password(options.redis, password, error);
+    if (!url) {
+      std::fprintf(stderr, "ratewin-server: --redis: %s\n", error.c_str());
+      return false;
+    }
+    options.redis = std::move(*url);
+  }
+
+  TlsOptions& tls = options.tls;
+  tls.ca_file = args["redis-tls-ca-file"].as<std::string>();
+  tls.ca_dir = args["redis-tls-ca-dir"].as<std::string>();
+  tls.cert_file = args["redis-tls-cert-file"].as<std::string>();
+  tls.key_file = args["redis-tls-key-file"].as<std::string>();
+  tls.server_name = args["redis-tls-server-name"].as<std::string>();
+  const std::string verify = args["redis-tls-verify"].as<std::string>();
+  if (verify == "full") {
+    tls.verify = TlsVerify::full;
+  } else if (verify == "ca") {
+    tls.verify = TlsVerify::ca;
+  } else if (verify == "none") {
+    tls.verify = TlsVerify::none;
+  } else {
+    std::fprintf(stderr, "ratewin-server: --redis-tls-verify must be full, ca or none\n");
+    return false;
+  }
+  tls.min_version = args["redis-tls-min-version"].as<std::string>();
+  if (tls.min_version != "1.2" && tls.min_version != "1.3") {
+    std::fprintf(stderr, "ratewin-server: --redis-tls-min-version must be 1.2 or 1.3\n");
+    return false;
+  }
+  return true;
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options cli("ratewin-server",
                        "An HTTP server that rate-limits every request by client key and endpoint "
@@ -74,9 +133,42 @@ int run(int argc, char** argv) {
   cli.add_options()
     ("listen", "Address and port to serve HTTP on (host:port; port 0 picks a free one, "
                "printed on stdout)", cxxopts::value<std::string>()->default_value("127.0.0.1:8080"))
-    ("redis", "Share counts with every instance through this Redis "
-              "(redis://[user[:password]@]host[:port][/db] or unix://...); without it, "
-              "local-only", cxxopts::value<std::string>()->default_value(""))
+    ("redis", "Share counts with every instance through this Redis; without it, "
+              "local-only. One server: redis://[user[:password]@]host[:port][/db], "
+              "rediss://... (the same over TLS) or unix://[user[:password]@]/path[?db=N]; a "
+              "Redis Cluster's seed nodes: redis-cluster://[user[:password]@]host:port[,host:"
+              "port...] or rediss-cluster://... (TLS); a primary behind Redis Sentinel: "
+              "redis-sentinel://[user[:password]@]host:port[,host:port...]/master-name"
+              "[?sentinel_password=...&sentinel_user=...&db=N] or rediss-sentinel://... "
+              "(TLS). A rediss URL may also give the TLS settings as parameters "
+              "(?tls_ca_file=...&tls_verify=ca), which win over the --redis-tls-* flags",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-password-file", "Read the Redis password from this file (its content, a "
+                            "trailing newline dropped) and put it into the --redis URL, which "
+                            "must hold no password (a lone user@ there is the ACL user name). "
+                            "Without it, RATEWIN_REDIS_PASSWORD does the same from the "
+                            "environment. Either keeps the password out of the process list",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-tls-ca-file", "TLS (rediss): the CAs trusted to sign Redis' certificate (PEM); "
+                          "without it or --redis-tls-ca-dir, the system's",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-tls-ca-dir", "TLS: a folder of trusted CAs named by hash (openssl rehash)",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-tls-cert-file", "TLS: this client's certificate (PEM), for Redis' "
+                            "--tls-auth-clients",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-tls-key-file", "TLS: its private key (PEM); without it, the key is in "
+                           "--redis-tls-cert-file",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-tls-server-name", "TLS: the name sent (SNI) and verified in Redis' certificate, "
+                              "instead of each server's host",
+     cxxopts::value<std::string>()->default_value(""))
+    ("redis-tls-verify", "TLS: full (the certificate's chain and name), ca (its chain only) "
+                         "or none (nothing: encrypted but unauthenticated; logged as a "
+                         "warning)",
+     cxxopts::value<std::string>()->default_value("full"))
+    ("redis-tls-min-version", "TLS: the oldest version accepted, 1.2 or 1.3",
+     cxxopts::value<std::string>()->default_value("1.2"))
     ("key-prefix", "Prefix of every Redis key and channel",
      cxxopts::value<std::string>()->default_value("ratewin"))
     ("partition-share", "failure_policy: partitioned: while Redis is unreachable, each "
@@ -198,6 +290,7 @@ int run(int argc, char** argv) {
 
   Options engine_options;
   engine_options.redis = args["redis"].as<std::string>();
+  if (!redis_settings(args, engine_options)) return 2;
   engine_options.key_prefix = args["key-prefix"].as<std::string>();
   engine_options.max_limiters = args["max-limiters"].as<std::size_t>();
   if (!parse_bytes(args["max-memory"].as<std::string>(), engine_options.max_memory) ||
@@ -230,7 +323,10 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   try {
     Engine engine(engine_options);
-    Overrides overrides(engine_options.redis, engine_options.key_prefix, log);
+    Overrides overrides(engine_options.redis.empty()
+                            ? RedisTarget()
+                            : RedisTarget(engine_options.redis, engine_options.tls),
+                        engine_options.key_prefix, log);
     Service service(engine, overrides, service_options, log);
 
     std::vector<std::unique_ptr<Worker>> workers;

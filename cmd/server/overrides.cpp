@@ -64,14 +64,13 @@ std::string Override::to_json(std::string_view key) const {
   return out;
 }
 
-Overrides::Overrides(std::string redis, std::string key_prefix, Log log)
+Overrides::Overrides(RedisTarget redis, std::string key_prefix, Log log)
     : redis_(std::move(redis)),
       hash_key_(key_prefix + ":server:overrides"),
       channel_(key_prefix + ":server:overrides"),
       log_(std::move(log)),
       current_(std::make_shared<const OverrideMap>()) {
   if (redis_.empty()) return;
-  (void)RedisClient::describe(redis_);  // throws std::invalid_argument for a bad address
   in_sync_ = false;
   thread_ = std::thread([this] { run(); });
   writer_ = std::thread([this] { write_submitted(); });

@@ -27,6 +27,8 @@
 
 namespace ratewin::server {
 
+using internal::RedisTarget;
+
 struct Override {
   enum class Kind { limit, multiplier };
   Kind kind = Kind::multiplier;
@@ -56,7 +58,7 @@ class Overrides {
  public:
   using Log = std::function<void(LogLevel, std::string_view)>;
   // Without a Redis address: local only.
-  Overrides(std::string redis, std::string key_prefix, Log log);
+  Overrides(RedisTarget redis, std::string key_prefix, Log log);
   ~Overrides();
   Overrides(const Overrides&) = delete;
   Overrides& operator=(const Overrides&) = delete;
@@ -104,7 +106,7 @@ class Overrides {
   std::string command(const std::function<std::string(internal::RedisClient&)>& body);
   void publish_local(const std::function<void(OverrideMap&)>& change);
 
-  std::string redis_;  // the address; empty: local only
+  RedisTarget redis_;  // the address; empty: local only
   std::string hash_key_;
   std::string channel_;
   Log log_;

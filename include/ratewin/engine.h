@@ -35,6 +35,32 @@ class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How a Redis server's TLS certificate is checked.
+enum class TlsVerify {
+  full,  // its chain up to a trusted CA, and the host name (or address) it is for
+  ca,    // its chain only: a certificate for any name is accepted
+  none,  // nothing: encrypted, but any server (or a man in the middle) is accepted; the
+         // engine logs a warning once
+};
+
+// TLS to Redis, used by rediss://, rediss-cluster:// and rediss-sentinel:// addresses
+// (Options::redis), for every connection: to the server, to each Cluster node, to the
+// sentinels and the primary they name. Such a URL may also give each field as a
+// parameter (?tls_ca_file=...&tls_verify=ca), which wins over the field here. Files are
+// PEM. They are read when the engine starts (one that cannot be used makes the
+// constructor throw std::invalid_argument), and again on a later connection after they
+// change, so rotated certificates take effect without a restart.
+struct TlsOptions {
+  std::string ca_file;      // trusted CAs; with ca_dir empty too, the system's store
+  std::string ca_dir;       // a folder of trusted CAs named by hash (`openssl rehash`)
+  std::string cert_file;    // this client's certificate (chain), for mutual TLS
+  std::string key_file;     // its private key; empty: the key is in cert_file
+  std::string server_name;  // sent (SNI) and verified; empty: each server's own host
+  TlsVerify verify = TlsVerify::full;
+  std::string min_version = "1.2";  // the oldest TLS version accepted: "1.2" or "1.3"
+  bool operator==(const TlsOptions&) const = default;
+};
+
 // Engine settings. The Engine constructor checks them and throws std::invalid_argument
 // naming the first one out of range.
 struct Options {
@@ -56,10 +82,13 @@ struct Options {
   // "unix://[user[:password]@]/path/to/socket[?db=N]", a Redis Cluster's seed nodes
   // "redis-cluster://[user[:password]@]host:port[,host:port...]", or a primary behind
   // Redis Sentinel "redis-sentinel://[user[:password]@]host:port[,...]/master-name
-  // [?sentinel_password=...&sentinel_user=...&db=N]". The engine starts whether or not
-  // Redis is up, and connects when it can (see require_store). rediss:// (TLS) is not
-  // supported yet: the constructor throws std::invalid_argument.
+  // [?sentinel_password=...&sentinel_user=...&db=N]". With TLS: rediss://,
+  // rediss-cluster:// and rediss-sentinel:// (see TlsOptions). The engine starts whether
+  // or not Redis is up, and connects when it can (see require_store).
   std::string redis;
+  // TLS settings for a rediss address. Set for another address, the constructor throws
+  // std::invalid_argument (TLS is asked for by the URL's scheme).
+  TlsOptions tls;
   // Fail fast: the Engine constructor throws StoreError when the store cannot be used at
   // start (no answer within connect_timeout, a password refused or missing), instead of
   // starting degraded. A store that goes away later is still an outage, decided by the
@@ -111,7 +140,10 @@ struct Acquisition {
 // concurrently. A rejected request is decided from local state only.
 class Engine {
  public:
-  explicit Engine(Options options = {});
+  // Local mode, every default. (Out of line: GCC 12 at -O3 warns falsely on a default
+  // Options destroyed in the caller.)
+  Engine();
+  explicit Engine(Options options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

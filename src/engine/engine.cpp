@@ -9,6 +9,8 @@
 namespace ratewin {
 inline namespace v1 {
 
+Engine::Engine() : Engine(Options{}) {}
+
 Engine::Engine(Options options)
     : core_(std::make_shared<detail::EngineCore>(std::move(options), nullptr)) {}
 

@@ -47,6 +47,8 @@ void validate(const Options& o) {
     fail("key_prefix must not contain '{' or '}'");
   if (!(o.partition_share >= 0.01 && o.partition_share <= 1000))
     fail("partition_share must be between 0.01 and 1000");
+  if (o.redis.empty() && !(o.tls == TlsOptions{}))
+    fail("tls is set, but there is no Redis address (TLS is for a rediss address)");
   if (o.partitioned_unknown != FailurePolicy::local &&
       o.partitioned_unknown != FailurePolicy::closed)
     fail("partitioned_unknown must be FailurePolicy::local or FailurePolicy::closed");

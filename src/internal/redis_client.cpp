@@ -7,6 +7,7 @@
 #include "redis/reporter.h"
 #include "redis/sentinel.h"
 #include "redis/slot.h"
+#include "redis/tls.h"
 #include "redis/topology.h"
 
 namespace ratewin::inline v1::internal {
@@ -100,11 +101,21 @@ RedisClient::RedisClient(std::unique_ptr<detail::RedisConnection> connection)
 
 RedisClient::~RedisClient() = default;
 
-std::unique_ptr<RedisClient> RedisClient::open(std::string_view url,
+RedisTarget::RedisTarget(std::string_view url, const TlsOptions& tls)
+    : address_(std::make_shared<const detail::RedisAddress>(
+          detail::secured(detail::RedisAddress::parse(url), tls, nullptr))) {}
+
+std::string RedisTarget::describe() const { return address_ ? address_->describe() : std::string(); }
+
+std::unique_ptr<RedisClient> RedisClient::open(const RedisTarget& target,
                                                std::chrono::milliseconds connect_timeout,
                                                std::chrono::milliseconds command_timeout,
                                                std::string& error, std::string_view route_key) {
-  const detail::RedisAddress address = detail::RedisAddress::parse(url);
+  if (target.empty()) {
+    error = "no Redis address";
+    return nullptr;
+  }
+  const detail::RedisAddress& address = *target.address_;
   const bool any_node = address.kind == detail::RedisAddress::Kind::kCluster && route_key.empty();
   // On a Cluster with no key, any node will do: the first seed that answers.
   const std::size_t tries = any_node ? address.servers.size() : 1;

@@ -224,31 +224,41 @@ bool AsyncRedis::write_out() {
   return true;
 }
 
+std::string AsyncRedis::hint(const Status& failure) const {
+  return state_ == State::kLoggingIn ? login_failure_hint(endpoint_, failure) : std::string();
+}
+
 bool AsyncRedis::read_in() {
   const std::uint64_t generation = generation_;
   // A few chunks at a turn of the loop, each answered before the next is read: a long
   // stream of replies neither holds the loop nor piles up unparsed (the socket, still
   // readable, brings the rest at the next turn).
-  for (int chunks = 0; chunks < 4; ++chunks) {
+  // (What TLS read ahead is taken too: the socket will not say it is there.)
+  for (int chunks = 0; chunks < 4 || transport_->buffered(); ++chunks) {
     Status status;
     const Io io = transport_->read(chunk_.get(), kReadChunk, status);
-    if (io.result == Io::Result::want_read || io.result == Io::Result::want_write) return true;
+    if (io.result == Io::Result::want_read || io.result == Io::Result::want_write) {
+      // (A TLS read may have to write first.)
+      if (io.result == Io::Result::want_write) wants_ = io.result;
+      return true;
+    }
     if (io.result != Io::Result::done) {
       const bool ready = state_ == State::kReady;
       abort(io.result == Io::Result::closed
-                ? "connection closed by " + endpoint_.describe()
-                : "connection to " + endpoint_.describe() + " lost: " + status.message(),
+                ? "connection closed by " + endpoint_.describe() + hint(status)
+                : "connection to " + endpoint_.describe() + " lost: " + status.message() +
+                      hint(status),
             ready && io.result == Io::Result::closed);
       return false;
     }
     if (Status fed = in_.feed(chunk_.get(), io.bytes); !fed.ok()) {
-      abort(fed.message());
+      abort(fed.message() + hint(fed));
       return false;
     }
     for (;;) {
       redisReply* reply = nullptr;
       if (Status parsed = in_.next(reply); !parsed.ok()) {
-        abort(parsed.message());
+        abort(parsed.message() + hint(parsed));
         return false;
       }
       if (reply == nullptr) break;
@@ -346,8 +356,9 @@ void AsyncRedis::on_timer(uv_timer_t* timer) {
   switch (action) {
     case TimerAction::kConnectDeadline:
       if (self->state_ == State::kConnecting) {
-        self->abort("connecting to " + self->endpoint_.describe() + " timed out after " +
-                    std::to_string(self->connect_timeout_.count()) + " ms");
+        self->abort(connect_timed_out(self->transport_.get(), self->endpoint_.describe(),
+                                      self->connect_timeout_)
+                        .message());
       }
       break;
     case TimerAction::kLoginDeadline:

@@ -105,6 +105,9 @@ class AsyncRedis {
   // Reads what the socket holds and hands every complete reply to its callback; false on
   // a failure (then lost).
   bool read_in();
+  // What to add to the message of a connection that broke while logging in (see
+  // login_failure_hint).
+  std::string hint(const Status& failure) const;
   // Ends the connection (transport and poll handle) and fails what is in flight with
   // `reason`; then reports it and schedules the next attempt (lose).
   void abort(const std::string& reason, bool dropped = false);

@@ -26,7 +26,7 @@ RedisConnection::~RedisConnection() = default;
 std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endpoint,
                                                        milliseconds connect_timeout,
                                                        milliseconds command_timeout,
-                                                       Status& status) {
+                                                       Status& status, Deadline caller) {
   const Deadline deadline = steady_clock::now() + connect_timeout;
   std::unique_ptr<Transport> transport = Transport::open(endpoint, status);
   if (transport == nullptr) return nullptr;
@@ -35,20 +35,20 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
     if (io.result == Io::Result::done) break;
     if (io.result != Io::Result::want_read && io.result != Io::Result::want_write) return nullptr;
     if (const Status waited = Transport::wait(transport->fd(), io.result, deadline); !waited.ok()) {
-      status = Status(waited.code() == Status::Code::timeout ? Status::Code::connect : waited.code(),
-                      "cannot connect to " + endpoint.describe() + ": " +
-                          (waited.code() == Status::Code::timeout
-                               ? "timed out after " + std::to_string(connect_timeout.count()) + " ms"
-                               : waited.message()));
+      status = waited.code() == Status::Code::timeout
+                   ? connect_timed_out(transport.get(), endpoint.describe(), connect_timeout)
+                   : Status(waited.code(),
+                            "cannot connect to " + endpoint.describe() + ": " + waited.message());
       return nullptr;
     }
   }
   std::unique_ptr<RedisConnection> connection(
       new RedisConnection(std::move(transport), command_timeout));
-  // Log in: AUTH [user] password, SELECT db; one round trip, within what is left of the
-  // connect timeout.
-  const std::vector<std::vector<std::string>> login = endpoint.login_commands();
-  if (login.empty()) return connection;
+  // Log in: AUTH [user] password, SELECT db, PING; one round trip, within what is left
+  // of the connect timeout and the caller's deadline. (The PING makes a server that does not speak this protocol,
+  // such as a TLS port reached without TLS, fail here rather than at the first command.)
+  std::vector<std::vector<std::string>> login = endpoint.login_commands();
+  login.push_back({"PING"});
   for (const auto& command : login) {
     connection->out_.command(command.size());
     for (const std::string& arg : command) connection->out_.arg(arg);
@@ -57,14 +57,17 @@ std::unique_ptr<RedisConnection> RedisConnection::open(const RedisEndpoint& endp
   const Status sent = connection->round_trip(
       [&](std::size_t i, const redisReply& r) {
         if (r.type != REDIS_REPLY_ERROR || !refused.ok()) return;
-        const bool auth = endpoint.authenticates() && i == 0;
-        refused = Status(auth ? Status::Code::auth : Status::Code::refused,
-                         (auth ? "authentication failed for " : "SELECT failed on ") +
+        // AUTH refused, or a command refused for want of it: credentials; else as Redis said.
+        const Status said = Status::of_error_reply(reply_text(r));
+        const bool auth = said.code() == Status::Code::auth || login[i].front() == "AUTH";
+        refused = Status(auth ? Status::Code::auth : said.code(),
+                         (auth ? "authentication failed for " : login[i].front() + " failed on ") +
                              endpoint.describe() + ": " + reply_text(r));
       },
-      deadline);
+      std::min(deadline, caller));
   if (!sent.ok()) {
-    status = Status(sent.code(), "cannot log in to " + endpoint.describe() + ": " + sent.message());
+    status = Status(sent.code(), "cannot log in to " + endpoint.describe() + ": " +
+                                     sent.message() + login_failure_hint(endpoint, sent));
     return nullptr;
   }
   if (!refused.ok()) {
@@ -83,13 +86,7 @@ Status RedisConnection::fail(Status status) noexcept {
   return status;
 }
 
-bool RedisConnection::alive() const noexcept {
-  if (broken_) return false;
-  // Redis never speaks first on a connection like this one: anything readable while no
-  // command is in flight is the end of the stream (or garbage): either way, not usable.
-  pollfd p{transport_->fd(), POLLIN, 0};
-  return ::poll(&p, 1, 0) == 0;
-}
+bool RedisConnection::alive() const noexcept { return !broken_ && transport_->idle_alive(); }
 
 Status RedisConnection::send(Deadline deadline) {
   if (broken_) return Status(Status::Code::io, "connection already broken");
@@ -160,11 +157,24 @@ Status RedisConnection::receive_message(OnReply on_reply, milliseconds wait) {
     in_.release(reply);
     return {};
   }
-  Status waited =
-      Transport::wait(transport_->fd(), Io::Result::want_read, steady_clock::now() + wait);
-  if (waited.code() == Status::Code::timeout) return waited;  // idle: still good
-  if (!waited.ok()) return fail(std::move(waited));
-  return receive(1, on_reply, steady_clock::now() + command_timeout_);
+  const Deadline until = steady_clock::now() + wait;
+  char chunk[kReadChunk];
+  for (;;) {
+    if (!transport_->buffered()) {
+      Status waited = Transport::wait(transport_->fd(), Io::Result::want_read, until);
+      if (waited.code() == Status::Code::timeout) return waited;  // idle: still good
+      if (!waited.ok()) return fail(std::move(waited));
+    }
+    Status status;
+    const Io io = transport_->read(chunk, sizeof chunk, status);
+    if (io.result == Io::Result::done) {
+      if (Status fed = in_.feed(chunk, io.bytes); !fed.ok()) return fail(std::move(fed));
+      return receive(1, on_reply, steady_clock::now() + command_timeout_);
+    }
+    // (Readable, but no data: TLS records of its own, such as a session ticket.)
+    if (io.result != Io::Result::want_read && io.result != Io::Result::want_write)
+      return fail(std::move(status));
+  }
 }
 
 }  // namespace ratewin::inline v1::detail

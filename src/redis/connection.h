@@ -31,11 +31,14 @@ class RedisConnection {
   using OnReply = FunctionRef<void(std::size_t index, const redisReply& reply)>;
 
   // Null, with `status` set, when it cannot connect or log in (an auth status when
-  // Redis refused the credentials or asked for some).
+  // Redis refused the credentials or asked for some). Connecting (with TLS, the
+  // handshake too) is bounded by connect_timeout; logging in, a round trip, also by the
+  // deadline of the `caller` who needs the connection.
   static std::unique_ptr<RedisConnection> open(const RedisEndpoint& endpoint,
                                                std::chrono::milliseconds connect_timeout,
                                                std::chrono::milliseconds command_timeout,
-                                               Status& status);
+                                               Status& status,
+                                               Deadline caller = Deadline::max());
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;

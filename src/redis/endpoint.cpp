@@ -1,7 +1,9 @@
 #include "redis/endpoint.h"
 
 #include <charconv>
+#include <functional>
 #include <stdexcept>
+#include <utility>
 
 namespace ratewin::inline v1::detail {
 namespace {
@@ -22,7 +24,7 @@ std::string redacted(std::string_view url) {
     return out;
   }
   const std::size_t scheme = url.find("://");
-  const std::size_t at = url.rfind('@');
+  const std::size_t at = url.substr(0, url.find('?')).rfind('@');
   if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme) {
     return std::string(url);
   }
@@ -54,7 +56,9 @@ int parse_int(std::string_view url, std::string_view text, const char* what, int
   return value;
 }
 
-std::string percent_decode(std::string_view url, std::string_view text) {
+// `what`: where the text is, for the error (never the text: it may be a secret).
+std::string percent_decode(std::string_view url, std::string_view text,
+                           std::string_view what = "user or password") {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -63,7 +67,7 @@ std::string percent_decode(std::string_view url, std::string_view text) {
       continue;
     }
     if (i + 2 >= text.size() || !is_hex(text[i + 1]) || !is_hex(text[i + 2])) {
-      bad(url, "bad percent-encoding in user or password");
+      bad(url, "bad percent-encoding in " + std::string(what));
     }
     int value = 0;
     std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
@@ -75,7 +79,8 @@ std::string percent_decode(std::string_view url, std::string_view text) {
 
 // Splits "user:password@rest" into credentials and rest.
 std::string_view take_credentials(std::string_view url, std::string_view rest, RedisEndpoint& e) {
-  const std::size_t at = rest.rfind('@');
+  // (Before the parameters, whose values may hold an '@' of their own.)
+  const std::size_t at = rest.substr(0, rest.find('?')).rfind('@');
   if (at == std::string_view::npos) return rest;
   const std::string_view credentials = rest.substr(0, at);
   const std::size_t colon = credentials.find(':');
@@ -126,7 +131,128 @@ std::vector<RedisEndpoint> parse_hosts(std::string_view url, std::string_view li
   return out;
 }
 
+// Each "name=value" of a query ("a=1&b=2"), its value percent-decoded, to `take`, which
+// returns false for a name it does not know; then `known` lists the names for the error.
+void for_each_param(std::string_view url, std::string_view query,
+                    const std::function<bool(std::string_view, std::string)>& take,
+                    const std::string& known) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    const std::size_t eq = param.find('=');
+    const std::string_view name = param.substr(0, eq);
+    const std::string_view value =
+        eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
+    if (!take(name, percent_decode(url, value, "parameter '" + std::string(name) + "'"))) {
+      bad(url, "unknown parameter '" + std::string(name) + "'" +
+                   (known.empty() ? std::string(" (it takes none)") : " (known: " + known + ")"));
+    }
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+}
+
+constexpr std::string_view kTlsParamNames =
+    "tls_ca_file, tls_ca_dir, tls_cert_file, tls_key_file, tls_server_name, tls_verify, "
+    "tls_min_version";
+
+// The names a URL knows: `plain`, and the TLS parameters when it is `secure`.
+std::string known_params(std::string_view plain, bool secure) {
+  std::string out(plain);
+  if (secure) {
+    if (!out.empty()) out += ", ";
+    out += kTlsParamNames;
+  }
+  return out;
+}
+
+// `params`' TLS parameter `name` (when `secure`): false when it is not one. A TLS
+// parameter on a plain URL is an error of its own.
+bool take_tls(std::string_view url, bool secure, TlsParams& params, std::string_view name,
+              std::string value) {
+  if (!name.starts_with("tls_")) return false;
+  if (!secure) bad(url, "'" + std::string(name) + "' needs TLS: use a rediss scheme");
+  return params.take(name, std::move(value), [url](const std::string& why) { bad(url, why); });
+}
+
+// Splits "scheme://rest": the rest when `url` starts with `plain` or its TLS form
+// (plain with "rediss" for "redis"), with `secure` set for the latter.
+std::optional<std::string_view> after_scheme(std::string_view url, std::string_view plain,
+                                             bool& secure) {
+  if (url.starts_with(plain)) {
+    secure = false;
+    return url.substr(plain.size());
+  }
+  const std::string tls = "rediss" + std::string(plain.substr(5));  // plain starts "redis"
+  if (url.starts_with(tls)) {
+    secure = true;
+    return url.substr(tls.size());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<int> tls_version(std::string_view text) noexcept {
+  if (text.starts_with("TLSv")) text.remove_prefix(4);
+  if (text == "1.2") return 0x0303;
+  if (text == "1.3") return 0x0304;
+  return std::nullopt;
+}
+
+std::string_view verify_name(TlsVerify verify) noexcept {
+  switch (verify) {
+    case TlsVerify::ca:
+      return "ca";
+    case TlsVerify::none:
+      return "none";
+    case TlsVerify::full:
+      break;
+  }
+  return "full";
+}
+
+std::optional<TlsVerify> parse_verify(std::string_view name) noexcept {
+  if (name == "full") return TlsVerify::full;
+  if (name == "ca") return TlsVerify::ca;
+  if (name == "none") return TlsVerify::none;
+  return std::nullopt;
+}
+
+bool TlsParams::take(std::string_view name, std::string value,
+                     const std::function<void(const std::string&)>& bad) {
+  if (name == "tls_ca_file") {
+    ca_file = std::move(value);
+  } else if (name == "tls_ca_dir") {
+    ca_dir = std::move(value);
+  } else if (name == "tls_cert_file") {
+    cert_file = std::move(value);
+  } else if (name == "tls_key_file") {
+    key_file = std::move(value);
+  } else if (name == "tls_server_name") {
+    server_name = std::move(value);
+  } else if (name == "tls_verify") {
+    verify = parse_verify(value);
+    if (!verify) bad("tls_verify '" + value + "' is not full, ca or none");
+  } else if (name == "tls_min_version") {
+    if (!tls_version(value)) bad("tls_min_version '" + value + "' is not 1.2 or 1.3");
+    min_version = std::move(value);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+TlsOptions TlsParams::over(TlsOptions base) const {
+  if (ca_file) base.ca_file = *ca_file;
+  if (ca_dir) base.ca_dir = *ca_dir;
+  if (cert_file) base.cert_file = *cert_file;
+  if (key_file) base.key_file = *key_file;
+  if (server_name) base.server_name = *server_name;
+  if (min_version) base.min_version = *min_version;
+  if (verify) base.verify = *verify;
+  return base;
+}
 
 std::string host_port(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos;
@@ -139,29 +265,51 @@ std::string host_port(const std::string& host, int port) {
   return out;
 }
 
-RedisEndpoint RedisEndpoint::parse(std::string_view url) {
+RedisEndpoint RedisEndpoint::parse(std::string_view url, TlsParams* tls) {
   RedisEndpoint e;
-  constexpr std::string_view kTcp = "redis://";
   constexpr std::string_view kUnix = "unix://";
   if (url.starts_with(kUnix)) {
     std::string_view rest = take_credentials(url, url.substr(kUnix.size()), e);
     const std::size_t query = rest.find('?');
     if (query != std::string_view::npos) {
-      const std::string_view params = rest.substr(query + 1);
+      for_each_param(
+          url, rest.substr(query + 1),
+          [&](std::string_view name, const std::string& value) {
+            if (name.starts_with("tls_")) bad(url, "TLS is not spoken over a Unix socket");
+            if (name != "db") return false;
+            e.db = parse_int(url, value, "db", 0, 1 << 20);
+            return true;
+          },
+          "db");
       rest = rest.substr(0, query);
-      if (!params.starts_with("db=")) bad(url, "the only parameter is db=N");
-      e.db = parse_int(url, params.substr(3), "db", 0, 1 << 20);
     }
     if (rest.empty() || rest[0] != '/') bad(url, "a Unix socket path must be absolute");
     e.unix_path = std::string(rest);
     return e;
   }
-  if (url.starts_with("rediss://") || url.starts_with("rediss-")) {
-    bad(url, "TLS (rediss://) is not supported: this build's hiredis has no TLS; reach Redis "
-             "through a TLS tunnel (stunnel, spiped, a sidecar) with a redis:// URL");
+  bool secure = false;
+  const std::optional<std::string_view> after = after_scheme(url, "redis://", secure);
+  if (!after) {
+    bad(url, "it must start with redis://, rediss://, unix://, redis-cluster://, "
+             "rediss-cluster://, redis-sentinel:// or rediss-sentinel://");
   }
-  if (!url.starts_with(kTcp)) bad(url, "it must start with redis://, unix://, redis-cluster:// or redis-sentinel://");
-  std::string_view rest = take_credentials(url, url.substr(kTcp.size()), e);
+  e.secure = secure;
+  std::string_view rest = take_credentials(url, *after, e);
+  const std::size_t query = rest.find('?');
+  if (query != std::string_view::npos) {
+    TlsParams ignored;
+    TlsParams& params = tls != nullptr ? *tls : ignored;
+    for_each_param(
+        url, rest.substr(query + 1),
+        [&](std::string_view name, std::string value) {
+          if (take_tls(url, secure, params, name, value)) return true;
+          if (name != "db") return false;
+          e.db = parse_int(url, value, "db", 0, 1 << 20);
+          return true;
+        },
+        known_params("db", secure));
+    rest = rest.substr(0, query);
+  }
   const std::size_t slash = rest.find('/');
   if (slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);
@@ -185,10 +333,17 @@ std::vector<std::vector<std::string>> RedisEndpoint::login_commands() const {
   return commands;
 }
 
+std::string login_failure_hint(const RedisEndpoint& endpoint, const Status& failure) {
+  const bool broken =
+      failure.code() == Status::Code::io || failure.code() == Status::Code::protocol;
+  if (!broken || endpoint.secure || !endpoint.unix_path.empty()) return {};
+  return " (if that is Redis' TLS port, use rediss://)";
+}
+
 std::string RedisEndpoint::describe() const {
   // Appended piece by piece: GCC 12 at -O3 warns falsely (-Wrestrict) on a chain of
   // std::string operator+ here.
-  std::string out = unix_path.empty() ? "redis://" : "unix://";
+  std::string out = !unix_path.empty() ? "unix://" : secure ? "rediss://" : "redis://";
   if (!user.empty()) {
     out += user;
     out += '@';
@@ -214,65 +369,80 @@ std::string RedisEndpoint::describe() const {
 namespace ratewin::inline v1::detail {
 
 RedisAddress RedisAddress::parse(std::string_view url) {
-  constexpr std::string_view kCluster = "redis-cluster://";
-  constexpr std::string_view kSentinel = "redis-sentinel://";
   RedisAddress a;
-  if (url.starts_with(kCluster)) {
+  bool secure = false;
+  if (const auto after = after_scheme(url, "redis-cluster://", secure)) {
     a.kind = Kind::kCluster;
+    a.secure = secure;
     RedisEndpoint login;
-    std::string_view rest = take_credentials(url, url.substr(kCluster.size()), login);
+    login.secure = secure;
+    std::string_view rest = take_credentials(url, *after, login);
+    const std::size_t query = rest.find('?');
+    if (query != std::string_view::npos) {
+      for_each_param(
+          url, rest.substr(query + 1),
+          [&](std::string_view name, std::string value) {
+            return take_tls(url, secure, a.tls_params, name, std::move(value));
+          },
+          known_params("", secure));
+      rest = rest.substr(0, query);
+    }
     if (rest.ends_with('/')) rest.remove_suffix(1);
-    if (rest.find_first_of("/?") != std::string_view::npos) {
-      bad(url, "a cluster has no database number or parameters (only db 0 exists there)");
+    if (rest.find('/') != std::string_view::npos) {
+      bad(url, "a cluster has no database number (only db 0 exists there)");
     }
     if (rest.empty()) bad(url, "no seed node");
     a.servers = parse_hosts(url, rest, login, 6379);
     a.login = std::move(login);
     return a;
   }
-  if (url.starts_with(kSentinel)) {
+  if (const auto after = after_scheme(url, "redis-sentinel://", secure)) {
     a.kind = Kind::kSentinel;
+    a.secure = secure;
     RedisEndpoint login;
-    std::string_view rest = url.substr(kSentinel.size());
+    login.secure = secure;
+    std::string_view rest = *after;
     const std::size_t slash = rest.find('/');
     if (slash == std::string_view::npos) bad(url, "no /master-name after the sentinels");
     std::string_view hosts = take_credentials(url, rest.substr(0, slash), login);
     std::string_view tail = rest.substr(slash + 1);
     const std::size_t query = tail.find('?');
-    a.master_name = percent_decode(url, tail.substr(0, query));
+    a.master_name = percent_decode(url, tail.substr(0, query), "the master name");
     if (a.master_name.empty()) bad(url, "no master name");
     RedisEndpoint sentinel_login;
+    sentinel_login.secure = secure;
     if (query != std::string_view::npos) {
-      std::string_view params = tail.substr(query + 1);
-      while (!params.empty()) {
-        const std::size_t amp = params.find('&');
-        const std::string_view param = params.substr(0, amp);
-        const std::size_t eq = param.find('=');
-        const std::string_view name = param.substr(0, eq);
-        const std::string_view value =
-            eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
-        if (name == "sentinel_password") {
-          sentinel_login.password = percent_decode(url, value);
-        } else if (name == "sentinel_user") {
-          sentinel_login.user = percent_decode(url, value);
-        } else if (name == "db") {
-          login.db = parse_int(url, value, "db", 0, 1 << 20);
-        } else {
-          bad(url, "unknown parameter '" + std::string(name) +
-                       "' (known: sentinel_password, sentinel_user, db)");
-        }
-        if (amp == std::string_view::npos) break;
-        params = params.substr(amp + 1);
-      }
+      for_each_param(
+          url, tail.substr(query + 1),
+          [&](std::string_view name, std::string value) {
+            if (take_tls(url, secure, a.tls_params, name, value)) return true;
+            if (name == "sentinel_password") {
+              sentinel_login.password = std::move(value);
+            } else if (name == "sentinel_user") {
+              sentinel_login.user = std::move(value);
+            } else if (name == "db") {
+              login.db = parse_int(url, value, "db", 0, 1 << 20);
+            } else {
+              return false;
+            }
+            return true;
+          },
+          known_params("sentinel_password, sentinel_user, db", secure));
     }
     if (hosts.empty()) bad(url, "no sentinel");
     a.servers = parse_hosts(url, hosts, sentinel_login, 26379);
     a.login = std::move(login);
     return a;
   }
-  a.login = RedisEndpoint::parse(url);
+  a.login = RedisEndpoint::parse(url, &a.tls_params);
+  a.secure = a.login.secure;
   a.servers = {a.login};
   return a;
+}
+
+void RedisAddress::use_tls(const std::shared_ptr<TlsContext>& context) {
+  login.tls = context;
+  for (RedisEndpoint& server : servers) server.tls = context;
 }
 
 RedisEndpoint RedisAddress::node(std::string host, int port) const {
@@ -286,6 +456,7 @@ RedisEndpoint RedisAddress::node(std::string host, int port) const {
 std::string RedisAddress::describe() const {
   if (kind == Kind::kSingle) return login.describe();
   std::string out = kind == Kind::kCluster ? "redis-cluster://" : "redis-sentinel://";
+  if (secure) out.insert(5, "s");
   if (!login.user.empty()) {
     out += login.user;
     out += '@';

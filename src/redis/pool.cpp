@@ -32,7 +32,7 @@ RedisPool::Lease RedisPool::acquire(RedisConnection::Deadline deadline, Status& 
     ++open_;  // reserve the slot while connecting without the lock
   }
   std::unique_ptr<RedisConnection> c =
-      RedisConnection::open(endpoint_, connect_timeout_, command_timeout_, status);
+      RedisConnection::open(endpoint_, connect_timeout_, command_timeout_, status, deadline);
   if (c == nullptr) {
     std::lock_guard lock(mutex_);
     --open_;

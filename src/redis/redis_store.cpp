@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "redis/steady_ns.h"
+#include "redis/tls.h"
 
 namespace ratewin::inline v1::detail {
 namespace {
@@ -30,7 +31,11 @@ RedisStore::RedisStore(const Options& options, std::shared_ptr<const Clock> cloc
       reporter_(options.logger, RedisAddress::parse(options.redis).describe()),
       layout_(options.key_prefix, random_node_id()),
       clock_sync_(std::move(clock), reporter_),
-      topology_(RedisAddress::parse(options.redis), options_, reporter_,
+      topology_(secured(RedisAddress::parse(options.redis), options.tls,
+                        [this](LogLevel level, const std::string& message) {
+                          reporter_.log(level, message);
+                        }),
+                options_, reporter_,
                 [this](RedisNode& node) { loop_.post([this, &node] { probe(node); }); }),
       writes_(options_, layout_, topology_, reporter_),
       boundary_(options_, layout_, clock_sync_, target, reporter_) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "redis/tls.h"
+
 namespace ratewin::inline v1::detail {
 namespace {
 
@@ -27,19 +29,33 @@ int new_socket(int family) {
 
 // A socket connecting (or connected) to the addresses of a TCP endpoint, one after
 // another until one takes: what the connection is made of until it is established.
+// With a TLS context, the session runs over the socket once it is connected.
 class SocketTransport final : public Transport {
  public:
-  SocketTransport(int fd, std::string where, std::vector<sockaddr_storage> next, bool connected)
-      : Transport(fd, std::move(where)), next_(std::move(next)), connected_(connected) {}
-  ~SocketTransport() override = default;
+  SocketTransport(int fd, const RedisEndpoint& endpoint, std::vector<sockaddr_storage> next,
+                  bool connected)
+      : Transport(fd, endpoint.describe()),
+        next_(std::move(next)),
+        connected_(connected),
+        tls_context_(endpoint.tls),
+        host_(endpoint.host),
+        port_(endpoint.port) {}
+  ~SocketTransport() override;
 
   Io handshake(Status& status) override;
   Io write(const char* data, std::size_t size, Status& status) override;
   Io read(char* data, std::size_t size, Status& status) override;
+  bool idle_alive() override;
+  bool buffered() const noexcept override { return tls_ != nullptr && tls_->buffered(); }
+  const TlsSession* tls() const noexcept override { return tls_.get(); }
 
  private:
   std::vector<sockaddr_storage> next_;  // addresses left to try if this one fails
   bool connected_;
+  std::shared_ptr<TlsContext> tls_context_;  // null: plain
+  std::string host_;
+  int port_;
+  std::unique_ptr<TlsSession> tls_;  // once connected, with a context
 };
 
 socklen_t length_of(const sockaddr_storage& a) {
@@ -88,6 +104,10 @@ void Transport::replace_fd(int fd) noexcept {
 
 std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status& status) {
   const std::string where = endpoint.describe();
+  if (endpoint.secure && (endpoint.tls == nullptr || !endpoint.unix_path.empty())) {
+    status = Status(Status::Code::tls, "cannot connect to " + where + ": no TLS context");
+    return nullptr;
+  }
   bool connected = false;
   int error = 0;
   if (!endpoint.unix_path.empty()) {
@@ -104,7 +124,7 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
       status = Status(Status::Code::connect, "cannot connect to " + where + ": " + error_text(error));
       return nullptr;
     }
-    return std::make_unique<SocketTransport>(fd, where, std::vector<sockaddr_storage>{}, connected);
+    return std::make_unique<SocketTransport>(fd, endpoint, std::vector<sockaddr_storage>{}, connected);
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -128,7 +148,7 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
                                  length_of(addresses[i]), connected, error);
     if (fd < 0) continue;
     return std::make_unique<SocketTransport>(
-        fd, where,
+        fd, endpoint,
         std::vector<sockaddr_storage>(addresses.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                                       addresses.end()),
         connected);
@@ -140,6 +160,10 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
 }
 
 Io Transport::handshake(Status&) { return {Io::Result::done}; }
+bool Transport::idle_alive() {
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
 Io Transport::write(const char*, std::size_t, Status&) { return {Io::Result::failed}; }
 Io Transport::read(char*, std::size_t, Status&) { return {Io::Result::failed}; }
 
@@ -170,10 +194,20 @@ Io SocketTransport::handshake(Status& status) {
     }
     replace_fd(next_fd);
   }
-  return {Io::Result::done};
+  if (tls_context_ == nullptr) return {Io::Result::done};
+  if (tls_ == nullptr) {
+    tls_ = tls_context_->start(fd(), host_, port_, status);
+    if (tls_ == nullptr) return {Io::Result::failed};
+  }
+  return tls_->handshake(where(), status);
 }
 
+SocketTransport::~SocketTransport() { tls_.reset(); }  // (before the socket closes)
+
+bool SocketTransport::idle_alive() { return tls_ != nullptr ? tls_->idle_alive() : Transport::idle_alive(); }
+
 Io SocketTransport::write(const char* data, std::size_t size, Status& status) {
+  if (tls_ != nullptr) return tls_->write(data, size, where(), status);
   for (;;) {
     const ssize_t n = ::send(fd(), data, size, MSG_NOSIGNAL);
     if (n >= 0) return {Io::Result::done, static_cast<std::size_t>(n)};
@@ -185,6 +219,7 @@ Io SocketTransport::write(const char* data, std::size_t size, Status& status) {
 }
 
 Io SocketTransport::read(char* data, std::size_t size, Status& status) {
+  if (tls_ != nullptr) return tls_->read(data, size, where(), status);
   for (;;) {
     const ssize_t n = ::recv(fd(), data, size, 0);
     if (n > 0) return {Io::Result::done, static_cast<std::size_t>(n)};
@@ -197,6 +232,16 @@ Io SocketTransport::read(char* data, std::size_t size, Status& status) {
     status = Status(Status::Code::io, "reading from " + where() + ": " + error_text(errno));
     return {Io::Result::failed};
   }
+}
+
+Status connect_timed_out(const Transport* transport, const std::string& where,
+                         std::chrono::milliseconds timeout) {
+  const std::string ms = std::to_string(timeout.count()) + " ms";
+  if (transport != nullptr && transport->tls() != nullptr) {
+    return Status(Status::Code::tls, "TLS handshake with " + where + " got no answer within " + ms +
+                                         " (a plain port does not answer a TLS hello: it wants redis://)");
+  }
+  return Status(Status::Code::connect, "cannot connect to " + where + ": timed out after " + ms);
 }
 
 Status Transport::wait(int fd, Io::Result wanted, std::chrono::steady_clock::time_point deadline) {

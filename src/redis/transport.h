@@ -1,6 +1,6 @@
 // The byte stream under every Redis connection, blocking or on a loop: TCP or a Unix
-// socket. The connections speak RESP over it (redis/resp.h) and differ only in how they
-// wait for it.
+// socket, with TLS over TCP for a rediss endpoint (redis/tls.h). The connections speak
+// RESP over it (redis/resp.h) and differ only in how they wait for it.
 #pragma once
 
 #include <chrono>
@@ -12,6 +12,8 @@
 #include "redis/status.h"
 
 namespace ratewin::inline v1::detail {
+
+class TlsSession;
 
 // What an I/O call on a transport did: moved bytes, or must wait until the socket is
 // readable or writable (a non-blocking socket), or the stream ended or failed.
@@ -26,7 +28,8 @@ struct Io {
 class Transport {
  public:
   // Starts connecting to `endpoint` (a host name is resolved here, which may block).
-  // Null, with `status` set, when no connection can even be started.
+  // Null, with `status` set, when no connection can even be started. A secure endpoint's
+  // handshake() includes TLS's, through the endpoint's TLS context.
   static std::unique_ptr<Transport> open(const RedisEndpoint& endpoint, Status& status);
   virtual ~Transport();  // closes the socket
   Transport(const Transport&) = delete;
@@ -40,6 +43,14 @@ class Transport {
   // reason is in `status`.
   virtual Io write(const char* data, std::size_t size, Status& status);
   virtual Io read(char* data, std::size_t size, Status& status);
+  // Whether read() may return bytes now although the socket is not readable (TLS read
+  // ahead of what was asked for): a reader drains them before it waits on the socket.
+  virtual bool buffered() const noexcept { return false; }
+  // Whether the stream is still open while no reply is awaited (Redis never speaks first
+  // on a connection that has not subscribed): checked without blocking.
+  virtual bool idle_alive();
+  // The connection's TLS session, if it has one (for tests: whether it resumed).
+  virtual const TlsSession* tls() const noexcept { return nullptr; }
 
   // Waits, for a blocking caller, until the socket is ready for what `wanted` says
   // (want_read or want_write), or `deadline` passes (a timeout status).
@@ -56,5 +67,11 @@ class Transport {
   int fd_;
   std::string where_;  // the endpoint, for messages
 };
+
+// The status of a connection to `where` not established within `timeout`: still
+// connecting, or (`transport` has started TLS) a TLS handshake the server has not
+// answered, which is what a plain Redis port does with a TLS hello.
+Status connect_timed_out(const Transport* transport, const std::string& where,
+                         std::chrono::milliseconds timeout);
 
 }  // namespace ratewin::inline v1::detail

@@ -34,7 +34,7 @@ struct World {
     o.logger = [](LogLevel, std::string_view) {};
     return o;
   }()};
-  Overrides overrides{"", "fuzz", [](LogLevel, std::string_view) {}};
+  Overrides overrides{RedisTarget(), "fuzz", [](LogLevel, std::string_view) {}};
   Service service{engine, overrides, [] {
                     ServiceOptions o;
                     o.rules_path = RATEWIN_RULES_EXAMPLE;

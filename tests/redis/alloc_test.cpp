@@ -3,7 +3,8 @@
 // are, and their replies parsed into recycled objects. Counted by replacing operator new
 // and malloc in this test binary (so the C library's allocations, hiredis' parser among
 // them, count too), on the deciding thread only: the store's own thread (boundary reads,
-// heartbeats) may allocate meanwhile.
+// heartbeats) may allocate meanwhile. Over TLS, OpenSSL's own per-record allocations
+// are bounded instead.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "ratewin/engine.h"
+#include "certificates.h"
 #include "redis_server.h"
 
 namespace {
@@ -65,7 +67,7 @@ namespace ratewin::test {
 
 using namespace std::chrono_literals;
 
-TEST_CASE("an admitted write to Redis allocates nothing in steady state") {
+TEST_CASE("an admitted write to Redis allocates nothing in steady state, over TCP and TLS") {
   // The counter sees what it must: a C++ allocation and a C one.
   counting = true;
   allocations = 0;
@@ -77,9 +79,12 @@ TEST_CASE("an admitted write to Redis allocates nothing in steady state") {
   counting = false;
   REQUIRE(allocations == 2);
 
-  RedisServer redis;
+  bool tls = false;
+  SUBCASE("plain TCP") {}
+  SUBCASE("TLS") { tls = true; }
+  const Served served = serve(tls);
   Options options;
-  options.redis = redis.url();
+  options.redis = served.url();
   options.logger = [](LogLevel, std::string_view) {};
   Engine engine(options);
   const Limit limits[] = {
@@ -100,7 +105,14 @@ TEST_CASE("an admitted write to Redis allocates nothing in steady state") {
     const std::size_t counted = allocations;
     CHECK(admitted == 500);
     CHECK(engine.stats().writes_ok - written == 500);  // each one a write, in Redis
-    CHECK(counted == 0);
+    if (!tls) {
+      CHECK(counted == 0);
+    } else {
+      // Ours allocate nothing here either; OpenSSL 3.0 allocates and frees a few
+      // temporaries for each record it encrypts or decrypts (a write and its reply: 4).
+      MESSAGE("over TLS, OpenSSL's allocations per admitted write: " << counted / 500.0);
+      CHECK(counted <= 500 * 4);
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "certificates.h"
 #include "eventually.h"
 #include "ratewin/engine.h"
 #include "redis_server.h"
@@ -18,9 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Options options_for(const RedisServer& redis, const std::string& prefix) {
+Options options_for(const std::string& url, const std::string& prefix) {
   Options o;
-  o.redis = redis.url();
+  o.redis = url;
   o.key_prefix = prefix;
   o.connect_timeout = 1s;
   o.command_timeout = 200ms;
@@ -28,10 +29,10 @@ Options options_for(const RedisServer& redis, const std::string& prefix) {
   return o;
 }
 
-std::vector<std::unique_ptr<Engine>> engines_on(const RedisServer& redis, const std::string& prefix,
+std::vector<std::unique_ptr<Engine>> engines_on(const std::string& url, const std::string& prefix,
                                                 int count) {
   std::vector<std::unique_ptr<Engine>> out;
-  for (int i = 0; i < count; ++i) out.push_back(std::make_unique<Engine>(options_for(redis, prefix)));
+  for (int i = 0; i < count; ++i) out.push_back(std::make_unique<Engine>(options_for(url, prefix)));
   return out;
 }
 
@@ -44,8 +45,8 @@ bool all_see(const std::vector<std::unique_ptr<Engine>>& engines, std::uint64_t 
 TEST_CASE("engines on one prefix count each other live, and a stopped one drops out") {
   RedisServer redis;
   REQUIRE(redis.start());
-  auto engines = engines_on(redis, "live", 3);
-  auto other = engines_on(redis, "other", 1);  // another prefix: counted apart
+  auto engines = engines_on(redis.url(), "live", 3);
+  auto other = engines_on(redis.url(), "other", 1);  // another prefix: counted apart
   CHECK(eventually([&] { return all_see(engines, 3); }));
   CHECK(eventually([&] { return all_see(other, 1); }));
   // It drops out once silent for 3 s, and the others lower their count once that has
@@ -54,12 +55,16 @@ TEST_CASE("engines on one prefix count each other live, and a stopped one drops 
   CHECK(eventually([&] { return all_see(engines, 2); }, 12s));
 }
 
-// Each engine alone in a window of a fresh resource, while Redis is away: its share.
+// Each engine alone in a window of a fresh resource, while Redis is away: its share. Over
+// plain TCP and over TLS.
 void outage_splits_the_limit(bool pause) {
   CAPTURE(pause);
-  RedisServer redis;
-  REQUIRE(redis.start());
-  auto engines = engines_on(redis, "split", 4);
+  bool tls = false;
+  SUBCASE("plain TCP") {}
+  SUBCASE("TLS") { tls = true; }
+  Served served = serve(tls);
+  RedisServer& redis = *served.server;
+  auto engines = engines_on(served.url(), "split", 4);
   REQUIRE(eventually([&] { return all_see(engines, 4); }));
   const Limit limit = Limit(40, 10s).with_failure_policy(FailurePolicy::partitioned);
   const Limit local = Limit(40, 10s);

@@ -10,9 +10,10 @@ namespace {
 
 using detail::RedisEndpoint;
 
+// What parsing `url` (any form) throws, or "".
 std::string error_of(const char* url) {
   try {
-    RedisEndpoint::parse(url);
+    detail::RedisAddress::parse(url);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
@@ -65,7 +66,9 @@ TEST_CASE("Redis URLs") {
 }
 
 TEST_CASE("bad Redis URLs are clear errors") {
-  CHECK(error_of("http://h") == "ratewin: bad Redis URL 'http://h': it must start with redis://, unix://, redis-cluster:// or redis-sentinel://");
+  CHECK(error_of("http://h") ==
+        "ratewin: bad Redis URL 'http://h': it must start with redis://, rediss://, unix://, "
+        "redis-cluster://, rediss-cluster://, redis-sentinel:// or rediss-sentinel://");
   CHECK(error_of("redis://") == "ratewin: bad Redis URL 'redis://': no host");
   CHECK(error_of("redis://h:0") ==
         "ratewin: bad Redis URL 'redis://h:0': port '0' is not a number from 1 to 65535");
@@ -88,7 +91,77 @@ TEST_CASE("bad Redis URLs are clear errors") {
   CHECK(error_of("unix://relative.sock") ==
         "ratewin: bad Redis URL 'unix://relative.sock': a Unix socket path must be absolute");
   CHECK(error_of("unix:///s?timeout=1") ==
-        "ratewin: bad Redis URL 'unix:///s?timeout=1': the only parameter is db=N");
+        "ratewin: bad Redis URL 'unix:///s?timeout=1': unknown parameter 'timeout' (known: db)");
+}
+
+}  // namespace ratewin::test
+
+namespace ratewin::test {
+
+TEST_CASE("TLS addresses: rediss schemes, their parameters, and what they refuse") {
+  using detail::RedisAddress;
+  const RedisAddress single = RedisAddress::parse(
+      "rediss://default:pw@cache.example.com:6380/2?tls_ca_file=%2Fetc%2Fca.pem&tls_verify=ca"
+      "&tls_server_name=redis.example.com&tls_min_version=1.3");
+  CHECK(single.secure);
+  CHECK(single.login.secure);
+  CHECK(single.login.host == "cache.example.com");
+  CHECK(single.login.port == 6380);
+  CHECK(single.login.db == 2);
+  CHECK(single.login.password == "pw");
+  CHECK(single.describe() == "rediss://default@cache.example.com:6380/2");
+  const TlsOptions given = single.tls_params.over(TlsOptions{});
+  CHECK(given.ca_file == "/etc/ca.pem");
+  CHECK(given.verify == TlsVerify::ca);
+  CHECK(given.server_name == "redis.example.com");
+  CHECK(given.min_version == "1.3");
+  // A parameter wins over the options; what it does not give, the options keep.
+  TlsOptions base;
+  base.cert_file = "/etc/client.pem";
+  base.verify = TlsVerify::full;
+  const TlsOptions merged = single.tls_params.over(base);
+  CHECK(merged.cert_file == "/etc/client.pem");
+  CHECK(merged.verify == TlsVerify::ca);
+
+  const RedisAddress cluster =
+      RedisAddress::parse("rediss-cluster://:pw@a:7000,b:7001?tls_cert_file=/c.pem");
+  CHECK(cluster.kind == RedisAddress::Kind::kCluster);
+  CHECK(cluster.secure);
+  CHECK(cluster.servers.size() == 2);
+  CHECK(cluster.servers[1].secure);
+  CHECK(cluster.node("10.0.0.1", 7002).secure);
+  CHECK(cluster.tls_params.over({}).cert_file == "/c.pem");
+  CHECK(cluster.describe() == "rediss-cluster://a:7000,b:7001");
+
+  const RedisAddress sentinel = RedisAddress::parse(
+      "rediss-sentinel://s1,s2:5000/mymaster?sentinel_password=x&tls_ca_file=/ca.pem&db=1");
+  CHECK(sentinel.kind == RedisAddress::Kind::kSentinel);
+  CHECK(sentinel.secure);
+  CHECK(sentinel.servers[0].secure);
+  CHECK(sentinel.servers[0].port == 26379);
+  CHECK(sentinel.servers[0].password == "x");
+  CHECK(sentinel.login.db == 1);
+  CHECK(sentinel.node("10.0.0.1", 6379).secure);
+  CHECK(sentinel.describe() == "rediss-sentinel://s1:26379,s2:5000/mymaster");
+
+  CHECK(error_of("redis://h?tls_ca_file=/x").find("'tls_ca_file' needs TLS: use a rediss scheme") !=
+        std::string::npos);
+  CHECK(error_of("rediss://h?tls_verify=maybe").find("tls_verify 'maybe' is not full, ca or none") !=
+        std::string::npos);
+  CHECK(error_of("rediss://h?tls_min_version=1.1").find("is not 1.2 or 1.3") != std::string::npos);
+  CHECK(error_of("rediss://h?timeout=1").find("known: db, tls_ca_file") != std::string::npos);
+  CHECK(error_of("redis-cluster://h?x=1").find("it takes none") != std::string::npos);
+  CHECK(error_of("unix:///s?tls_ca_file=/x").find("not spoken over a Unix socket") !=
+        std::string::npos);
+  // An '@' in a parameter's value is not the end of credentials.
+  const RedisAddress at_in_path = RedisAddress::parse("rediss://:pw@h:1?tls_ca_file=/a@b/ca.crt");
+  CHECK(at_in_path.login.host == "h");
+  CHECK(at_in_path.login.password == "pw");
+  CHECK(at_in_path.tls_params.over({}).ca_file == "/a@b/ca.crt");
+  CHECK(error_of("rediss://h:x?tls_ca_file=/a@b").find("/a@b") != std::string::npos);
+  // A percent-encoding error never quotes the text (it may be a password).
+  CHECK(error_of("rediss://h?tls_server_name=%zz").find("in parameter 'tls_server_name'") !=
+        std::string::npos);
 }
 
 }  // namespace ratewin::test

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ratewin/engine.h"
+#include "certificates.h"
 #include "eventually.h"
 #include "redis_server.h"
 
@@ -22,23 +23,35 @@ constexpr const char* kSentinelPassword = "s3ntinel";
 
 // A primary, its replica, and three sentinels watching them as "mymaster" (quorum 2,
 // down after 1 s).
+// With `tls`, every one also serves TLS, and replication, the sentinels' connections to
+// the servers and to each other, and the addresses they give out are the TLS ones.
 struct Sentinels {
-  std::unique_ptr<RedisServer> primary = std::make_unique<RedisServer>();
-  std::unique_ptr<RedisServer> replica = std::make_unique<RedisServer>(
-      std::vector<std::string>{"--replicaof", "127.0.0.1", std::to_string(primary->port())});
+  const bool tls;
+  std::unique_ptr<RedisServer> primary;
+  std::unique_ptr<RedisServer> replica;
   std::vector<std::unique_ptr<RedisServer>> sentinels;
 
-  Sentinels() {
+  // A server: `args`, with TLS (and replication over it) when asked.
+  std::unique_ptr<RedisServer> server(std::vector<std::string> args, const std::string& config = "") {
+    if (!tls) return std::make_unique<RedisServer>(std::move(args), config);
+    args.insert(args.end(), {"--tls-replication", "yes"});
+    return std::make_unique<RedisServer>(std::move(args), config, certificates().server());
+  }
+  // The port clients (and the sentinels) use.
+  int port_of(const RedisServer& s) const { return tls ? s.tls_port() : s.port(); }
+
+  explicit Sentinels(bool with_tls = false) : tls(with_tls) {
+    primary = server({});
+    replica = server({"--replicaof", "127.0.0.1", std::to_string(port_of(*primary))});
     const std::string config = "sentinel monitor mymaster 127.0.0.1 " +
-                               std::to_string(primary->port()) +
+                               std::to_string(port_of(*primary)) +
                                " 2\n"
                                "sentinel down-after-milliseconds mymaster 1000\n"
                                "sentinel failover-timeout mymaster 5000\n"
                                "requirepass " +
                                std::string(kSentinelPassword);
     for (int i = 0; i < 3; ++i) {
-      sentinels.push_back(
-          std::make_unique<RedisServer>(std::vector<std::string>{"--sentinel"}, config));
+      sentinels.push_back(server({"--sentinel"}, config));
     }
     // Ready once the replica is in sync and every sentinel knows the replica and the
     // other two sentinels.
@@ -61,12 +74,14 @@ struct Sentinels {
   }
 
   std::string url(const std::string& password = kSentinelPassword) const {
-    std::string out = "redis-sentinel://";
+    std::string out = tls ? "rediss-sentinel://" : "redis-sentinel://";
     for (std::size_t i = 0; i < sentinels.size(); ++i) {
       if (i > 0) out += ',';
-      out += "127.0.0.1:" + std::to_string(sentinels[i]->port());
+      out += "127.0.0.1:" + std::to_string(port_of(*sentinels[i]));
     }
-    return out + "/mymaster?sentinel_password=" + password;
+    out += "/mymaster?sentinel_password=" + password;
+    if (tls) out += "&tls_ca_file=" + certificates().path("ca.crt");
+    return out;
   }
   // The primary's port as the first sentinel says it.
   int announced_port() const {
@@ -90,8 +105,11 @@ Options sentinel_options(const std::string& url) {
 
 }  // namespace
 
-TEST_CASE("Sentinel: the engine finds the primary, and follows it through a failover") {
-  Sentinels s;
+TEST_CASE("Sentinel, over TCP and TLS: the engine finds the primary, follows a failover") {
+  bool tls = false;
+  SUBCASE("plain TCP") {}
+  SUBCASE("TLS to the sentinels and the primaries") { tls = true; }
+  Sentinels s(tls);
   Engine engine(sentinel_options(s.url()));
   const Limit limit(Limit::kMaxCount, 1s, 100ms);
   REQUIRE(engine.try_acquire("a", limit).allowed);
@@ -109,12 +127,12 @@ TEST_CASE("Sentinel: the engine finds the primary, and follows it through a fail
       std::this_thread::sleep_for(1ms);
     }
   });
-  const int old_port = s.primary->port();
+  const int old_port = s.port_of(*s.primary);
   const auto killed = Clock::now();
   s.primary->stop(/*crash=*/true);
   REQUIRE(eventually([&] { return engine.try_acquire("a", limit).degraded; }, 5s));
   // The sentinels' failover ...
-  REQUIRE(eventually([&] { return s.announced_port() == s.replica->port(); }, 20s));
+  REQUIRE(eventually([&] { return s.announced_port() == s.port_of(*s.replica); }, 20s));
   const auto promoted = Clock::now();
   // ... which the engine follows within a second: writes resume on the new primary.
   const std::uint64_t ok_before = engine.stats().writes_ok;

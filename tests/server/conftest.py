@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from server_support import SERVER, RedisServer, ServerProcess  # noqa: E402
+from server_support import SERVER, Certificates, RedisServer, ServerProcess  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +26,28 @@ def server_binary() -> str:
 @pytest.fixture
 def redis(tmp_path: pathlib.Path):
     server = RedisServer(tmp_path / "redis")
+    try:
+        server.start()
+    except RuntimeError as e:
+        server.stop()
+        pytest.fail(str(e))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not installed (cmd/setup.sh installs it)")
+    return Certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture
+def tls_redis(tmp_path: pathlib.Path, certificates: Certificates):
+    """A redis-server serving TLS (server.crt) on tls_port, and plain RESP on port."""
+    server = RedisServer(tmp_path / "redis", tls_args=certificates.server_args())
     try:
         server.start()
     except RuntimeError as e:

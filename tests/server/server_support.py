@@ -62,18 +62,52 @@ def write_rules(path: pathlib.Path, text: str, atomic: bool = False) -> pathlib.
 # Redis
 
 
-class RedisServer:
-    """A private redis-server: no persistence, bound to 127.0.0.1 on a free port."""
+MAKE_CERTS = ROOT / "tests" / "support" / "make_certs.sh"
 
-    def __init__(self, directory: pathlib.Path, extra_args: list[str] | None = None) -> None:
+
+class Certificates:
+    """The certificates of tests/support/make_certs.sh in `directory`: ca.crt,
+    server.crt/.key (for 127.0.0.1 and localhost), client.crt/.key, expired.crt/.key,
+    other-ca.crt and other.crt/.key (signed by other-ca)."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.directory = directory
+        subprocess.run(["bash", str(MAKE_CERTS), str(directory)], check=True, timeout=120,
+                       stdout=subprocess.DEVNULL)
+
+    def __getitem__(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def server_args(self, name: str = "server", auth_clients: bool = False) -> list[str]:
+        """redis-server's TLS flags: the certificate `name` (name.crt, name.key), ca.crt
+        trusted for client certificates, required if `auth_clients`."""
+        return ["--tls-cert-file", self[f"{name}.crt"], "--tls-key-file", self[f"{name}.key"],
+                "--tls-ca-cert-file", self["ca.crt"],
+                "--tls-auth-clients", "yes" if auth_clients else "no"]
+
+
+class RedisServer:
+    """A private redis-server: no persistence, bound to 127.0.0.1 on a free port; with
+    `tls_args` (Certificates.server_args()) it serves TLS on a second free port too
+    (tls_port, tls_url), the plain port staying for ping() and command()."""
+
+    def __init__(self, directory: pathlib.Path, extra_args: list[str] | None = None,
+                 tls_args: list[str] | None = None, password: str | None = None) -> None:
         self.directory = directory
         self.port = 0
+        self.tls_port = 0
         self.extra_args = extra_args or []
+        self.tls_args = tls_args
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        return f"rediss://127.0.0.1:{self.tls_port}"
 
     def start(self, same_port: bool = False) -> None:
         """Starts it on a free port (or again on the port it had: a restart)."""
@@ -83,11 +117,19 @@ class RedisServer:
         for _ in range(5 if not same_port else 50):
             if not same_port:
                 self.port = free_port()
+                if self.tls_args is not None:
+                    self.tls_port = free_port()
+                    while self.tls_port == self.port:
+                        self.tls_port = free_port()
+            tls = ([] if self.tls_args is None
+                   else ["--tls-port", str(self.tls_port), *self.tls_args])
+            password = [] if self.password is None else ["--requirepass", self.password]
             self.process = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                  "--save", "", "--appendonly", "no", "--dir", str(self.directory),
                  "--daemonize", "no", "--loglevel", "warning",
-                 "--logfile", str(self.directory / "redis.log"), *self.extra_args],
+                 "--logfile", str(self.directory / "redis.log"), *tls, *password,
+                 *self.extra_args],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 10
             while self.process.poll() is None and time.monotonic() < deadline:
@@ -111,6 +153,8 @@ class RedisServer:
 
     def ping(self) -> bool:
         try:
+            if self.password is not None:  # it serves once AUTH passes
+                return self.command("AUTH", self.password, timeout=0.2).startswith(b"+OK")
             return self.command("PING", timeout=0.2).startswith(b"+PONG")
         except OSError:
             return False

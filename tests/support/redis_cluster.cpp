@@ -65,16 +65,22 @@ int run_program(const std::vector<std::string>& argv, std::string& output, int t
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-RedisCluster::RedisCluster(int primaries, int replicas_each, int node_timeout_ms) {
+RedisCluster::RedisCluster(int primaries, int replicas_each, int node_timeout_ms)
+    : RedisCluster(primaries, replicas_each, node_timeout_ms, ServerTls{}) {}
+
+RedisCluster::RedisCluster(int primaries, int replicas_each, int node_timeout_ms,
+                           const ServerTls& tls) {
   const int count = primaries * (1 + replicas_each);
   for (int i = 0; i < count; ++i) {
-    servers_.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
+    std::vector<std::string> args = {
         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
         "--cluster-node-timeout", std::to_string(node_timeout_ms),
         // A replica takes over however long it was cut off from its primary.
         "--cluster-replica-validity-factor", "0",
         // One failed primary takes down its own slots only, not the whole cluster.
-        "--cluster-require-full-coverage", "no"}));
+        "--cluster-require-full-coverage", "no"};
+    if (!tls.cert.empty()) args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+    servers_.push_back(std::make_unique<RedisServer>(std::move(args), "", tls));
   }
   std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
   for (const auto& s : servers_) create.push_back("127.0.0.1:" + std::to_string(s->port()));
@@ -92,6 +98,15 @@ std::string RedisCluster::url() const {
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     if (i > 0) out += ',';
     out += "127.0.0.1:" + std::to_string(servers_[i]->port());
+  }
+  return out;
+}
+
+std::string RedisCluster::tls_url() const {
+  std::string out = "rediss-cluster://";
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    if (i > 0) out += ',';
+    out += "127.0.0.1:" + std::to_string(servers_[i]->tls_port());
   }
   return out;
 }

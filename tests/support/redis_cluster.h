@@ -17,11 +17,17 @@ class RedisCluster {
   // takes a second or two) and creates the cluster; returns once every node agrees that
   // all 16384 slots are served. Throws std::runtime_error if it cannot.
   RedisCluster(int primaries, int replicas_each, int node_timeout_ms = 1000);
+  // The same with TLS (`tls` for every node): clients, the cluster bus and replication
+  // over TLS (tls-cluster, tls-replication); redis-cli and the helper's own commands use
+  // the plain ports, which stay open.
+  RedisCluster(int primaries, int replicas_each, int node_timeout_ms, const ServerTls& tls);
 
   std::size_t size() const { return servers_.size(); }
   RedisServer& server(std::size_t i) { return *servers_[i]; }
   // redis-cluster://127.0.0.1:<port of server 0>[,...]: every node as a seed.
   std::string url() const;
+  // rediss-cluster://127.0.0.1:<TLS port of server 0>[,...], for a cluster with TLS.
+  std::string tls_url() const;
   // The server that serves `slot` now as its primary (per CLUSTER SLOTS, asked of a
   // running node), or nullptr.
   RedisServer* primary_of(unsigned slot);

@@ -22,6 +22,8 @@ int next_id() {
   return ++id;
 }
 
+}  // namespace
+
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -34,6 +36,8 @@ int free_port() {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 std::string text(const redisReply* r) {
   if (r->type == REDIS_REPLY_ARRAY) {
@@ -52,13 +56,28 @@ std::string text(const redisReply* r) {
 }  // namespace
 
 RedisServer::RedisServer(std::vector<std::string> extra_args, const std::string& config)
+    : RedisServer(std::move(extra_args), config, ServerTls{}) {}
+
+RedisServer::RedisServer(std::vector<std::string> extra_args, const std::string& config,
+                         const ServerTls& tls)
     : extra_(std::move(extra_args)), config_(!config.empty()) {
   dir_ = std::filesystem::temp_directory_path() /
          ("ratewin-redis-" + std::to_string(::getpid()) + "-" + std::to_string(next_id()));
   std::filesystem::create_directories(dir_);
   if (config_) std::ofstream(dir_ / "redis.conf") << config << '\n';
+  const std::size_t plain_args = extra_.size();
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = free_port();
+    if (!tls.cert.empty()) {
+      do {
+        tls_port_ = free_port();
+      } while (tls_port_ == port_);
+      extra_.resize(plain_args);
+      extra_.insert(extra_.end(),
+                    {"--tls-port", std::to_string(tls_port_), "--tls-cert-file", tls.cert,
+                     "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca,
+                     "--tls-auth-clients", tls.auth_clients ? "yes" : "no"});
+    }
     if (start()) return;
   }
   throw std::runtime_error("could not start redis-server");

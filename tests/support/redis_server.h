@@ -11,6 +11,15 @@
 
 namespace ratewin::test {
 
+// TLS for a test server (see Certificates): its certificate and key, the CA it trusts for
+// client certificates, and whether it requires one (mutual TLS).
+struct ServerTls {
+  std::string cert;
+  std::string key;
+  std::string ca;
+  bool auth_clients = false;
+};
+
 // Starts `redis-server` (from PATH) as a child process, with no persistence, bound to
 // 127.0.0.1 on a port the kernel reported free (and a Unix socket in a private
 // directory), and waits until it answers PING. Never touches a system service: it ends
@@ -20,6 +29,9 @@ class RedisServer {
   // `config`, if given, is written to a file that redis-server reads first (Sentinel
   // needs one, and rewrites it).
   explicit RedisServer(std::vector<std::string> extra_args = {}, const std::string& config = "");
+  // The same, also serving TLS on a second port (tls_port()); the plain port stays, for
+  // the helper's own commands and redis-cli.
+  RedisServer(std::vector<std::string> extra_args, const std::string& config, const ServerTls& tls);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -27,6 +39,8 @@ class RedisServer {
   int port() const { return port_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   std::string socket_path() const { return (dir_ / "redis.sock").string(); }
+  int tls_port() const { return tls_port_; }  // 0 without TLS
+  std::string tls_url() const { return "rediss://127.0.0.1:" + std::to_string(tls_port_); }
 
   // Starts it (again) on the same port; true once it answers.
   bool start();
@@ -72,7 +86,11 @@ class RedisServer {
   bool config_ = false;
   std::filesystem::path dir_;
   int port_ = 0;
+  int tls_port_ = 0;
   pid_t pid_ = -1;
 };
+
+// A free loopback TCP port, as the kernel reports one now.
+int free_port();
 
 }  // namespace ratewin::test

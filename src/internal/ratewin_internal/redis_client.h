@@ -10,9 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#include "ratewin/engine.h"
+
 namespace ratewin::inline v1 {
 namespace detail {
 class RedisConnection;
+struct RedisAddress;
 }  // namespace detail
 
 namespace internal {
@@ -28,8 +31,25 @@ struct RedisReply {
   bool is_error() const noexcept { return type == Type::kError; }
 };
 
-// One blocking connection to a server of an address (any form Options::redis takes),
-// logged in. Not thread-safe: one thread at a time.
+// Where RedisClients connect: an address (any form Options::redis takes) with its TLS
+// settings (Options::tls), checked, and certificates loaded, once; its clients share
+// them (and resume TLS sessions). Empty: no address. Cheap to copy.
+class RedisTarget {
+ public:
+  RedisTarget() = default;
+  // Throws std::invalid_argument for an address or TLS settings it cannot use.
+  explicit RedisTarget(std::string_view url, const TlsOptions& tls = {});
+  bool empty() const noexcept { return address_ == nullptr; }
+  // The address without its passwords, for messages.
+  std::string describe() const;
+
+ private:
+  friend class RedisClient;
+  std::shared_ptr<const detail::RedisAddress> address_;
+};
+
+// One blocking connection to a server of an address (a RedisTarget), logged in. Not
+// thread-safe: one thread at a time.
 class RedisClient {
  public:
   using Argv = std::vector<std::string_view>;
@@ -38,9 +58,8 @@ class RedisClient {
   // primary of the key's slot (any node without a key: a PUBLISH reaches every node, and
   // a subscriber may listen on any); for a Sentinel address, the current primary. A
   // MOVED or READONLY reply later means the key moved: open another. nullptr with
-  // `error` set when it cannot connect or log in; throws std::invalid_argument for an
-  // address it cannot parse.
-  static std::unique_ptr<RedisClient> open(std::string_view url,
+  // `error` set when it cannot connect or log in (or `target` is empty).
+  static std::unique_ptr<RedisClient> open(const RedisTarget& target,
                                            std::chrono::milliseconds connect_timeout,
                                            std::chrono::milliseconds command_timeout,
                                            std::string& error, std::string_view route_key = {});
