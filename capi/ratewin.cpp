@@ -156,7 +156,7 @@ int guarded(char** errmsg, Body&& body) noexcept {
 }
 
 // The size of each struct in the release that introduced it (1.0 for all but
-// ratewin_acquisition, which came with 1.2): a caller's size below it cannot be a real
+// ratewin_acquisition, which came with 1.2, and ratewin_tls_options, with 1.6): a caller's size below it cannot be a real
 // struct (most often, size was never set). Written as the end of the last field of that
 // release, so that adding fields later leaves it unchanged.
 template <class T>
@@ -177,11 +177,15 @@ constexpr std::size_t kFirstSize<ratewin_stats> = offsetof(ratewin_stats, clock_
 template <>
 constexpr std::size_t kFirstSize<ratewin_acquisition> = offsetof(ratewin_acquisition, cost) +
                                                         sizeof(std::uint64_t);
+template <>
+constexpr std::size_t kFirstSize<ratewin_tls_options> = offsetof(ratewin_tls_options, reserved) +
+                                                        sizeof(std::int32_t);
 
 // No struct has padding (the header promises it): a field added later must never land
 // where an older library saw padding it did not check. (A release that adds fields
 // compares sizeof with the end of its new last field.)
-static_assert(sizeof(ratewin_options) ==
+static_assert(sizeof(ratewin_options) == offsetof(ratewin_options, tls) + sizeof(void*));
+static_assert(offsetof(ratewin_options, tls) ==
               offsetof(ratewin_options, reserved2) + sizeof(std::int32_t));
 static_assert(offsetof(ratewin_options, partition_share) ==
               offsetof(ratewin_options, reserved) + sizeof(std::int32_t));
@@ -199,6 +203,9 @@ static_assert(sizeof(ratewin_stats) ==
 static_assert(offsetof(ratewin_stats, would_reject) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_acquisition) == kFirstSize<ratewin_acquisition>);
+static_assert(sizeof(ratewin_tls_options) == kFirstSize<ratewin_tls_options>);
+static_assert(offsetof(ratewin_tls_options, verify) ==
+              offsetof(ratewin_tls_options, min_version) + sizeof(const char*));
 
 // Where each figure of ratewin::kStatFields goes in ratewin_stats: its C field (a
 // duration's name has _ns after it, in nanoseconds; a flag is an int32_t 0 or 1; a count a
@@ -447,8 +454,38 @@ class CallbackClock final : public ratewin::Clock {
   void* data_;
 };
 
-ratewin::Options to_cxx(const ratewin_options& c) {
+static_assert(RATEWIN_TLS_VERIFY_FULL == static_cast<int>(ratewin::TlsVerify::full));
+static_assert(RATEWIN_TLS_VERIFY_CA == static_cast<int>(ratewin::TlsVerify::ca));
+static_assert(RATEWIN_TLS_VERIFY_NONE == static_cast<int>(ratewin::TlsVerify::none));
+
+// The TLS settings of ratewin_options.tls (already read over its defaults). The files, the
+// version and the name are the engine's to check.
+ratewin::TlsOptions to_cxx(const ratewin_tls_options& c) {
+  ratewin::TlsOptions o;
+  if (c.reserved != 0) throw std::invalid_argument("ratewin_tls_options: reserved must be 0");
+  switch (c.verify) {
+    case RATEWIN_TLS_VERIFY_FULL:
+    case RATEWIN_TLS_VERIFY_CA:
+    case RATEWIN_TLS_VERIFY_NONE:
+      o.verify = static_cast<ratewin::TlsVerify>(c.verify);
+      break;
+    default:
+      throw std::invalid_argument("ratewin_tls_options: unknown verify " +
+                                  std::to_string(c.verify) +
+                                  " (RATEWIN_TLS_VERIFY_FULL, _CA or _NONE)");
+  }
+  if (c.ca_file != nullptr) o.ca_file = c.ca_file;
+  if (c.ca_dir != nullptr) o.ca_dir = c.ca_dir;
+  if (c.cert_file != nullptr) o.cert_file = c.cert_file;
+  if (c.key_file != nullptr) o.key_file = c.key_file;
+  if (c.server_name != nullptr) o.server_name = c.server_name;
+  if (c.min_version != nullptr) o.min_version = c.min_version;
+  return o;
+}
+
+ratewin::Options to_cxx(const ratewin_options& c, const ratewin_tls_options& tls) {
   ratewin::Options o;
+  o.tls = to_cxx(tls);
   if (c.max_limiters > SIZE_MAX) {
     throw std::invalid_argument("max_limiters " + std::to_string(c.max_limiters) +
                                 " is more than this platform's SIZE_MAX");
@@ -821,6 +858,13 @@ void ratewin_options_init(ratewin_options* options) {
   options->clock_sync_interval_ms = static_cast<std::uint32_t>(d.clock_sync_interval.count());
 }
 
+void ratewin_tls_options_init(ratewin_tls_options* options) {
+  if (options == nullptr) return;
+  *options = ratewin_tls_options{};
+  options->size = sizeof *options;
+  options->verify = RATEWIN_TLS_VERIFY_FULL;
+}
+
 int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out, char** errmsg) {
   return guarded(errmsg, [&] {
     ratewin_options o;
@@ -828,9 +872,15 @@ int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out, ch
     if (options != nullptr) {
       if (const int rc = read_sized(options, o, "ratewin_options", errmsg); rc != 0) return rc;
     }
+    // Read (over its defaults) here, where its size is checked as any struct's.
+    ratewin_tls_options tls;
+    ratewin_tls_options_init(&tls);
+    if (o.tls != nullptr) {
+      if (const int rc = read_sized(o.tls, tls, "ratewin_tls_options", errmsg); rc != 0) return rc;
+    }
     if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_engine_open: out is NULL");
     try {
-      *out = new ratewin_engine(to_cxx(o));
+      *out = new ratewin_engine(to_cxx(o, tls));
     } catch (const ratewin::StoreError& e) {
       return fail(errmsg, RATEWIN_EUNAVAILABLE, e.what());
     }

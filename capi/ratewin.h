@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 5
+#define RATEWIN_VERSION_MINOR 6
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -289,6 +289,37 @@ RATEWIN_EXPORT int ratewin_decision_header(const ratewin_decision* decision, siz
 #define RATEWIN_LOG_WARNING 2
 #define RATEWIN_LOG_ERROR 3
 
+/* Since 1.6. How a Redis server's TLS certificate is checked (ratewin_tls_options.verify). */
+#define RATEWIN_TLS_VERIFY_FULL 0 /* its chain up to a trusted CA, and the host name (or
+                                     address) it is for (the default) */
+#define RATEWIN_TLS_VERIFY_CA 1   /* its chain only: a certificate for any name passes */
+#define RATEWIN_TLS_VERIFY_NONE 2 /* nothing: encrypted, but any server (or a man in the
+                                     middle) is accepted; the engine logs a warning once */
+
+/* Since 1.6. TLS to Redis (ratewin_options.tls), used by rediss://, rediss-cluster:// and
+ * rediss-sentinel:// addresses for every connection: to the server, to each Cluster node,
+ * to the sentinels and the primary they name. Such a URL may also give each setting as a
+ * parameter (?tls_ca_file=...&tls_ca_dir=...&tls_cert_file=...&tls_key_file=...
+ * &tls_server_name=...&tls_verify=full|ca|none&tls_min_version=1.2|1.3), which wins over
+ * the field here. Files are PEM; they are read when the engine opens (one that cannot be
+ * used fails ratewin_engine_open with RATEWIN_EINVAL, errmsg saying which and why), and
+ * again on a later connection after they change, so rotated certificates take effect
+ * without reopening the engine. Every string may be NULL (the default), as "". */
+typedef struct ratewin_tls_options {
+  size_t size;             /* sizeof(ratewin_tls_options) */
+  const char* ca_file;     /* trusted CAs; with ca_dir NULL too, the system's store */
+  const char* ca_dir;      /* a folder of trusted CAs named by hash (`openssl rehash`) */
+  const char* cert_file;   /* this client's certificate (chain), for mutual TLS */
+  const char* key_file;    /* its private key; NULL: the key is in cert_file */
+  const char* server_name; /* sent (SNI) and verified; NULL: each server's own host */
+  const char* min_version; /* the oldest TLS version accepted, "1.2" or "1.3"; NULL: "1.2" */
+  int32_t verify;          /* RATEWIN_TLS_VERIFY_*; default RATEWIN_TLS_VERIFY_FULL */
+  int32_t reserved;        /* must be 0: keeps the struct free of padding */
+} ratewin_tls_options;
+
+/* Since 1.6. Sets options->size and every field to its default. NULL is ignored. */
+RATEWIN_EXPORT void ratewin_tls_options_init(ratewin_tls_options* options);
+
 /* Nanoseconds since the Unix epoch, from 0 to 2^62 (the year 2116); readings outside
  * that range are taken as its nearest end. Must be thread-safe and cheap: every
  * decision reads it. */
@@ -307,8 +338,9 @@ typedef struct ratewin_options {
    * "unix://[user[:password]@]/path/to/socket[?db=N]",
    * "redis-cluster://[user[:password]@]host:port[,host:port...]" (a Redis Cluster's seed
    * nodes) or "redis-sentinel://[user[:password]@]host:port[,...]/master-name
-   * [?sentinel_password=...]" (a primary behind Redis Sentinel). The engine opens whether
-   * or not Redis is up, and connects when it can. */
+   * [?sentinel_password=...]" (a primary behind Redis Sentinel); with TLS (since 1.6),
+   * "rediss://...", "rediss-cluster://..." and "rediss-sentinel://..." (see tls). The
+   * engine opens whether or not Redis is up, and connects when it can. */
   const char* redis;
   /* Prefix of every Redis key, without '{' or '}'. NULL: "ratewin". */
   const char* key_prefix;
@@ -354,6 +386,10 @@ typedef struct ratewin_options {
    * or RATEWIN_FAILURE_CLOSED. */
   int32_t partitioned_unknown;
   int32_t reserved2; /* must be 0 */
+  /* Since 1.6. TLS settings for a rediss address, read (and copied) by ratewin_engine_open;
+   * NULL: the defaults. Settings other than the defaults with an address that is not
+   * rediss fail with RATEWIN_EINVAL: TLS is asked for by the URL's scheme. */
+  const ratewin_tls_options* tls;
 } ratewin_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -362,10 +398,13 @@ RATEWIN_EXPORT void ratewin_options_init(ratewin_options* options);
 typedef struct ratewin_engine ratewin_engine;
 
 /* Opens an engine; `options` NULL means every default (local mode). Fails with
- * RATEWIN_EINVAL on an option out of range or a malformed Redis URL (errmsg says
- * which), RATEWIN_ENOMEM or RATEWIN_ESYSTEM when resources run out. With Redis, it waits
- * at most connect_timeout_ms for a first connection, and succeeds even if there is none
- * (decisions are then degraded until Redis answers). */
+ * RATEWIN_EINVAL on an option out of range, a malformed Redis URL or TLS settings that
+ * cannot be used (a certificate or key file missing or unreadable; errmsg says which),
+ * RATEWIN_ENOMEM or RATEWIN_ESYSTEM when resources run out. With Redis, it waits at most
+ * connect_timeout_ms for a first connection, and succeeds even if there is none
+ * (decisions are then degraded until Redis answers); with require_store it fails with
+ * RATEWIN_EUNAVAILABLE instead, errmsg saying why (a TLS handshake that failed too:
+ * "certificate verify failed: ...", "host name mismatch: ..."). */
 RATEWIN_EXPORT int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out,
                                        char** errmsg);
 /* Closes an engine. Its threads and connections stop (calls in flight to the store

@@ -1,6 +1,7 @@
 /* The C ABI's own test, in plain C11, linked against libratewin.so: every function and
  * every error path. The Redis part starts its own redis-server on a Unix socket in a
- * fresh temporary directory and stops it by PID. */
+ * fresh temporary directory and stops it by PID; the TLS part another on free loopback
+ * ports, with certificates made by tests/support/make_certs.sh. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <ratewin.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -257,9 +260,17 @@ _Static_assert(offsetof(ratewin_limit_options, algorithm) ==
 _Static_assert(sizeof(ratewin_acquisition) ==
                    offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
                "ratewin_acquisition has trailing padding");
-_Static_assert(sizeof(ratewin_options) ==
-                   offsetof(ratewin_options, reserved2) + sizeof(int32_t),
+_Static_assert(sizeof(ratewin_options) == offsetof(ratewin_options, tls) + sizeof(void*),
                "ratewin_options has trailing padding");
+_Static_assert(offsetof(ratewin_options, tls) ==
+                   offsetof(ratewin_options, reserved2) + sizeof(int32_t),
+               "ratewin_options has padding before tls");
+_Static_assert(sizeof(ratewin_tls_options) ==
+                   offsetof(ratewin_tls_options, reserved) + sizeof(int32_t),
+               "ratewin_tls_options has trailing padding");
+_Static_assert(offsetof(ratewin_tls_options, verify) ==
+                   offsetof(ratewin_tls_options, min_version) + sizeof(const char*),
+               "ratewin_tls_options has padding before verify");
 _Static_assert(offsetof(ratewin_options, partition_share) ==
                    offsetof(ratewin_options, reserved) + sizeof(int32_t),
                "ratewin_options has padding before partition_share");
@@ -1858,6 +1869,24 @@ static void stop_redis(void) {
   }
 }
 
+/* 1 when the socket `fd` connects to `address` and the Redis there answers PING with
+ * +PONG (inline); closes fd. */
+static int connected_answers_ping(int fd, const struct sockaddr* address, socklen_t length) {
+  int ok = 0;
+  if (connect(fd, address, length) == 0 && write(fd, "PING\r\n", 6) == 6) {
+    char reply[8] = {0};
+    size_t got = 0;
+    while (got < 7) {
+      const ssize_t n = read(fd, reply + got, 7 - got);
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+    ok = got == 7 && memcmp(reply, "+PONG\r\n", 7) == 0;
+  }
+  close(fd);
+  return ok;
+}
+
 /* 1 when the Redis at redis_socket answers PING with +PONG. (Its socket exists from the
  * moment it listens, before it serves: on a loaded machine that gap can outlast a command
  * timeout, and an engine opened in it starts degraded.) */
@@ -1872,20 +1901,7 @@ static int redis_answers_ping(void) {
     return 0;
   }
   memcpy(address.sun_path, redis_socket, strlen(redis_socket) + 1);
-  int ok = 0;
-  if (connect(fd, (const struct sockaddr*)&address, sizeof address) == 0 &&
-      write(fd, "PING\r\n", 6) == 6) {
-    char reply[8] = {0};
-    size_t got = 0;
-    while (got < 7) {
-      const ssize_t n = read(fd, reply + got, 7 - got);
-      if (n <= 0) break;
-      got += (size_t)n;
-    }
-    ok = got == 7 && memcmp(reply, "+PONG\r\n", 7) == 0;
-  }
-  close(fd);
-  return ok;
+  return connected_answers_ping(fd, (const struct sockaddr*)&address, sizeof address);
 }
 
 /* Starts redis-server (from PATH) on a Unix socket only; 1 once it answers PING. */
@@ -2372,6 +2388,306 @@ static void test_redis_async(void) {
   stop_redis();
 }
 
+/* ---- TLS (since 1.6) ---------------------------------------------------------------- */
+
+/* ratewin_tls_options follows the struct conventions, and settings that cannot be used
+ * fail ratewin_engine_open with RATEWIN_EINVAL and the library's message. */
+static void test_tls_options(void) {
+  ratewin_tls_options t;
+  memset(&t, 0xff, sizeof t);
+  ratewin_tls_options_init(&t);
+  CHECK(t.size == sizeof t);
+  CHECK(t.ca_file == NULL && t.ca_dir == NULL && t.cert_file == NULL && t.key_file == NULL);
+  CHECK(t.server_name == NULL && t.min_version == NULL);
+  CHECK(t.verify == RATEWIN_TLS_VERIFY_FULL && t.reserved == 0);
+  ratewin_tls_options_init(NULL);
+
+  ratewin_options o;
+  ratewin_options_init(&o);
+  CHECK(o.tls == NULL);
+  ratewin_engine* engine = NULL;
+  char* message = NULL;
+  /* The defaults ask for nothing: accepted in local mode and with any address. */
+  o.tls = &t;
+  CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
+  ratewin_engine_close(engine);
+
+  ratewin_engine* const sentinel = (ratewin_engine*)&o;
+  ratewin_engine* out = sentinel;
+  struct {
+    const char* word; /* the message names it */
+    const char* redis;
+    ratewin_tls_options tls;
+  } bad[9];
+  for (size_t i = 0; i < 9; ++i) {
+    ratewin_tls_options_init(&bad[i].tls);
+    bad[i].redis = "rediss://127.0.0.1:1";
+  }
+  bad[0].word = "size";
+  bad[0].tls.size = 8;
+  bad[1].word = "verify";
+  bad[1].tls.verify = 3;
+  bad[2].word = "verify";
+  bad[2].tls.verify = -1;
+  bad[3].word = "reserved";
+  bad[3].tls.reserved = 1;
+  bad[4].word = "min_version";
+  bad[4].tls.min_version = "1.1";
+  bad[5].word = "/nonexistent/ca.crt"; /* a file that cannot be read: named */
+  bad[5].tls.ca_file = "/nonexistent/ca.crt";
+  bad[6].word = "rediss"; /* TLS settings for an address without TLS */
+  bad[6].tls.ca_file = "/nonexistent/ca.crt";
+  bad[6].redis = "redis://127.0.0.1:1";
+  bad[7].word = "tls_verify"; /* the URL's parameter, checked the same way */
+  bad[7].redis = "rediss://127.0.0.1:1?tls_verify=maybe";
+  bad[8].word = "tls_min_version";
+  bad[8].redis = "rediss://127.0.0.1:1?tls_min_version=1.0";
+  for (size_t i = 0; i < 9; ++i) {
+    ratewin_options_init(&o);
+    o.redis = bad[i].redis;
+    o.tls = &bad[i].tls;
+    CHECK_ERROR(ratewin_engine_open(&o, &out, &message), RATEWIN_EINVAL, message, bad[i].word);
+    CHECK(out == sentinel);
+  }
+
+  /* TLS options from a newer header: accepted while the unknown fields are 0. */
+  struct {
+    ratewin_tls_options known;
+    uint64_t newer[2];
+  } newer;
+  memset(&newer, 0, sizeof newer);
+  ratewin_tls_options_init(&newer.known);
+  newer.known.size = sizeof newer;
+  ratewin_options_init(&o);
+  o.tls = &newer.known;
+  CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && message == NULL);
+  ratewin_engine_close(engine);
+  newer.newer[1] = 1;
+  CHECK_ERROR(ratewin_engine_open(&o, &out, &message), RATEWIN_EINVAL, message,
+              "does not know");
+  CHECK(out == sentinel);
+
+  /* A caller built against 1.5 passes options without the tls field: whatever lies
+   * beyond its size is not read. */
+  ratewin_options_init(&o);
+  o.size = offsetof(ratewin_options, tls);
+  o.tls = (const ratewin_tls_options*)&o; /* not a ratewin_tls_options: must not be read */
+  CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && message == NULL);
+  ratewin_engine_close(engine);
+}
+
+/* A redis-server with TLS, on free loopback ports (a plain one too, to ask it whether it
+ * is up), with the certificates of tests/support/make_certs.sh. */
+static pid_t tls_redis_pid = 0;
+static int tls_redis_port = 0; /* plain */
+static int tls_redis_tls_port = 0;
+static char tls_dir[64]; /* the certificates and the server's log */
+
+static int run_and_wait(char* const argv[]) {
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0) return 0;
+  int status = 0;
+  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static void stop_tls_redis(void) {
+  if (tls_redis_pid > 0) {
+    kill(tls_redis_pid, SIGTERM);
+    waitpid(tls_redis_pid, NULL, 0);
+    tls_redis_pid = 0;
+  }
+  if (tls_dir[0] != '\0') {
+    char* argv[] = {"rm", "-rf", tls_dir, NULL};
+    run_and_wait(argv);
+    tls_dir[0] = '\0';
+  }
+}
+
+static int free_port(void) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in address;
+  memset(&address, 0, sizeof address);
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  int port = 0;
+  if (bind(fd, (const struct sockaddr*)&address, sizeof address) == 0 &&
+      getsockname(fd, (struct sockaddr*)&address, &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+/* 1 when the plain port at 127.0.0.1:port answers PING with +PONG. */
+static int tcp_answers_ping(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in address;
+  memset(&address, 0, sizeof address);
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons((uint16_t)port);
+  return connected_answers_ping(fd, (const struct sockaddr*)&address, sizeof address);
+}
+
+static void tls_path(char* out, size_t size, const char* name) {
+  snprintf(out, size, "%s/%s", tls_dir, name);
+}
+
+/* Makes the certificates and starts the server; 1 once it answers PING. */
+static int start_tls_redis(void) {
+  strcpy(tls_dir, "/tmp/ratewin-capi-tls-XXXXXX");
+  if (mkdtemp(tls_dir) == NULL) return 0;
+  atexit(stop_tls_redis);
+  {
+    char* argv[] = {"bash", RATEWIN_MAKE_CERTS, tls_dir, NULL};
+    if (!run_and_wait(argv)) return 0;
+  }
+  char cert[128], key[128], ca[128], log[128], port[16], tls_port[16];
+  tls_path(cert, sizeof cert, "server.crt");
+  tls_path(key, sizeof key, "server.key");
+  tls_path(ca, sizeof ca, "ca.crt");
+  tls_path(log, sizeof log, "log");
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    tls_redis_port = free_port();
+    do {
+      tls_redis_tls_port = free_port();
+    } while (tls_redis_tls_port == tls_redis_port);
+    snprintf(port, sizeof port, "%d", tls_redis_port);
+    snprintf(tls_port, sizeof tls_port, "%d", tls_redis_tls_port);
+    char* argv[] = {"redis-server", "--port", port, "--tls-port", tls_port,
+                    "--bind", "127.0.0.1", "--tls-cert-file", cert, "--tls-key-file", key,
+                    "--tls-ca-cert-file", ca, "--tls-auth-clients", "no", "--save", "",
+                    "--appendonly", "no", "--dir", tls_dir, "--logfile", log, NULL};
+    if (posix_spawnp(&tls_redis_pid, "redis-server", NULL, NULL, argv, environ) != 0) return 0;
+    for (int i = 0; i < 500; ++i) {
+      if (tcp_answers_ping(tls_redis_port)) return 1;
+      if (waitpid(tls_redis_pid, NULL, WNOHANG) == tls_redis_pid) break; /* a port taken */
+      nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    if (tls_redis_pid > 0) {
+      kill(tls_redis_pid, SIGKILL);
+      waitpid(tls_redis_pid, NULL, 0);
+      tls_redis_pid = 0;
+    }
+  }
+  return 0;
+}
+
+/* ratewin_engine_open over TLS with require_store: its code, and the engine (or NULL). */
+static int open_tls_engine(const char* url, const ratewin_tls_options* tls,
+                           struct log_record* log, ratewin_engine** engine, char** message) {
+  ratewin_options o;
+  ratewin_options_init(&o);
+  o.redis = url;
+  o.tls = tls;
+  o.key_prefix = "capi-tls";
+  o.require_store = 1;
+  o.connect_timeout_ms = 5000; /* handshakes are slow under the sanitizers */
+  o.command_timeout_ms = 2000;
+  o.logger = record_log;
+  o.logger_data = log;
+  *engine = NULL;
+  return ratewin_engine_open(&o, engine, message);
+}
+
+/* Engines over TLS count together; a certificate that does not pass is said plainly. */
+static void test_redis_tls(void) {
+  if (!start_tls_redis()) {
+    CHECK(!"a TLS redis-server started");
+    stop_tls_redis();
+    return;
+  }
+  char url[64], plain_url[64], ca[128], other_ca[128], url_with_ca[256];
+  snprintf(url, sizeof url, "rediss://127.0.0.1:%d", tls_redis_tls_port);
+  snprintf(plain_url, sizeof plain_url, "rediss://127.0.0.1:%d", tls_redis_port);
+  tls_path(ca, sizeof ca, "ca.crt");
+  tls_path(other_ca, sizeof other_ca, "other-ca.crt");
+  snprintf(url_with_ca, sizeof url_with_ca, "%s?tls_ca_file=%s", url, ca);
+  struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+
+  /* Two engines, the CA given in the struct and in the URL, admit exactly max between
+   * them. */
+  ratewin_tls_options tls;
+  ratewin_tls_options_init(&tls);
+  tls.ca_file = ca;
+  tls.min_version = "1.3";
+  ratewin_engine* a = NULL;
+  ratewin_engine* b = NULL;
+  char* message = NULL;
+  CHECK(open_tls_engine(url, &tls, &log, &a, &message) == 0 && a != NULL && message == NULL);
+  if (message != NULL) fprintf(stderr, "  message: %s\n", message);
+  ratewin_free(message);
+  message = NULL;
+  CHECK(open_tls_engine(url_with_ca, NULL, &log, &b, &message) == 0 && b != NULL);
+  if (message != NULL) fprintf(stderr, "  message: %s\n", message);
+  ratewin_free(message);
+  message = NULL;
+  if (a != NULL && b != NULL) {
+    ratewin_limit* limit = make_limit(5, 3600000, 0, RATEWIN_FAILURE_LOCAL);
+    int allowed = 0, degraded = 0;
+    for (int i = 0; i < 12; ++i) {
+      ratewin_decision d;
+      ratewin_decision_init(&d);
+      CHECK(ratewin_engine_try_acquire_name(i % 2 ? a : b, "tls", 3, limit, 1, &d, NULL) == 0);
+      allowed += d.allowed;
+      degraded += d.degraded;
+    }
+    CHECK(allowed == 5 && degraded == 0);
+    ratewin_stats s;
+    ratewin_stats_init(&s);
+    CHECK(ratewin_engine_stats(a, &s) == 0 && s.store_available == 1 && s.writes_ok >= 1);
+    ratewin_limit_free(limit);
+  }
+  ratewin_engine_close(a);
+  ratewin_engine_close(b);
+  pthread_mutex_lock(&log.mutex);
+  CHECK(log.warnings == 0);
+  pthread_mutex_unlock(&log.mutex);
+
+  /* Failures at open, with require_store: RATEWIN_EUNAVAILABLE and the handshake's own
+   * words. */
+  ratewin_engine* none = NULL;
+  ratewin_tls_options wrong;
+  ratewin_tls_options_init(&wrong);
+  wrong.ca_file = other_ca; /* a CA that did not sign the server's certificate */
+  CHECK_ERROR(open_tls_engine(url, &wrong, &log, &none, &message), RATEWIN_EUNAVAILABLE, message,
+              "certificate verify failed");
+  CHECK(none == NULL);
+  ratewin_tls_options renamed;
+  ratewin_tls_options_init(&renamed);
+  renamed.ca_file = ca;
+  renamed.server_name = "redis.example.com"; /* not a name of the certificate */
+  CHECK_ERROR(open_tls_engine(url, &renamed, &log, &none, &message), RATEWIN_EUNAVAILABLE,
+              message, "host name mismatch");
+  CHECK(none == NULL);
+  /* TLS to the plain port, and plain to the TLS port. */
+  CHECK_ERROR(open_tls_engine(plain_url, &tls, &log, &none, &message), RATEWIN_EUNAVAILABLE,
+              message, "TLS");
+  CHECK(none == NULL);
+  char to_tls_port[64];
+  snprintf(to_tls_port, sizeof to_tls_port, "redis://127.0.0.1:%d", tls_redis_tls_port);
+  CHECK_ERROR(open_tls_engine(to_tls_port, NULL, &log, &none, &message), RATEWIN_EUNAVAILABLE,
+              message, "rediss://");
+  CHECK(none == NULL);
+
+  /* verify=ca passes a certificate for another name; verify=none any certificate, with a
+   * warning. */
+  renamed.verify = RATEWIN_TLS_VERIFY_CA;
+  CHECK(open_tls_engine(url, &renamed, &log, &a, NULL) == 0 && a != NULL);
+  ratewin_engine_close(a);
+  struct log_record unverified = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  wrong.verify = RATEWIN_TLS_VERIFY_NONE;
+  CHECK(open_tls_engine(url, &wrong, &unverified, &a, NULL) == 0 && a != NULL);
+  ratewin_engine_close(a);
+  pthread_mutex_lock(&unverified.mutex);
+  CHECK(unverified.warnings >= 1 && unverified.malformed == 0);
+  pthread_mutex_unlock(&unverified.mutex);
+  stop_tls_redis();
+}
+
 int main(void) {
   test_versions_and_errors();
   test_limits();
@@ -2390,6 +2706,8 @@ int main(void) {
   test_redis_unreachable();
   test_redis_shared();
   test_redis_async();
+  test_tls_options();
+  test_redis_tls();
   if (failures != 0) {
     fprintf(stderr, "capi_test: %d of %d checks failed\n", failures, checks);
     return 1;

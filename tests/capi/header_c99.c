@@ -10,6 +10,7 @@ int ratewin_header_c99_check(void) {
   ratewin_decision decision;
   ratewin_stats stats;
   ratewin_acquisition acquisition;
+  ratewin_tls_options tls;
   ratewin_clock_fn clock = 0;
   ratewin_log_fn logger = 0;
   ratewin_acquire_fn done = 0;
@@ -18,10 +19,11 @@ int ratewin_header_c99_check(void) {
   decision.size = sizeof decision;
   stats.size = sizeof stats;
   acquisition.size = sizeof acquisition;
+  tls.size = sizeof tls;
   (void)clock;
   (void)logger;
   (void)done;
   return (int)(options.size + limit_options.size + decision.size + stats.size +
-               acquisition.size) > 0 &&
+               acquisition.size + tls.size) > 0 &&
          RATEWIN_VERSION_HEX > 0 && RATEWIN_NEVER > 0;
 }

@@ -1,6 +1,7 @@
 """Shared fixtures. The package under test is the build tree's (build/python), unless
 RATEWIN_PYTHONPATH names another directory; Redis tests start their own redis-server on
-a Unix socket in a temporary directory and stop it by PID."""
+a Unix socket in a temporary directory and stop it by PID (a TLS one also serves TLS on a
+free loopback port, with certificates made by tests/support/make_certs.sh)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,31 +22,92 @@ sys.path.insert(0, os.environ.get("RATEWIN_PYTHONPATH", str(ROOT / "build" / "py
 import ratewin  # noqa: E402
 
 
-class RedisServer:
-    """A private redis-server: no persistence, Unix socket only (no port to collide on)."""
+MAKE_CERTS = ROOT / "tests" / "support" / "make_certs.sh"
 
-    def __init__(self, directory: pathlib.Path, password: str | None = None) -> None:
+
+class Certificates:
+    """The certificates of make_certs.sh in `directory`: ca.crt, server.crt/.key (for
+    127.0.0.1 and localhost), client.crt/.key, expired.crt/.key, other-ca.crt and
+    other.crt/.key (signed by other-ca)."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.directory = directory
+        subprocess.run(["bash", str(MAKE_CERTS), str(directory)], check=True, timeout=120,
+                       stdout=subprocess.DEVNULL)
+
+    def __getitem__(self, name: str) -> str:
+        return str(self.directory / name)
+
+
+class ServerTls:
+    """How a RedisServer serves TLS: its certificate `name` (name.crt and name.key),
+    trusting ca.crt for client certificates, which it requires if `auth_clients`."""
+
+    def __init__(self, certificates: Certificates, name: str = "server",
+                 auth_clients: bool = False) -> None:
+        self.args = ["--tls-cert-file", certificates[f"{name}.crt"],
+                     "--tls-key-file", certificates[f"{name}.key"],
+                     "--tls-ca-cert-file", certificates["ca.crt"],
+                     "--tls-auth-clients", "yes" if auth_clients else "no"]
+
+
+def free_port() -> int:
+    """A loopback port the kernel reported free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server: no persistence, Unix socket only (no port to collide on),
+    and with `tls` TLS on a free loopback port too (tls_port, tls_url), beside a plain one
+    (port)."""
+
+    def __init__(self, directory: pathlib.Path, password: str | None = None,
+                 tls: ServerTls | None = None) -> None:
         self.directory = directory
         self.socket = directory / "redis.sock"
         self.password = password
+        self.tls = tls
+        self.tls_port = 0
+        self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket}"
 
+    @property
+    def tls_url(self) -> str:
+        return f"rediss://127.0.0.1:{self.tls_port}"
+
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", str(self.socket),
-             "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-             "--dir", str(self.directory), "--logfile", str(self.directory / "log"),
-             *(["--requirepass", self.password] if self.password else [])],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self.answers():
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.01)
+        # Ports picked free may be taken by the time the server binds them: then the
+        # server exits, and others are tried.
+        for _ in range(5 if self.tls else 1):
+            tls_args: list[str] = []
+            if self.tls:
+                self.port = free_port()
+                self.tls_port = free_port()
+                while self.tls_port == self.port:
+                    self.tls_port = free_port()
+                tls_args = ["--tls-port", str(self.tls_port), "--bind", "127.0.0.1",
+                            *self.tls.args]
+            self.process = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--unixsocket", str(self.socket),
+                 "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.directory), "--logfile", str(self.directory / "log"),
+                 *(["--requirepass", self.password] if self.password else []), *tls_args],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 10
+            while not self.answers():
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    break
+                time.sleep(0.01)
+            else:
+                return
+            self.stop()
+        raise RuntimeError("redis-server did not start")
 
     def answers(self) -> bool:
         return self.cli("PING") == "PONG"
@@ -106,6 +169,26 @@ def redis(tmp_path: pathlib.Path):
     finally:
         if server.process is not None and server.process.poll() is None:
             server.resume()
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not installed (cmd/setup.sh installs it)")
+    return Certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture
+def tls_redis(tmp_path: pathlib.Path, certificates: Certificates):
+    """A redis-server serving TLS with server.crt (and its plain Unix socket, for cli())."""
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed (cmd/setup.sh installs it)")
+    server = RedisServer(tmp_path, tls=ServerTls(certificates))
+    server.start()
+    try:
+        yield server
+    finally:
         server.stop()
 
 

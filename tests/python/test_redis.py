@@ -208,11 +208,6 @@ def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
         ratewin.Engine(connect="eager")
 
 
-def test_tls_urls_say_tls_is_not_supported():
-    with pytest.raises(ValueError, match="TLS"):
-        ratewin.Engine("rediss://127.0.0.1:6380")
-
-
 def test_without_a_logger_records_go_to_the_ratewin_logger(redis, caplog):
     limit = ratewin.Limit(5, per=3600)
     with caplog.at_level(logging.INFO, logger="ratewin"):

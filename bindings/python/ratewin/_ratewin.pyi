@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Union
 
 Seconds = Union[int, float, datetime.timedelta]
@@ -152,6 +153,13 @@ class Engine:
         connect: str = "lazy",
         partition_share: float = 1.0,
         partitioned_unknown: Union[FailurePolicy, str] = "local",
+        tls_ca_file: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_ca_dir: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_cert_file: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_key_file: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_server_name: Optional[str] = None,
+        tls_verify: str = "full",
+        tls_min_version: str = "1.2",
     ) -> None: ...
     def try_acquire(self, resource: Resource, limit: Limit, cost: int = 1) -> Decision: ...
     def try_acquire_all(

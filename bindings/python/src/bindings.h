@@ -50,6 +50,9 @@ double to_seconds(std::chrono::nanoseconds d) noexcept;
 std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std::uint64_t max);
 // A str as UTF-8: TypeError for other types, ValueError if it cannot be encoded.
 std::string to_utf8(py::handle text, const char* what);
+// A file system path, a str or an os.PathLike (pathlib.Path) naming one, as UTF-8:
+// TypeError for other types (bytes paths too).
+std::string to_path(py::handle path, const char* what);
 // A bool: TypeError for anything else (0, None, "yes").
 bool to_bool(py::handle value, const char* what);
 // A number (an int or a float; bools are refused) as a double: TypeError otherwise.
@@ -74,6 +77,7 @@ RATEWIN_PYTHON_ARG(OptionalSecondsArg);
 RATEWIN_PYTHON_ARG(ResourceArg);
 RATEWIN_PYTHON_ARG(StrArg);
 RATEWIN_PYTHON_ARG(OptionalStrArg);
+RATEWIN_PYTHON_ARG(OptionalPathArg);
 RATEWIN_PYTHON_ARG(BoolArg);
 RATEWIN_PYTHON_ARG(FloatArg);
 RATEWIN_PYTHON_ARG(PolicyArg);
@@ -107,6 +111,7 @@ RATEWIN_PYTHON_ARG_CASTER(OptionalSecondsArg, "float | datetime.timedelta | None
 RATEWIN_PYTHON_ARG_CASTER(ResourceArg, "str | bytes | int");
 RATEWIN_PYTHON_ARG_CASTER(StrArg, "str");
 RATEWIN_PYTHON_ARG_CASTER(OptionalStrArg, "str | None");
+RATEWIN_PYTHON_ARG_CASTER(OptionalPathArg, "str | os.PathLike[str] | None");
 RATEWIN_PYTHON_ARG_CASTER(BoolArg, "bool");
 RATEWIN_PYTHON_ARG_CASTER(FloatArg, "float");
 RATEWIN_PYTHON_ARG_CASTER(PolicyArg, "FailurePolicy | str");

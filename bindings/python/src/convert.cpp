@@ -123,6 +123,20 @@ std::string to_utf8(py::handle text, const char* what) {
   return std::string(utf8, static_cast<std::size_t>(size));
 }
 
+std::string to_path(py::handle path, const char* what) {
+  if (PyUnicode_Check(path.ptr()) != 0) return to_utf8(path, what);
+  if (!py::hasattr(path, "__fspath__")) {
+    throw py::type_error(std::string(what) + " must be a str or an os.PathLike, not " +
+                         type_name(path));
+  }
+  const py::object text = py::module_::import("os").attr("fspath")(path);
+  if (PyUnicode_Check(text.ptr()) == 0) {
+    throw py::type_error(std::string(what) + " must name a path as a str, not " +
+                         type_name(text));
+  }
+  return to_utf8(text, what);
+}
+
 bool to_bool(py::handle value, const char* what) {
   if (PyBool_Check(value.ptr()) == 0) {
     throw py::type_error(std::string(what) + " must be True or False, not " + type_name(value));

@@ -57,6 +57,35 @@ Decisions decisions_of(std::size_t refused, std::span<const Decision> out) {
   return result;
 }
 
+// The Engine's tls_* arguments as TlsOptions: TypeError or ValueError for what they cannot
+// be (the files, the version and the name are the engine's to check).
+TlsOptions to_tls(OptionalPathArg ca_file, OptionalPathArg ca_dir, OptionalPathArg cert_file,
+                  OptionalPathArg key_file, OptionalStrArg server_name, StrArg verify,
+                  StrArg min_version) {
+  TlsOptions tls;
+  if (!ca_file.is_none()) tls.ca_file = to_path(ca_file, "tls_ca_file");
+  if (!ca_dir.is_none()) tls.ca_dir = to_path(ca_dir, "tls_ca_dir");
+  if (!cert_file.is_none()) tls.cert_file = to_path(cert_file, "tls_cert_file");
+  if (!key_file.is_none()) tls.key_file = to_path(key_file, "tls_key_file");
+  if (!server_name.is_none()) tls.server_name = to_utf8(server_name, "tls_server_name");
+  const std::string how = to_utf8(verify, "tls_verify");
+  if (how == "full") {
+    tls.verify = TlsVerify::full;
+  } else if (how == "ca") {
+    tls.verify = TlsVerify::ca;
+  } else if (how == "none") {
+    tls.verify = TlsVerify::none;
+  } else {
+    throw py::value_error("tls_verify must be 'full', 'ca' or 'none', not '" + how + "'");
+  }
+  tls.min_version = to_utf8(min_version, "tls_min_version");
+  if (tls.min_version != "1.2" && tls.min_version != "1.3") {
+    throw py::value_error("tls_min_version must be '1.2' or '1.3', not '" + tls.min_version +
+                          "'");
+  }
+  return tls;
+}
+
 class PyEngine : public Owner<PyEngine, Engine> {
  public:
   explicit PyEngine(Options options) {
@@ -197,9 +226,15 @@ void init_engine(py::module_& m) {
                        IntArg max_connections, SecondsArg sync_settle, BoolArg sync_clock,
                        SecondsArg clock_sync_interval, OptionalClockArg clock,
                        OptionalLoggerArg logger, IntArg max_memory, StrArg connect,
-                       FloatArg partition_share, PolicyArg partitioned_unknown) {
+                       FloatArg partition_share, PolicyArg partitioned_unknown,
+                       OptionalPathArg tls_ca_file, OptionalPathArg tls_ca_dir,
+                       OptionalPathArg tls_cert_file, OptionalPathArg tls_key_file,
+                       OptionalStrArg tls_server_name, StrArg tls_verify,
+                       StrArg tls_min_version) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
+             o.tls = to_tls(tls_ca_file, tls_ca_dir, tls_cert_file, tls_key_file,
+                            tls_server_name, tls_verify, tls_min_version);
              o.key_prefix = to_utf8(key_prefix, "key_prefix");
              o.max_limiters =
                  static_cast<std::size_t>(to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
@@ -249,33 +284,52 @@ void init_engine(py::module_& m) {
            py::arg("clock_sync_interval") = 10.0, py::arg("clock") = py::none(),
            py::arg("logger") = py::none(), py::arg("max_memory") = std::size_t{256} << 20,
            py::arg("connect") = "lazy", py::arg("partition_share") = 1.0,
-           py::arg("partitioned_unknown") = "local",
+           py::arg("partitioned_unknown") = "local", py::arg("tls_ca_file") = py::none(),
+           py::arg("tls_ca_dir") = py::none(), py::arg("tls_cert_file") = py::none(),
+           py::arg("tls_key_file") = py::none(), py::arg("tls_server_name") = py::none(),
+           py::arg("tls_verify") = "full", py::arg("tls_min_version") = "1.2",
            "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
            "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
            "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None, "
            "max_memory=268435456, connect='lazy', partition_share=1.0, "
-           "partitioned_unknown='local').\n\n"
+           "partitioned_unknown='local', tls_ca_file=None, tls_ca_dir=None, "
+           "tls_cert_file=None, tls_key_file=None, tls_server_name=None, tls_verify='full', "
+           "tls_min_version='1.2').\n\n"
            "partition_share, partitioned_unknown: limits with on_failure='partitioned' admit "
            "max x partition_share / live engines on each engine while Redis is unreachable "
            "(0.01 to 1000); an engine that never read the live count decides as "
            "partitioned_unknown says, 'local' or 'closed'.\n\n"
            "connect: 'lazy' (the default) starts whether or not Redis can be used, deciding "
            "with local counts until it can; 'require' raises StoreError when Redis cannot be "
-           "used at start (unreachable within connect_timeout, or a password missing or "
-           "refused).\n\n"
+           "used at start (unreachable within connect_timeout, a password missing or "
+           "refused, a TLS handshake that failed: the message says why).\n\n"
+           "tls_*: TLS to Redis, for rediss://, rediss-cluster:// and rediss-sentinel:// "
+           "addresses (every connection: the server, each Cluster node, the sentinels and "
+           "their primary). tls_ca_file, tls_ca_dir: the trusted CAs (a PEM file; a folder "
+           "named by hash, `openssl rehash`); neither: the system's. tls_cert_file, "
+           "tls_key_file: this client's certificate and key, for mutual TLS (no key file: "
+           "the key is in the certificate's file). tls_server_name: the name sent (SNI) and "
+           "verified instead of each server's host. tls_verify: 'full' (the chain and the "
+           "name), 'ca' (the chain only) or 'none' (nothing: encrypted but unauthenticated; "
+           "logged as a warning). tls_min_version: '1.2' or '1.3'. Paths are str or "
+           "os.PathLike. The URL may give each as a parameter "
+           "(rediss://host:6380?tls_ca_file=/etc/ca.pem&tls_verify=ca), which wins. Files "
+           "are read at start (ValueError if one cannot be used), and again after they "
+           "change. TLS settings with an address that is not rediss raise ValueError.\n\n"
            "max_limiters and max_memory (bytes, at least 16384) bound the limiters held in "
            "memory. A limiter whose window still holds counts is never dropped to make "
            "room; while the bounds are full of them, new resources share one overflow "
            "limiter per window geometry (stats()['overflowed'] counts those decisions).\n\n"
            "redis: None (local) or 'redis://[user[:password]@]host[:port][/db]', "
            "'unix://[user[:password]@]/path[?db=N]', 'redis-cluster://host:port,host:port,...' "
-           "or 'redis-sentinel://host:port,.../master-name[?sentinel_password=...]'; the engine "
+           "or 'redis-sentinel://host:port,.../master-name[?sentinel_password=...]', and with "
+           "TLS 'rediss://...', 'rediss-cluster://...' or 'rediss-sentinel://...'; the engine "
            "starts whether or not Redis is up. Durations are seconds (int, float or timedelta). "
            "clock: a ManualClock for "
            "tests. logger: a callable(level, message), level one of 'debug', 'info', "
            "'warning', 'error', called from the engine's threads (default: records on the "
-           "'ratewin' logging.Logger). Raises ValueError for a bad option or URL (TLS, "
-           "rediss://, is not supported).")
+           "'ratewin' logging.Logger). Raises ValueError for a bad option, URL or TLS "
+           "setting.")
       .def("try_acquire", &PyEngine::try_acquire, py::arg("resource"), py::arg("limit"),
            py::arg("cost") = 1,
            "Decides whether `cost` units of `resource` (a str, bytes or an int id) fit in "
