@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
      cxxopts::value<std::uint32_t>()->default_value("12"))
     ("redis", "Redis URL for the redis and accuracy modes; empty: start a private redis-server",
      cxxopts::value<std::string>()->default_value(""))
+    ("tls", "redis: the private redis-server also serves TLS (certificates made for the run), and "
+            "the report gains rows over TLS beside the plain ones")
     ("engines", "accuracy: numbers of engines to run, comma-separated",
      cxxopts::value<std::string>()->default_value("1,2,4,8"))
     ("scale", "accuracy: time scale (1 = 100 per 10 s at 1 s, for 40 s and 60 s)",

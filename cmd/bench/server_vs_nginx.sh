@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # HTTP benchmark: ratewin-server against nginx's limit_req, under the same wrk load.
 #
-# Six cases, each on its own freshly started server on a free loopback port:
+# Seven cases, each on its own freshly started server on a free loopback port:
 #   nginx-reject          nginx limit_req, 10 r/s per client address, no burst -> ~all 429
 #   nginx-allow           the same with a rate too high to reach (and a burst:
 #                         nginx counts whole milliseconds)                  -> all 200
@@ -9,6 +9,8 @@
 #   ratewin-local-allow   the same limit with max 4000000000                -> all 200
 #   ratewin-redis-reject  ratewin-server sharing counts through a private redis-server
 #   ratewin-redis-allow
+#   ratewin-redis-tls-allow  the same, to the same redis-server's TLS port (rediss://,
+#                         certificates made for the run by tests/support/make_certs.sh)
 # Before each timed run curl checks the claimed status (429 after a few requests, or
 # 200 throughout); after it, wrk's "Non-2xx or 3xx responses" gives the share refused.
 # wrk drives one client (127.0.0.1), with the same options for every case. Also shown:
@@ -40,7 +42,7 @@ duration="${DURATION:-10s}"
 connections="${CONNECTIONS:-50}"
 wrk_threads="${WRK_THREADS:-2}"
 server_threads="${SERVER_THREADS:-2}"
-cases="${CASES:-nginx-reject,ratewin-local-reject,ratewin-redis-reject,nginx-allow,ratewin-local-allow,ratewin-redis-allow}"
+cases="${CASES:-nginx-reject,ratewin-local-reject,ratewin-redis-reject,nginx-allow,ratewin-local-allow,ratewin-redis-allow,ratewin-redis-tls-allow}"
 ratewin_server="${RATEWIN_SERVER:-$root/build/cmd/ratewin-server}"
 nginx_bin="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
 wrk_bin="${WRK:-$(command -v wrk || echo wrk)}"
@@ -72,12 +74,14 @@ done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive whole number: $runs"
 
 all_cases=(nginx-reject nginx-allow ratewin-local-reject ratewin-local-allow
-           ratewin-redis-reject ratewin-redis-allow)
+           ratewin-redis-reject ratewin-redis-allow ratewin-redis-tls-allow)
 IFS=, read -r -a selected <<<"$cases"
 need_redis=0
+need_tls=0
 for c in "${selected[@]}"; do
   [[ " ${all_cases[*]} " == *" $c "* ]] || die "unknown case: $c (one of: ${all_cases[*]})"
   [[ $c == ratewin-redis-* ]] && need_redis=1
+  [[ $c == ratewin-redis-tls-* ]] && need_tls=1
 done
 
 # nginx and wrk are the benchmark's own needs (not the build's): installed here if missing.
@@ -99,6 +103,7 @@ for tool in "$nginx_bin" "$wrk_bin" curl "$python"; do
   command -v "$tool" >/dev/null || die "not found: $tool"
 done
 ((need_redis == 0)) || command -v "$redis_bin" >/dev/null || die "not found: $redis_bin"
+((need_tls == 0)) || command -v openssl >/dev/null || die "not found: openssl (for the TLS case's certificates)"
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/ratewin-server-vs-nginx.XXXXXX")"
 pids=()  # every process this script started and may still have to stop
@@ -208,16 +213,30 @@ start_ratewin() {  # rules-file [redis-url key-prefix]
 
 redis_pid=""
 redis_url=""
-start_redis() {
-  local port
+redis_tls_url=""
+start_redis() {  # with need_tls, also a TLS port, with certificates made into $tmp/certs
+  local port tls_port="" tls_args=()
   port="$(free_port)"
   mkdir -p "$tmp/redis"
+  if ((need_tls)); then
+    "$root/tests/support/make_certs.sh" "$tmp/certs"
+    tls_port="$(free_port)"
+    while [[ $tls_port == "$port" ]]; do tls_port="$(free_port)"; done
+    tls_args=(--tls-port "$tls_port" --tls-cert-file "$tmp/certs/server.crt"
+              --tls-key-file "$tmp/certs/server.key" --tls-ca-cert-file "$tmp/certs/ca.crt"
+              --tls-auth-clients no)
+  fi
   "$redis_bin" --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-    --dir "$tmp/redis" --daemonize no --logfile "$tmp/redis/redis.log" &
+    --dir "$tmp/redis" --daemonize no --logfile "$tmp/redis/redis.log" \
+    "${tls_args[@]+"${tls_args[@]}"}" &
   redis_pid=$!
   pids+=("$redis_pid")
   wait_for_port "$port" "$redis_pid" "$tmp/redis/redis.log"
   redis_url="redis://127.0.0.1:$port"
+  if [[ -n $tls_port ]]; then
+    wait_for_port "$tls_port" "$redis_pid" "$tmp/redis/redis.log"
+    redis_tls_url="rediss://127.0.0.1:$tls_port?tls_ca_file=$tmp/certs/ca.crt"
+  fi
 }
 
 # --- checks and measurement ----------------------------------------------------------
@@ -270,6 +289,7 @@ run_case() {  # case-name run-number
     nginx-reject) start_nginx 10r/s ;;
     nginx-allow) start_nginx 100000000r/s 1000000 ;;
     ratewin-local-*) start_ratewin "$templates/rules-$expect.yaml" ;;
+    ratewin-redis-tls-*) start_ratewin "$templates/rules-$expect.yaml" "$redis_tls_url" "bench-$name-$run" ;;
     ratewin-redis-*) start_ratewin "$templates/rules-$expect.yaml" "$redis_url" "bench-$name-$run" ;;
   esac
   local url="http://127.0.0.1:$server_port/"
@@ -319,7 +339,7 @@ echo "ratewin-server vs nginx limit_req: wrk -t$wrk_threads -c$connections -d$du
 echo "  $("$nginx_bin" -v 2>&1), $("$wrk_bin" -v 2>&1 | head -n 1 | awk '{print $1, $2}')" >&2
 echo "  ratewin-server: $built" >&2
 echo "  load average before: $(cut -d' ' -f1-3 /proc/loadavg) (other work on this machine skews every case)" >&2
-((need_redis == 0)) || { start_redis; echo "  private redis-server on $redis_url" >&2; }
+((need_redis == 0)) || { start_redis; echo "  private redis-server on $redis_url${redis_tls_url:+, TLS: $redis_tls_url}" >&2; }
 
 for ((run = 1; run <= runs; run++)); do
   order=("${selected[@]}")
@@ -393,9 +413,17 @@ ratio "ratewin local allowing  / nginx allowing" ratewin-local-allow nginx-allow
 ratio "ratewin redis rejecting / nginx rejecting" ratewin-redis-reject nginx-reject
 ratio "ratewin redis allowing  / nginx allowing" ratewin-redis-allow nginx-allow
 ratio "ratewin redis allowing / local allowing" ratewin-redis-allow ratewin-local-allow
-if [[ -n ${req_total[ratewin-redis-allow]:-} ]]; then
-  echo "redis-server CPU per admitted request (ratewin-redis-allow): $("$python" -c \
-    "print('%.2f' % (1e6 * ${redis_cpu_total[ratewin-redis-allow]} / $clk_tck / max(1, ${req_total[ratewin-redis-allow]} - ${rej_total[ratewin-redis-allow]})))") us"
+ratio "ratewin redis TLS allowing / redis allowing" ratewin-redis-tls-allow ratewin-redis-allow
+declare -A redis_cpu_per
+for name in ratewin-redis-allow ratewin-redis-tls-allow; do
+  [[ -n ${req_total[$name]:-} ]] || continue
+  redis_cpu_per[$name]="$("$python" -c \
+    "print('%.2f' % (1e6 * ${redis_cpu_total[$name]} / $clk_tck / max(1, ${req_total[$name]} - ${rej_total[$name]})))")"
+  echo "redis-server CPU per admitted request ($name): ${redis_cpu_per[$name]} us"
+done
+if [[ -n ${redis_cpu_per[ratewin-redis-allow]:-} && -n ${redis_cpu_per[ratewin-redis-tls-allow]:-} ]]; then
+  echo "redis-server CPU per admitted request, TLS / plain: $("$python" -c \
+    "print('%.2f' % (${redis_cpu_per[ratewin-redis-tls-allow]} / max(1e-9, ${redis_cpu_per[ratewin-redis-allow]})))")x (over TLS: encryption included)"
 fi
 # (ratio_of is keyed by the numerator: the last ratio of ratewin-redis-allow is over local.)
 if [[ -n ${ratio_of[ratewin-redis-allow]:-} && -n ${rps_list[ratewin-local-allow]:-} ]]; then
