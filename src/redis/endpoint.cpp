@@ -302,8 +302,7 @@ RedisEndpoint RedisEndpoint::parse(std::string_view url, TlsParams* tls) {
     for_each_param(
         url, rest.substr(query + 1),
         [&](std::string_view name, std::string value) {
-          if (take_tls(url, secure, params, name, value)) return true;
-          if (name != "db") return false;
+          if (name != "db") return take_tls(url, secure, params, name, std::move(value));
           e.db = parse_int(url, value, "db", 0, 1 << 20);
           return true;
         },
@@ -415,7 +414,6 @@ RedisAddress RedisAddress::parse(std::string_view url) {
       for_each_param(
           url, tail.substr(query + 1),
           [&](std::string_view name, std::string value) {
-            if (take_tls(url, secure, a.tls_params, name, value)) return true;
             if (name == "sentinel_password") {
               sentinel_login.password = std::move(value);
             } else if (name == "sentinel_user") {
@@ -423,7 +421,7 @@ RedisAddress RedisAddress::parse(std::string_view url) {
             } else if (name == "db") {
               login.db = parse_int(url, value, "db", 0, 1 << 20);
             } else {
-              return false;
+              return take_tls(url, secure, a.tls_params, name, std::move(value));
             }
             return true;
           },

@@ -50,7 +50,8 @@ static_assert(TLS1_2_VERSION == 0x0303 && TLS1_3_VERSION == 0x0304);
 // The socket under a session, as an OpenSSL BIO of our own: sends with MSG_NOSIGNAL (a
 // peer that closed must not kill the process with SIGPIPE), and reports a socket that
 // would block as a retry, which SSL_get_error turns into want_read / want_write.
-int bio_fd(BIO* bio) { return static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(bio))); }
+// (The BIO's data is the session's socket descriptor, an int the session holds.)
+int bio_fd(BIO* bio) { return *static_cast<const int*>(BIO_get_data(bio)); }
 
 int bio_write(BIO* bio, const char* data, int size) {
   BIO_clear_retry_flags(bio);
@@ -293,7 +294,6 @@ std::unique_ptr<TlsSession> TlsContext::start(int fd, const std::string& host, i
     status = Status(Status::Code::tls, "cannot start TLS: " + openssl_reason());
     return nullptr;
   }
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)));
   SSL_set_bio(ssl, bio, bio);
   SSL_set_connect_state(ssl);
   const std::string& name = options_.server_name.empty() ? host : options_.server_name;
@@ -322,6 +322,7 @@ std::unique_ptr<TlsSession> TlsContext::start(int fd, const std::string& host, i
   }
   std::unique_ptr<TlsSession> session(new TlsSession(shared_from_this(), ssl, std::move(peer), name));
   session->fd_ = fd;
+  BIO_set_data(bio, &session->fd_);
   SSL_set_ex_data(ssl, 0, session.get());
   return session;
 }
