@@ -156,8 +156,8 @@ int guarded(char** errmsg, Body&& body) noexcept {
 }
 
 // The size of each struct in the release that introduced it (1.0 for all but
-// ratewin_acquisition, which came with 1.2, and ratewin_tls_options, with 1.6): a caller's size below it cannot be a real
-// struct (most often, size was never set). Written as the end of the last field of that
+// ratewin_acquisition, which came with 1.2, and ratewin_tls_options, with 1.6): a
+// caller's size below it cannot be a real struct (most often, size was never set). Written as the end of the last field of that
 // release, so that adding fields later leaves it unchanged.
 template <class T>
 constexpr std::size_t kFirstSize = 0;

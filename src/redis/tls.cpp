@@ -137,11 +137,13 @@ SSL_CTX* build(const TlsOptions& o, std::string& error) {
     if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) {
       const std::string reason = openssl_reason();
       if (reason.find("mismatch") != std::string::npos)
-        return fail("the client key '" + key + "' does not match the certificate '" + o.cert_file + "'");
+        return fail("the client key '" + key + "' does not match the certificate '" + o.cert_file +
+                    "'");
       return fail("cannot load the client key '" + key + "': " + reason);
     }
     if (SSL_CTX_check_private_key(ctx) != 1)
-      return fail("the client key '" + key + "' does not match the certificate '" + o.cert_file + "'");
+      return fail("the client key '" + key + "' does not match the certificate '" + o.cert_file +
+                  "'");
   }
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   SSL_CTX_sess_set_new_cb(ctx, &TlsContext::on_new_session);
@@ -174,7 +176,8 @@ std::string hint_for(const std::string& reason) {
   if (reason.find("certificate required") != std::string::npos) {
     return " (the server wants a client certificate: set the TLS cert_file and key_file)";
   }
-  if (reason.find("unknown ca") != std::string::npos || reason.find("bad certificate") != std::string::npos) {
+  if (reason.find("unknown ca") != std::string::npos ||
+      reason.find("bad certificate") != std::string::npos) {
     return " (the server does not accept this client's certificate)";
   }
   return {};
@@ -222,7 +225,8 @@ std::shared_ptr<TlsContext> TlsContext::make(const TlsOptions& options, Logger l
   const auto bad = [](const std::string& what) {
     throw std::invalid_argument("ratewin: TLS: " + what);
   };
-  if (!tls_version(options.min_version)) bad("min_version '" + options.min_version + "' is not 1.2 or 1.3");
+  if (!tls_version(options.min_version))
+    bad("min_version '" + options.min_version + "' is not 1.2 or 1.3");
   if (options.cert_file.empty() && !options.key_file.empty())
     bad("a key_file without its cert_file");
   std::shared_ptr<TlsContext> context(new TlsContext(options, std::move(log)));
@@ -230,7 +234,7 @@ std::shared_ptr<TlsContext> TlsContext::make(const TlsOptions& options, Logger l
   std::string error;
   context->ctx_ = build(options, error);
   if (context->ctx_ == nullptr) bad(error);
-    SSL_CTX_sess_set_new_cb(context->ctx_, &TlsContext::on_new_session);
+  SSL_CTX_sess_set_new_cb(context->ctx_, &TlsContext::on_new_session);
   if (options.verify == TlsVerify::none && context->log_) {
     context->log_(LogLevel::warning,
                   "TLS verification is off (verify=none): connections to Redis are encrypted "
@@ -299,7 +303,9 @@ std::unique_ptr<TlsSession> TlsContext::start(int fd, const std::string& host, i
   const std::string& name = options_.server_name.empty() ? host : options_.server_name;
   const bool address = is_address(name);
   // SNI carries host names only (RFC 6066), never addresses.
-  if (!address) SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(name.c_str()));
+  if (!address)
+    SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+             const_cast<char*>(name.c_str()));
   if (options_.verify != TlsVerify::none) {
     SSL_set_verify(ssl, SSL_VERIFY_PEER, nullptr);
     if (options_.verify == TlsVerify::full) {
@@ -320,7 +326,8 @@ std::unique_ptr<TlsSession> TlsContext::start(int fd, const std::string& host, i
     const auto found = sessions_.find(peer);
     if (found != sessions_.end()) SSL_set_session(ssl, found->second);
   }
-  std::unique_ptr<TlsSession> session(new TlsSession(shared_from_this(), ssl, std::move(peer), name));
+  std::unique_ptr<TlsSession> session(
+      new TlsSession(shared_from_this(), ssl, std::move(peer), name));
   session->fd_ = fd;
   BIO_set_data(bio, &session->fd_);
   SSL_set_ex_data(ssl, 0, session.get());
@@ -329,7 +336,11 @@ std::unique_ptr<TlsSession> TlsContext::start(int fd, const std::string& host, i
 
 TlsSession::TlsSession(std::shared_ptr<TlsContext> context, SSL* ssl, std::string peer,
                        std::string name)
-    : context_(std::move(context)), ssl_(ssl), peer_(std::move(peer)), name_(std::move(name)), fd_(-1) {}
+    : context_(std::move(context)),
+      ssl_(ssl),
+      peer_(std::move(peer)),
+      name_(std::move(name)),
+      fd_(-1) {}
 
 TlsSession::~TlsSession() {
   // A close_notify, if the stream is sound, without waiting for the server's.
@@ -347,7 +358,8 @@ bool TlsSession::resumed() const noexcept { return SSL_session_reused(ssl_) == 1
 bool TlsSession::buffered() const noexcept { return SSL_has_pending(ssl_) == 1; }
 
 int TlsSession::on_certificate_request(SSL* ssl, X509**, EVP_PKEY**) {
-  if (auto* owner = static_cast<TlsSession*>(SSL_get_ex_data(ssl, 0))) owner->certificate_requested_ = true;
+  if (auto* owner = static_cast<TlsSession*>(SSL_get_ex_data(ssl, 0)))
+    owner->certificate_requested_ = true;
   return 0;  // none to give
 }
 
@@ -381,9 +393,10 @@ Io TlsSession::outcome(int code, const std::string& where, bool handshaking, Sta
       failed_ = true;
       ERR_clear_error();
       if (error == 0) {
-        status = handshaking ? Status(Status::Code::tls, "TLS handshake with " + where +
-                                                             " failed: the server closed the connection")
-                             : explained(Status(Status::Code::io, "connection closed by " + where));
+        status = handshaking
+                     ? Status(Status::Code::tls, "TLS handshake with " + where +
+                                                     " failed: the server closed the connection")
+                     : explained(Status(Status::Code::io, "connection closed by " + where));
         return {handshaking ? Io::Result::failed : Io::Result::closed};
       }
       status = explained(

@@ -106,7 +106,7 @@ class TlsSession {
   const std::string peer_;  // "host:port": the key of its resumable session
   const std::string name_;  // the name verified
   int fd_;
-  bool failed_ = false;  // a fatal error: no close_notify, not alive
+  bool failed_ = false;                 // a fatal error: no close_notify, not alive
   bool certificate_requested_ = false;  // the server asked for one this client lacks
   bool received_ = false;               // data has come in
 };
