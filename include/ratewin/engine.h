@@ -86,8 +86,9 @@ struct Options {
   // rediss-cluster:// and rediss-sentinel:// (see TlsOptions). The engine starts whether
   // or not Redis is up, and connects when it can (see require_store).
   std::string redis;
-  // TLS settings for a rediss address. Set for another address, the constructor throws
-  // std::invalid_argument (TLS is asked for by the URL's scheme).
+  // TLS settings for a rediss address. Set for another address, or for none (local
+  // mode), the constructor throws std::invalid_argument (TLS is asked for by the URL's
+  // scheme).
   TlsOptions tls;
   // Fail fast: the Engine constructor throws StoreError when the store cannot be used at
   // start (no answer within connect_timeout, a password refused or missing), instead of
