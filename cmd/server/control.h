@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "service.h"
-#include "transport.h"
+#include "http_loops.h"
 
 namespace ratewin::server {
 

@@ -1,5 +1,5 @@
 // ratewin-server: the command line and main(). HTTP/1.1 on libuv, one loop per thread
-// on SO_REUSEPORT sockets (transport.h), each request limited by the rules (service.h);
+// on SO_REUSEPORT sockets (http_loops.h), each request limited by the rules (service.h);
 // the main thread handles signals and watches the rules file (control.h).
 #include <pthread.h>
 
@@ -25,7 +25,7 @@
 #include "ratewin/engine.h"
 #include "redis_password.h"
 #include "service.h"
-#include "transport.h"
+#include "http_loops.h"
 
 namespace ratewin::server {
 namespace {

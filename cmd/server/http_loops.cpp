@@ -1,4 +1,4 @@
-#include "transport.h"
+#include "http_loops.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
