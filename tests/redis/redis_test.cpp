@@ -22,6 +22,7 @@
 #include "redis/pool.h"
 #include "redis/redis_store.h"
 #include "certificates.h"
+#include "logs.h"
 #include "eventually.h"
 #include "redis_server.h"
 #include "sliding.h"
@@ -31,23 +32,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// Collects what an engine logs.
-struct Logs {
-  std::mutex mutex;
-  std::vector<std::string> lines;
-  std::function<void(LogLevel, std::string_view)> sink() {
-    return [this](LogLevel, std::string_view line) {
-      std::lock_guard lock(mutex);
-      lines.emplace_back(line);
-    };
-  }
-  bool contain(std::string_view needle) {
-    std::lock_guard lock(mutex);
-    return std::any_of(lines.begin(), lines.end(),
-                       [&](const std::string& l) { return l.find(needle) != std::string::npos; });
-  }
-};
 
 int next_prefix = 0;
 

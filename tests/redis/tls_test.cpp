@@ -20,6 +20,7 @@
 #include "redis/tls.h"
 #include "redis/transport.h"
 #include "certificates.h"
+#include "logs.h"
 #include "eventually.h"
 #include "redis_server.h"
 
@@ -28,23 +29,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-struct Logs {
-  std::mutex mutex;
-  std::vector<std::pair<LogLevel, std::string>> lines;
-  std::function<void(LogLevel, std::string_view)> sink() {
-    return [this](LogLevel level, std::string_view line) {
-      std::lock_guard lock(mutex);
-      lines.emplace_back(level, std::string(line));
-    };
-  }
-  int count(std::string_view needle) {
-    std::lock_guard lock(mutex);
-    int n = 0;
-    for (const auto& [level, line] : lines) n += line.find(needle) != std::string::npos ? 1 : 0;
-    return n;
-  }
-};
 
 int next_prefix = 0;
 
