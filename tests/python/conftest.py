@@ -22,21 +22,9 @@ sys.path.insert(0, os.environ.get("RATEWIN_PYTHONPATH", str(ROOT / "build" / "py
 import ratewin  # noqa: E402
 
 
-MAKE_CERTS = ROOT / "tests" / "support" / "make_certs.sh"
-
-
-class Certificates:
-    """The certificates of make_certs.sh in `directory`: ca.crt, server.crt/.key (for
-    127.0.0.1 and localhost), client.crt/.key, expired.crt/.key, other-ca.crt and
-    other.crt/.key (signed by other-ca)."""
-
-    def __init__(self, directory: pathlib.Path) -> None:
-        self.directory = directory
-        subprocess.run(["bash", str(MAKE_CERTS), str(directory)], check=True, timeout=120,
-                       stdout=subprocess.DEVNULL)
-
-    def __getitem__(self, name: str) -> str:
-        return str(self.directory / name)
+# The certificates of tests/support/make_certs.sh, as the server's tests make them.
+sys.path.append(str(ROOT / "tests" / "server"))
+from server_support import Certificates  # noqa: E402
 
 
 class ServerTls:
@@ -45,10 +33,7 @@ class ServerTls:
 
     def __init__(self, certificates: Certificates, name: str = "server",
                  auth_clients: bool = False) -> None:
-        self.args = ["--tls-cert-file", certificates[f"{name}.crt"],
-                     "--tls-key-file", certificates[f"{name}.key"],
-                     "--tls-ca-cert-file", certificates["ca.crt"],
-                     "--tls-auth-clients", "yes" if auth_clients else "no"]
+        self.args = certificates.server_args(name, auth_clients)
 
 
 def free_port() -> int:
