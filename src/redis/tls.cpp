@@ -373,6 +373,17 @@ Status TlsSession::explained(Status status) const {
 }
 
 Io TlsSession::outcome(int code, const std::string& where, bool handshaking, Status& status) {
+  // The stream ended (a close_notify, or the connection closed without one).
+  const auto ended = [&]() -> Io {
+    if (handshaking) {
+      failed_ = true;
+      status = Status(Status::Code::tls,
+                      "TLS handshake with " + where + " failed: the server closed the connection");
+      return {Io::Result::failed};
+    }
+    status = explained(Status(Status::Code::io, "connection closed by " + where));
+    return {Io::Result::closed};
+  };
   switch (code) {
     case SSL_ERROR_WANT_READ:
       return {Io::Result::want_read};
@@ -380,25 +391,12 @@ Io TlsSession::outcome(int code, const std::string& where, bool handshaking, Sta
       return {Io::Result::want_write};
     case SSL_ERROR_ZERO_RETURN:
       ERR_clear_error();
-      if (handshaking) {
-        failed_ = true;
-        status = Status(Status::Code::tls, "TLS handshake with " + where +
-                                               " failed: the server closed the connection");
-        return {Io::Result::failed};
-      }
-      status = explained(Status(Status::Code::io, "connection closed by " + where));
-      return {Io::Result::closed};
+      return ended();
     case SSL_ERROR_SYSCALL: {
       const int error = errno;
       failed_ = true;
       ERR_clear_error();
-      if (error == 0) {
-        status = handshaking
-                     ? Status(Status::Code::tls, "TLS handshake with " + where +
-                                                     " failed: the server closed the connection")
-                     : explained(Status(Status::Code::io, "connection closed by " + where));
-        return {handshaking ? Io::Result::failed : Io::Result::closed};
-      }
+      if (error == 0) return ended();
       status = explained(
           Status(Status::Code::io, "connection to " + where + " failed: " + error_text(error)));
       return {Io::Result::failed};
