@@ -32,9 +32,9 @@ int new_socket(int family) {
 // With a TLS context, the session runs over the socket once it is connected.
 class SocketTransport final : public Transport {
  public:
-  SocketTransport(int fd, const RedisEndpoint& endpoint, std::vector<sockaddr_storage> next,
-                  bool connected)
-      : Transport(fd, endpoint.describe()),
+  SocketTransport(int fd, std::string where, const RedisEndpoint& endpoint,
+                  std::vector<sockaddr_storage> next, bool connected)
+      : Transport(fd, std::move(where)),
         next_(std::move(next)),
         connected_(connected),
         tls_context_(endpoint.tls),
@@ -124,7 +124,8 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
       status = Status(Status::Code::connect, "cannot connect to " + where + ": " + error_text(error));
       return nullptr;
     }
-    return std::make_unique<SocketTransport>(fd, endpoint, std::vector<sockaddr_storage>{}, connected);
+    return std::make_unique<SocketTransport>(fd, where, endpoint, std::vector<sockaddr_storage>{},
+                                             connected);
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -148,7 +149,7 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
                                  length_of(addresses[i]), connected, error);
     if (fd < 0) continue;
     return std::make_unique<SocketTransport>(
-        fd, endpoint,
+        fd, where, endpoint,
         std::vector<sockaddr_storage>(addresses.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                                       addresses.end()),
         connected);
