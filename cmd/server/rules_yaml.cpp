@@ -17,6 +17,7 @@
 #include "address.h"
 #include "ratewin/hash.h"
 #include "rules_data.h"
+#include "yaml_reader.h"
 
 namespace ratewin::server {
 
@@ -37,128 +38,27 @@ std::string duration_text(std::chrono::milliseconds d) {
   return std::to_string(ms) + "ms";
 }
 
-// A value for an error message: quoted, escaped, and cut short if long.
-std::string quoted(std::string_view s) {
-  constexpr std::size_t kMax = 60;
-  std::string out;
-  if (s.size() <= kMax) {
-    append_json_string(out, s);
-    return out;
-  }
-  std::size_t cut = kMax;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
-  append_json_string(out, std::string(s.substr(0, cut)) + "...");
-  return out;
-}
-
-// A node and where it is, for error messages.
-struct Item {
-  YAML::Node node;
-  YAML::Mark mark;   // yaml-cpp marks an empty value at the next token, so for one of
-                     // those this is its key's mark
-  std::string path;  // "tiers.free.limits[0].window"; "" for the root
-};
-
-std::string join(const std::string& path, std::string_view name) {
-  return path.empty() ? std::string(name) : path + "." + std::string(name);
-}
-
-std::string line_of(const YAML::Mark& mark) { return std::to_string(mark.line + 1); }
-
-std::string kind_of(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return quoted(node.Scalar());
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "an undefined value";
-}
+using Item = YamlItem;
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-' || c == '.';
 }
 
-// Names met so far in a list, with where, to report duplicates.
-using Seen = std::map<std::string, YAML::Mark, std::less<>>;
-
-class Parser {
+class Parser : public YamlReader {
  public:
   Parser(std::string source, std::string_view bytes)
-      : source_(std::move(source)), bytes_(bytes), data_(std::make_unique<Rules::Data>()) {}
+      : YamlReader(std::move(source)), bytes_(bytes), data_(std::make_unique<Rules::Data>()) {}
 
   std::unique_ptr<const Rules::Data> run();
 
  private:
-  struct Entry {
-    std::string name;
-    Item key;
-    Item value;
-  };
-
-  // The fields of a mapping with a fixed set of names.
-  class Fields {
-   public:
-    Fields(const Parser& parser, const Item& map, std::initializer_list<std::string_view> known)
-        : parser_(parser), map_(map), entries_(parser.entries(map)) {
-      for (const Entry& e : entries_) {
-        if (std::find(known.begin(), known.end(), e.name) != known.end()) continue;
-        std::string expected;
-        for (const std::string_view k : known)
-          expected += (expected.empty() ? "" : ", ") + std::string(k);
-        parser.fail(e.key,
-                    "unknown field " + quoted(e.name) + " (expected one of: " + expected + ")");
-      }
-    }
-    std::optional<Item> get(std::string_view name) const {
-      for (const Entry& e : entries_) {
-        if (e.name == name) return e.value;
-      }
-      return std::nullopt;
-    }
-    Item need(std::string_view name) const {
-      if (std::optional<Item> item = get(name)) return std::move(*item);
-      parser_.fail(map_, "missing field \"" + std::string(name) + "\"");
-    }
-
-   private:
-    const Parser& parser_;
-    Item map_;
-    std::vector<Entry> entries_;
-  };
-
-  [[noreturn]] void fail(const YAML::Mark& mark, const std::string& path,
-                         const std::string& problem) const {
-    // yaml-cpp's marks are 0-based, and -1 when it has none.
-    throw RulesError(source_, mark.line < 0 ? 0 : mark.line + 1,
-                     mark.line < 0 ? 0 : mark.column + 1,
-                     path.empty() ? problem : path + ": " + problem);
-  }
-  [[noreturn]] void fail(const Item& at, const std::string& problem) const {
-    fail(at.mark, at.path, problem);
-  }
-
-  std::vector<Entry> entries(const Item& map, std::string_view what = "field") const;
-  std::vector<Item> list(const Item& item, bool empty_ok = false) const;
-  std::string text(const Item& item) const;
   std::string key_pattern(const Item& item, bool glob) const;
   std::string name(const Item& item) const;
-  std::uint64_t integer(const Item& item, std::uint64_t lo, std::uint64_t hi) const;
   double positive_number(const Item& item) const;
   std::chrono::milliseconds duration(const Item& item) const;
-  template <typename T, std::size_t N>
-  T choice(const Item& item, const std::array<std::pair<std::string_view, T>, N>& table) const;
   std::size_t tier_ref(const Item& item) const;
   std::string endpoint_path(const Item& item) const;
-  void check_unique(Seen& seen, const std::string& value, const Item& item,
-                    std::string_view what) const;
 
   // A list's limits, each in `mode` unless it names its own.
   std::vector<const LimitRule*> limits(const Item& list, const std::string& owner, bool scalable,
@@ -171,56 +71,10 @@ class Parser {
   void overrides(const Item& item);
   void check_multiplier(const Item& at, const Rules::Data::Override& o) const;
 
-  std::string source_;
   std::string_view bytes_;
   std::unique_ptr<Rules::Data> data_;
   bool default_algorithm_given_ = false;  // defaults.algorithm is in the file
 };
-
-std::vector<Parser::Entry> Parser::entries(const Item& map, std::string_view what) const {
-  if (!map.node.IsMap()) fail(map, "expected a mapping, got " + kind_of(map.node));
-  std::vector<Entry> out;
-  Seen seen;
-  for (auto it = map.node.begin(); it != map.node.end(); ++it) {
-    const YAML::Node key = it->first;
-    if (!key.IsScalar())
-      fail(key.Mark(), map.path, "a field name must be a string, got " + kind_of(key));
-    const Item key_item{key, key.Mark(), map.path};
-    check_unique(seen, key.Scalar(), key_item, what);  // yaml-cpp keeps both of a duplicate pair
-    const YAML::Node value = it->second;
-    out.push_back(Entry{
-        key.Scalar(), key_item,
-        Item{value, value.IsNull() ? key.Mark() : value.Mark(), join(map.path, key.Scalar())}});
-  }
-  return out;
-}
-
-std::vector<Item> Parser::list(const Item& item, bool empty_ok) const {
-  std::vector<Item> out;
-  if (empty_ok && item.node.IsNull()) return out;
-  if (!item.node.IsSequence()) fail(item, "expected a list, got " + kind_of(item.node));
-  std::size_t i = 0;
-  for (auto it = item.node.begin(); it != item.node.end(); ++it, ++i) {
-    const YAML::Node element = *it;
-    out.push_back(Item{element, element.IsNull() ? item.mark : element.Mark(),
-                       item.path + "[" + std::to_string(i) + "]"});
-  }
-  return out;
-}
-
-std::string Parser::text(const Item& item) const {
-  if (!item.node.IsScalar()) fail(item, "expected a string, got " + kind_of(item.node));
-  const std::string& s = item.node.Scalar();
-  if (s.empty()) fail(item, "must not be empty");
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) fail(item, quoted(s) + " contains a control character");
-    const std::size_t n = utf8_length(s, i);
-    if (n == 0) fail(item, quoted(s) + " is not valid UTF-8");
-    i += n;
-  }
-  return s;
-}
 
 // A client key or key glob. Clients known by their address have the key "ip:" and the
 // address in canonical form (address.h), so an address written here is made canonical
@@ -257,18 +111,6 @@ std::string Parser::name(const Item& item) const {
   return s;
 }
 
-std::uint64_t Parser::integer(const Item& item, std::uint64_t lo, std::uint64_t hi) const {
-  const std::string s = text(item);
-  std::uint64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
-    fail(item, quoted(s) + " is not a whole number " +
-                   (hi == UINT64_MAX ? "of " + std::to_string(lo) + " or more"
-                                     : "from " + std::to_string(lo) + " to " + std::to_string(hi)));
-  }
-  return v;
-}
-
 double Parser::positive_number(const Item& item) const {
   const std::string s = text(item);
   double v = 0;
@@ -299,18 +141,6 @@ std::chrono::milliseconds Parser::duration(const Item& item) const {
   return std::chrono::milliseconds(static_cast<std::int64_t>(n * per_unit));
 }
 
-template <typename T, std::size_t N>
-T Parser::choice(const Item& item,
-                 const std::array<std::pair<std::string_view, T>, N>& table) const {
-  const std::string s = text(item);
-  std::string names;
-  for (const auto& [name, value] : table) {
-    if (name == s) return value;
-    names += (names.empty() ? "" : ", ") + std::string(name);
-  }
-  fail(item, quoted(s) + " is not one of " + names);
-}
-
 std::size_t Parser::tier_ref(const Item& item) const {
   const std::string s = text(item);
   std::string names;
@@ -320,15 +150,6 @@ std::size_t Parser::tier_ref(const Item& item) const {
   }
   fail(item, "unknown tier " + quoted(s) +
                  (names.empty() ? " (no tiers are defined)" : " (tiers: " + names + ")"));
-}
-
-void Parser::check_unique(Seen& seen, const std::string& value, const Item& item,
-                          std::string_view what) const {
-  const auto [it, added] = seen.emplace(value, item.mark);
-  if (!added) {
-    fail(item, "duplicate " + std::string(what) + " " + quoted(value) + " (first at line " +
-                   line_of(it->second) + ")");
-  }
 }
 
 std::string Parser::endpoint_path(const Item& item) const {
@@ -540,45 +361,9 @@ void Parser::check_multiplier(const Item& at, const Rules::Data::Override& o) co
   }
 }
 
-// Where each document of a stream starts; the events inside are of no interest.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> marks;
-  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
 
 std::unique_ptr<const Rules::Data> Parser::run() {
-  // YAML::LoadAll would do, but yaml-cpp 0.7 reads a document that starts with ',' as an
-  // empty one without consuming anything, so LoadAll never returns. Instead: look at no
-  // more than two documents, then load the first.
-  const std::string input(bytes_);
-  YAML::Node document;
-  try {
-    std::istringstream in(input);
-    YAML::Parser parser(in);
-    DocumentStarts starts;
-    if (parser.HandleNextDocument(starts) && parser.HandleNextDocument(starts)) {
-      const YAML::Mark& second = starts.marks.back();
-      if (second.pos == starts.marks.front().pos) {
-        fail(second, "", "YAML syntax: unexpected content at the start of a document");
-      }
-      fail(second, "", "more than one YAML document (a rules file holds one)");
-    }
-    document = YAML::Load(input);
-  } catch (const YAML::Exception& e) {
-    fail(e.mark, "", "YAML syntax: " + e.msg);
-  }
+  const YAML::Node document = YamlReader::document(std::string(bytes_));
   std::string label = "unversioned";
   if (!document.IsNull()) {
     const Item root{document, document.Mark(), ""};
@@ -630,22 +415,5 @@ Rules Rules::parse(std::string_view yaml, std::string source) {
   return Rules(Parser(std::move(source), yaml).run());
 }
 
-Rules Rules::load(const std::string& path) {
-  const auto io_error = [&](const char* what) {
-    return RulesError(path, 0, 0, what + std::error_code(errno, std::generic_category()).message());
-  };
-  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                             &std::fclose);
-  if (!file) throw io_error("cannot open: ");
-  std::string bytes;
-  std::array<char, 65536> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), file.get())) > 0) {
-    bytes.append(buf.data(), n);
-    // A rules file is small; this stops a mistaken path like /dev/zero.
-    if (bytes.size() > kMaxFileBytes) throw RulesError(path, 0, 0, "larger than 16 MiB");
-  }
-  if (std::ferror(file.get())) throw io_error("cannot read: ");
-  return parse(bytes, path);
-}
+Rules Rules::load(const std::string& path) { return parse(read_config_file(path, kMaxFileBytes), path); }
 }  // namespace ratewin::server
