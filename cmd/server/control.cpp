@@ -8,8 +8,9 @@
 
 namespace ratewin::server {
 
-Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers)
-    : service_(service), workers_(workers) {
+Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers,
+                 rls::RateLimitService* rls, GrpcFront* grpc)
+    : service_(service), workers_(workers), rls_(rls), grpc_(grpc) {
   uv_loop_init(&loop_);
   for (uv_signal_t* s : {&sigterm_, &sigint_, &sighup_}) {
     uv_signal_init(&loop_, s);
@@ -22,6 +23,20 @@ Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers
   debounce_.data = this;
   uv_fs_event_init(&loop_, &watch_);
   watch_.data = this;
+  uv_timer_init(&loop_, &rls_debounce_);
+  rls_debounce_.data = this;
+  uv_fs_event_init(&loop_, &rls_watch_);
+  rls_watch_.data = this;
+  if (rls_ != nullptr && !rls_->folder().empty()) {
+    // The folder itself: its files are added, replaced and removed (or a ConfigMap's
+    // symlink swapped) there.
+    const std::string folder = std::filesystem::absolute(rls_->folder()).string();
+    const int rc = uv_fs_event_start(&rls_watch_, on_rls_change, folder.c_str(), 0);
+    if (rc != 0) {
+      log(LogLevel::warning,
+          std::string("cannot watch the --rls-config folder (SIGHUP still reloads): ") + uv_strerror(rc));
+    }
+  }
   if (!service_.rules_path().empty()) {
     // The directory, not the file: editors and deploy tools replace the file (a new
     // inode), which a watch on the old one would miss.
@@ -54,18 +69,23 @@ void Control::on_stop(uv_signal_t* s, int signum) {
   log(LogLevel::info, std::string(signum == SIGTERM ? "SIGTERM" : "SIGINT") +
                           ": draining in-flight requests, then exiting");
   for (auto& w : self->workers_) w->drain();
+  if (self->grpc_ != nullptr) self->grpc_->draining();
   // The signal handles stay (a repeated signal is ignored) but no longer keep the
   // loop alive: it ends with the workers' drain.
   for (uv_signal_t* h : {&self->sigterm_, &self->sigint_, &self->sighup_})
     uv_unref(reinterpret_cast<uv_handle_t*>(h));
   for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&self->debounce_),
-                         reinterpret_cast<uv_handle_t*>(&self->watch_)}) {
+                         reinterpret_cast<uv_handle_t*>(&self->watch_),
+                         reinterpret_cast<uv_handle_t*>(&self->rls_debounce_),
+                         reinterpret_cast<uv_handle_t*>(&self->rls_watch_)}) {
     if (!uv_is_closing(h)) uv_close(h, nullptr);
   }
 }
 
 void Control::on_hup(uv_signal_t* s, int) {
-  static_cast<Control*>(s->data)->service_.reload("SIGHUP");
+  auto* self = static_cast<Control*>(s->data);
+  self->service_.reload("SIGHUP");
+  if (self->rls_ != nullptr) self->rls_->reload("SIGHUP");
 }
 
 void Control::on_change(uv_fs_event_t* handle, const char*, int, int status) {
@@ -79,6 +99,16 @@ void Control::on_change(uv_fs_event_t* handle, const char*, int, int status) {
 
 void Control::on_settled(uv_timer_t* t) {
   static_cast<Control*>(t->data)->service_.reload("file changed");
+}
+
+void Control::on_rls_change(uv_fs_event_t* handle, const char*, int, int status) {
+  if (status < 0) return;
+  auto* self = static_cast<Control*>(handle->data);
+  uv_timer_start(&self->rls_debounce_, on_rls_settled, 100, 0);
+}
+
+void Control::on_rls_settled(uv_timer_t* t) {
+  static_cast<Control*>(t->data)->rls_->reload("file changed");
 }
 
 }  // namespace ratewin::server

@@ -1,5 +1,6 @@
-// The main thread's loop: SIGTERM/SIGINT drain the workers, SIGHUP and changes to the
-// rules file reload the rules.
+// The main thread's loop: SIGTERM/SIGINT drain the workers (and turn the gRPC health
+// checks to NOT_SERVING), SIGHUP and changes to the rules file reload the rules, and
+// likewise for the --rls-config folder.
 #pragma once
 
 #include <uv.h>
@@ -7,14 +8,18 @@
 #include <memory>
 #include <vector>
 
-#include "service.h"
+#include "grpc_front.h"
 #include "http_loops.h"
+#include "rls_service.h"
+#include "service.h"
 
 namespace ratewin::server {
 
 class Control {
  public:
-  Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers);
+  // `rls` and `grpc` may be null (no gRPC listener).
+  Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers,
+          rls::RateLimitService* rls = nullptr, GrpcFront* grpc = nullptr);
   ~Control();
   Control(const Control&) = delete;
   Control& operator=(const Control&) = delete;
@@ -29,14 +34,19 @@ class Control {
   static void on_hup(uv_signal_t* s, int);
   static void on_change(uv_fs_event_t* handle, const char*, int, int status);
   static void on_settled(uv_timer_t* t);
-
+  static void on_rls_change(uv_fs_event_t* handle, const char*, int, int status);
+  static void on_rls_settled(uv_timer_t* t);
 
   Service& service_;
   std::vector<std::unique_ptr<Worker>>& workers_;
+  rls::RateLimitService* rls_;
+  GrpcFront* grpc_;
   uv_loop_t loop_{};
   uv_signal_t sigterm_{}, sigint_{}, sighup_{};
   uv_timer_t debounce_{};
   uv_fs_event_t watch_{};
+  uv_timer_t rls_debounce_{};
+  uv_fs_event_t rls_watch_{};
   bool stopping_ = false;
 };
 

@@ -11,16 +11,6 @@ namespace ratewin::server {
 
 namespace {
 
-// A structured-field string (RFC 8941): printable ASCII, with " and \ escaped.
-void append_sf_string(std::string& out, std::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  out += '"';
-}
-
 // RateLimit-Policy's w, in whole seconds rounded up (at least 1): a window's length, or
 // the time a token bucket takes to refill its whole burst (its q), so that q / w is the
 // bucket's rate.

@@ -20,10 +20,12 @@
 
 #include "control.h"
 #include "forward_auth.h"
+#include "grpc_front.h"
 #include "log.h"
 #include "overrides.h"
 #include "ratewin/engine.h"
 #include "redis_password.h"
+#include "rls_service.h"
 #include "service.h"
 #include "http_loops.h"
 
@@ -180,6 +182,34 @@ int run(int argc, char** argv) {
     ("rules", "YAML rules file (see cmd/server/rules.example.yaml); reloaded when it "
               "changes and on SIGHUP. Without it no request is limited",
      cxxopts::value<std::string>()->default_value(""))
+    ("grpc-listen", "Also serve Envoy's rate limit service (gRPC: envoy.service.ratelimit.v3."
+                    "RateLimitService/ShouldRateLimit, and grpc.health.v1.Health) on this "
+                    "host:port (port 0 picks a free one, printed on stdout), for Envoy, Istio "
+                    "and other gateways that call envoyproxy/ratelimit. Its limits come from "
+                    "--rls-config. With --listen none, only gRPC is served",
+     cxxopts::value<std::string>()->default_value(""))
+    ("rls-config", "A folder of envoyproxy/ratelimit configuration files (every *.yaml, one "
+                   "domain each), read unchanged; reloaded when it changes and on SIGHUP",
+     cxxopts::value<std::string>()->default_value(""))
+    ("rls-descriptors", "Several descriptors in one call: all (nothing is counted when any "
+                        "is over its limit) or each (every descriptor counted on its own, as "
+                        "envoyproxy/ratelimit does)",
+     cxxopts::value<std::string>()->default_value("all"))
+    ("rls-shadow-mode", "As envoyproxy/ratelimit's SHADOW_MODE: statuses say OVER_LIMIT, but "
+                        "the overall code is always OK")
+    ("rls-headers", "Response headers in the answer: none, draft (RateLimit-Limit, "
+                    "-Remaining, -Reset: envoyproxy/ratelimit's "
+                    "LIMIT_RESPONSE_HEADERS_ENABLED) or ietf (RateLimit-Policy and "
+                    "RateLimit); both add Retry-After when over the limit",
+     cxxopts::value<std::string>()->default_value("none"))
+    ("rls-algorithm", "The algorithm of rate limits that name none (a rate_limit's "
+                      "algorithm: field): sliding_window, strict_window, fixed_window "
+                      "(envoyproxy/ratelimit's epoch-aligned windows), token_bucket or "
+                      "sliding_log",
+     cxxopts::value<std::string>()->default_value("sliding_window"))
+    ("rls-failure-policy", "The failure policy of rate limits that name none: local, open, "
+                           "closed or partitioned",
+     cxxopts::value<std::string>()->default_value("local"))
     ("threads", "Event loops (each on its own SO_REUSEPORT socket)",
      cxxopts::value<unsigned>()->default_value(std::to_string(cores)))
     ("admin-token", "Enables the admin API (/admin/...), which then requires "
@@ -243,8 +273,50 @@ int run(int argc, char** argv) {
   set_log_threshold(static_cast<LogLevel>(found - std::begin(levels)));
 
   Config config;
-  if (!parse_listen(args["listen"].as<std::string>(), config)) {
-    std::fprintf(stderr, "ratewin-server: --listen must be host:port\n");
+  const bool http = args["listen"].as<std::string>() != "none";
+  const std::string grpc_listen = args["grpc-listen"].as<std::string>();
+  if (http && !parse_listen(args["listen"].as<std::string>(), config)) {
+    std::fprintf(stderr, "ratewin-server: --listen must be host:port (or none, with --grpc-listen)\n");
+    return 2;
+  }
+  if (!http && grpc_listen.empty()) {
+    std::fprintf(stderr, "ratewin-server: --listen none needs --grpc-listen\n");
+    return 2;
+  }
+  if (!grpc_listen.empty() && !GrpcFront::available()) {
+    std::fprintf(stderr, "ratewin-server: --grpc-listen: built without gRPC (RATEWIN_BUILD_GRPC=OFF)\n");
+    return 2;
+  }
+  rls::ServiceOptions rls_options;
+  rls_options.folder = args["rls-config"].as<std::string>();
+  if (const std::string d = args["rls-descriptors"].as<std::string>(); d == "each") {
+    rls_options.each_descriptor = true;
+  } else if (d != "all") {
+    std::fprintf(stderr, "ratewin-server: --rls-descriptors must be all or each\n");
+    return 2;
+  }
+  rls_options.shadow = args.count("rls-shadow-mode") != 0;
+  if (const std::string h = args["rls-headers"].as<std::string>(); h == "draft") {
+    rls_options.headers = rls::HeaderStyle::draft;
+  } else if (h == "ietf") {
+    rls_options.headers = rls::HeaderStyle::ietf;
+  } else if (h != "none") {
+    std::fprintf(stderr, "ratewin-server: --rls-headers must be none, draft or ietf\n");
+    return 2;
+  }
+  if (!parse_algorithm(args["rls-algorithm"].as<std::string>(), rls_options.config.algorithm)) {
+    std::fprintf(stderr, "ratewin-server: --rls-algorithm must be sliding_window, strict_window, "
+                         "fixed_window, token_bucket or sliding_log\n");
+    return 2;
+  }
+  if (!parse_failure_policy(args["rls-failure-policy"].as<std::string>(),
+                            rls_options.config.failure_policy)) {
+    std::fprintf(stderr, "ratewin-server: --rls-failure-policy must be local, open, closed or "
+                         "partitioned\n");
+    return 2;
+  }
+  if (grpc_listen.empty() && !rls_options.folder.empty()) {
+    std::fprintf(stderr, "ratewin-server: --rls-config needs --grpc-listen\n");
     return 2;
   }
   config.threads = args["threads"].as<unsigned>();
@@ -328,10 +400,18 @@ int run(int argc, char** argv) {
                             : RedisTarget(engine_options.redis, engine_options.tls),
                         engine_options.key_prefix, log);
     Service service(engine, overrides, service_options, log);
+    std::unique_ptr<rls::RateLimitService> rls_service;
+    std::unique_ptr<GrpcFront> grpc;
+    if (!grpc_listen.empty()) {
+      rls_options.config.capacity = [&engine](const Limit& limit) { return engine.capacity(limit); };
+      rls_service = std::make_unique<rls::RateLimitService>(engine, rls_options, log);
+      service.add_metrics([&rls_service](PrometheusText& out) { rls_service->write_metrics(out); });
+      grpc = GrpcFront::start(*rls_service, grpc_listen);
+    }
 
     std::vector<std::unique_ptr<Worker>> workers;
     int port = config.port;
-    for (unsigned i = 0; i < config.threads; ++i) {
+    for (unsigned i = 0; http && i < config.threads; ++i) {
       std::string error;
       const int fd = listen_socket(config, port, error);
       if (fd < 0) {
@@ -347,16 +427,26 @@ int run(int argc, char** argv) {
         return 1;
       }
     }
-    Control control(service, workers);
-    std::printf("ratewin-server listening on %s:%d (%u threads, %s, rules %s)\n",
-                config.host.c_str(), port, config.threads,
-                engine_options.redis.empty() ? "local-only" : "Redis",
-                service.rules()->version().c_str());
+    Control control(service, workers, rls_service.get(), grpc.get());
+    if (http) {
+      std::printf("ratewin-server listening on %s:%d (%u threads, %s, rules %s)\n",
+                  config.host.c_str(), port, config.threads,
+                  engine_options.redis.empty() ? "local-only" : "Redis",
+                  service.rules()->version().c_str());
+    }
+    if (grpc) {
+      const std::size_t colon = grpc_listen.rfind(':');
+      std::printf("ratewin-server gRPC listening on %s:%d (%s, rls config %s)\n",
+                  grpc_listen.substr(0, colon).c_str(), grpc->port(),
+                  engine_options.redis.empty() ? "local-only" : "Redis",
+                  rls_service->config()->version().c_str());
+    }
     std::fflush(stdout);
     // From here on the signals reach this thread (and only it: every other thread was
     // started with them blocked).
     pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
     control.run();
+    if (grpc) grpc->stop(std::chrono::milliseconds(config.drain_timeout_ms));
     for (auto& w : workers) w->join();
     control.close();
     log(LogLevel::info, "drained; exiting");

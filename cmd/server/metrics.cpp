@@ -185,6 +185,7 @@ std::string Service::metrics_text() const {
   write_request_metrics(out);
   write_rules_metrics(out);
   write_engine_metrics(out, engine_.stats());
+  for (const auto& part : metric_parts_) part(out);
   return out.take();
 }
 

@@ -21,6 +21,16 @@ std::string located(std::string source, int line, int column, const std::string&
 
 }  // namespace
 
+bool parse_failure_policy(std::string_view name, FailurePolicy& out) noexcept {
+  for (const auto& [n, policy] : kPolicies) {
+    if (n == name) {
+      out = policy;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string version_of(std::string_view label, std::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string v(label);

@@ -108,6 +108,13 @@ class Rules {
   std::unique_ptr<const Data> data_;
 };
 
+// A failure policy by the name the rules give it (local, open, closed, partitioned); false
+// when none has it.
+bool parse_failure_policy(std::string_view name, FailurePolicy& out) noexcept;
+
+// A configuration's version: "<label>@<XXH3-64 of its bytes, 16 hex digits>".
+std::string version_of(std::string_view label, std::string_view bytes);
+
 // A limit's max from a computed count: rounded down, at least 1, at most
 // Limit::kMaxCount (NaN gives 1).
 std::uint64_t max_from(double count) noexcept;

@@ -140,8 +140,6 @@ inline constexpr std::array<std::pair<std::string_view, bool>, 2> kBooleans{{
     {"false", false},
 }};
 
-// "<label>@<XXH3-64 of the bytes, 16 hex digits>".
-std::string version_of(std::string_view label, std::string_view bytes);
 
 inline std::string to_json_number(double v) {
   std::string out;

@@ -89,7 +89,7 @@ std::string Parser::key_pattern(const Item& item, bool glob) const {
                                    [](char c) { return c >= 'A' && c <= 'Z'; });
     if (upper || address.find('%') != std::string_view::npos ||
         address.starts_with("::ffff:") || address.find("::") != address.rfind("::")) {
-      fail(item, quoted(s) + " can never match: \"ip:\" keys hold addresses in canonical form "
+      fail(item, quoted_value(s) + " can never match: \"ip:\" keys hold addresses in canonical form "
                              "(IPv4 dotted quads, IPv6 in lower case as RFC 5952 writes it, "
                              "no zone ID)");
     }
@@ -97,7 +97,7 @@ std::string Parser::key_pattern(const Item& item, bool glob) const {
   }
   const std::optional<std::string> canonical = canonical_address(address);
   if (!canonical) {
-    fail(item, quoted(s) + " is not an IP address (a key starting \"ip:\" names a client by "
+    fail(item, quoted_value(s) + " is not an IP address (a key starting \"ip:\" names a client by "
                            "its address; no zone ID, no port)");
   }
   return "ip:" + *canonical;
@@ -106,7 +106,7 @@ std::string Parser::key_pattern(const Item& item, bool glob) const {
 std::string Parser::name(const Item& item) const {
   std::string s = text(item);
   if (s.size() > kMaxNameLength || !std::all_of(s.begin(), s.end(), name_char)) {
-    fail(item, quoted(s) + " is not a name (up to 64 letters, digits, '_', '-' and '.')");
+    fail(item, quoted_value(s) + " is not a name (up to 64 letters, digits, '_', '-' and '.')");
   }
   return s;
 }
@@ -116,7 +116,7 @@ double Parser::positive_number(const Item& item) const {
   double v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v <= 0) {
-    fail(item, quoted(s) + " is not a positive number");
+    fail(item, quoted_value(s) + " is not a positive number");
   }
   return v;
 }
@@ -131,13 +131,13 @@ std::chrono::milliseconds Parser::duration(const Item& item) const {
   const auto u =
       std::find_if(kUnits.begin(), kUnits.end(), [&](const auto& p) { return p.first == unit; });
   if (end == s.data() || u == kUnits.end()) {
-    fail(item, quoted(s) + " is not a duration (use 500ms, 1s, 1m, 1h or 1d)");
+    fail(item, quoted_value(s) + " is not a duration (use 500ms, 1s, 1m, 1h or 1d)");
   }
   const auto per_unit = static_cast<std::uint64_t>(u->second);
   const auto longest = static_cast<std::uint64_t>(ratewin::Limit::kMaxInterval.count());
   if (ec != std::errc() || n > longest / per_unit)
-    fail(item, quoted(s) + " is longer than 366 days");
-  if (n == 0) fail(item, quoted(s) + " is not positive");
+    fail(item, quoted_value(s) + " is longer than 366 days");
+  if (n == 0) fail(item, quoted_value(s) + " is not positive");
   return std::chrono::milliseconds(static_cast<std::int64_t>(n * per_unit));
 }
 
@@ -148,15 +148,15 @@ std::size_t Parser::tier_ref(const Item& item) const {
     if (data_->tiers[i].name == s) return i;
     names += (names.empty() ? "" : ", ") + data_->tiers[i].name;
   }
-  fail(item, "unknown tier " + quoted(s) +
+  fail(item, "unknown tier " + quoted_value(s) +
                  (names.empty() ? " (no tiers are defined)" : " (tiers: " + names + ")"));
 }
 
 std::string Parser::endpoint_path(const Item& item) const {
   std::string p = text(item);
-  if (p.front() != '/') fail(item, quoted(p) + " does not start with '/'");
+  if (p.front() != '/') fail(item, quoted_value(p) + " does not start with '/'");
   if (p.find('#') != std::string::npos) {
-    fail(item, quoted(p) + " contains '#' (a fragment is never part of a request's path)");
+    fail(item, quoted_value(p) + " contains '#' (a fragment is never part of a request's path)");
   }
   // Requests are matched by their normalised path (path.h), so a path that a request
   // could not have, or that normalisation changes, could never match as written.
@@ -166,11 +166,11 @@ std::string Parser::endpoint_path(const Item& item) const {
   std::string fixed;
   std::string_view problem;
   if (!normalise_path(plain, fixed, problem)) {
-    fail(item, quoted(p) + " is no path a request can have (" + std::string(problem) + ")");
+    fail(item, quoted_value(p) + " is no path a request can have (" + std::string(problem) + ")");
   }
   if (fixed != plain) {
-    fail(item, quoted(p) + " is not a normalised path" +
-                   (plain == p ? " (write " + quoted(fixed) + ")"
+    fail(item, quoted_value(p) + " is not a normalised path" +
+                   (plain == p ? " (write " + quoted_value(fixed) + ")"
                                : " (see path.h: decoded, but for space, '%', '#', non-ASCII)"));
   }
   return p;
@@ -308,7 +308,7 @@ void Parser::endpoints(const Item& item) {
         std::string method = text(m);
         if (!std::all_of(method.begin(), method.end(),
                          [](char c) { return c >= 'A' && c <= 'Z'; })) {
-          fail(m, quoted(method) + " is not an HTTP method such as GET (methods are upper case)");
+          fail(m, quoted_value(method) + " is not an HTTP method such as GET (methods are upper case)");
         }
         check_unique(seen_methods, method, m, "method");
         endpoint.methods.push_back(std::move(method));
@@ -374,7 +374,7 @@ std::unique_ptr<const Rules::Data> Parser::run() {
       label = text(*v);
       if (label.size() > kMaxLabelLength || label.front() == ' ' || label.back() == ' ' ||
           !std::all_of(label.begin(), label.end(), [](char c) { return c >= ' ' && c <= '~'; })) {
-        fail(*v, quoted(label) +
+        fail(*v, quoted_value(label) +
                      " is not a label of up to 128 printable ASCII characters (it is sent in "
                      "HTTP headers)");
       }

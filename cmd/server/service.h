@@ -80,6 +80,9 @@ class Service {
   ConnectionCounters& connections() noexcept { return connections_; }
   // The Prometheus text of /metrics (metrics.cpp).
   std::string metrics_text() const;
+  // Another part of the server whose figures /metrics shows too (after the service's own).
+  // Before serving.
+  void add_metrics(std::function<void(PrometheusText&)> part) { metric_parts_.push_back(std::move(part)); }
 
   // A handler per transport thread (its counters are its own).
   class Worker;
@@ -125,6 +128,7 @@ class Service {
   std::vector<WorkerStats*> workers_;
   WorkerStats retired_;              // what workers that ended had counted
   std::unique_ptr<AdminApi> admin_;  // null without an admin token
+  std::vector<std::function<void(PrometheusText&)>> metric_parts_;
 };
 
 }  // namespace ratewin::server

@@ -92,4 +92,13 @@ std::string_view trim_ows(std::string_view s) noexcept {
   return s;
 }
 
+void append_sf_string(std::string& out, std::string_view text) {
+  out += '"';
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  out += '"';
+}
+
 }  // namespace ratewin::server

@@ -15,6 +15,9 @@ std::size_t utf8_length(std::string_view s, std::size_t i);
 // Appends s as a quoted JSON string. Bytes that are not UTF-8 become U+FFFD, so the
 // output is valid JSON whatever s holds (keys and paths come from clients).
 void append_json_string(std::string& out, std::string_view s);
+// A structured-field string (RFC 8941): printable ASCII (others become "?"), with the
+// quote and the backslash escaped.
+void append_sf_string(std::string& out, std::string_view text);
 void append_number(std::string& out, std::uint64_t value);
 // The shortest decimal form that reads back as the same double.
 void append_double(std::string& out, double value);

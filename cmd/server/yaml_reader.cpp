@@ -39,7 +39,7 @@ class DocumentStarts : public YAML::EventHandler {
 
 }  // namespace
 
-std::string quoted(std::string_view s) {
+std::string quoted_value(std::string_view s) {
   constexpr std::size_t kMax = 60;
   std::string out;
   if (s.size() <= kMax) {
@@ -59,7 +59,7 @@ std::string kind_of(const YAML::Node& node) {
     case YAML::NodeType::Null:
       return "nothing";
     case YAML::NodeType::Scalar:
-      return quoted(node.Scalar());
+      return quoted_value(node.Scalar());
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Map:
@@ -119,7 +119,7 @@ YamlReader::Fields::Fields(const YamlReader& reader, const YamlItem& map,
     if (std::find(known.begin(), known.end(), e.name) != known.end()) continue;
     std::string expected;
     for (const std::string_view k : known) expected += (expected.empty() ? "" : ", ") + std::string(k);
-    reader.fail(e.key, "unknown field " + quoted(e.name) + " (expected one of: " + expected + ")");
+    reader.fail(e.key, "unknown field " + quoted_value(e.name) + " (expected one of: " + expected + ")");
   }
 }
 
@@ -179,9 +179,9 @@ std::string YamlReader::scalar(const YamlItem& item) const {
   const std::string& s = item.node.Scalar();
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) fail(item, quoted(s) + " contains a control character");
+    if (c < 0x20 || c == 0x7f) fail(item, quoted_value(s) + " contains a control character");
     const std::size_t n = utf8_length(s, i);
-    if (n == 0) fail(item, quoted(s) + " is not valid UTF-8");
+    if (n == 0) fail(item, quoted_value(s) + " is not valid UTF-8");
     i += n;
   }
   return s;
@@ -199,7 +199,7 @@ std::uint64_t YamlReader::integer(const YamlItem& item, std::uint64_t lo, std::u
   std::uint64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) {
-    fail(item, quoted(s) + " is not a whole number " +
+    fail(item, quoted_value(s) + " is not a whole number " +
                    (hi == UINT64_MAX ? "of " + std::to_string(lo) + " or more"
                                      : "from " + std::to_string(lo) + " to " + std::to_string(hi)));
   }
@@ -209,7 +209,7 @@ std::uint64_t YamlReader::integer(const YamlItem& item, std::uint64_t lo, std::u
 bool YamlReader::boolean(const YamlItem& item) const {
   const std::string s = text(item);
   bool v = false;
-  if (!YAML::convert<bool>::decode(item.node, v)) fail(item, quoted(s) + " is not true or false");
+  if (!YAML::convert<bool>::decode(item.node, v)) fail(item, quoted_value(s) + " is not true or false");
   return v;
 }
 
@@ -217,7 +217,7 @@ void YamlReader::check_unique(Seen& seen, const std::string& value, const YamlIt
                               std::string_view what) const {
   const auto [it, added] = seen.emplace(value, item.mark);
   if (!added) {
-    fail(item, "duplicate " + std::string(what) + " " + quoted(value) + " (first at line " +
+    fail(item, "duplicate " + std::string(what) + " " + quoted_value(value) + " (first at line " +
                    line_of(it->second) + ")");
   }
 }

@@ -30,7 +30,7 @@ struct YamlItem {
 };
 
 // A value for an error message: quoted, escaped, and cut short if long.
-std::string quoted(std::string_view s);
+std::string quoted_value(std::string_view s);
 // "a mapping", "a list", "nothing", or the scalar quoted.
 std::string kind_of(const YAML::Node& node);
 // A mark's 1-based line.
@@ -96,7 +96,7 @@ class YamlReader {
       if (name == s) return value;
       names += (names.empty() ? "" : ", ") + std::string(name);
     }
-    fail(item, quoted(s) + " is not one of " + names);
+    fail(item, quoted_value(s) + " is not one of " + names);
   }
   void check_unique(Seen& seen, const std::string& value, const YamlItem& item,
                     std::string_view what) const;
