@@ -25,6 +25,7 @@ EXAMPLE_RULES = ROOT / "cmd" / "server" / "rules.example.yaml"
 
 # "127.0.0.1:port", or ":::port" for a test that listens on [::] (its own --listen wins).
 LISTENING = re.compile(rb"^ratewin-server listening on .*:(\d+) \((.*)\)\s*$")
+GRPC_LISTENING = re.compile(rb"^ratewin-server gRPC listening on .*:(\d+) \((.*)\)\s*$")
 
 
 def free_port() -> int:
@@ -184,6 +185,7 @@ class ServerProcess:
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.grpc_port = 0  # with --grpc-listen
         self.banner = ""
         self.returncode: int | None = None
 
@@ -193,8 +195,27 @@ class ServerProcess:
                 [SERVER, "--listen", "127.0.0.1:0", *self.args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                 env=self.env)
-        line = b""
         deadline = time.monotonic() + timeout
+        line = self._line(deadline)
+        m = LISTENING.match(line)
+        if m is None:
+            self.kill()
+            raise RuntimeError(f"unexpected first line {line!r}")
+        self.port = int(m.group(1))
+        self.banner = line.decode().strip()
+        if "--grpc-listen" in self.args:
+            line = self._line(deadline)
+            m = GRPC_LISTENING.match(line)
+            if m is None:
+                self.kill()
+                raise RuntimeError(f"unexpected gRPC line {line!r}")
+            self.grpc_port = int(m.group(1))
+        return self
+
+    def _line(self, deadline: float) -> bytes:
+        """The next line on stdout, by the deadline."""
+        assert self.process is not None and self.process.stdout is not None
+        line = b""
         fd = self.process.stdout.fileno()
         while not line.endswith(b"\n"):
             remaining = deadline - time.monotonic()
@@ -210,13 +231,7 @@ class ServerProcess:
                 raise RuntimeError(
                     f"ratewin-server exited ({self.returncode}) before listening: {self.log()}")
             line += chunk
-        m = LISTENING.match(line)
-        if m is None:
-            self.kill()
-            raise RuntimeError(f"unexpected first line {line!r}")
-        self.port = int(m.group(1))
-        self.banner = line.decode().strip()
-        return self
+        return line
 
     @property
     def pid(self) -> int:
