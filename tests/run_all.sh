@@ -21,19 +21,31 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
+  # gRPC (the server's --grpc-listen) under ASan only: TSan reports races inside Debian's
+  # uninstrumented gRPC and Abseil, which it cannot see synchronise. Under TSan the
+  # service's asynchronous completions are checked by server_redis instead.
+  grpc=ON
+  grpc_targets=(ratewin_rls_python)
+  if [[ $sanitizer == thread ]]; then
+    grpc=OFF
+    grpc_targets=()
+  fi
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE="$sanitizer" \
-    -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
+    -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF \
+    -DRATEWIN_BUILD_GRPC="$grpc" >/dev/null
   cmake --build "$dir" -j"$jobs" --target ratewin_unit_tests ratewin_redis_tests ratewin_cluster_tests \
-    ratewin_sentinel_tests ratewin_capi_test ratewin_server_tests ratewin-server
+    ratewin_sentinel_tests ratewin_capi_test ratewin_server_tests ratewin_server_redis_tests \
+    ratewin-server "${grpc_targets[@]}"
   # The server's end-to-end suite runs against this sanitized server binary.
-  ctest --test-dir "$dir" -R "^(unit|redis|redis_cluster|redis_sentinel|capi|server_units|server_e2e)$" --output-on-failure
+  ctest --test-dir "$dir" -R "^(unit|redis|redis_cluster|redis_sentinel|capi|server_units|server_redis|server_e2e)$" \
+    --output-on-failure
 done
 # libFuzzer smoke runs (clang): the request path, paths and targets, the admin API's JSON
 # parser and the rules parser, each for a bounded time from its seed corpus (copied: a run
 # adds what it finds to the corpus directory).
 cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_SANITIZE=fuzz -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_TESTS=OFF \
-  -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
+  -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF -DRATEWIN_BUILD_GRPC=OFF >/dev/null
 cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_http fuzz_json fuzz_path fuzz_rules
 for target in http json path rules; do
   corpus="$(mktemp -d)"
@@ -50,6 +62,6 @@ for target in http json path rules; do
 done
 # Static analysis of the library sources (.clang-tidy), warnings are errors.
 cmake -S "$root" -B "$root/build-tidy" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRATEWIN_CLANG_TIDY=ON -DRATEWIN_WARNINGS_AS_ERRORS=ON \
-  -DRATEWIN_BUILD_TESTS=OFF -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF >/dev/null
+  -DRATEWIN_BUILD_TESTS=OFF -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF -DRATEWIN_BUILD_GRPC=OFF >/dev/null
 cmake --build "$root/build-tidy" -j"$jobs"
 echo "run_all: every suite passed"

@@ -12,6 +12,9 @@ int run_accuracy(const cxxopts::ParseResult& args);
 int run_redis(const cxxopts::ParseResult& args);
 int run_capi(const cxxopts::ParseResult& args);
 int run_cluster(const cxxopts::ParseResult& args);
+#ifdef RATEWIN_BENCH_RLS
+int run_rls(const cxxopts::ParseResult& args);
+#endif
 }  // namespace ratewin::bench
 
 int main(int argc, char** argv) {
@@ -23,9 +26,15 @@ int main(int argc, char** argv) {
     ("mode", "what to measure: local (decision path, memory per limiter), redis (the Redis-backed "
              "paths against raw hiredis), accuracy (K engines sharing one Redis against an exact "
              "sliding window), capi (the C ABI against the C++ calls it wraps), cluster (the store on a "
-             "local 3-primary Redis Cluster next to one Redis, and the capacity model)",
+             "local 3-primary Redis Cluster next to one Redis, and the capacity model), rls "
+             "(ratewin-server's Envoy rate limit service over gRPC against its HTTP forward-auth "
+             "path, in one run)",
      cxxopts::value<std::string>()->default_value("local"))
-    ("runs", "local, capi: rounds; figures are medians", cxxopts::value<int>()->default_value("7"))
+    ("runs", "local, capi: rounds; figures are medians (rls: 3 unless given)",
+     cxxopts::value<int>()->default_value("7"))
+    ("server", "rls: the ratewin-server to run (default: the one beside ratewin-bench)",
+     cxxopts::value<std::string>()->default_value(""))
+    ("seconds", "rls: seconds per case and round", cxxopts::value<double>()->default_value("3"))
     ("run-ms", "local, capi: approximate duration of one run of one case, ms",
      cxxopts::value<double>()->default_value("150"))
     ("resources", "local: distinct resources in the distinct-resource cases",
@@ -70,6 +79,14 @@ int main(int argc, char** argv) {
     if (mode == "redis") return ratewin::bench::run_redis(args);
     if (mode == "capi") return ratewin::bench::run_capi(args);
     if (mode == "cluster") return ratewin::bench::run_cluster(args);
+    if (mode == "rls") {
+#ifdef RATEWIN_BENCH_RLS
+      return ratewin::bench::run_rls(args);
+#else
+      std::fprintf(stderr, "ratewin-bench: rls needs a build with gRPC (RATEWIN_BUILD_GRPC)\n");
+      return 2;
+#endif
+    }
     std::fprintf(stderr, "ratewin-bench: unknown mode '%s' (try --help)\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {

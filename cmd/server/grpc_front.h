@@ -16,9 +16,11 @@ class GrpcFront {
  public:
   // Whether this build has gRPC.
   static bool available() noexcept;
-  // Serves on `address` (host:port; port 0 picks a free one) on gRPC's own threads (a
-  // call waiting on Redis holds none of them). Throws std::runtime_error when it cannot.
-  static std::unique_ptr<GrpcFront> start(rls::RateLimitService& service, const std::string& address);
+  // Serves on `address` (host:port; port 0 picks a free one), polling its calls on
+  // `threads` threads of its own (a call waiting on Redis holds none of them). Throws
+  // std::runtime_error when it cannot.
+  static std::unique_ptr<GrpcFront> start(rls::RateLimitService& service, const std::string& address,
+                                          unsigned threads);
   virtual ~GrpcFront() = default;
   virtual int port() const = 0;
   // From now on health checks answer NOT_SERVING (the server is draining).

@@ -406,7 +406,7 @@ int run(int argc, char** argv) {
       rls_options.config.capacity = [&engine](const Limit& limit) { return engine.capacity(limit); };
       rls_service = std::make_unique<rls::RateLimitService>(engine, rls_options, log);
       service.add_metrics([&rls_service](PrometheusText& out) { rls_service->write_metrics(out); });
-      grpc = GrpcFront::start(*rls_service, grpc_listen);
+      grpc = GrpcFront::start(*rls_service, grpc_listen, config.threads);
     }
 
     std::vector<std::unique_ptr<Worker>> workers;

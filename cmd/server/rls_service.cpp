@@ -27,6 +27,17 @@ std::uint32_t clamp32(std::uint64_t v) {
 
 void append_u64(std::string& out, std::uint64_t v) { out += std::to_string(v); }
 
+// A limit's name in the IETF headers: its rule's name, else "d<its descriptor's index>".
+void append_limit_name(std::string& out, const CurrentLimit& limit, std::size_t index) {
+  if (!limit.name.empty()) {
+    append_sf_string(out, limit.name);
+    return;
+  }
+  std::string name(1, 'd');
+  append_u64(name, index);
+  append_sf_string(out, name);
+}
+
 }  // namespace
 
 struct RateLimitService::Call {
@@ -38,6 +49,7 @@ struct RateLimitService::Call {
     std::uint64_t resource = 0;
     bool shadow = false;
     bool quota = false;
+    bool overridden = false;  // Envoy gave the limit
     std::shared_ptr<HitCounters> counters;
     bool decided = false;
     Decision decision;
@@ -138,6 +150,7 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
       if (d.limit) {
         // Envoy's override: this limit, counted as the entries name it (never shadow).
         item.current = CurrentLimit{"", d.limit->requests_per_unit, d.limit->unit};
+        item.overridden = true;
         item.resource = Config::override_resource(domain->name, d.entries);
         std::string key = domain->name;
         for (const Entry& e : d.entries) {
@@ -238,6 +251,7 @@ void RateLimitService::finish(Call& call) {
   response.statuses.resize(call.items.size());
   std::size_t shown = call.items.size();  // the status the headers describe
   bool over = false;
+  bool over_overridden = false;  // over a limit Envoy gave, which SHADOW_MODE leaves enforced
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const Call::Item& item = call.items[i];
     DescriptorStatus& s = response.statuses[i];
@@ -277,6 +291,7 @@ void RateLimitService::finish(Call& call) {
     }
     if (s.code == Code::over_limit) {
       if (!item.quota) over = true;
+      if (item.overridden) over_overridden = true;
       shown = i;
     } else if (shown == call.items.size() ||
                (response.statuses[shown].code != Code::over_limit &&
@@ -284,7 +299,8 @@ void RateLimitService::finish(Call& call) {
       shown = i;
     }
   }
-  response.overall_code = over && !options_.shadow ? Code::over_limit : Code::ok;
+  response.overall_code =
+      over && (!options_.shadow || over_overridden) ? Code::over_limit : Code::ok;
   if (options_.headers != HeaderStyle::none && shown < call.items.size()) {
     const DescriptorStatus& s = response.statuses[shown];
     const std::uint64_t reset = s.duration_until_reset ? static_cast<std::uint64_t>(s.duration_until_reset->count()) : 0;
@@ -299,8 +315,7 @@ void RateLimitService::finish(Call& call) {
         const DescriptorStatus& p = response.statuses[i];
         if (!p.current_limit) continue;
         if (!policy.empty()) policy += ", ";
-        const std::string name = p.current_limit->name.empty() ? "d" + std::to_string(i) : p.current_limit->name;
-        append_sf_string(policy, name);
+        append_limit_name(policy, *p.current_limit, i);
         policy += ";q=";
         append_u64(policy, p.current_limit->requests_per_unit);
         policy += ";w=";
@@ -308,7 +323,7 @@ void RateLimitService::finish(Call& call) {
       }
       h.push_back({"RateLimit-Policy", std::move(policy)});
       std::string state;
-      append_sf_string(state, s.current_limit->name.empty() ? "d" + std::to_string(shown) : s.current_limit->name);
+      append_limit_name(state, *s.current_limit, shown);
       state += ";r=";
       append_u64(state, s.limit_remaining);
       state += ";t=";

@@ -84,7 +84,8 @@ struct ServiceOptions {
   // Count every descriptor on its own, as the reference does, instead of all or nothing
   // (nothing counted when any descriptor is over its limit).
   bool each_descriptor = false;
-  // The reference's SHADOW_MODE: statuses as decided, but the overall code always OK.
+  // The reference's SHADOW_MODE: statuses as decided, but the overall code OK unless a
+  // limit Envoy gave (a descriptor's override) is over.
   bool shadow = false;
   HeaderStyle headers = HeaderStyle::none;
   ConfigOptions config;  // its stats are the service's own

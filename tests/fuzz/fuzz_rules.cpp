@@ -1,6 +1,8 @@
-// libFuzzer target for the server's rules parser: any bytes either parse or throw
+// libFuzzer target for the server's configuration parsers, the rules file's and
+// envoyproxy/ratelimit's descriptor files' (rls_config.h): any bytes either parse or throw
 // RulesError; anything else (another exception, a crash, a leak, UB, a broken invariant)
-// is a bug. A parsed file is then matched against a few fixed requests and described.
+// is a bug. A parsed file is then matched against a few fixed requests (or descriptors)
+// and described.
 // (Paths, targets and globs have a target of their own: fuzz_path.)
 #include <yaml-cpp/yaml.h>
 
@@ -9,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "rls_config.h"
 #include "rules.h"
 #include "target.h"
 
@@ -66,6 +69,33 @@ void exercise(const Rules& rules) {
   }
 }
 
+namespace rls = ratewin::server::rls;
+
+constexpr rls::Entry kEntries[] = {
+    {"remote_address", "10.0.0.1"}, {"path", "/foo/bar"}, {"database", "users"},
+    {"key", ""}, {"generic_key", "a*b"}, {"k", "v_w"},
+};
+
+void exercise(const rls::Config& config) {
+  check(!config.version().empty());
+  for (const std::string_view domain : {"d", "mongo_cps", "rl", ""}) {
+    const rls::Domain* d = config.domain(domain);
+    if (d == nullptr) continue;
+    check(d->name == domain);
+    rls::Matched m;
+    for (std::size_t first = 0; first < std::size(kEntries); ++first) {
+      for (std::size_t n = 0; first + n <= std::size(kEntries) && n <= 3; ++n) {
+        rls::Config::match(*d, std::span(kEntries + first, n), m);
+        if (m.rule == nullptr) continue;
+        check(m.rule->unlimited || m.rule->unit != rls::Unit::unknown);
+        check(!m.rule->limit || (m.rule->limit->max() == m.rule->requests_per_unit &&
+                                 m.rule->limit->interval() == rls::unit_length(m.rule->unit)));
+        check(m.rule->counters != nullptr);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -75,6 +105,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     exercise(Rules::parse(bytes, "fuzz"));
   } catch (const RulesError&) {
     // Expected for invalid input.
+  }
+  try {
+    exercise(rls::Config::parse(bytes, "fuzz", rls::ConfigOptions{}));
+  } catch (const RulesError&) {
   }
   return 0;
 }

@@ -268,11 +268,49 @@ descriptors:
   CHECK(resource("user", "u1") != resource("user", "u2"));
 }
 
-TEST_CASE("several files: one domain each, a domain twice is refused naming both files") {
-  ConfigOptions options;
-  Config c;
-  CHECK_NOTHROW(c = Config::parse("domain: a\n", "a.yaml", options));
-  CHECK(c.domain("a") != nullptr);
+TEST_CASE("the example folder (docs/envoy.md's) loads, and matches as the docs say") {
+  const Config c = Config::load(RATEWIN_RLS_EXAMPLE, ConfigOptions{});
+  REQUIRE(c.domain("edge") != nullptr);
+  const Domain& d = *c.domain("edge");
+  const auto rule = [&](std::vector<Entry> entries) {
+    Matched m;
+    Config::match(d, entries, m);
+    return m.rule;
+  };
+  REQUIRE(rule({{"remote_address", "10.0.0.1"}}) != nullptr);
+  CHECK(rule({{"remote_address", "10.0.0.1"}})->requests_per_unit == 100);
+  CHECK(rule({{"remote_address", "10.0.0.1"}, {"header_match", "login"}})->name == "login");
+  CHECK(rule({{"api_key", "k"}})->limit->algorithm() == Algorithm::token_bucket);
+  CHECK(rule({{"api_key", "partner-7f3a"}})->unlimited);
+  CHECK(rule({{"header_match", "search"}})->shadow);
+}
+
+TEST_CASE("a folder: one domain a file, a domain twice refused naming both files") {
+  const std::string dir = "/tmp/ratewin-rls-folder-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, std::string_view text) {
+    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  };
+  write("a.yaml", "domain: a\n");
+  write("b.yml", "domain: b\n");
+  write("notes.txt", "not yaml: [");
+  write(".hidden.yaml", "not yaml: [");
+  const Config c = Config::load(dir, ConfigOptions{});
+  CHECK(c.domain_count() == 2);
+  CHECK(c.files().size() == 2);
+  write("c.yaml", "domain: a\n");
+  try {
+    Config::load(dir, ConfigOptions{});
+    FAIL("loaded");
+  } catch (const RulesError& e) {
+    CHECK(std::string(e.what()).find("c.yaml") != std::string::npos);
+    CHECK(std::string(e.what()).find("duplicate domain \"a\" (also in " + dir + "/a.yaml)") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+  CHECK_THROWS_AS(Config::load(dir, ConfigOptions{}), RulesError);  // no folder
 }
 
 // A service on a local engine whose clock the test moves.
@@ -485,6 +523,11 @@ TEST_CASE("shadow_mode lets through what it would refuse; SHADOW_MODE keeps stat
   const Response r = f.ask("d", {one("b", "x")});
   CHECK(r.statuses[0].code == Code::over_limit);
   CHECK(r.overall_code == Code::ok);
+  // A limit Envoy gives stays enforced, as in the reference.
+  RequestDescriptor given = one("b", "y");
+  given.limit = LimitOverride{1, Unit::minute};
+  f.ask("d", {given});
+  CHECK(f.ask("d", {given}).overall_code == Code::over_limit);
 }
 
 TEST_CASE("replaces: a matched rule replaces another matched in the same request") {

@@ -1,0 +1,423 @@
+// ratewin-bench rls: Envoy's rate limit service (gRPC) of one ratewin-server against the
+// same server's HTTP forward-auth path, in one run: a private redis-server, one server
+// with both listeners, and load clients written here (gRPC's asynchronous client; plain
+// keep-alive HTTP/1.1 on blocking sockets), each with 1 and 50 calls in flight. Reports
+// calls/s, p50 and p99, the server's CPU per call (from /proc) and Redis' CPU per
+// admitted call (INFO cpu), for a limit that admits everything (every call writes to
+// Redis) and one that refuses everything (no call should reach Redis: its write
+// commands are counted).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <cxxopts.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "bench.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "redis_server.h"
+
+namespace ratewin::bench {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using Clock = std::chrono::steady_clock;
+
+// CPU time (user + system) a process has used, in microseconds, from /proc/<pid>/stat.
+double process_cpu_us(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string skip;
+  for (int i = 0; i < 11; ++i) fields >> skip;  // state .. cmajflt (fields 3-13)
+  double utime = 0;
+  double stime = 0;
+  fields >> utime >> stime;
+  return (utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// One ratewin-server with an HTTP and a gRPC listener, stopped by PID.
+class Server {
+ public:
+  Server(const std::string& binary, const std::vector<std::string>& args) {
+    int out[2];
+    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(binary.c_str()));
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(binary.c_str(), argv.data());
+      std::_Exit(127);
+    }
+    ::close(out[1]);
+    std::string text;
+    char c = 0;
+    int lines = 0;
+    while (lines < 2 && ::read(out[0], &c, 1) == 1) {
+      text += c;
+      lines += c == '\n';
+    }
+    ::close(out[0]);
+    const std::size_t http = text.find("listening on 127.0.0.1:");
+    const std::size_t grpc = text.find("gRPC listening on 127.0.0.1:");
+    if (lines < 2 || http == std::string::npos || grpc == std::string::npos) {
+      stop();
+      throw std::runtime_error("ratewin-server did not start (" + binary + "): " + text);
+    }
+    http_port_ = std::stoi(text.substr(http + 23));
+    grpc_port_ = std::stoi(text.substr(grpc + 28));
+  }
+  ~Server() { stop(); }
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+  int http_port() const { return http_port_; }
+  int grpc_port() const { return grpc_port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int http_port_ = 0;
+  int grpc_port_ = 0;
+};
+
+// What one timed run measured.
+struct Run {
+  std::uint64_t calls = 0;
+  std::uint64_t admitted = 0;
+  double seconds = 0;
+  std::vector<double> latency_us;  // a sample of every call's
+  double server_cpu_us = 0;
+  double client_cpu_us = 0;  // this process's: the load client's
+  double redis_cpu_us = 0;
+  long long redis_writes = 0;
+
+  double per_second() const { return static_cast<double>(calls) / seconds; }
+  double percentile(double p) {
+    if (latency_us.empty()) return 0;
+    std::sort(latency_us.begin(), latency_us.end());
+    return latency_us[static_cast<std::size_t>(p * static_cast<double>(latency_us.size() - 1))];
+  }
+};
+
+// Latencies of many threads, collected without contention on the hot path.
+class Latencies {
+ public:
+  explicit Latencies(std::size_t streams) : per_stream_(streams) {}
+  void add(std::size_t stream, double us) { per_stream_[stream].push_back(us); }
+  std::vector<double> all() const {
+    std::vector<double> out;
+    for (const auto& v : per_stream_) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<double>> per_stream_;
+};
+
+// `streams` ShouldRateLimit calls in flight on one channel, for `seconds`: gRPC's
+// asynchronous client, polled by this one thread (the cheapest client gRPC offers: the
+// load client shares the machine with the server).
+Run grpc_run(int port, const std::string& key, int streams, double seconds) {
+  const auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                           grpc::InsecureChannelCredentials());
+  const auto stub = pb::RateLimitService::NewStub(channel);
+  pb::RateLimitRequest request;
+  request.set_domain("bench");
+  auto* entry = request.add_descriptors()->add_entries();
+  entry->set_key("client");
+  entry->set_value(key);
+
+  struct Stream {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<pb::RateLimitResponse>> reader;
+    pb::RateLimitResponse response;
+    grpc::Status status;
+    Clock::time_point sent;
+  };
+  grpc::CompletionQueue queue;
+  std::vector<Stream> state(static_cast<std::size_t>(streams));
+  const auto send = [&](std::size_t i) {
+    Stream& s = state[i];
+    s.context = std::make_unique<grpc::ClientContext>();
+    s.response.Clear();
+    s.sent = Clock::now();
+    s.reader = stub->AsyncShouldRateLimit(s.context.get(), request, &queue);
+    s.reader->Finish(&s.response, &s.status, reinterpret_cast<void*>(i));
+  };
+  Latencies latencies(state.size());
+  std::uint64_t calls = 0;
+  std::uint64_t admitted = 0;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(seconds));
+  for (std::size_t i = 0; i < state.size(); ++i) send(i);
+  std::size_t running = state.size();
+  void* tag = nullptr;
+  bool ok = false;
+  while (running > 0 && queue.Next(&tag, &ok)) {
+    const auto i = reinterpret_cast<std::size_t>(tag);
+    Stream& s = state[i];
+    const Clock::time_point now = Clock::now();
+    if (!ok || !s.status.ok()) throw std::runtime_error("a gRPC call failed: " + s.status.error_message());
+    latencies.add(i, std::chrono::duration<double, std::micro>(now - s.sent).count());
+    ++calls;
+    if (s.response.overall_code() == pb::RateLimitResponse::OK) ++admitted;
+    if (now < end) {
+      send(i);
+    } else {
+      --running;
+    }
+  }
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  Run run;
+  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  run.calls = calls;
+  run.admitted = admitted;
+  run.latency_us = latencies.all();
+  return run;
+}
+
+// One keep-alive connection asking forward-auth checks.
+class HttpStream {
+ public:
+  HttpStream(int port, const std::string& key) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("cannot connect to the HTTP listener");
+    const int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    request_ = "GET /ratewin/check HTTP/1.1\r\nHost: bench\r\nX-Original-URI: /api\r\n"
+               "X-Original-Method: GET\r\nX-Real-IP: 10.0.0.1\r\nX-API-Key: " + key + "\r\n\r\n";
+  }
+  ~HttpStream() { ::close(fd_); }
+  HttpStream(const HttpStream&) = delete;
+  HttpStream& operator=(const HttpStream&) = delete;
+
+  // The status of one check.
+  int check() {
+    if (::send(fd_, request_.data(), request_.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request_.size()))
+      throw std::runtime_error("HTTP send failed");
+    for (;;) {
+      const std::size_t head_end = buffer_.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        std::size_t length = 0;
+        const std::size_t cl = buffer_.find("Content-Length: ");
+        if (cl != std::string::npos && cl < head_end) length = std::stoul(buffer_.substr(cl + 16));
+        if (buffer_.size() >= head_end + 4 + length) {
+          const int status = std::stoi(buffer_.substr(9, 3));
+          buffer_.erase(0, head_end + 4 + length);
+          return status;
+        }
+      }
+      char chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n <= 0) throw std::runtime_error("HTTP connection closed");
+      buffer_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string request_;
+  std::string buffer_;
+};
+
+// `streams` connections, one check in flight on each, for `seconds`.
+Run http_run(int port, const std::string& key, int streams, double seconds) {
+  std::vector<std::unique_ptr<HttpStream>> connections;
+  for (int i = 0; i < streams; ++i) connections.push_back(std::make_unique<HttpStream>(port, key));
+  Latencies latencies(connections.size());
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> admitted{0};
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(seconds));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < connections.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (Clock::time_point now = Clock::now(); now < end;) {
+        const int status = connections[i]->check();
+        const Clock::time_point after = Clock::now();
+        latencies.add(i, std::chrono::duration<double, std::micro>(after - now).count());
+        calls.fetch_add(1, std::memory_order_relaxed);
+        if (status == 200) admitted.fetch_add(1, std::memory_order_relaxed);
+        now = after;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  Run run;
+  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  run.calls = calls.load();
+  run.admitted = admitted.load();
+  run.latency_us = latencies.all();
+  return run;
+}
+
+long long write_commands(const test::RedisServer& redis) {
+  long long n = 0;
+  for (const char* c : {"bitfield", "append", "evalsha", "eval"}) n += redis.calls(c);
+  return n;
+}
+
+std::string default_server() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / "ratewin-server").string();
+}
+
+}  // namespace
+
+int run_rls(const cxxopts::ParseResult& args) {
+  const std::string binary =
+      args["server"].as<std::string>().empty() ? default_server() : args["server"].as<std::string>();
+  const double seconds = args["seconds"].as<double>();
+  const int rounds = args.count("runs") != 0 ? std::max(1, args["runs"].as<int>()) : 3;
+  test::RedisServer redis;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ratewin-bench-rls-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "rls");
+  // The same two limits on both paths: one too large to reach (every call admitted and
+  // written), one of 1 per hour (every call but the first refused).
+  std::ofstream(dir / "rls" / "bench.yaml") << "domain: bench\ndescriptors:\n"
+                                               "  - key: client\n    value: allow\n"
+                                               "    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+                                               "  - key: client\n    value: reject\n"
+                                               "    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+  std::ofstream(dir / "rules.yaml") << "tiers:\n  allow:\n    limits:\n"
+                                       "      - {name: per-second, max: 4000000000, window: 1s}\n"
+                                       "  reject:\n    limits:\n      - {name: per-hour, max: 1, window: 1h}\n"
+                                       "keys:\n  - {match: allow, tier: allow}\n  - {match: reject, tier: reject}\n";
+  Server server(binary, {"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--threads", "2",
+                         "--mode", "forward-auth", "--trust-proxy", "127.0.0.1/32",
+                         "--rules", (dir / "rules.yaml").string(), "--rls-config", (dir / "rls").string(),
+                         "--redis", redis.url(), "--log-level", "warning"});
+  std::printf("ratewin-bench rls: one ratewin-server (2 threads, Redis) serving gRPC and HTTP "
+              "forward-auth; %d rounds of %.1f s per case, interleaved\n", rounds, seconds);
+  // Warm up both paths (connections to Redis, the refusing counters at their limit), and
+  // check that each answers as the case claims: all admitted, or all but the first refused.
+  for (const bool grpc : {true, false}) {
+    const auto run = [&](const std::string& key, int streams, double s) {
+      return grpc ? grpc_run(server.grpc_port(), key, streams, s) : http_run(server.http_port(), key, streams, s);
+    };
+    const Run reject = run("reject", 1, 0.2);
+    const Run allow = run("allow", 4, 0.3);
+    if (reject.admitted > 1 || reject.calls < 2 || allow.admitted != allow.calls || allow.calls == 0) {
+      throw std::runtime_error(std::string(grpc ? "gRPC" : "HTTP") + " answers are not the cases' (" +
+                               std::to_string(reject.admitted) + " of " + std::to_string(reject.calls) +
+                               " refusing calls admitted, " + std::to_string(allow.admitted) + " of " +
+                               std::to_string(allow.calls) + " allowing ones)");
+    }
+  }
+
+  struct Key {
+    std::string path;
+    int streams;
+    std::string kind;
+    bool operator<(const Key& o) const {
+      return std::tie(kind, streams, path) < std::tie(o.kind, o.streams, o.path);
+    }
+  };
+  std::map<Key, std::vector<Run>> results;
+  for (int round = 0; round < rounds; ++round) {
+    for (const int streams : {1, 50}) {
+      for (const std::string kind : {"allow", "reject"}) {
+        for (const std::string path : {"grpc", "http"}) {
+          const double cpu0 = process_cpu_us(server.pid());
+          const double self0 = process_cpu_us(::getpid());
+          const double redis0 = redis.cpu_us();
+          const long long writes0 = write_commands(redis);
+          Run run = path == "grpc" ? grpc_run(server.grpc_port(), kind, streams, seconds)
+                                   : http_run(server.http_port(), kind, streams, seconds);
+          run.server_cpu_us = process_cpu_us(server.pid()) - cpu0;
+          run.client_cpu_us = process_cpu_us(::getpid()) - self0;
+          run.redis_cpu_us = redis.cpu_us() - redis0;
+          run.redis_writes = write_commands(redis) - writes0;
+          results[Key{path, streams, kind}].push_back(std::move(run));
+        }
+      }
+    }
+  }
+  std::printf("\n%-7s %-5s %7s %11s %9s %9s %12s %12s %14s %12s\n", "case", "path", "streams",
+              "calls/s", "p50 us", "p99 us", "server us/c", "client us/c", "redis us/adm", "redis writes");
+  std::map<std::pair<std::string, int>, std::pair<double, double>> rates;  // grpc, http
+  for (auto& [key, runs] : results) {
+    std::vector<double> rate, p50, p99, cpu, client_cpu, redis_cpu;
+    long long writes = 0;
+    for (Run& r : runs) {
+      rate.push_back(r.per_second());
+      p50.push_back(r.percentile(0.5));
+      p99.push_back(r.percentile(0.99));
+      cpu.push_back(r.server_cpu_us / static_cast<double>(r.calls));
+      client_cpu.push_back(r.client_cpu_us / static_cast<double>(r.calls));
+      if (r.admitted > 0) redis_cpu.push_back(r.redis_cpu_us / static_cast<double>(r.admitted));
+      writes += r.redis_writes;
+    }
+    const double median_rate = median(rate);
+    (key.path == "grpc" ? rates[{key.kind, key.streams}].first : rates[{key.kind, key.streams}].second) = median_rate;
+    std::printf("%-7s %-5s %7d %11.0f %9.1f %9.1f %12.1f %12.1f %14s %12lld\n", key.kind.c_str(),
+                key.path.c_str(), key.streams, median_rate, median(p50), median(p99), median(cpu),
+                median(client_cpu),
+                redis_cpu.empty() ? "-" : std::to_string(median(redis_cpu)).substr(0, 6).c_str(), writes);
+  }
+  std::printf("\ngRPC calls/s over HTTP forward-auth requests/s (target: at least 0.5x):\n");
+  bool met = true;
+  for (const auto& [key, pair] : rates) {
+    const double ratio = pair.first / pair.second;
+    met = met && ratio >= 0.5;
+    std::printf("  %-6s %2d streams: %.2fx\n", key.first.c_str(), key.second, ratio);
+  }
+  long long reject_writes = 0;
+  for (auto& [key, runs] : results)
+    if (key.kind == "reject" && key.path == "grpc")
+      for (const Run& r : runs) reject_writes += r.redis_writes;
+  std::printf("Redis write commands during gRPC rejections: %lld (target 0)\n", reject_writes);
+  std::printf("%s\n", met && reject_writes == 0 ? "targets met" : "TARGET MISSED");
+  server.stop();
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace ratewin::bench

@@ -1,0 +1,109 @@
+// Envoy's rate limit service (rls_service.h) on an engine that shares counts through a
+// private Redis: no call waits on Redis (a paused Redis holds no thread), and calls from
+// many threads, answered on the engine's I/O thread, admit exactly the limit.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "eventually.h"
+#include "ratewin/engine.h"
+#include "redis_server.h"
+#include "rls_service.h"
+
+namespace ratewin::server::rls {
+namespace {
+
+struct Setup {
+  test::RedisServer redis;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<RateLimitService> service;
+  std::string dir = "/tmp/ratewin-rls-redis-test-" + std::to_string(::getpid());
+
+  explicit Setup(std::chrono::milliseconds command_timeout) {
+    Options o;
+    o.redis = redis.url();
+    o.command_timeout = command_timeout;
+    engine = std::make_unique<Engine>(o);
+    std::filesystem::create_directories(dir);
+    std::FILE* f = std::fopen((dir + "/c.yaml").c_str(), "wb");
+    REQUIRE(f != nullptr);
+    const std::string yaml =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 300}\n"
+        "  - key: small\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    std::fwrite(yaml.data(), 1, yaml.size(), f);
+    std::fclose(f);
+    ServiceOptions options;
+    options.folder = dir;
+    service = std::make_unique<RateLimitService>(*engine, options, [](LogLevel, std::string_view) {});
+  }
+  ~Setup() { std::filesystem::remove_all(dir); }
+};
+
+// A request for one descriptor of one entry; its strings live in `r`'s caller.
+Request request(std::string_view key, std::string_view value) {
+  Request r;
+  r.domain = "d";
+  r.descriptors.emplace_back().entries.push_back(Entry{key, value});
+  return r;
+}
+
+TEST_CASE("no call waits on Redis: decide() returns while a paused Redis holds the write") {
+  Setup s(std::chrono::milliseconds(3000));
+  // Connections up, and "small" at its limit.
+  std::atomic<int> answered{0};
+  const auto count = [&](Response&&) { answered.fetch_add(1); };
+  REQUIRE_FALSE(s.service->decide(request("small", "x"), count));
+  REQUIRE(test::eventually([&] { return answered.load() == 1; }));
+  s.redis.pause();
+  std::optional<Response> refused;
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_FALSE(s.service->decide(request("small", "x"), [&](Response&& r) { refused = std::move(r); }));
+  // A refusal is answered before decide() returns: from this engine's own counts.
+  REQUIRE(refused);
+  CHECK(refused->overall_code == Code::over_limit);
+  // An admission needs a write: decide() returns at once, the answer comes later.
+  std::atomic<bool> done{false};
+  REQUIRE_FALSE(s.service->decide(request("k", "y"), [&](Response&& r) {
+    CHECK(r.overall_code == Code::ok);
+    done.store(true);
+  }));
+  CHECK_FALSE(done.load());  // (Redis is paused: nothing can have answered the write)
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1000));
+  s.redis.resume();
+  CHECK(test::eventually([&] { return done.load(); }));
+}
+
+TEST_CASE("calls from several threads, answered on the I/O thread, admit exactly the limit") {
+  Setup s(std::chrono::milliseconds(2000));
+  std::atomic<int> ok{0};
+  std::atomic<int> over{0};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        const std::optional<std::string> problem = s.service->decide(request("k", "shared"), [&](Response&& r) {
+          (r.overall_code == Code::ok ? ok : over).fetch_add(1);
+          answered.fetch_add(1);
+        });
+        CHECK_FALSE(problem);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  REQUIRE(test::eventually([&] { return answered.load() == 400; }));
+  CHECK(ok.load() == 300);
+  CHECK(over.load() == 100);
+}
+
+}  // namespace
+}  // namespace ratewin::server::rls
