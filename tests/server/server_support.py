@@ -35,6 +35,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def store_up(*servers: "ServerProcess") -> None:
+    """Waits until each server's engine is connected to Redis (it starts either way)."""
+    for s in servers:
+        assert wait_until(lambda s=s: s.get("/healthz").json()["store"] == "up", 3), s.log()
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.02):
     """Calls predicate until it returns something truthy (returned) or timeout passes
     (returns the last falsy value)."""
@@ -196,21 +202,21 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                 env=self.env)
         deadline = time.monotonic() + timeout
+        m = self._banner(deadline, LISTENING)
+        self.port = int(m.group(1))
+        self.banner = m.group(0).decode().strip()
+        if "--grpc-listen" in self.args:
+            self.grpc_port = int(self._banner(deadline, GRPC_LISTENING).group(1))
+        return self
+
+    def _banner(self, deadline: float, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
+        """The next line on stdout, which must match `pattern`."""
         line = self._line(deadline)
-        m = LISTENING.match(line)
+        m = pattern.match(line)
         if m is None:
             self.kill()
-            raise RuntimeError(f"unexpected first line {line!r}")
-        self.port = int(m.group(1))
-        self.banner = line.decode().strip()
-        if "--grpc-listen" in self.args:
-            line = self._line(deadline)
-            m = GRPC_LISTENING.match(line)
-            if m is None:
-                self.kill()
-                raise RuntimeError(f"unexpected gRPC line {line!r}")
-            self.grpc_port = int(m.group(1))
-        return self
+            raise RuntimeError(f"unexpected line {line!r}")
+        return m
 
     def _line(self, deadline: float) -> bytes:
         """The next line on stdout, by the deadline."""

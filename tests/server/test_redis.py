@@ -8,16 +8,10 @@ import json
 import threading
 import time
 
-from server_support import Client, RedisCluster, free_port, wait_until, write_rules
+from server_support import Client, RedisCluster, free_port, store_up, wait_until, write_rules
 
 TOKEN = "shared-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def store_up(*servers) -> None:
-    """Waits until each server's engine is connected to Redis (it starts either way)."""
-    for s in servers:
-        assert wait_until(lambda: s.get("/healthz").json()["store"] == "up", 3), s.log()
 
 
 def test_global_limit_is_exact_across_two_instances(start_server, redis, tmp_path):

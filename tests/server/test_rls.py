@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from server_support import SERVER, wait_until
+from server_support import store_up, wait_until
 
 if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
     pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
@@ -185,8 +185,7 @@ descriptors:
     a, rls_a, folder = rls_server(config=config, redis=redis)
     b, rls_b, _ = rls_server(redis=redis, folder=folder)
     assert "Redis" in a.banner and "Redis" in b.banner
-    for s in (a, b):
-        assert wait_until(lambda s=s: s.get("/healthz").json()["store"] == "up", 3), s.log()
+    store_up(a, b)
     allowed = 0
     for i in range(60):
         client = rls_a if i % 2 == 0 else rls_b
@@ -217,7 +216,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 5}
 """
     server, rls, _ = rls_server(config=config, redis=redis)
-    assert wait_until(lambda: server.get("/healthz").json()["store"] == "up", 3), server.log()
+    store_up(server)
     assert [rls.ask("d", [("k", "v")]).overall_code for _ in range(5)] == [OK] * 5
     before = redis_calls(redis)
     assert sum(before.get(w, 0) for w in WRITES) >= 5  # the admissions wrote
