@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from server_support import store_up, wait_until
+from server_support import RedisCluster, store_up, wait_until
 
 if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
     pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
@@ -191,6 +191,25 @@ descriptors:
         client = rls_a if i % 2 == 0 else rls_b
         allowed += client.ask("shared", [("api_key", "k1")]).overall_code == OK
     assert allowed == 25
+
+
+def test_a_redis_cluster_serves_as_one_redis(rls_server, tmp_path):
+    """--redis takes the same URLs for gRPC calls: keys spread over a cluster's slots."""
+    cluster = RedisCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        server, rls, _ = rls_server(config="""\
+domain: c
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+""", redis=cluster)
+        store_up(server)
+        for user in ("alice", "bob", "carol", "dave"):
+            answers = [rls.ask("c", [("user", user)]).overall_code for _ in range(4)]
+            assert answers == [OK, OK, OK, OVER], user
+    finally:
+        cluster.stop()
 
 
 def redis_calls(redis) -> dict[str, int]:
