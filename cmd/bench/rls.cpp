@@ -154,8 +154,8 @@ class Latencies {
 // asynchronous client, polled by this one thread (the cheapest client gRPC offers: the
 // load client shares the machine with the server).
 Run grpc_run(int port, const std::string& key, int streams, double seconds) {
-  const auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                           grpc::InsecureChannelCredentials());
+  const auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
   const auto stub = pb::RateLimitService::NewStub(channel);
   pb::RateLimitRequest request;
   request.set_domain("bench");
@@ -184,8 +184,8 @@ Run grpc_run(int port, const std::string& key, int streams, double seconds) {
   std::uint64_t calls = 0;
   std::uint64_t admitted = 0;
   const Clock::time_point start = Clock::now();
-  const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(seconds));
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (std::size_t i = 0; i < state.size(); ++i) send(i);
   std::size_t running = state.size();
   void* tag = nullptr;
@@ -194,7 +194,8 @@ Run grpc_run(int port, const std::string& key, int streams, double seconds) {
     const auto i = reinterpret_cast<std::size_t>(tag);
     Stream& s = state[i];
     const Clock::time_point now = Clock::now();
-    if (!ok || !s.status.ok()) throw std::runtime_error("a gRPC call failed: " + s.status.error_message());
+    if (!ok || !s.status.ok())
+      throw std::runtime_error("a gRPC call failed: " + s.status.error_message());
     latencies.add(i, std::chrono::duration<double, std::micro>(now - s.sent).count());
     ++calls;
     if (s.response.overall_code() == pb::RateLimitResponse::OK) ++admitted;
@@ -228,8 +229,10 @@ class HttpStream {
       throw std::runtime_error("cannot connect to the HTTP listener");
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    request_ = "GET /ratewin/check HTTP/1.1\r\nHost: bench\r\nX-Original-URI: /api\r\n"
-               "X-Original-Method: GET\r\nX-Real-IP: 10.0.0.1\r\nX-API-Key: " + key + "\r\n\r\n";
+    request_ =
+        "GET /ratewin/check HTTP/1.1\r\nHost: bench\r\nX-Original-URI: /api\r\n"
+        "X-Original-Method: GET\r\nX-Real-IP: 10.0.0.1\r\nX-API-Key: " +
+        key + "\r\n\r\n";
   }
   ~HttpStream() { ::close(fd_); }
   HttpStream(const HttpStream&) = delete;
@@ -237,7 +240,8 @@ class HttpStream {
 
   // The status of one check.
   int check() {
-    if (::send(fd_, request_.data(), request_.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request_.size()))
+    if (::send(fd_, request_.data(), request_.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request_.size()))
       throw std::runtime_error("HTTP send failed");
     for (;;) {
       const std::size_t head_end = buffer_.find("\r\n\r\n");
@@ -272,8 +276,8 @@ Run http_run(int port, const std::string& key, int streams, double seconds) {
   std::atomic<std::uint64_t> calls{0};
   std::atomic<std::uint64_t> admitted{0};
   const Clock::time_point start = Clock::now();
-  const Clock::time_point end = start + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(seconds));
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < connections.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -311,8 +315,9 @@ std::string default_server() {
 }  // namespace
 
 int run_rls(const cxxopts::ParseResult& args) {
-  const std::string binary =
-      args["server"].as<std::string>().empty() ? default_server() : args["server"].as<std::string>();
+  const std::string binary = args["server"].as<std::string>().empty()
+                                 ? default_server()
+                                 : args["server"].as<std::string>();
   const double seconds = args["seconds"].as<double>();
   const int rounds = args.count("runs") != 0 ? std::max(1, args["runs"].as<int>()) : 3;
   test::RedisServer redis;
@@ -321,34 +326,41 @@ int run_rls(const cxxopts::ParseResult& args) {
   std::filesystem::create_directories(dir / "rls");
   // The same two limits on both paths: one too large to reach (every call admitted and
   // written), one of 1 per hour (every call but the first refused).
-  std::ofstream(dir / "rls" / "bench.yaml") << "domain: bench\ndescriptors:\n"
-                                               "  - key: client\n    value: allow\n"
-                                               "    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
-                                               "  - key: client\n    value: reject\n"
-                                               "    rate_limit: {unit: hour, requests_per_unit: 1}\n";
-  std::ofstream(dir / "rules.yaml") << "tiers:\n  allow:\n    limits:\n"
-                                       "      - {name: per-second, max: 4000000000, window: 1s}\n"
-                                       "  reject:\n    limits:\n      - {name: per-hour, max: 1, window: 1h}\n"
-                                       "keys:\n  - {match: allow, tier: allow}\n  - {match: reject, tier: reject}\n";
-  Server server(binary, {"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--threads", "2",
-                         "--mode", "forward-auth", "--trust-proxy", "127.0.0.1/32",
-                         "--rules", (dir / "rules.yaml").string(), "--rls-config", (dir / "rls").string(),
+  std::ofstream(dir / "rls" / "bench.yaml")
+      << "domain: bench\ndescriptors:\n"
+         "  - key: client\n    value: allow\n"
+         "    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+         "  - key: client\n    value: reject\n"
+         "    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+  std::ofstream(dir / "rules.yaml")
+      << "tiers:\n  allow:\n    limits:\n"
+         "      - {name: per-second, max: 4000000000, window: 1s}\n"
+         "  reject:\n    limits:\n      - {name: per-hour, max: 1, window: 1h}\n"
+         "keys:\n  - {match: allow, tier: allow}\n  - {match: reject, tier: reject}\n";
+  Server server(binary, {"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--threads",
+                         "2", "--mode", "forward-auth", "--trust-proxy", "127.0.0.1/32", "--rules",
+                         (dir / "rules.yaml").string(), "--rls-config", (dir / "rls").string(),
                          "--redis", redis.url(), "--log-level", "warning"});
-  std::printf("ratewin-bench rls: one ratewin-server (2 threads, Redis) serving gRPC and HTTP "
-              "forward-auth; %d rounds of %.1f s per case, interleaved\n", rounds, seconds);
+  std::printf(
+      "ratewin-bench rls: one ratewin-server (2 threads, Redis) serving gRPC and HTTP "
+      "forward-auth; %d rounds of %.1f s per case, interleaved\n",
+      rounds, seconds);
   // Warm up both paths (connections to Redis, the refusing counters at their limit), and
   // check that each answers as the case claims: all admitted, or all but the first refused.
   for (const bool grpc : {true, false}) {
     const auto run = [&](const std::string& key, int streams, double s) {
-      return grpc ? grpc_run(server.grpc_port(), key, streams, s) : http_run(server.http_port(), key, streams, s);
+      return grpc ? grpc_run(server.grpc_port(), key, streams, s)
+                  : http_run(server.http_port(), key, streams, s);
     };
     const Run reject = run("reject", 1, 0.2);
     const Run allow = run("allow", 4, 0.3);
-    if (reject.admitted > 1 || reject.calls < 2 || allow.admitted != allow.calls || allow.calls == 0) {
-      throw std::runtime_error(std::string(grpc ? "gRPC" : "HTTP") + " answers are not the cases' (" +
-                               std::to_string(reject.admitted) + " of " + std::to_string(reject.calls) +
-                               " refusing calls admitted, " + std::to_string(allow.admitted) + " of " +
-                               std::to_string(allow.calls) + " allowing ones)");
+    if (reject.admitted > 1 || reject.calls < 2 || allow.admitted != allow.calls ||
+        allow.calls == 0) {
+      throw std::runtime_error(std::string(grpc ? "gRPC" : "HTTP") +
+                               " answers are not the cases' (" + std::to_string(reject.admitted) +
+                               " of " + std::to_string(reject.calls) +
+                               " refusing calls admitted, " + std::to_string(allow.admitted) +
+                               " of " + std::to_string(allow.calls) + " allowing ones)");
     }
   }
 
@@ -381,7 +393,8 @@ int run_rls(const cxxopts::ParseResult& args) {
     }
   }
   std::printf("\n%-7s %-5s %7s %11s %9s %9s %12s %12s %14s %12s\n", "case", "path", "streams",
-              "calls/s", "p50 us", "p99 us", "server us/c", "client us/c", "redis us/adm", "redis writes");
+              "calls/s", "p50 us", "p99 us", "server us/c", "client us/c", "redis us/adm",
+              "redis writes");
   std::map<std::pair<std::string, int>, std::pair<double, double>> rates;  // grpc, http
   for (auto& [key, runs] : results) {
     std::vector<double> rate, p50, p99, cpu, client_cpu, redis_cpu;
@@ -396,11 +409,13 @@ int run_rls(const cxxopts::ParseResult& args) {
       writes += r.redis_writes;
     }
     const double median_rate = median(rate);
-    (key.path == "grpc" ? rates[{key.kind, key.streams}].first : rates[{key.kind, key.streams}].second) = median_rate;
+    (key.path == "grpc" ? rates[{key.kind, key.streams}].first
+                        : rates[{key.kind, key.streams}].second) = median_rate;
     std::printf("%-7s %-5s %7d %11.0f %9.1f %9.1f %12.1f %12.1f %14s %12lld\n", key.kind.c_str(),
                 key.path.c_str(), key.streams, median_rate, median(p50), median(p99), median(cpu),
                 median(client_cpu),
-                redis_cpu.empty() ? "-" : std::to_string(median(redis_cpu)).substr(0, 6).c_str(), writes);
+                redis_cpu.empty() ? "-" : std::to_string(median(redis_cpu)).substr(0, 6).c_str(),
+                writes);
   }
   std::printf("\ngRPC calls/s over HTTP forward-auth requests/s (target: at least 0.5x):\n");
   bool met = true;

@@ -34,7 +34,8 @@ Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers
     const int rc = uv_fs_event_start(&rls_watch_, on_rls_change, folder.c_str(), 0);
     if (rc != 0) {
       log(LogLevel::warning,
-          std::string("cannot watch the --rls-config folder (SIGHUP still reloads): ") + uv_strerror(rc));
+          std::string("cannot watch the --rls-config folder (SIGHUP still reloads): ") +
+              uv_strerror(rc));
     }
   }
   if (!service_.rules_path().empty()) {

@@ -19,8 +19,8 @@ class GrpcFront {
   // Serves on `address` (host:port; port 0 picks a free one), polling its calls on
   // `threads` threads of its own (a call waiting on Redis holds none of them). Throws
   // std::runtime_error when it cannot.
-  static std::unique_ptr<GrpcFront> start(rls::RateLimitService& service, const std::string& address,
-                                          unsigned threads);
+  static std::unique_ptr<GrpcFront> start(rls::RateLimitService& service,
+                                          const std::string& address, unsigned threads);
   virtual ~GrpcFront() = default;
   virtual int port() const = 0;
   // From now on health checks answer NOT_SERVING (the server is draining).

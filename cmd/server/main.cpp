@@ -21,13 +21,13 @@
 #include "control.h"
 #include "forward_auth.h"
 #include "grpc_front.h"
+#include "http_loops.h"
 #include "log.h"
 #include "overrides.h"
 #include "ratewin/engine.h"
 #include "redis_password.h"
 #include "rls_service.h"
 #include "service.h"
-#include "http_loops.h"
 
 namespace ratewin::server {
 namespace {
@@ -58,7 +58,8 @@ bool parse_listen(const std::string& text, Config& config) {
   const std::size_t colon = text.rfind(':');
   if (colon == std::string::npos) return false;
   std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   if (host.empty()) host = "0.0.0.0";
   char* end = nullptr;
   const long port = std::strtol(text.c_str() + colon + 1, &end, 10);
@@ -276,7 +277,8 @@ int run(int argc, char** argv) {
   const bool http = args["listen"].as<std::string>() != "none";
   const std::string grpc_listen = args["grpc-listen"].as<std::string>();
   if (http && !parse_listen(args["listen"].as<std::string>(), config)) {
-    std::fprintf(stderr, "ratewin-server: --listen must be host:port (or none, with --grpc-listen)\n");
+    std::fprintf(stderr,
+                 "ratewin-server: --listen must be host:port (or none, with --grpc-listen)\n");
     return 2;
   }
   if (!http && grpc_listen.empty()) {
@@ -284,7 +286,8 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (!grpc_listen.empty() && !GrpcFront::available()) {
-    std::fprintf(stderr, "ratewin-server: --grpc-listen: built without gRPC (RATEWIN_BUILD_GRPC=OFF)\n");
+    std::fprintf(stderr,
+                 "ratewin-server: --grpc-listen: built without gRPC (RATEWIN_BUILD_GRPC=OFF)\n");
     return 2;
   }
   rls::ServiceOptions rls_options;
@@ -305,14 +308,16 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (!parse_algorithm(args["rls-algorithm"].as<std::string>(), rls_options.config.algorithm)) {
-    std::fprintf(stderr, "ratewin-server: --rls-algorithm must be sliding_window, strict_window, "
-                         "fixed_window, token_bucket or sliding_log\n");
+    std::fprintf(stderr,
+                 "ratewin-server: --rls-algorithm must be sliding_window, strict_window, "
+                 "fixed_window, token_bucket or sliding_log\n");
     return 2;
   }
   if (!parse_failure_policy(args["rls-failure-policy"].as<std::string>(),
                             rls_options.config.failure_policy)) {
-    std::fprintf(stderr, "ratewin-server: --rls-failure-policy must be local, open, closed or "
-                         "partitioned\n");
+    std::fprintf(stderr,
+                 "ratewin-server: --rls-failure-policy must be local, open, closed or "
+                 "partitioned\n");
     return 2;
   }
   if (grpc_listen.empty() && !rls_options.folder.empty()) {
@@ -367,8 +372,9 @@ int run(int argc, char** argv) {
   engine_options.max_limiters = args["max-limiters"].as<std::size_t>();
   if (!parse_bytes(args["max-memory"].as<std::string>(), engine_options.max_memory) ||
       engine_options.max_memory < 16 * 1024) {
-    std::fprintf(stderr, "ratewin-server: --max-memory must be bytes (at least 16K), with an "
-                         "optional suffix K, M or G\n");
+    std::fprintf(stderr,
+                 "ratewin-server: --max-memory must be bytes (at least 16K), with an "
+                 "optional suffix K, M or G\n");
     return 2;
   }
   engine_options.logger = log;
@@ -403,7 +409,9 @@ int run(int argc, char** argv) {
     std::unique_ptr<rls::RateLimitService> rls_service;
     std::unique_ptr<GrpcFront> grpc;
     if (!grpc_listen.empty()) {
-      rls_options.config.capacity = [&engine](const Limit& limit) { return engine.capacity(limit); };
+      rls_options.config.capacity = [&engine](const Limit& limit) {
+        return engine.capacity(limit);
+      };
       rls_service = std::make_unique<rls::RateLimitService>(engine, rls_options, log);
       service.add_metrics([&rls_service](PrometheusText& out) { rls_service->write_metrics(out); });
       grpc = GrpcFront::start(*rls_service, grpc_listen, config.threads);

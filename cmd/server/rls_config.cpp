@@ -56,8 +56,7 @@ std::chrono::seconds unit_length(Unit unit) noexcept {
 std::optional<Unit> parse_unit(std::string_view name) noexcept {
   for (const UnitInfo& u : kUnits) {
     const std::string_view n(u.name);
-    if (n.size() == name.size() &&
-        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
+    if (n.size() == name.size() && std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
           return a == std::tolower(static_cast<unsigned char>(b));
         })) {
       return u.unit;
@@ -104,8 +103,7 @@ bool wildcard_match(std::string_view pattern, std::string_view text) noexcept {
   const std::size_t last_star = pattern.rfind('*');
   const std::string_view head = pattern.substr(0, first_star);
   const std::string_view tail = pattern.substr(last_star + 1);
-  if (text.size() < head.size() + tail.size() || !text.starts_with(head) ||
-      !text.ends_with(tail)) {
+  if (text.size() < head.size() + tail.size() || !text.starts_with(head) || !text.ends_with(tail)) {
     return false;
   }
   std::string_view middle = text.substr(head.size(), text.size() - head.size() - tail.size());
@@ -136,14 +134,16 @@ class ConfigParser : public YamlReader {
     Domain domain;
     const std::optional<YamlItem> name_item = f.get("domain");
     domain.name = name_item ? scalar(*name_item) : std::string();
-    if (domain.name.empty()) fail(name_item ? *name_item : root, "config file cannot have empty domain");
+    if (domain.name.empty())
+      fail(name_item ? *name_item : root, "config file cannot have empty domain");
     if (const auto it = config_.domains_.find(domain.name); it != config_.domains_.end()) {
-      fail(*name_item, "duplicate domain " + quoted_value(domain.name) + " (also in " + it->second.file +
-                           ")");
+      fail(*name_item,
+           "duplicate domain " + quoted_value(domain.name) + " (also in " + it->second.file + ")");
     }
     domain.file = source();
     domain_ = domain.name;
-    if (const std::optional<YamlItem> d = f.get("descriptors")) descriptors(*d, domain.root, domain.name);
+    if (const std::optional<YamlItem> d = f.get("descriptors"))
+      descriptors(*d, domain.root, domain.name);
     // A replaces entry must name a rate limit of this domain (no other can be in the same
     // request), and not its own.
     for (const auto& [at, name] : replaced_) {
@@ -184,7 +184,8 @@ class ConfigParser : public YamlReader {
       if (node.share_threshold && !node.wildcard) {
         fail(*f.get("share_threshold"),
              "share_threshold can only be used with wildcard values (containing '*'), but "
-             "found key " + quoted_value(node.final_key));
+             "found key " +
+                 quoted_value(node.final_key));
       }
       node.value_to_metric = flag("value_to_metric");
       node.detailed_metric = flag("detailed_metric");
@@ -222,9 +223,8 @@ class ConfigParser : public YamlReader {
     if (rule.unlimited) {
       if (unit) fail(*unit_item, "should not specify rate limit unit when unlimited");
     } else if (!unit) {
-      fail(unit_item ? *unit_item : item,
-           "invalid rate limit unit " + quoted_value(unit_text) +
-               " (second, minute, hour, day, week, month or year)");
+      fail(unit_item ? *unit_item : item, "invalid rate limit unit " + quoted_value(unit_text) +
+                                              " (second, minute, hour, day, week, month or year)");
     } else {
       rule.unit = *unit;
     }
@@ -253,8 +253,9 @@ class ConfigParser : public YamlReader {
     if (algorithm_item) {
       const std::string a = text(*algorithm_item);
       if (!parse_algorithm(a, spec.algorithm)) {
-        fail(*algorithm_item, quoted_value(a) + " is not one of sliding_window, strict_window, "
-                                          "fixed_window, token_bucket, sliding_log");
+        fail(*algorithm_item, quoted_value(a) +
+                                  " is not one of sliding_window, strict_window, "
+                                  "fixed_window, token_bucket, sliding_log");
       }
     }
     const std::optional<YamlItem> burst_item = f.get("burst");
@@ -280,8 +281,8 @@ class ConfigParser : public YamlReader {
       terms.is = " ";
       terms.duration = seconds_text;
       const YamlItem& at = issue->field == LimitField::burst && burst_item ? *burst_item
-                           : issue->about_algorithm() && algorithm_item   ? *algorithm_item
-                                                                          : item;
+                           : issue->about_algorithm() && algorithm_item    ? *algorithm_item
+                                                                           : item;
       fail(at, describe(*issue, spec, terms));
     }
     // Rules matching the same entries share a counter whatever their max (as the
@@ -309,7 +310,8 @@ class ConfigParser : public YamlReader {
   std::vector<std::pair<YamlItem, std::string>> replaced_;  // replaces entries
 };
 
-Config Config::parse(std::string_view yaml, const std::string& source, const ConfigOptions& options) {
+Config Config::parse(std::string_view yaml, const std::string& source,
+                     const ConfigOptions& options) {
   Config config;
   ConfigParser(source, options, config).run(std::string(yaml));
   config.files_.push_back(source);
@@ -397,7 +399,8 @@ void Config::match(const Domain& domain, std::span<const Entry> entries, Matched
   bool by_request = out.rule->detailed_metric;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     append_part(counter, entries[i].key);
-    append_part(counter, path[i]->share_threshold ? std::string_view(path[i]->value) : entries[i].value);
+    append_part(counter,
+                path[i]->share_threshold ? std::string_view(path[i]->value) : entries[i].value);
     by_request = by_request || path[i]->value_to_metric;
   }
   out.resource = hash(counter);

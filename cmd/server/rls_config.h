@@ -101,7 +101,7 @@ struct DescriptorNode {
   bool value_to_metric = false;
   bool detailed_metric = false;
   std::optional<RateLimitRule> rate_limit;
-  std::vector<DescriptorNode> children;  // in the file's order
+  std::vector<DescriptorNode> children;                // in the file's order
   std::unordered_map<std::string, std::size_t> index;  // final_key -> child
   std::vector<std::size_t> wildcards;                  // children with '*', in order
 };

@@ -78,10 +78,7 @@ struct RateLimitService::Call {
 };
 
 RateLimitService::RateLimitService(Engine& engine, ServiceOptions options, Log log)
-    : engine_(engine),
-      options_(std::move(options)),
-      log_(std::move(log)),
-      config_([&] {
+    : engine_(engine), options_(std::move(options)), log_(std::move(log)), config_([&] {
         options_.config.stats = &stats_;
         return std::make_shared<const Config>(
             options_.folder.empty() ? Config() : Config::load(options_.folder, options_.config));
@@ -104,8 +101,8 @@ bool RateLimitService::reload(std::string_view why) {
     last_reload_error_.clear();
     ++reloads_ok_;
     if (next->version() == config_.get()->version()) return true;
-    log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) + "): " +
-                             std::to_string(next->domain_count()) + " domains, " +
+    log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) +
+                             "): " + std::to_string(next->domain_count()) + " domains, " +
                              std::to_string(next->rule_count()) + " rate limits (" +
                              next->version() + ")");
     config_.publish(std::move(next));
@@ -166,13 +163,14 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
         }
         LimitSpec spec;
         spec.max = d.limit->requests_per_unit;
-        spec.interval = std::chrono::duration_cast<std::chrono::milliseconds>(unit_length(d.limit->unit));
+        spec.interval =
+            std::chrono::duration_cast<std::chrono::milliseconds>(unit_length(d.limit->unit));
         spec.algorithm = options_.config.algorithm;
         spec.failure_policy = options_.config.failure_policy;
         std::variant<Limit, LimitIssue> made = Limit::from_spec(spec);
         if (const LimitIssue* issue = std::get_if<LimitIssue>(&made)) {
-          return "descriptor " + std::to_string(i) + ": its limit cannot be counted: " +
-                 describe(*issue, spec);
+          return "descriptor " + std::to_string(i) +
+                 ": its limit cannot be counted: " + describe(*issue, spec);
         }
         item.limit = std::get<Limit>(made).with_scope("rls");
         item.kind = Kind::engine;
@@ -185,7 +183,8 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
       item.resource = matched.resource;
       item.shadow = rule->shadow;
       item.quota = rule->quota_mode;
-      item.counters = matched.stat_key.empty() ? rule->counters : stats_.get(domain->name, matched.stat_key);
+      item.counters =
+          matched.stat_key.empty() ? rule->counters : stats_.get(domain->name, matched.stat_key);
       item.kind = rule->unlimited ? Kind::unlimited : rule->limit ? Kind::engine : Kind::zero;
       item.limit = rule->limit;
       for (const std::string& r : rule->replaces) replaced.push_back(r);
@@ -206,8 +205,8 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
     // quota_mode ones always, since they never refuse the request).
     bool zero_refuses = false;
     for (const Call::Item& item : call->items) {
-      zero_refuses = zero_refuses ||
-                     (item.kind == Kind::zero && item.hits > 0 && !item.shadow && !item.quota);
+      zero_refuses =
+          zero_refuses || (item.kind == Kind::zero && item.hits > 0 && !item.shadow && !item.quota);
     }
     Call::Group together;
     for (std::size_t i = 0; i < call->items.size(); ++i) {
@@ -284,7 +283,8 @@ void RateLimitService::finish(Call& call) {
         if (would) c->shadow_mode.fetch_add(item.hits, std::memory_order_relaxed);
       } else if (item.decided) {
         c->within_limit.fetch_add(item.hits, std::memory_order_relaxed);
-        const auto threshold = static_cast<std::uint64_t>(std::floor(static_cast<double>(limit) * kNearLimitRatio));
+        const auto threshold =
+            static_cast<std::uint64_t>(std::floor(static_cast<double>(limit) * kNearLimitRatio));
         if (limit - std::min<std::uint64_t>(limit, item.decision.remaining) > threshold)
           c->near_limit.fetch_add(item.hits, std::memory_order_relaxed);
       }
@@ -303,7 +303,8 @@ void RateLimitService::finish(Call& call) {
       over && (!options_.shadow || over_overridden) ? Code::over_limit : Code::ok;
   if (options_.headers != HeaderStyle::none && shown < call.items.size()) {
     const DescriptorStatus& s = response.statuses[shown];
-    const std::uint64_t reset = s.duration_until_reset ? static_cast<std::uint64_t>(s.duration_until_reset->count()) : 0;
+    const std::uint64_t reset =
+        s.duration_until_reset ? static_cast<std::uint64_t>(s.duration_until_reset->count()) : 0;
     auto& h = response.response_headers_to_add;
     if (options_.headers == HeaderStyle::draft) {
       h.push_back({"RateLimit-Limit", std::to_string(s.current_limit->requests_per_unit)});
@@ -364,7 +365,8 @@ void RateLimitService::write_metrics(PrometheusText& out) const {
                    ", as envoyproxy/ratelimit's stats name them, by domain and configured "
                    "descriptor key (the request's values only where detailed_metric asks)");
     for (const HitStats::Series& s : series)
-      out.sample(labels(s), static_cast<double>(((*s.counters).*field).load(std::memory_order_relaxed)));
+      out.sample(labels(s),
+                 static_cast<double>(((*s.counters).*field).load(std::memory_order_relaxed)));
   }
   std::lock_guard lock(reload_mutex_);
   out.family("ratewin_rls_config_reloads_total", "counter",

@@ -36,7 +36,8 @@ struct LimitOverride {
 struct RequestDescriptor {
   std::vector<Entry> entries;  // views into the caller's message, used before decide() returns
   std::optional<LimitOverride> limit;
-  std::optional<std::uint64_t> hits_addend;  // set: overrides the request's (0 asks without counting)
+  std::optional<std::uint64_t>
+      hits_addend;  // set: overrides the request's (0 asks without counting)
 };
 
 struct Request {

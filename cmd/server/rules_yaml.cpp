@@ -85,20 +85,22 @@ std::string Parser::key_pattern(const Item& item, bool glob) const {
   if (!s.starts_with("ip:")) return s;
   const std::string_view address = std::string_view(s).substr(3);
   if (glob && address.find_first_of("*?") != std::string_view::npos) {
-    const bool upper = std::any_of(address.begin(), address.end(),
-                                   [](char c) { return c >= 'A' && c <= 'Z'; });
-    if (upper || address.find('%') != std::string_view::npos ||
-        address.starts_with("::ffff:") || address.find("::") != address.rfind("::")) {
-      fail(item, quoted_value(s) + " can never match: \"ip:\" keys hold addresses in canonical form "
-                             "(IPv4 dotted quads, IPv6 in lower case as RFC 5952 writes it, "
-                             "no zone ID)");
+    const bool upper =
+        std::any_of(address.begin(), address.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+    if (upper || address.find('%') != std::string_view::npos || address.starts_with("::ffff:") ||
+        address.find("::") != address.rfind("::")) {
+      fail(item, quoted_value(s) +
+                     " can never match: \"ip:\" keys hold addresses in canonical form "
+                     "(IPv4 dotted quads, IPv6 in lower case as RFC 5952 writes it, "
+                     "no zone ID)");
     }
     return s;
   }
   const std::optional<std::string> canonical = canonical_address(address);
   if (!canonical) {
-    fail(item, quoted_value(s) + " is not an IP address (a key starting \"ip:\" names a client by "
-                           "its address; no zone ID, no port)");
+    fail(item, quoted_value(s) +
+                   " is not an IP address (a key starting \"ip:\" names a client by "
+                   "its address; no zone ID, no port)");
   }
   return "ip:" + *canonical;
 }
@@ -176,8 +178,8 @@ std::string Parser::endpoint_path(const Item& item) const {
   return p;
 }
 
-const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable,
-                               Mode mode, Seen& names) {
+const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable, Mode mode,
+                               Seen& names) {
   const Fields f(*this, item,
                  {"name", "max", "window", "subintervals", "algorithm", "burst", "per",
                   "failure_policy", "cost", "mode"});
@@ -247,8 +249,8 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
     // The most a request may cost: a token bucket's burst (max for the others).
     if (cost > l.burst()) {
       fail(*cost_item, "cost " + std::to_string(cost) + " exceeds " +
-                           (l.burst() != l.max() ? "burst " : "max ") +
-                           std::to_string(l.burst()) + ": every request would be rejected");
+                           (l.burst() != l.max() ? "burst " : "max ") + std::to_string(l.burst()) +
+                           ": every request would be rejected");
     }
   }
   return data_->rules.emplace_back(
@@ -308,7 +310,8 @@ void Parser::endpoints(const Item& item) {
         std::string method = text(m);
         if (!std::all_of(method.begin(), method.end(),
                          [](char c) { return c >= 'A' && c <= 'Z'; })) {
-          fail(m, quoted_value(method) + " is not an HTTP method such as GET (methods are upper case)");
+          fail(m, quoted_value(method) +
+                      " is not an HTTP method such as GET (methods are upper case)");
         }
         check_unique(seen_methods, method, m, "method");
         endpoint.methods.push_back(std::move(method));
@@ -361,7 +364,6 @@ void Parser::check_multiplier(const Item& at, const Rules::Data::Override& o) co
   }
 }
 
-
 std::unique_ptr<const Rules::Data> Parser::run() {
   const YAML::Node document = YamlReader::document(std::string(bytes_));
   std::string label = "unversioned";
@@ -380,8 +382,7 @@ std::unique_ptr<const Rules::Data> Parser::run() {
       }
     }
     if (const std::optional<Item> d = f.get("defaults"); d && !d->node.IsNull()) {
-      const Fields defaults(*this, *d,
-                            {"failure_policy", "algorithm", "mode", "shadow_headers"});
+      const Fields defaults(*this, *d, {"failure_policy", "algorithm", "mode", "shadow_headers"});
       if (const std::optional<Item> p = defaults.get("failure_policy")) {
         data_->default_policy = choice(*p, kPolicies);
       }
@@ -389,7 +390,8 @@ std::unique_ptr<const Rules::Data> Parser::run() {
         data_->default_algorithm = choice(*a, kAlgorithms);
         default_algorithm_given_ = true;
       }
-      if (const std::optional<Item> m = defaults.get("mode")) data_->default_mode = choice(*m, kModes);
+      if (const std::optional<Item> m = defaults.get("mode"))
+        data_->default_mode = choice(*m, kModes);
       if (const std::optional<Item> h = defaults.get("shadow_headers")) {
         data_->shadow_headers = choice(*h, kBooleans);
       }
@@ -415,5 +417,7 @@ Rules Rules::parse(std::string_view yaml, std::string source) {
   return Rules(Parser(std::move(source), yaml).run());
 }
 
-Rules Rules::load(const std::string& path) { return parse(read_config_file(path, kMaxFileBytes), path); }
+Rules Rules::load(const std::string& path) {
+  return parse(read_config_file(path, kMaxFileBytes), path);
+}
 }  // namespace ratewin::server

@@ -118,8 +118,10 @@ YamlReader::Fields::Fields(const YamlReader& reader, const YamlItem& map,
   for (const Entry& e : entries_) {
     if (std::find(known.begin(), known.end(), e.name) != known.end()) continue;
     std::string expected;
-    for (const std::string_view k : known) expected += (expected.empty() ? "" : ", ") + std::string(k);
-    reader.fail(e.key, "unknown field " + quoted_value(e.name) + " (expected one of: " + expected + ")");
+    for (const std::string_view k : known)
+      expected += (expected.empty() ? "" : ", ") + std::string(k);
+    reader.fail(e.key,
+                "unknown field " + quoted_value(e.name) + " (expected one of: " + expected + ")");
   }
 }
 
@@ -142,7 +144,8 @@ void YamlReader::fail(const YAML::Mark& mark, const std::string& path,
                    path.empty() ? problem : path + ": " + problem);
 }
 
-std::vector<YamlReader::Entry> YamlReader::entries(const YamlItem& map, std::string_view what) const {
+std::vector<YamlReader::Entry> YamlReader::entries(const YamlItem& map,
+                                                   std::string_view what) const {
   if (!map.node.IsMap()) fail(map, "expected a mapping, got " + kind_of(map.node));
   std::vector<Entry> out;
   Seen seen;
@@ -209,7 +212,8 @@ std::uint64_t YamlReader::integer(const YamlItem& item, std::uint64_t lo, std::u
 bool YamlReader::boolean(const YamlItem& item) const {
   const std::string s = text(item);
   bool v = false;
-  if (!YAML::convert<bool>::decode(item.node, v)) fail(item, quoted_value(s) + " is not true or false");
+  if (!YAML::convert<bool>::decode(item.node, v))
+    fail(item, quoted_value(s) + " is not true or false");
   return v;
 }
 

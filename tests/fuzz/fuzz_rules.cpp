@@ -72,8 +72,8 @@ void exercise(const Rules& rules) {
 namespace rls = ratewin::server::rls;
 
 constexpr rls::Entry kEntries[] = {
-    {"remote_address", "10.0.0.1"}, {"path", "/foo/bar"}, {"database", "users"},
-    {"key", ""}, {"generic_key", "a*b"}, {"k", "v_w"},
+    {"remote_address", "10.0.0.1"}, {"path", "/foo/bar"}, {"database", "users"}, {"key", ""},
+    {"generic_key", "a*b"},         {"k", "v_w"},
 };
 
 void exercise(const rls::Config& config) {

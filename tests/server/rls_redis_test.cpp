@@ -37,13 +37,15 @@ struct Setup {
     std::FILE* f = std::fopen((dir + "/c.yaml").c_str(), "wb");
     REQUIRE(f != nullptr);
     const std::string yaml =
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 300}\n"
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: "
+        "300}\n"
         "  - key: small\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
     std::fwrite(yaml.data(), 1, yaml.size(), f);
     std::fclose(f);
     ServiceOptions options;
     options.folder = dir;
-    service = std::make_unique<RateLimitService>(*engine, options, [](LogLevel, std::string_view) {});
+    service =
+        std::make_unique<RateLimitService>(*engine, options, [](LogLevel, std::string_view) {});
   }
   ~Setup() { std::filesystem::remove_all(dir); }
 };
@@ -66,7 +68,8 @@ TEST_CASE("no call waits on Redis: decide() returns while a paused Redis holds t
   s.redis.pause();
   std::optional<Response> refused;
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE_FALSE(s.service->decide(request("small", "x"), [&](Response&& r) { refused = std::move(r); }));
+  REQUIRE_FALSE(
+      s.service->decide(request("small", "x"), [&](Response&& r) { refused = std::move(r); }));
   // A refusal is answered before decide() returns: from this engine's own counts.
   REQUIRE(refused);
   CHECK(refused->overall_code == Code::over_limit);
@@ -91,10 +94,11 @@ TEST_CASE("calls from several threads, answered on the I/O thread, admit exactly
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 100; ++i) {
-        const std::optional<std::string> problem = s.service->decide(request("k", "shared"), [&](Response&& r) {
-          (r.overall_code == Code::ok ? ok : over).fetch_add(1);
-          answered.fetch_add(1);
-        });
+        const std::optional<std::string> problem =
+            s.service->decide(request("k", "shared"), [&](Response&& r) {
+              (r.overall_code == Code::ok ? ok : over).fetch_add(1);
+              answered.fetch_add(1);
+            });
         CHECK_FALSE(problem);
       }
     });

@@ -90,7 +90,8 @@ TEST_CASE("every bad file is refused with its line and the problem") {
       {"", 0, "empty domain"},
       {"domain: d\ndescriptors:\n  - value: x\n", 3, "descriptor has empty key"},
       {"domain: d\ndescriptors:\n  - key: \"\"\n", 3, "descriptor has empty key"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: "
+       "1}\n",
        4, "invalid rate limit unit \"fortnight\""},
       {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", 4,
        "invalid rate limit unit \"\""},
@@ -108,29 +109,38 @@ TEST_CASE("every bad file is refused with its line and the problem") {
       {"domain: d\ndescriptors:\n  - just a string\n", 3, "a descriptor must be a mapping"},
       {"domain: d\ndescriptors: {key: k}\n", 2, "expected a list"},
       {"- domain: d\n", 1, "expected a mapping"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: "
+       "-1}\n",
        4, "is not a whole number"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: "
+       "4294967296}\n",
        4, "is not a whole number"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+       "requests_per_unit: 1\n"
        "      name: a\n      replaces: [{name: a}]\n",
        8, "replaces should not contain name of same descriptor"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+       "requests_per_unit: 1\n"
        "      replaces: [{name: \"\"}]\n",
        7, "should not have an empty replaces entry"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+       "requests_per_unit: 1\n"
        "      replaces: [{name: nobody}]\n",
        7, "replaces \"nobody\", but no rate_limit of domain \"d\" has that name"},
       {"domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", 5,
        "share_threshold can only be used with wildcard values"},
       {"domain: d\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", 4, "is not true or false"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, "
+       "algorithm: leaky}\n",
        4, "\"leaky\" is not one of"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 10}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, "
+       "burst: 10}\n",
        4, "burst"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 5, algorithm: fixed_window}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 5, "
+       "algorithm: fixed_window}\n",
        4, "fixed_window"},
-      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, failure_policy: maybe}\n",
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, "
+       "failure_policy: maybe}\n",
        4, "\"maybe\" is not one of local, open, closed, partitioned"},
       {"domain: d\n  bad: indentation\n", 2, "YAML syntax"},
       {"domain: d\n---\ndomain: e\n", 2, "more than one YAML document"},
@@ -196,7 +206,8 @@ descriptors:
   CHECK(d.rule_count() == 4);
 }
 
-TEST_CASE("matching: exact value, then wildcards in order, then the key alone; the last entry's node") {
+TEST_CASE(
+    "matching: exact value, then wildcards in order, then the key alone; the last entry's node") {
   const Config c = parse(R"(
 domain: d
 descriptors:
@@ -307,7 +318,8 @@ TEST_CASE("a folder: one domain a file, a domain twice refused naming both files
     FAIL("loaded");
   } catch (const RulesError& e) {
     CHECK(std::string(e.what()).find("c.yaml") != std::string::npos);
-    CHECK(std::string(e.what()).find("duplicate domain \"a\" (also in " + dir + "/a.yaml)") != std::string::npos);
+    CHECK(std::string(e.what()).find("duplicate domain \"a\" (also in " + dir + "/a.yaml)") !=
+          std::string::npos);
   }
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(Config::load(dir, ConfigOptions{}), RulesError);  // no folder
@@ -315,7 +327,8 @@ TEST_CASE("a folder: one domain a file, a domain twice refused naming both files
 
 // A service on a local engine whose clock the test moves.
 struct Fixture {
-  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(std::chrono::seconds(1'700'000'000));
+  std::shared_ptr<ManualClock> clock =
+      std::make_shared<ManualClock>(std::chrono::seconds(1'700'000'000));
   std::unique_ptr<Engine> engine;
   std::unique_ptr<RateLimitService> service;
 
@@ -327,7 +340,8 @@ struct Fixture {
     std::filesystem::create_directories(dir);
     write(yaml);
     options.folder = dir;
-    service = std::make_unique<RateLimitService>(*engine, options, [](LogLevel, std::string_view) {});
+    service =
+        std::make_unique<RateLimitService>(*engine, options, [](LogLevel, std::string_view) {});
   }
   ~Fixture() { std::filesystem::remove_all(dir); }
   void write(std::string_view yaml) const {
@@ -507,7 +521,8 @@ TEST_CASE("several descriptors: all or nothing by default, each on its own as th
   }
 }
 
-TEST_CASE("shadow_mode lets through what it would refuse; SHADOW_MODE keeps statuses, not the code") {
+TEST_CASE(
+    "shadow_mode lets through what it would refuse; SHADOW_MODE keeps statuses, not the code") {
   {
     Fixture f(kTwo);
     CHECK(f.ask("d", {one("shadow", "x")}).statuses[0].limit_remaining == 0);
@@ -591,12 +606,14 @@ TEST_CASE("metrics: hits by the reference's names, by domain and configured key"
   CHECK(text.find("ratewin_rls_total_hits_total{domain=\"d\",key=\"d.a\"} 5") != std::string::npos);
   CHECK(text.find("ratewin_rls_over_limit_total{domain=\"d\",key=\"d.a\"} 0") != std::string::npos);
   CHECK(text.find("ratewin_rls_near_limit_total{domain=\"d\",key=\"d.a\"} 1") != std::string::npos);
-  CHECK(text.find("ratewin_rls_within_limit_total{domain=\"d\",key=\"d.a\"} 5") != std::string::npos);
+  CHECK(text.find("ratewin_rls_within_limit_total{domain=\"d\",key=\"d.a\"} 5") !=
+        std::string::npos);
   // The values of the request appear nowhere (no detailed_metric).
   CHECK(text.find("d.a_0") == std::string::npos);
 }
 
-TEST_CASE("reload: a bad file keeps the last good configuration; unchanged files are no new version") {
+TEST_CASE(
+    "reload: a bad file keeps the last good configuration; unchanged files are no new version") {
   Fixture f(kTwo);
   const std::string v1 = f.service->config()->version();
   CHECK(f.service->reload("test"));
@@ -605,7 +622,9 @@ TEST_CASE("reload: a bad file keeps the last good configuration; unchanged files
   CHECK_FALSE(f.service->reload("test"));
   CHECK(f.service->config()->version() == v1);
   CHECK(f.service->last_reload_error().find("config.yaml:4:") != std::string::npos);
-  f.write("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 7}\n");
+  f.write(
+      "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
+      "7}\n");
   CHECK(f.service->reload("test"));
   CHECK(f.service->config()->version() != v1);
   CHECK(f.service->last_reload_error().empty());

@@ -45,7 +45,8 @@ void fill(pb::RateLimitResponse& out, const rls::Response& in) {
       limit->set_unit(static_cast<pb::RateLimitResponse::RateLimit::Unit>(s.current_limit->unit));
     }
     status->set_limit_remaining(s.limit_remaining);
-    if (s.duration_until_reset) status->mutable_duration_until_reset()->set_seconds(s.duration_until_reset->count());
+    if (s.duration_until_reset)
+      status->mutable_duration_until_reset()->set_seconds(s.duration_until_reset->count());
   }
   for (const rls::Header& h : in.response_headers_to_add) {
     envoy::config::core::v3::HeaderValue* header = out.add_response_headers_to_add();
@@ -123,7 +124,8 @@ class Front final : public GrpcFront {
     for (unsigned i = 0; i < threads; ++i) queues_.push_back(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
-      throw std::runtime_error("--grpc-listen " + address + ": cannot listen there (in use, or "
+      throw std::runtime_error("--grpc-listen " + address +
+                               ": cannot listen there (in use, or "
                                "not an address of this host?)");
     }
     grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
@@ -168,8 +170,8 @@ class Front final : public GrpcFront {
 
 bool GrpcFront::available() noexcept { return true; }
 
-std::unique_ptr<GrpcFront> GrpcFront::start(rls::RateLimitService& service, const std::string& address,
-                                            unsigned threads) {
+std::unique_ptr<GrpcFront> GrpcFront::start(rls::RateLimitService& service,
+                                            const std::string& address, unsigned threads) {
   return std::make_unique<Front>(service, address, std::max(1U, threads));
 }
 
