@@ -84,7 +84,9 @@ RateLimitService::RateLimitService(Engine& engine, ServiceOptions options, Log l
             options_.folder.empty() ? Config() : Config::load(options_.folder, options_.config));
       }()) {
   const std::shared_ptr<const Config> c = config_.get();
-  if (!options_.folder.empty()) {
+  if (options_.folder.empty()) {
+    log_(LogLevel::warning, "rls: no --rls-config: every domain is unknown, every call OK");
+  } else {
     log_(LogLevel::info, "rls: " + std::to_string(c->domain_count()) + " domains, " +
                              std::to_string(c->rule_count()) + " rate limits from " +
                              options_.folder + " (" + c->version() + ")");
@@ -99,8 +101,9 @@ bool RateLimitService::reload(std::string_view why) {
   try {
     auto next = std::make_shared<const Config>(Config::load(options_.folder, options_.config));
     last_reload_error_.clear();
-    ++reloads_ok_;
+    // (A save is often several events; unchanged files are no reload.)
     if (next->version() == config_.get()->version()) return true;
+    ++reloads_ok_;
     log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) +
                              "): " + std::to_string(next->domain_count()) + " domains, " +
                              std::to_string(next->rule_count()) + " rate limits (" +
@@ -370,7 +373,7 @@ void RateLimitService::write_metrics(PrometheusText& out) const {
   }
   std::lock_guard lock(reload_mutex_);
   out.family("ratewin_rls_config_reloads_total", "counter",
-             "Loads of the --rls-config folder after the first, by outcome");
+             "Loads of the --rls-config folder after the first that changed it, or failed");
   out.sample("outcome=\"ok\"", static_cast<double>(reloads_ok_));
   out.sample("outcome=\"rejected\"", static_cast<double>(reloads_failed_));
   out.single("ratewin_rls_config_error", "gauge",

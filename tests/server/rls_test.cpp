@@ -629,6 +629,11 @@ TEST_CASE(
   CHECK(f.service->config()->version() != v1);
   CHECK(f.service->last_reload_error().empty());
   CHECK(f.ask("d", {one("a", "x")}).statuses[0].current_limit->requests_per_unit == 7);
+  PrometheusText out;
+  f.service->write_metrics(out);
+  const std::string text = out.take();
+  CHECK(text.find("ratewin_rls_config_reloads_total{outcome=\"ok\"} 1") != std::string::npos);
+  CHECK(text.find("ratewin_rls_config_reloads_total{outcome=\"rejected\"} 1") != std::string::npos);
 }
 
 }  // namespace
