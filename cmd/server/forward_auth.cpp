@@ -83,17 +83,38 @@ std::optional<std::string> target_path(std::string_view target) {
   return path;
 }
 
-std::optional<CheckedRequest> checked_request(const Request& check, std::string_view check_path,
-                                              std::string& error) {
-  // The check's own target, as written (an absolute form reduced to its path).
-  // (The HTTP layer has checked it: an absolute form has a path after its authority.)
-  std::string_view raw = check.target;
+namespace {
+
+// A request's target as written, an absolute form reduced to its path (with its query).
+// (The HTTP layer has checked it: an absolute form has a path after its authority.)
+std::string_view raw_target(const Request& request) {
+  std::string_view raw = request.target;
   if (!raw.empty() && raw.front() != '/') {
     const std::size_t authority = raw.find("://");
     const std::size_t slash =
         authority == std::string_view::npos ? authority : raw.find('/', authority + 3);
     raw = slash == std::string_view::npos ? std::string_view() : raw.substr(slash);
   }
+  return raw;
+}
+
+// Whether `path` is the check path or under it.
+bool under(std::string_view path, std::string_view check_path) {
+  return path.starts_with(check_path) &&
+         (path.size() == check_path.size() || path[check_path.size()] == '/');
+}
+
+}  // namespace
+
+bool is_check(const Request& request, std::string_view check_path) {
+  const std::string_view raw = raw_target(request);
+  return under(request.path, check_path) || under(raw.substr(0, raw.find_first_of("?#")), check_path);
+}
+
+std::optional<CheckedRequest> checked_request(const Request& check, std::string_view check_path,
+                                              std::string& error) {
+  // The check's own target, as written.
+  const std::string_view raw = raw_target(check);
   const std::string_view raw_path = raw.substr(0, raw.find_first_of("?#"));
   CheckedRequest out;
   std::optional<std::string> path;

@@ -46,4 +46,11 @@ struct CheckedRequest {
 std::optional<CheckedRequest> checked_request(const Request& check, std::string_view check_path,
                                               std::string& error);
 
+// Whether `request` goes to the check path: its normalised path (Request::path) is the
+// check path or under it, or its target as written is. The second catches
+// "/ratewin/check/../api", which normalises to "/api": a gateway sending the client's
+// path after the check path (Envoy's path_prefix) must get a check's answer for it, never
+// the answer to a request for "/api".
+bool is_check(const Request& request, std::string_view check_path);
+
 }  // namespace ratewin::server

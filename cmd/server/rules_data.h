@@ -92,9 +92,13 @@ struct Rules::Data {
   }
 
   const Endpoint* endpoint_for(std::string_view method, std::string_view path) const {
+    // HEAD is GET without the body (RFC 9110 9.3.2): wherever an endpoint names GET, HEAD
+    // counts too, or HEAD would be a free way to GET's limits.
+    const bool head = method == "HEAD";
     for (const Endpoint& e : endpoints) {
       if (!e.methods.empty() &&
-          std::find(e.methods.begin(), e.methods.end(), method) == e.methods.end()) {
+          std::find(e.methods.begin(), e.methods.end(), method) == e.methods.end() &&
+          !(head && std::find(e.methods.begin(), e.methods.end(), "GET") != e.methods.end())) {
         continue;
       }
       // A trailing '/' never dodges an endpoint: a prefix covers its subtree, and a glob

@@ -78,10 +78,7 @@ class Service::Worker final : public RequestHandler {
       return count(response.status, "admin");
     }
     const std::string& check_path = service_.options_.check_path;
-    if (path.starts_with(check_path) &&
-        (path.size() == check_path.size() || path[check_path.size()] == '/')) {
-      return check(request, from, reply);
-    }
+    if (is_check(request, check_path)) return check(request, from, reply);
     if (service_.options_.forward_auth_only) {
       count(404, "not-a-check");
       return json_error(

@@ -199,6 +199,18 @@ TEST_CASE("endpoints: prefix on segment boundaries, glob on the whole path, meth
   CHECK(names(match(rules, "k", "GET", "/api/1/items")) == Names{"endpoint:items/l"});
   CHECK(names(match(rules, "k", "POST", "/api/1")).empty());
 
+  // HEAD counts wherever GET does (it is GET without the body), and only there.
+  const Rules reads = Rules::parse(
+      "endpoints:\n"
+      "  - {name: search, path: \"/v1/*/search\", methods: [GET], limits: []}\n"
+      "  - {name: upload, path: /v1, methods: [POST], limits: []}\n"
+      "  - {name: heads, path: /h, methods: [HEAD], limits: []}\n"
+      "  - {name: rest, path: /, limits: []}\n");
+  CHECK(match(reads, "k", "HEAD", "/v1/x/search").endpoint == "search");
+  CHECK(match(reads, "k", "HEAD", "/v1/x").endpoint == "rest");
+  CHECK(match(reads, "k", "HEAD", "/h").endpoint == "heads");
+  CHECK(match(reads, "k", "GET", "/h").endpoint == "rest");  // not the other way round
+
   // Without a catch-all, a path can match nothing.
   const Rules narrow = Rules::parse("endpoints: [{name: a, path: /a, limits: []}]\n");
   CHECK(match(narrow, "k", "GET", "/b").endpoint == "");

@@ -180,6 +180,37 @@ def test_a_check_cannot_dodge_an_endpoint(checker):
         assert r.status == 429 and r.json()["limit"] == "endpoint:upload/burst", (form, r)
 
 
+def test_a_path_that_leaves_the_check_path_is_still_a_check(checker):
+    """Envoy's path_prefix puts the client's path after the check path: a client path of
+    "/../upload" makes "/ratewin/check/../upload", which normalises to "/upload". It is a
+    check of "/upload" all the same, never the demo backend's answer to "/upload"."""
+    headers = {"X-Forwarded-For": "203.0.113.40"}
+    first = checker.call("POST", CHECK + "/../upload", headers=headers, body=b"")
+    assert first.status == 200 and "x-ratelimit-limit" in first.headers, first
+    assert "\"ok\"" not in first.text, first  # (the demo backend answers {"ok": true, ...})
+    r = checker.call("POST", CHECK + "/../upload", headers=headers, body=b"")
+    assert r.status == 429 and r.json()["limit"] == "endpoint:upload/burst", r
+
+
+def test_head_counts_where_get_is_limited(start_server, tmp_path):
+    rules = write_rules(tmp_path / "head.yaml", """
+        endpoints:
+          - name: search
+            path: /v1/*/search
+            methods: [GET]
+            limits:
+              - {name: per-minute, max: 3, window: 1m}
+        """)
+    server = start_server("--trust-proxy", "127.0.0.1", rules=rules)
+    statuses = [server.call(m, "/v1/x/search", headers={"X-API-Key": "k"}).status
+                for m in ["GET"] * 2 + ["HEAD"] * 3]
+    assert statuses == [200, 200, 200, 429, 429]
+    # The same through a forward-auth check of a HEAD.
+    checks = [nginx_check(server, "/v1/y/search", "HEAD", client="203.0.113.50").status
+              for _ in range(4)]
+    assert checks == [200, 200, 200, 429]
+
+
 def test_a_check_of_an_address_uses_its_canonical_form(checker):
     for form in ["::ffff:192.0.2.66", "::FFFF:C000:242", "0:0:0:0:0:ffff:192.0.2.66"]:
         assert nginx_check(checker, "/a", client=form).status == 403, form
