@@ -95,6 +95,18 @@ std::vector<HitStats::Series> HitStats::all() const {
   return out;
 }
 
+std::variant<Limit, LimitIssue> unit_limit(LimitSpec& spec, std::uint32_t requests_per_unit,
+                                           Unit unit) {
+  spec.max = requests_per_unit;
+  spec.interval = std::chrono::duration_cast<std::chrono::milliseconds>(unit_length(unit));
+  std::variant<Limit, LimitIssue> made = Limit::from_spec(spec);
+  // Rules matching the same entries share a counter whatever their max (as the
+  // reference's counter key holds no limit): a limit changed on reload, or Envoy's
+  // override of it, keeps what was counted.
+  if (Limit* limit = std::get_if<Limit>(&made)) *limit = limit->with_scope("rls");
+  return made;
+}
+
 bool wildcard_match(std::string_view pattern, std::string_view text) noexcept {
   // The parts between '*'s: the first must start the text, the last end it, and the ones
   // between appear in order, each leftmost (greedy leftmost is exact for this language).
@@ -267,40 +279,29 @@ class ConfigParser : public YamlReader {
     }
     if (rule.unlimited || rule.requests_per_unit == 0) {
       if (burst_item) fail(*burst_item, "a burst needs a limit (requests_per_unit above 0)");
-      ++config_.rules_;
-      finish(rule);
-      return rule;
-    }
-    spec.max = rule.requests_per_unit;
-    spec.interval = std::chrono::duration_cast<std::chrono::milliseconds>(unit_length(rule.unit));
-    std::variant<Limit, LimitIssue> made = Limit::from_spec(spec);
-    if (const LimitIssue* issue = std::get_if<LimitIssue>(&made)) {
-      LimitTerms terms;
-      terms.max = "requests_per_unit";
-      terms.interval = "unit";
-      terms.is = " ";
-      terms.duration = seconds_text;
-      const YamlItem& at = issue->field == LimitField::burst && burst_item ? *burst_item
-                           : issue->about_algorithm() && algorithm_item    ? *algorithm_item
-                                                                           : item;
-      fail(at, describe(*issue, spec, terms));
-    }
-    // Rules matching the same entries share a counter whatever their max (as the
-    // reference's counter key holds no limit): a limit changed on reload, or Envoy's
-    // override of it, keeps what was counted.
-    rule.limit = std::get<Limit>(made).with_scope("rls");
-    if (options_.capacity && options_.capacity(*rule.limit) == 0) {
-      fail(item, "a " + std::string(unit_name(rule.unit)) +
-                     "'s window does not fit in the engine's memory bound (--max-memory)");
+    } else {
+      std::variant<Limit, LimitIssue> made = unit_limit(spec, rule.requests_per_unit, rule.unit);
+      if (const LimitIssue* issue = std::get_if<LimitIssue>(&made)) {
+        LimitTerms terms;
+        terms.max = "requests_per_unit";
+        terms.interval = "unit";
+        terms.is = " ";
+        terms.duration = seconds_text;
+        const YamlItem& at = issue->field == LimitField::burst && burst_item ? *burst_item
+                             : issue->about_algorithm() && algorithm_item    ? *algorithm_item
+                                                                             : item;
+        fail(at, describe(*issue, spec, terms));
+      }
+      rule.limit = std::get<Limit>(made);
+      if (options_.capacity && options_.capacity(*rule.limit) == 0) {
+        fail(item, "a " + std::string(unit_name(rule.unit)) +
+                       "'s window does not fit in the engine's memory bound (--max-memory)");
+      }
     }
     ++config_.rules_;
-    finish(rule);
-    return rule;
-  }
-
-  void finish(RateLimitRule& rule) {
     rule.counters = options_.stats != nullptr ? options_.stats->get(domain_, rule.stat_key)
                                               : std::make_shared<HitCounters>();
+    return rule;
   }
 
   const ConfigOptions& options_;

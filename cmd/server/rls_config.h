@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "ratewin/limit.h"
@@ -111,6 +112,12 @@ struct Domain {
   std::string file;
   DescriptorNode root;  // its children are the top-level descriptors
 };
+
+// The engine's limit of `requests_per_unit` per `unit`, in the scope every descriptor's
+// counter shares, or why it cannot be one. Sets spec's max and interval from them (so a
+// LimitIssue can be described with it); its algorithm, burst and failure policy stay.
+std::variant<Limit, LimitIssue> unit_limit(LimitSpec& spec, std::uint32_t requests_per_unit,
+                                           Unit unit);
 
 // Whether `text` matches `pattern`, each '*' in it standing for any run of characters
 // (the reference's wildcards).

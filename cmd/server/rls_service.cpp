@@ -165,17 +165,15 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
           continue;
         }
         LimitSpec spec;
-        spec.max = d.limit->requests_per_unit;
-        spec.interval =
-            std::chrono::duration_cast<std::chrono::milliseconds>(unit_length(d.limit->unit));
         spec.algorithm = options_.config.algorithm;
         spec.failure_policy = options_.config.failure_policy;
-        std::variant<Limit, LimitIssue> made = Limit::from_spec(spec);
+        std::variant<Limit, LimitIssue> made =
+            unit_limit(spec, d.limit->requests_per_unit, d.limit->unit);
         if (const LimitIssue* issue = std::get_if<LimitIssue>(&made)) {
           return "descriptor " + std::to_string(i) +
                  ": its limit cannot be counted: " + describe(*issue, spec);
         }
-        item.limit = std::get<Limit>(made).with_scope("rls");
+        item.limit = std::get<Limit>(made);
         item.kind = Kind::engine;
         continue;
       }

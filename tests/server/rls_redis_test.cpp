@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,14 +34,11 @@ struct Setup {
     o.command_timeout = command_timeout;
     engine = std::make_unique<Engine>(o);
     std::filesystem::create_directories(dir);
-    std::FILE* f = std::fopen((dir + "/c.yaml").c_str(), "wb");
-    REQUIRE(f != nullptr);
     const std::string yaml =
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: "
         "300}\n"
         "  - key: small\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
-    std::fwrite(yaml.data(), 1, yaml.size(), f);
-    std::fclose(f);
+    REQUIRE(static_cast<bool>(std::ofstream(dir + "/c.yaml", std::ios::binary) << yaml));
     ServiceOptions options;
     options.folder = dir;
     service =

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -300,10 +300,7 @@ TEST_CASE("a folder: one domain a file, a domain twice refused naming both files
   const std::string dir = "/tmp/ratewin-rls-folder-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   const auto write = [&](const std::string& name, std::string_view text) {
-    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
-    REQUIRE(f != nullptr);
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
+    REQUIRE(static_cast<bool>(std::ofstream(dir + "/" + name, std::ios::binary) << text));
   };
   write("a.yaml", "domain: a\n");
   write("b.yml", "domain: b\n");
@@ -345,10 +342,7 @@ struct Fixture {
   }
   ~Fixture() { std::filesystem::remove_all(dir); }
   void write(std::string_view yaml) const {
-    std::FILE* f = std::fopen((dir + "/config.yaml").c_str(), "wb");
-    REQUIRE(f != nullptr);
-    std::fwrite(yaml.data(), 1, yaml.size(), f);
-    std::fclose(f);
+    REQUIRE(static_cast<bool>(std::ofstream(dir + "/config.yaml", std::ios::binary) << yaml));
   }
 
   // Decides at once (local mode answers before decide() returns).
