@@ -210,7 +210,7 @@ static_assert(offsetof(ratewin_tls_options, verify) ==
 // Where each figure of ratewin::kStatFields goes in ratewin_stats: its C field (a
 // duration's name has _ns after it, in nanoseconds; a flag is an int32_t 0 or 1; a count a
 // uint64_t). Checked against the table when this compiles: every figure has its field, and
-// every field but the retired evictions_active (always 0 since 1.5) has its figure.
+// every field has its figure.
 struct CStat {
   std::string_view name;
   std::size_t offset;
@@ -221,7 +221,8 @@ constexpr CStat kCStatFields[] = {
     RATEWIN_STAT(allowed),          RATEWIN_STAT(rejected),
     RATEWIN_STAT(degraded),         RATEWIN_STAT(limiters),
     RATEWIN_STAT(max_limiters),     RATEWIN_STAT(pinned),
-    RATEWIN_STAT(evictions),        RATEWIN_STAT(store),
+    RATEWIN_STAT(evictions),        RATEWIN_STAT(evictions_active),
+    RATEWIN_STAT(store),
     RATEWIN_STAT(store_available),  RATEWIN_STAT(circuit_opens),
     RATEWIN_STAT(connections),      RATEWIN_STAT(writes_ok),
     RATEWIN_STAT(writes_failed),    RATEWIN_STAT(writes_skipped),
@@ -267,9 +268,9 @@ consteval bool c_stats_match_the_table() {
     for (const CStat& c : kCStats) fields += c.index == j ? 1 : 0;
     if (fields != 1) return false;  // a figure without its C field (or with two)
   }
-  // And no C field is missing from the list: with `size` and the retired field, the
-  // fields listed make the whole struct.
-  std::size_t bytes = sizeof(std::size_t) + sizeof(std::uint64_t);
+  // And no C field is missing from the list: with `size`, the fields listed make the
+  // whole struct.
+  std::size_t bytes = sizeof(std::size_t);
   for (const CStat& c : kCStats)
     bytes += ratewin::kStatFields[c.index].flag != nullptr ? sizeof(std::int32_t) : sizeof(std::uint64_t);
   return bytes == sizeof(ratewin_stats);

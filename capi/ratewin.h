@@ -559,8 +559,8 @@ typedef struct ratewin_stats {
   uint64_t max_limiters;     /* the configured bound */
   uint64_t pinned;           /* limiters held by open ratewin_limiter handles */
   uint64_t evictions;        /* limiters with empty windows dropped to make room */
-  uint64_t evictions_active; /* retired in 1.5: always 0 (a limiter whose window still
-                                holds counts is never evicted) */
+  uint64_t evictions_active; /* limiters that still counted, dropped under a flood of new
+                                keys (always 0 in 1.5; counted again since 1.6) */
   int32_t store;             /* 1: a store is configured */
   int32_t store_available;   /* 1: writes and reads go through */
   uint64_t circuit_opens;    /* times the store was found unreachable */

@@ -67,9 +67,15 @@ struct Options {
   // Bounds on the limiters held in memory: how many (one per resource and window
   // geometry), and their bytes (records and table; a limiter takes 48 bytes plus 4 per
   // subinterval, plus about 11 of table), each split evenly over up to 64 shards by
-  // resource hash. Only limiters whose windows are empty are evicted, least recently used
-  // first (Stats::evictions). While the bounds are full of limiters that still count, new
-  // resources share the overflow limiter of their window geometry (Stats::overflowed).
+  // resource hash. Limiters whose windows are empty are evicted first, least recently used
+  // first (Stats::evictions). While the bounds are full of limiters that still count (a
+  // flood of new keys), a new resource still gets a limiter of its own: the one holding
+  // the fewest counts among the least recently used goes (Stats::evictions_active), and in
+  // local mode its counts are kept as a ghost, which its resource starts from again if it
+  // comes back while they count (in store mode the store has them). A ghost can be
+  // forgotten only for 4 heavier ones in its set; ghost tables take about 12 bytes per
+  // limiter of the bound, within max_memory. Sliding logs are not evicted while they count:
+  // new resources then share the overflow limiter of their geometry (Stats::overflowed).
   // Limiters held by a LimiterHandle are never evicted and are made even over the bounds.
   // max_limiters is at least 1; max_memory at least 16 KiB (see Engine::capacity).
   // docs/algorithms.md, "Memory and new keys", says why.

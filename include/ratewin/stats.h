@@ -21,6 +21,7 @@ struct Stats {
   std::uint64_t max_limiters = 0;
   std::uint64_t pinned = 0;
   std::uint64_t evictions = 0;
+  std::uint64_t evictions_active = 0;
   std::uint64_t overflowed = 0;
   std::uint64_t memory = 0;
   std::uint64_t max_memory = 0;
@@ -158,6 +159,12 @@ inline constexpr StatField kStatFields[] = {
     stat_fields_detail::counter("evictions", &Stats::evictions,
                                 "Limiters whose windows were empty, dropped to make room.",
                                 {"ratewin_engine_evictions_total"}),
+    stat_fields_detail::counter(
+        "evictions_active", &Stats::evictions_active,
+        "Limiters that still counted, dropped to make room while the bounds were full of "
+        "live limiters (a flood of new keys); in local mode their counts are kept as ghosts "
+        "their keys start from again.",
+        {"ratewin_engine_active_evictions_total"}),
     stat_fields_detail::gauge("memory", &Stats::memory, StatUnit::bytes,
                               "Memory the limiters take now (records and table).",
                               {"ratewin_engine_memory_bytes"}),
@@ -167,7 +174,7 @@ inline constexpr StatField kStatFields[] = {
     stat_fields_detail::counter(
         "overflowed", &Stats::overflowed,
         "Decisions on new resources made by an overflow limiter (the bounds full of limiters "
-        "that still count).",
+        "that still count and cannot go: sliding logs, or limiters held by handles).",
         {"ratewin_engine_overflowed_decisions_total"}),
     stat_fields_detail::counter("circuit_opens", &Stats::circuit_opens,
                                 "Times the store was found unreachable.",

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -234,7 +235,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   // go), by evicting limiters whose windows are empty: never one that still counts.
   while (!has_room(bytes)) {
     section.open();
-    if (!evict_one(now_ns)) break;
+    if (!evict_one(now_ns) && !evict_live(key, now_ns)) break;
   }
   if (!has_room(bytes) && !force) {
     ++full;
@@ -258,7 +259,14 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   }
   record_bytes_ += bytes;
   link_newest({id, r});
+  if (!cold) revive(*r, hash, now_ns);
   return {id, r};
+}
+
+Shard::Lru* Shard::find_lru(std::uint32_t resolution_ms, std::uint32_t subintervals) noexcept {
+  for (Lru& l : lrus_)
+    if (l.resolution_ms == resolution_ms && l.subintervals == subintervals) return &l;
+  return nullptr;
 }
 
 Shard::Lru& Shard::lru_of(const Record& r) {
@@ -292,6 +300,7 @@ void Shard::unlink(RecordRef ref) noexcept {
     l.newest = r.lru_older;
   }
   r.lru_older = r.lru_newer = kNoRecord;
+  --l.size;
 }
 
 void Shard::link_newest(RecordRef ref) noexcept {
@@ -305,6 +314,7 @@ void Shard::link_newest(RecordRef ref) noexcept {
     l.oldest = ref.id;
   }
   l.newest = ref.id;
+  ++l.size;
 }
 
 void Shard::pin(RecordRef ref) {
@@ -335,15 +345,7 @@ bool Shard::evict_one(std::int64_t now_ns) {
       const std::int64_t empty_from = r->empty_from();
       if (empty_from <= now_ns) {
         ++evictions;
-        unlink({id, r});
-        const LimiterKey key = r->key();
-        table_.erase(table_.find(key, key.hash()));
-        // A geometry no key has: a reference to this record kept across an unlocked
-        // stretch (an admission's write to the store) no longer matches its key.
-        r->subintervals = 0;
-        const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
-        pool_.deallocate(id, bytes);
-        record_bytes_ -= bytes;
+        drop({id, r});
         return true;
       }
       live_until = std::min(live_until, empty_from);
@@ -362,6 +364,130 @@ bool Shard::evict_one(std::int64_t now_ns) {
     l.live_until = live_until;
   }
   return false;
+}
+
+void Shard::drop(RecordRef ref) noexcept {
+  Record* r = ref.record;
+  unlink(ref);
+  const LimiterKey key = r->key();
+  table_.erase(table_.find(key, key.hash()));
+  // A geometry no key has: a reference to this record kept across an unlocked stretch
+  // (an admission's write to the store) no longer matches its key.
+  r->subintervals = 0;
+  const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
+  pool_.deallocate(ref.id, bytes);
+  record_bytes_ -= bytes;
+}
+
+namespace {
+
+// Whether a ghost of a geometry no longer counts at now_ns: a ring's once its epoch has
+// left the window (the trailing one included), a bucket's once it is full again.
+bool ghost_expired(const Ghost& g, std::uint32_t resolution_ms, std::uint32_t subintervals,
+                   std::int64_t now_ns) noexcept {
+  if (resolution_ms == 0) return g.when <= now_ns;
+  const std::int64_t r = static_cast<std::int64_t>(resolution_ms) * 1'000'000;
+  return g.when < SlidingWindow::epoch_of(now_ns, r) - static_cast<std::int64_t>(subintervals);
+}
+
+}  // namespace
+
+bool Shard::evict_live(const LimiterKey& key, std::int64_t now_ns) {
+  // The lightest of the oldest: a flood's keys (one request each) go before a client's
+  // spent quota. Those heavier than it move to the newest end, so that the oldest end
+  // does not fill up with spent quotas (no record there is touched again while its
+  // callers are refused) and they are not the next to go.
+  struct Seen {
+    RecordId id;
+    std::uint64_t weight;
+    Ghost ghost;
+  };
+  const auto lightest = [&](Lru& l, Ghost& ghost) -> RecordId {
+    std::array<Seen, kLiveScan> seen;
+    std::size_t count = 0;
+    std::size_t best = 0;
+    RecordId id = l.oldest;
+    for (int i = 0; i < kLiveScan && id != kNoRecord; ++i) {
+      Record* r = record(id);
+      Seen s{id, 0, {r->resource, 0, 0}};
+      id = r->lru_newer;
+      if (r->is_bucket()) {
+        // (A bucket's ghost weighs its TAT: the later, the more it holds.)
+        s.ghost.when = r->bucket().tat();
+        s.ghost.weight = static_cast<std::uint64_t>(std::max<std::int64_t>(1, s.ghost.when));
+        s.weight = static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.ghost.when - now_ns));
+      } else if (r->is_ring() && r->resource != kOverflowResource) {
+        // (What its window still holds at now_ns: the trailing epoch on.)
+        SlidingWindow w = r->view();
+        s.ghost.when = w.epoch();
+        const std::int64_t from =
+            std::max(s.ghost.when, SlidingWindow::epoch_of(now_ns, r->resolution_ns())) -
+            std::int64_t{r->subintervals};
+        for (std::int64_t e = from; e <= s.ghost.when; ++e) s.ghost.weight += w.count_for_epoch(e);
+        s.weight = s.ghost.weight;
+      } else {
+        continue;  // a log, or an overflow limiter: not evicted while it counts
+      }
+      if (count == 0 || s.weight < seen[best].weight) best = count;
+      seen[count++] = s;
+    }
+    if (count == 0) return kNoRecord;
+    for (std::size_t i = 0; i < count; ++i)
+      if (seen[i].weight > seen[best].weight) touch({seen[i].id, record(seen[i].id)});
+    ghost = seen[best].ghost;
+    return seen[best].id;
+  };
+  Lru* from = find_lru(key.resolution_ms, key.subintervals);
+  Ghost ghost;
+  RecordId victim = from != nullptr ? lightest(*from, ghost) : kNoRecord;
+  for (std::size_t i = 0; victim == kNoRecord && i < lrus_.size(); ++i) {
+    if (&lrus_[i] == from) continue;
+    from = &lrus_[i];
+    victim = lightest(*from, ghost);
+  }
+  if (victim == kNoRecord) return false;
+  Record* r = record(victim);
+  const LimiterKey victim_key = r->key();
+  // (One whose counts have all left its window by now was empty after all.)
+  const bool counts = ghost.weight != 0 && !ghost_expired(ghost, victim_key.resolution_ms,
+                                                          victim_key.subintervals, now_ns);
+  if (counts && !marked_) {
+    const auto expired = [&](const Ghost& g) {
+      return ghost_expired(g, victim_key.resolution_ms, victim_key.subintervals, now_ns);
+    };
+    std::unique_ptr<GhostTable>& ghosts = from->ghosts;
+    if (ghosts == nullptr || from->size > 4 * ghosts->slots()) {
+      const std::size_t slots = std::max<std::size_t>(16, from->size / 2);
+      auto made = std::make_unique<GhostTable>(
+          ghosts == nullptr ? GhostTable(slots)
+                            : ghosts->grown(
+                                  slots,
+                                  [&](std::uint64_t resource) {
+                                    return LimiterKey{resource, victim_key.resolution_ms,
+                                                      victim_key.subintervals}
+                                        .hash();
+                                  },
+                                  expired));
+      ghost_bytes_ += made->bytes() - (ghosts != nullptr ? ghosts->bytes() : 0);
+      ghosts = std::move(made);
+    }
+    ghosts->put(ghost, victim_key.hash(), expired);
+  }
+  ++(counts ? evictions_active : evictions);
+  drop({victim, r});
+  return true;
+}
+
+void Shard::revive(Record& r, std::uint64_t hash, std::int64_t now_ns) noexcept {
+  Lru* l = find_lru(r.resolution_ms, r.subintervals);
+  if (l == nullptr || l->ghosts == nullptr) return;
+  const Ghost g = l->ghosts->take(r.resource, hash);
+  if (g.weight == 0 || ghost_expired(g, r.resolution_ms, r.subintervals, now_ns)) return;
+  if (r.is_bucket()) {
+    r.bucket().assign(g.when);
+  } else {
+    r.view().merge(g.when, g.weight);
+  }
 }
 
 Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, bool marked)

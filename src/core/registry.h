@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/ghosts.h"
 #include "core/record.h"
 #include "core/record_pool.h"
 #include "ratewin/decision.h"
@@ -89,20 +90,25 @@ class RecordTable {
 // makes `version` odd while it lasts: a seqlock. A rejection can so be decided without
 // the lock and without writing shared memory (see EngineCore::read_without_lock).
 //
-// Bounded by a count of records and by bytes (records, plus the table at its largest).
-// A limiter whose window still holds counts is never evicted: that would hand its
-// client a fresh quota. Unpinned records form one list per window geometry, from least
-// to most recently used, where a record moves to the newest end the first time it is
-// used in a new subinterval; in a list the oldest records are the first whose windows
-// empty. To make room, the first record whose window is empty among the kEmptyScan
-// oldest of some list is evicted. When there is none, the shard is full of live
-// limiters and find_or_insert() adds nothing (the engine then counts the new key
-// against its overflow limiter). Pinned records (held by handles) are outside the lists
-// and never evicted; a forced insertion (a pin, an overflow limiter) goes over the
-// bounds rather than failing.
+// Bounded by a count of records and by bytes (records, the table at its largest, and
+// the ghost tables). Unpinned records form one list per window geometry, from least to
+// most recently used, where a record moves to the newest end the first time it is used
+// in a new subinterval; in a list the oldest records are the first whose windows empty.
+// To make room, the first record whose window is empty among the kEmptyScan oldest of
+// some list is evicted. When there is none, the shard is full of live limiters (a flood
+// of new keys): then the lightest of the kLiveScan oldest rings or buckets (the new
+// key's geometry first) is evicted, and in local mode its counts are kept as a ghost
+// of its geometry (GhostTable), which a record made again for its key starts from, so
+// that it is not handed a fresh quota. (In store mode the store holds its counts: made
+// again, it is cold, and its first write reads them back.) Sliding logs are never
+// evicted while they count; when nothing can go, find_or_insert() adds nothing (the
+// engine then counts the new key against its overflow limiter). Pinned records (held
+// by handles) are outside the lists and never evicted; a forced insertion (a pin, an
+// overflow limiter) goes over the bounds rather than failing.
 class alignas(64) Shard {
  public:
   static constexpr int kEmptyScan = 4;
+  static constexpr int kLiveScan = 8;
 
   Shard() : pool_(kRecordFreeLinkOffset), table_(pool_) {}
   Shard(const Shard&) = delete;
@@ -178,8 +184,8 @@ class alignas(64) Shard {
   void unpin(RecordRef ref) noexcept;
 
   std::size_t size() const noexcept { return table_.size(); }
-  // Memory held: live records and the table's slots.
-  std::size_t bytes() const noexcept { return record_bytes_ + table_.bytes(); }
+  // Memory held: live records, the table's slots and the ghost tables.
+  std::size_t bytes() const noexcept { return record_bytes_ + table_.bytes() + ghost_bytes_; }
   Record* record(RecordId id) const noexcept {
     return reinterpret_cast<Record*>(pool_.address(id));
   }
@@ -193,6 +199,7 @@ class alignas(64) Shard {
 
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
+  std::uint64_t evictions_active = 0;  // records evicted while they counted
   std::uint64_t full = 0;              // insertions refused: full of live limiters
   std::uint64_t pinned = 0;
 
@@ -203,18 +210,33 @@ class alignas(64) Shard {
     std::uint32_t subintervals = 0;
     RecordId oldest = kNoRecord;
     RecordId newest = kNoRecord;
+    std::size_t size = 0;
     // The oldest record when the list was last searched in vain, and the earliest time
     // the records searched could be empty: until then, or until the oldest changes,
     // searching again is pointless.
     RecordId searched = kNoRecord;
     std::int64_t live_until = 0;
+    // The counts of its records evicted while live (local mode), made at the first, with
+    // about a slot for every two records of the list, and made again larger when the list
+    // has grown to 4 records a slot.
+    std::unique_ptr<GhostTable> ghosts;
   };
   bool has_room(std::size_t bytes) const noexcept {
     return table_.size() < capacity_ &&
-           record_bytes_ + bytes + table_.bytes_after_insert(max_slots_) <= budget_;
+           record_bytes_ + ghost_bytes_ + bytes + table_.bytes_after_insert(max_slots_) <=
+               budget_;
   }
   // Evicts one unpinned record whose window is empty at now_ns; false if there is none.
   bool evict_one(std::int64_t now_ns);
+  // Evicts the lightest of the kLiveScan oldest rings or buckets of `key`'s geometry, or
+  // of another if it has none, keeping its counts as a ghost in local mode; false if
+  // there is none.
+  bool evict_live(const LimiterKey& key, std::int64_t now_ns);
+  // Takes a record out of its list, the table and the pool.
+  void drop(RecordRef ref) noexcept;
+  // A new record's counts from its key's ghost, if it has one (local mode).
+  void revive(Record& r, std::uint64_t hash, std::int64_t now_ns) noexcept;
+  Lru* find_lru(std::uint32_t resolution_ms, std::uint32_t subintervals) noexcept;
   Lru& lru_of(const Record& r);
   void touch(RecordRef ref) noexcept;
   void unlink(RecordRef ref) noexcept;
@@ -224,6 +246,7 @@ class alignas(64) Shard {
   std::size_t capacity_ = 0;      // most records held
   std::size_t budget_ = 0;        // most bytes held
   std::size_t record_bytes_ = 0;  // bytes of the records held
+  std::size_t ghost_bytes_ = 0;   // bytes of the ghost tables
   bool marked_ = false;           // records carry a store mark
   std::size_t max_slots_ = 0;     // table growth stops here
 

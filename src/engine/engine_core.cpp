@@ -673,6 +673,7 @@ Stats EngineCore::stats() const {
     s.limiters += shard.size();
     s.pinned += shard.pinned;
     s.evictions += shard.evictions;
+    s.evictions_active += shard.evictions_active;
     s.memory += shard.bytes();
   }
   if (store_ != nullptr) {

@@ -104,7 +104,7 @@ TEST_CASE("registry splits max_limiters exactly over its shards") {
   CHECK_THROWS_AS(Registry(0), std::invalid_argument);
 }
 
-TEST_CASE("eviction drops only empty windows; a shard full of live limiters adds none") {
+TEST_CASE("eviction drops empty windows first; a shard full of live limiters keeps counts as ghosts") {
   Registry registry(64);
   REQUIRE(registry.shard_count() == 1);
   Shard& shard = registry.shard(0);
@@ -137,20 +137,75 @@ TEST_CASE("eviction drops only empty windows; a shard full of live limiters adds
     for (std::uint64_t id = 0; id < 32; ++id) CHECK_FALSE(held(id));
   }
 
-  SUBCASE("a limiter that still counts is never evicted: a new one finds no room") {
+  // The count the limiter of `id` holds at t (0 if it is not held).
+  auto count_of = [&](std::uint64_t id, std::int64_t t) -> std::uint64_t {
+    const LimiterKey k{id, 100, 10};
+    const detail::RecordRef ref = shard.find(k, k.hash());
+    if (!ref) return 0;
+    Decision d;
+    detail::SlidingWindow w = ref.record->view();
+    w.advance(t);
+    (void)w.evaluate(t, 1000, 0, detail::Trailing::whole, d);
+    return 1000 - d.remaining;
+  };
+
+  SUBCASE("full of live limiters, a new one evicts the lightest of the oldest into a ghost") {
     const std::int64_t now = kT0 + 10 * kSec;
-    for (std::uint64_t id = 0; id < 64; ++id) REQUIRE(touch(id, now - 9 * r, 1));
-    // 9 subintervals later every window still holds its count: nothing can go.
-    for (std::uint64_t id = 1000; id < 1100; ++id) CHECK_FALSE(touch(id, now, 1));
+    // A spent quota (500) at the oldest end, then 63 limiters of one count each.
+    REQUIRE(touch(7, now - 9 * r, 500));
+    for (std::uint64_t id = 100; id < 163; ++id) REQUIRE(touch(id, now - 9 * r, 1));
+    // 9 subintervals later every window still holds its count; a flood of new limiters
+    // each gets one of its own, and pushes out the flood's, never the heavy one.
+    for (std::uint64_t id = 1000; id < 1300; ++id) CHECK(touch(id, now, 1));
+    CHECK(shard.size() == 64);
+    CHECK(shard.full == 0);
     CHECK(shard.evictions == 0);
-    CHECK(shard.full == 100);
-    for (std::uint64_t id = 0; id < 64; ++id) CHECK(held(id));
-    // A count made in epoch e is held through epoch e + N: the first limiters' windows
-    // empty 11 subintervals after their use, and then make room, one per new limiter.
-    CHECK_FALSE(touch(2000, now + r, 1));
-    CHECK(touch(2000, now + 2 * r, 1));
-    CHECK(shard.evictions == 1);
-    CHECK(held(2000));
+    CHECK(shard.evictions_active == 300);
+    CHECK(held(7));
+    CHECK(count_of(7, now) == 500);
+  }
+
+  SUBCASE("a limiter evicted while it counts comes back with its counts, while they count") {
+    const std::int64_t now = kT0 + 10 * kSec;
+    for (std::uint64_t id = 0; id < 64; ++id) REQUIRE(touch(id, now, 500));
+    CHECK(touch(5000, now, 1));
+    CHECK(touch(5001, now, 1));
+    CHECK(shard.evictions_active == 2);
+    CHECK_FALSE(held(0));
+    CHECK_FALSE(held(1));
+    // The ghost table's bytes count in the bound.
+    CHECK(shard.bytes() > 64 * Record::bytes_for(10));
+    // 5 subintervals later 0's counts are still in its window: made again, its limiter
+    // starts from them. 20 later 1's have left it: its ghost counts for nothing.
+    CHECK(touch(0, now + 5 * r, 0));
+    CHECK(count_of(0, now + 5 * r) == 500);
+    CHECK(touch(1, now + 20 * r, 0));
+    CHECK(count_of(1, now + 20 * r) == 0);
+  }
+
+  SUBCASE("with a store's marks, a live limiter evicted leaves no ghost (the store has it)") {
+    Registry marked(64, std::size_t{1} << 40, true);
+    Shard& m = marked.shard(0);
+    std::lock_guard marked_lock(m.mutex);
+    const std::int64_t now = kT0 + 10 * kSec;
+    for (std::uint64_t id = 0; id < 64; ++id) {
+      const LimiterKey k{id, 100, 10};
+      Shard::WriteSection section(m);
+      Record* rec = m.find_or_insert(k, k.hash(), now, section, false).record;
+      REQUIRE(rec != nullptr);
+      (void)rec->view().try_acquire(now, 1000, 5);
+    }
+    const LimiterKey k{5000, 100, 10};
+    Shard::WriteSection section(m);
+    CHECK(m.find_or_insert(k, k.hash(), now, section, true));
+    CHECK(m.evictions_active == 1);
+    const std::size_t records = m.bytes();
+    // (Made again cold: its first write reads the store's counts.)
+    const LimiterKey k0{0, 100, 10};
+    const detail::RecordRef again = m.find_or_insert(k0, k0.hash(), now, section, true);
+    REQUIRE(again);
+    CHECK(again.record->view().epoch() == 0);
+    CHECK(m.bytes() == records);  // no ghost table was made
   }
 
   SUBCASE("a limiter asked about without counting holds nothing and may go") {
@@ -179,11 +234,15 @@ TEST_CASE("eviction drops only empty windows; a shard full of live limiters adds
     const LimiterKey k3{3, 100, 10};
     shard.unpin(shard.find(k3, k3.hash()));
     CHECK(shard.pinned == 63);
-    CHECK_FALSE(touch(5001, kT0 + 100 * kSec, 1));
+    // The next insertion evicts it, and then, the shard still over its bound, 5000 that
+    // still counts: the only other unpinned one.
+    CHECK(touch(5001, kT0 + 100 * kSec, 1));
     CHECK(shard.evictions == 1);
+    CHECK(shard.evictions_active == 1);
     CHECK(shard.size() == 64);
     CHECK_FALSE(held(3));
-    CHECK(held(5000));
+    CHECK_FALSE(held(5000));
+    CHECK(held(5001));
   }
 
   SUBCASE("over capacity, the table keeps growing geometrically") {
@@ -292,6 +351,7 @@ TEST_CASE("a shard bounds the bytes of its limiters, geometry by geometry") {
   CHECK(big <= 256 * 1024 / Record::bytes_for(1000));
   CHECK(big >= 60);
   CHECK(small > 2000);
+  // The first `big` fill the bytes; each one after evicts one that still counts.
   std::uint64_t added = 0;
   for (std::uint64_t id = 0; id < 1000; ++id) {
     const LimiterKey k{id, 10, 1000};
@@ -301,27 +361,31 @@ TEST_CASE("a shard bounds the bytes of its limiters, geometry by geometry") {
       ++added;
     }
   }
-  CHECK(added == big);
+  CHECK(added == 1000);
+  CHECK(shard.size() <= big);
+  CHECK(shard.size() >= big - 2);  // (less the ghost table's bytes)
+  CHECK(shard.evictions_active == 1000 - shard.size());
   CHECK(shard.bytes() <= 256 * 1024);
-  // Small limiters fill what is left, then find no room either.
-  std::uint64_t small_added = 0;
-  for (std::uint64_t id = 0; id < 1000; ++id) {
+  // Small limiters find room in what is left, then push out each other: a flood of one
+  // geometry evicts its own first, not the limiters of other limits.
+  const std::size_t bigs = shard.size();
+  for (std::uint64_t id = 0; id < 5000; ++id) {
     const LimiterKey k{id, 100, 10};
     Shard::WriteSection section(shard);
-    if (shard.find_or_insert(k, k.hash(), kT0, section)) {
-      shard.find(k, k.hash()).record->view().try_acquire(kT0, 5, 1);
-      ++small_added;
-    }
+    REQUIRE(shard.find_or_insert(k, k.hash(), kT0, section));
+    shard.find(k, k.hash()).record->view().try_acquire(kT0, 5, 1);
   }
-  CHECK(small_added < 1000);
+  std::size_t bigs_left = 0;
+  for (std::uint64_t id = 0; id < 1000; ++id)
+    bigs_left += shard.find({id, 10, 1000}, LimiterKey{id, 10, 1000}.hash()) ? 1 : 0;
+  CHECK(bigs_left == bigs);
   CHECK(shard.bytes() <= 256 * 1024);
-  // 10 s later the small ones' 1 s windows are empty: they all go, but their bytes are
-  // not enough for a big one. 11 s later the big ones' 10 s windows are empty too.
+  // 11 s later every window is empty: a big one evicts without ghosts.
+  const std::uint64_t live = shard.evictions_active;
   const LimiterKey k{77777, 10, 1000};
   Shard::WriteSection section(shard);
-  CHECK_FALSE(shard.find_or_insert(k, k.hash(), kT0 + 10 * kSec, section));
-  CHECK(shard.evictions == small_added);
   CHECK(shard.find_or_insert(k, k.hash(), kT0 + 11 * kSec, section));
+  CHECK(shard.evictions_active == live);
   CHECK(shard.evictions >= 1);
   CHECK(shard.bytes() <= 256 * 1024);
   CHECK_THROWS_AS(Registry(1, 1000), std::invalid_argument);
