@@ -156,7 +156,11 @@ class HttpSession {
   bool feed(std::string_view data);
   bool blocked() const noexcept { return blocked_; }
   bool resume();
-  static constexpr std::size_t kOutputCap = 256 * 1024;
+  static constexpr std::size_t kOutputCap = 16 * 1024;
+  // The bytes it holds: output not taken yet, input held back, a request arriving.
+  std::size_t buffered() const noexcept {
+    return output_.capacity() + held_.capacity() + parser_.buffered();
+  }
   // Called when the client has sent nothing for too long: a partial request is answered
   // 408 (unless answers are still owed: then nothing more is written). Closing() after.
   void timed_out();

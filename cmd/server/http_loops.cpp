@@ -31,6 +31,8 @@ struct Connection {
   uv_timer_t timer{};
   HttpSession session;
   std::size_t writes = 0;  // in flight
+  std::size_t queued = 0;  // bytes of the writes in flight
+  std::size_t counted = 0;  // bytes of this connection in ConnectionCounters::buffered
   bool reading = false;
   bool input_ended = false;  // the client sent EOF (or its stream failed)
   // The timer runs as the request timeout of what this key named when it started (see
@@ -244,15 +246,38 @@ class LoopWorker final : public Worker {
       if (c.session.requests() == before && c.session.blocked()) break;  // answers owed
     }
     if (c.closing) return;
-    const bool backlog = c.session.blocked() ||
-        uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&c.tcp)) > (1U << 20);
+    // Answers not taken: no more is read until they are (per connection, at most
+    // kOutputCap in the session and as much queued to the socket, plus a read held back).
+    const bool backlog = c.session.blocked() || c.queued > HttpSession::kOutputCap;
     if (backlog) {
       if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
       c.reading = false;
+      if (c.queued != 0 &&
+          service_.connections().buffered.load(std::memory_order_relaxed) >
+              static_cast<std::int64_t>(config_.max_buffer_bytes)) {
+        // The connections' buffers are over their bound: one whose client does not take
+        // its answers goes (a slow reader among many, or one of a flood of them).
+        service_.connections().shed.fetch_add(1, std::memory_order_relaxed);
+        close(c);
+        return;
+      }
     } else {
       start_reading(c);
     }
     arm(c);
+  }
+
+  // Brings the connection's part of ConnectionCounters::buffered up to date, giving back
+  // the output buffer's memory once it has grown past the cap.
+  void account(Connection& c) {
+    std::string& out = c.session.output();
+    if (out.empty() && out.capacity() > HttpSession::kOutputCap) std::string().swap(out);
+    const std::size_t now = c.closing ? 0 : c.session.buffered() + c.queued;
+    if (now == c.counted) return;
+    service_.connections().buffered.fetch_add(
+        static_cast<std::int64_t>(now) - static_cast<std::int64_t>(c.counted),
+        std::memory_order_relaxed);
+    c.counted = now;
   }
 
   static void on_timeout(uv_timer_t* timer) {
@@ -306,9 +331,11 @@ class LoopWorker final : public Worker {
           return;
         }
         ++c.writes;
+        c.queued += w->data.capacity();
       }
     }
     out.clear();
+    account(c);
     if (c.session.closing()) finish(c);
   }
 
@@ -316,7 +343,9 @@ class LoopWorker final : public Worker {
     std::unique_ptr<WriteRequest> w(reinterpret_cast<WriteRequest*>(req));
     auto* c = static_cast<Connection*>(req->data);
     --c->writes;
+    c->queued -= w->data.capacity();
     LoopWorker& self = c->worker;
+    self.account(*c);
     if (status < 0) {
       self.close(*c);
       return;
@@ -341,6 +370,7 @@ class LoopWorker final : public Worker {
   void close(Connection& c) {
     if (c.closing) return;
     c.closing = true;
+    account(c);  // (gives back its part)
     if (connections_.erase(&c) != 0)
       service_.connections().open.fetch_sub(1, std::memory_order_relaxed);
     const auto closed = [](uv_handle_t* h) {
@@ -364,7 +394,9 @@ class LoopWorker final : public Worker {
   bool drain_timer_closed_ = false;
   std::unordered_set<Connection*> connections_;
   std::thread thread_;
-  char read_buffer_[64 * 1024];
+  // (16 KiB: what a connection reads while its answers are not taken is held back, up to
+  // a read.)
+  char read_buffer_[16 * 1024];
 };
 
 }  // namespace

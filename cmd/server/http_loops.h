@@ -21,6 +21,9 @@ struct Config {
   std::uint64_t request_timeout_ms = 10000;
   std::uint64_t idle_timeout_ms = 30000;
   std::uint64_t drain_timeout_ms = 10000;
+  // Over this many bytes in the connections' buffers (ConnectionCounters::buffered), a
+  // connection that is not reading its answers is closed.
+  std::size_t max_buffer_bytes = std::size_t{64} << 20;
   HttpLimits limits;
 };
 

@@ -246,11 +246,16 @@ int run(int argc, char** argv) {
      cxxopts::value<std::size_t>()->default_value("1000000"))
     ("max-memory", "Memory the engine's limiters take at most, in bytes, or with a suffix "
                    "K, M or G (powers of 1024; at least 16K). A limiter takes 48 bytes plus 4 "
-                   "per subinterval. One whose window still holds counts is never dropped; "
-                   "while the bounds are full of them, new client keys share one overflow "
-                   "limiter per window geometry. A rules file with a limit of which not even "
-                   "one limiter fits is refused",
+                   "per subinterval. While the bounds are full of limiters that still count, "
+                   "a new client key evicts the lightest of the oldest, whose counts are kept "
+                   "as a ghost its key starts from again. A rules file with a limit of which "
+                   "not even one limiter fits is refused",
      cxxopts::value<std::string>()->default_value("256M"))
+    ("max-buffer-memory", "Memory the client connections' buffers take (answers not taken "
+                          "yet, input held back, requests arriving), as --max-memory. A "
+                          "connection reads no more while 16K of its answers wait; over this "
+                          "bound, one that does not take its answers is closed",
+     cxxopts::value<std::string>()->default_value("64M"))
     ("h,help", "Print this help");
   // clang-format on
   cxxopts::ParseResult args;
@@ -374,6 +379,13 @@ int run(int argc, char** argv) {
       engine_options.max_memory < 16 * 1024) {
     std::fprintf(stderr,
                  "ratewin-server: --max-memory must be bytes (at least 16K), with an "
+                 "optional suffix K, M or G\n");
+    return 2;
+  }
+  if (!parse_bytes(args["max-buffer-memory"].as<std::string>(), config.max_buffer_bytes) ||
+      config.max_buffer_bytes < 64 * 1024) {
+    std::fprintf(stderr,
+                 "ratewin-server: --max-buffer-memory must be bytes (at least 64K), with an "
                  "optional suffix K, M or G\n");
     return 2;
   }

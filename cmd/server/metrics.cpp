@@ -135,12 +135,18 @@ void Service::write_request_metrics(PrometheusText& out) const {
 
   out.single("ratewin_server_open_connections", "gauge", "Client connections open now.",
              static_cast<double>(connections_.open.load(std::memory_order_relaxed)));
+  out.single("ratewin_server_connection_buffer_bytes", "gauge",
+             "Bytes the client connections hold in buffers now (bounded by "
+             "--max-buffer-memory).",
+             static_cast<double>(connections_.buffered.load(std::memory_order_relaxed)));
   out.family("ratewin_server_connections_total", "counter",
              "Client connections by outcome: accepted, refused (over --max-connections), "
-             "timed_out (slow or idle).");
+             "timed_out (slow or idle), shed (not taking answers while the buffers were over "
+             "--max-buffer-memory).");
   out.sample("outcome=\"accepted\"", u(connections_.accepted));
   out.sample("outcome=\"refused\"", u(connections_.refused));
   out.sample("outcome=\"timed_out\"", u(connections_.timed_out));
+  out.sample("outcome=\"shed\"", u(connections_.shed));
 }
 
 void Service::write_rules_metrics(PrometheusText& out) const {

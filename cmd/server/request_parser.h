@@ -74,6 +74,8 @@ class RequestParser {
   Request& request() noexcept { return request_; }
   int error_status() const noexcept { return error_status_; }
   std::string_view error() const noexcept { return error_; }
+  // Bytes it holds for a request still arriving (a line begun, a body).
+  std::size_t buffered() const noexcept { return line_.capacity() + request_.body.capacity(); }
   // Some bytes of a request have arrived (empty lines between requests do not count).
   bool mid_request() const noexcept;
 

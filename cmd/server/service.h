@@ -51,6 +51,12 @@ struct ConnectionCounters {
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> refused{0};    // over --max-connections
   std::atomic<std::uint64_t> timed_out{0};  // slow or idle clients
+  // Closed for holding answers it did not read while the connections' buffers were over
+  // --max-buffer-memory.
+  std::atomic<std::uint64_t> shed{0};
+  // Bytes the connections hold in buffers: answers not taken yet (the session's and
+  // those queued to the socket), input held back, requests arriving.
+  std::atomic<std::int64_t> buffered{0};
 };
 
 class Service {

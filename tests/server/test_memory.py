@@ -6,6 +6,8 @@ limits cannot fit is refused."""
 from __future__ import annotations
 
 import os
+import select
+import time
 import pathlib
 import re
 import socket
@@ -173,3 +175,69 @@ def test_rules_whose_limit_cannot_fit_are_refused(start_server, server_binary, t
                              capture_output=True, timeout=10)
         assert run.returncode == 2, bad
         assert b"--max-memory" in run.stderr
+
+
+def stuff_without_reading(port: int, connections: int, seconds: float) -> list[socket.socket]:
+    """Opens connections with a small receive buffer, each pipelining `GET /a` without ever
+    reading an answer, for as long as the server takes the bytes (at most `seconds`)."""
+    request = b"GET /a HTTP/1.1\r\nHost: t\r\n\r\n" * 4000
+    socks = []
+    for _ in range(connections):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        s.setblocking(False)
+        socks.append(s)
+    sent = {s: 0 for s in socks}
+    deadline = time.monotonic() + seconds
+    open_ = list(socks)
+    while open_ and time.monotonic() < deadline:
+        _, writable, _ = select.select([], open_, [], 0.2)
+        if not writable:
+            break  # the server takes no more from any of them
+        for s in writable:
+            try:
+                sent[s] += s.send(request)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:  # closed by the server
+                open_.remove(s)
+            if sent[s] > 3 << 20:
+                open_.remove(s)
+    return socks
+
+
+def test_clients_that_never_read_their_answers_hold_a_bounded_buffer(start_server, tmp_path):
+    # Before: 1,500 such connections grew the server from 5 MB to 614 MB (410 KB each): the
+    # output of a 64 KiB read of requests (up to 1 MiB queued) and buffers never given back.
+    server = start_server(rules=write_rules(tmp_path / "r.yaml", PER_MINUTE), threads=1)
+    server.get("/metrics")
+    before = rss_kib(server.pid)
+    socks = stuff_without_reading(server.port, 300, 8.0)
+    try:
+        grown = rss_kib(server.pid) - before
+        buffered = server.metric("ratewin_server_connection_buffer_bytes") or 0
+        # Each connection: at most 16 KiB of answers in the session, as much queued to the
+        # socket, and a 16 KiB read held back (plus what the allocator keeps).
+        assert buffered <= 300 * 64 * 1024, buffered
+        if not os.environ.get("RATEWIN_SANITIZE"):
+            assert grown < 300 * 100, f"RSS grew {grown} KiB for 300 connections"
+    finally:
+        for s in socks:
+            s.close()
+    assert server.get("/a").status in (200, 429)
+
+
+def test_non_reading_clients_are_shed_over_max_buffer_memory(start_server, tmp_path):
+    server = start_server("--max-buffer-memory", "64K",
+                          rules=write_rules(tmp_path / "r.yaml", PER_MINUTE), threads=1)
+    socks = stuff_without_reading(server.port, 100, 5.0)
+    try:
+        # (100 such connections hold about 660 KB, most of their answers being in the
+        # kernel's socket buffers.)
+        assert server.metric('ratewin_server_connections_total{outcome="shed"}') > 0
+        assert server.metric("ratewin_server_open_connections") < 100
+    finally:
+        for s in socks:
+            s.close()
+    assert server.get("/a").status in (200, 429)
