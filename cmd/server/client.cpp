@@ -1,5 +1,7 @@
 #include "client.h"
 
+#include <algorithm>
+
 #include "text.h"
 
 namespace ratewin::server {
@@ -20,6 +22,28 @@ bool each_entry_backwards(std::string_view value, Visit visit) {
 }
 
 }  // namespace
+
+std::string ambiguous_client_headers(const Request& request) {
+  // (Names are in lower case.)
+  static constexpr std::string_view kRead[] = {
+      "x-api-key",   "authorization",   "x-forwarded-for", "x-real-ip",
+      "x-original-method", "x-original-uri", "x-forwarded-method", "x-forwarded-uri"};
+  int keys = 0;
+  int authorizations = 0;
+  for (const auto& [name, value] : request.headers) {
+    keys += name == "x-api-key" ? 1 : 0;
+    authorizations += name == "authorization" ? 1 : 0;
+    if (name.find('_') == std::string::npos) continue;
+    std::string dashed = name;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    for (const std::string_view read : kRead)
+      if (dashed == read)
+        return "header " + name + ": '_' for '-' in a header this server reads is refused";
+  }
+  if (keys > 1) return "more than one X-API-Key header";
+  if (authorizations > 1) return "more than one Authorization header";
+  return {};
+}
 
 std::string_view bearer(const Request& request) {
   const std::string_view auth = trim_ows(request.header("authorization"));

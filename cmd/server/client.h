@@ -13,6 +13,12 @@ namespace ratewin::server {
 // The token of "Authorization: Bearer <token>", empty if there is none.
 std::string_view bearer(const Request& request);
 
+// Why the headers that say who the client is cannot be read one way only, or empty: the
+// key's header (X-API-Key, Authorization) twice (this server reads the first; another
+// reader may take the last), or any header it reads spelt with '_' for '-' (X_API_Key:
+// CGI and WSGI backends read it as X-API-Key, which this server would not have seen).
+std::string ambiguous_client_headers(const Request& request);
+
 struct Client {
   // API keys and addresses are counted apart (an API key "ip:..." is not that address).
   enum class Kind : char { api_key = 'k', address = 'a' };

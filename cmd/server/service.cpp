@@ -198,6 +198,10 @@ class Service::Worker final : public RequestHandler {
   // A request to the demo backend: limited, then answered by it.
   void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
              Reply& reply) {
+    if (const std::string problem = ambiguous_client_headers(request); !problem.empty()) {
+      count(400, "ambiguous-header");
+      return json_error(reply.response(), 400, problem);
+    }
     const Client client =
         clients_.identify(request, clients_.address(request, peer, false).address);
     decide(client, request.method, path, Pass::backend, reply);
@@ -212,7 +216,11 @@ class Service::Worker final : public RequestHandler {
       return json_error(response, 403,
                         "forward-auth checks are answered for --trust-proxy peers only");
     }
-    std::string error;
+    std::string error = ambiguous_client_headers(request);
+    if (!error.empty()) {
+      count(400, "ambiguous-header");
+      return json_error(response, 400, error);
+    }
     const std::optional<CheckedRequest> checked =
         checked_request(request, service_.options_.check_path, error);
     const ClientIdentifier::Address address = clients_.address(request, peer, true);

@@ -179,3 +179,31 @@ def test_trust_proxy_needs_its_ranges():
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
     assert done.returncode == 2, done
     assert b"trust-proxy" in done.stderr
+
+
+def test_key_headers_read_one_way_only(start_server, rules, tmp_path):
+    """Two X-API-Key headers: this server took the first, a backend may take the last.
+    X_API_Key: ignored here, read as X-API-Key by CGI and WSGI backends. Both are 400,
+    in gateway mode and in a forward-auth check alike."""
+    server = start_server("--trust-proxy", "127.0.0.1", rules=rules)
+    ambiguous = [
+        [("X-API-Key", "a"), ("X-API-Key", "b")],
+        [("Authorization", "Bearer a"), ("Authorization", "Bearer b")],
+        [("X_API_Key", "a")],
+        [("X-API-Key", "a"), ("x_api_key", "b")],
+        [("X_Forwarded_For", "192.0.2.66")],
+        [("X_Real_IP", "192.0.2.66")],
+    ]
+    for headers in ambiguous:
+        for target in ["/", "/ratewin/check"]:
+            extra = [] if target == "/" else [("X-Forwarded-For", "192.0.2.1"),
+                                              ("X-Original-Method", "GET"),
+                                              ("X-Original-URI", "/")]
+            with raw_connect(server.port) as sock:
+                sock.sendall(raw_get(target, [*headers, *extra]))
+                reply = RawReader(sock).response()
+            assert reply.status == 400, (headers, target, reply)
+    # One key, and other headers with '_', are fine.
+    with raw_connect(server.port) as sock:
+        sock.sendall(raw_get("/", [("X-API-Key", "a"), ("X_Trace_Id", "1")]))
+        assert RawReader(sock).response().status == 200
