@@ -84,6 +84,17 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
 void Admission::decide_scripted(bool unchanged, Shard::WriteSection& section) {
   Record& record = *ref_.record;
   const bool bucket = key_.bucket();
+  if (!bucket) {
+    // A log is exact: it decides at a time read under the lock, so that the order of its
+    // entries is the order of its admissions. With the time read before it, a call that
+    // waited for the lock would count its request from then, and it would leave the log
+    // that much early: one more than max could be admitted within a window.
+    const std::int64_t locked = engine_.now_ns();
+    if (locked > now_) {
+      now_ = locked;
+      unchanged = false;
+    }
+  }
   // A question always reads the shared state: nothing else brings this engine other
   // nodes' counts (buckets and logs have no boundary reads).
   cold_ = engine_.store_ != nullptr;

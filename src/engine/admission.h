@@ -93,7 +93,8 @@ class Admission {
   Shard& shard_;
   const LimiterKey& key_;
   const std::uint64_t hash_;
-  const std::int64_t now_;
+  // (A log's is read again under the lock: see decide_scripted.)
+  std::int64_t now_;
   const Limit limit_;  // a copy: a partitioned limit's share is made for the call
   const std::uint64_t cost_;
   const bool degraded_;    // the store was known to be unreachable when the call began

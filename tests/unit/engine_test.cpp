@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <barrier>
+#include <latch>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -552,6 +553,51 @@ TEST_CASE_FIXTURE(Fixture, "concurrent callers on a sliding log admit exactly wh
     if (d.allowed) model.add(t, 1);
     return d.allowed;
   });
+}
+
+// A clock whose first reading on one thread is held back: that thread has read the time,
+// and then waits (as a thread preempted between its clock read and the shard's lock).
+class StallingClock final : public Clock {
+ public:
+  std::chrono::nanoseconds now() const noexcept override {
+    const std::chrono::nanoseconds t = inner.now();
+    if (std::this_thread::get_id() == stalled && !stalled_once.exchange(true)) {
+      read.count_down();
+      go.wait();
+    }
+    return t;
+  }
+  ManualClock inner;
+  std::thread::id stalled;
+  mutable std::atomic<bool> stalled_once{false};
+  mutable std::latch read{1};
+  std::latch go{1};
+};
+
+TEST_CASE("a sliding log decides at a time read under the lock: never more than max in a window") {
+  // Before: a call that read the clock, then waited 5 ms for the lock, counted its request
+  // from its clock read; its entry left the log 5 ms early, and a request 1 s after that
+  // read (995 ms after the admission) was admitted too: 2 within 1 s, max 1.
+  auto clock = std::make_shared<StallingClock>();
+  Options options;
+  options.clock = clock;
+  Engine engine(options);
+  const Limit limit = Limit(1, 1s).with_algorithm(Algorithm::sliding_log);
+  const auto t0 = clock->inner.now();
+  Decision first;
+  std::thread late([&] {
+    clock->stalled = std::this_thread::get_id();
+    first = engine.try_acquire("r", limit);
+  });
+  clock->read.wait();
+  clock->inner.advance(5ms);  // while it waits
+  clock->go.count_down();
+  late.join();
+  REQUIRE(first.allowed);
+  clock->inner.set(t0 + 1s);
+  CHECK_FALSE(engine.try_acquire("r", limit).allowed);
+  clock->inner.set(t0 + 1s + 5ms);
+  CHECK(engine.try_acquire("r", limit).allowed);
 }
 
 TEST_CASE_FIXTURE(Fixture, "the registry stays within max_limiters under a flood of resources") {
