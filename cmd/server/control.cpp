@@ -42,6 +42,7 @@ Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers
     // The directory, not the file: editors and deploy tools replace the file (a new
     // inode), which a watch on the old one would miss.
     const std::filesystem::path path = std::filesystem::absolute(service_.rules_path());
+    rules_name_ = path.filename().string();
     const int rc = uv_fs_event_start(&watch_, on_change, path.parent_path().c_str(), 0);
     if (rc != 0) {
       log(LogLevel::warning,
@@ -89,27 +90,43 @@ void Control::on_hup(uv_signal_t* s, int) {
   if (self->rls_ != nullptr) self->rls_->reload("SIGHUP");
 }
 
-void Control::on_change(uv_fs_event_t* handle, const char*, int, int status) {
-  auto* self = static_cast<Control*>(handle->data);
+void Control::changed(uv_timer_t& debounce, bool& in_place, bool ours, int events,
+                      uv_timer_cb settled) {
+  // A save is often several events (truncate, write, rename): reload once they settle.
+  // A file renamed into place (or a symlink swapped) is whole at once; one written in
+  // place may be half written (a deploy tool that flushes part, then the rest): it is
+  // reloaded only once it has stood unchanged for the settle time.
+  if (ours && (events & UV_CHANGE) != 0) in_place = true;
+  uv_timer_start(&debounce, settled, in_place ? service_.reload_settle_ms() : 100, 0);
+}
+
+void Control::on_change(uv_fs_event_t* handle, const char* name, int events, int status) {
   // Any change in the directory: the file may be reached through a symlink swapped
   // there (a Kubernetes ConfigMap). Unchanged bytes are not a new version.
   if (status < 0) return;
-  // A save is often several events (truncate, write, rename): reload once they settle.
-  uv_timer_start(&self->debounce_, on_settled, 100, 0);
+  auto* self = static_cast<Control*>(handle->data);
+  self->changed(self->debounce_, self->in_place_, name == nullptr || name == self->rules_name_,
+                events, on_settled);
 }
 
 void Control::on_settled(uv_timer_t* t) {
-  static_cast<Control*>(t->data)->service_.reload("file changed");
+  auto* self = static_cast<Control*>(t->data);
+  self->in_place_ = false;
+  self->service_.reload("file changed");
 }
 
-void Control::on_rls_change(uv_fs_event_t* handle, const char*, int, int status) {
+void Control::on_rls_change(uv_fs_event_t* handle, const char* name, int events, int status) {
   if (status < 0) return;
   auto* self = static_cast<Control*>(handle->data);
-  uv_timer_start(&self->rls_debounce_, on_rls_settled, 100, 0);
+  const std::string_view file = name != nullptr ? name : ".yaml";
+  self->changed(self->rls_debounce_, self->rls_in_place_,
+                file.ends_with(".yaml") || file.ends_with(".yml"), events, on_rls_settled);
 }
 
 void Control::on_rls_settled(uv_timer_t* t) {
-  static_cast<Control*>(t->data)->rls_->reload("file changed");
+  auto* self = static_cast<Control*>(t->data);
+  self->rls_in_place_ = false;
+  self->rls_->reload("file changed");
 }
 
 }  // namespace ratewin::server

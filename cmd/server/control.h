@@ -6,6 +6,7 @@
 #include <uv.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "grpc_front.h"
@@ -36,6 +37,10 @@ class Control {
   static void on_settled(uv_timer_t* t);
   static void on_rls_change(uv_fs_event_t* handle, const char*, int, int status);
   static void on_rls_settled(uv_timer_t* t);
+  // A change seen in a watched folder: the reload waits until they settle, the longer
+  // wait after a write in place to a file it reads (`ours`: a file half written must not
+  // go live; a temporary file written before its rename is not one).
+  void changed(uv_timer_t& debounce, bool& in_place, bool ours, int events, uv_timer_cb settled);
 
   Service& service_;
   std::vector<std::unique_ptr<Worker>>& workers_;
@@ -45,8 +50,11 @@ class Control {
   uv_signal_t sigterm_{}, sigint_{}, sighup_{};
   uv_timer_t debounce_{};
   uv_fs_event_t watch_{};
+  bool in_place_ = false;  // a write in place since the last reload
+  std::string rules_name_;  // the rules file's name in its folder
   uv_timer_t rls_debounce_{};
   uv_fs_event_t rls_watch_{};
+  bool rls_in_place_ = false;
   bool stopping_ = false;
 };
 

@@ -251,6 +251,13 @@ int run(int argc, char** argv) {
                    "as a ghost its key starts from again. A rules file with a limit of which "
                    "not even one limiter fits is refused",
      cxxopts::value<std::string>()->default_value("256M"))
+    ("allow-empty-rules", "Accept a rules file that defines no limit, allow or deny entry "
+                          "(refused by default: an empty file, or one cut short, would allow "
+                          "every request)")
+    ("reload-settle-ms", "A rules file (or --rls-config file) written in place is reloaded "
+                         "once it has stood unchanged this long; one renamed into place "
+                         "after 100 ms",
+     cxxopts::value<std::uint64_t>()->default_value("1000"))
     ("max-buffer-memory", "Memory the client connections' buffers take (answers not taken "
                           "yet, input held back, requests arriving), as --max-memory. A "
                           "connection reads no more while 16K of its answers wait; over this "
@@ -359,6 +366,8 @@ int run(int argc, char** argv) {
     return 2;
   }
   service_options.forward_auth_only = mode == "forward-auth";
+  service_options.allow_empty_rules = args.count("allow-empty-rules") != 0;
+  service_options.reload_settle_ms = args["reload-settle-ms"].as<std::uint64_t>();
   if (args.count("trust-proxy") != 0) {
     std::string error;
     std::optional<AddressRanges> ranges =

@@ -92,6 +92,10 @@ const std::string& Rules::version() const { return data_->version; }
 
 std::size_t Rules::limit_count() const { return data_->rules.size(); }
 
+bool Rules::says_nothing() const {
+  return data_->rules.empty() && data_->allow.empty() && data_->deny.empty();
+}
+
 bool Rules::shadow_headers() const { return data_->shadow_headers; }
 
 std::vector<const LimitRule*> Rules::limits() const {

@@ -93,6 +93,9 @@ class Rules {
   // The active rules as one JSON object, for GET /admin/rules.
   std::string describe_json() const;
   std::size_t limit_count() const;
+  // No limit, and no allow or deny entry: every request is allowed (an empty file, or
+  // one cut short).
+  bool says_nothing() const;
   // Whether limits in shadow (mode: shadow) appear in the rate-limit headers
   // (defaults.shadow_headers; false unless set).
   bool shadow_headers() const;

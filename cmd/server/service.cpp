@@ -380,6 +380,11 @@ class Service::Worker final : public RequestHandler {
 Rules Service::load_rules() const {
   if (options_.rules_path.empty()) return Rules();
   Rules rules = Rules::load(options_.rules_path);
+  if (rules.says_nothing() && !options_.allow_empty_rules) {
+    throw RulesError(options_.rules_path, 0, 0,
+                     "no limit, allow or deny entry (an empty file, or one cut short?): every "
+                     "request would be allowed; --allow-empty-rules accepts such a file");
+  }
   // A limit of which not even one limiter fits in the engine's memory bound could never
   // count anything: refused, rather than answered by the overflow limiter for ever.
   const std::size_t budget = engine_.options().max_memory;

@@ -43,6 +43,12 @@ struct ServiceOptions {
   // --mode forward-auth: only checks are answered (and /healthz, /metrics, /admin); any
   // other request is 404, not a request to the demo backend.
   bool forward_auth_only = false;
+  // A rules file that defines no limit and no allow or deny entry (empty, or cut short)
+  // is refused unless this is set (--allow-empty-rules).
+  bool allow_empty_rules = false;
+  // A rules file (or --rls-config folder) changed in place is reloaded once it has stood
+  // unchanged this long (--reload-settle-ms); one renamed into place 100 ms after.
+  std::uint64_t reload_settle_ms = 1000;
 };
 
 // Connection counts, kept by the transport.
@@ -79,6 +85,7 @@ class Service {
   Rules load_rules() const;
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
+  std::uint64_t reload_settle_ms() const noexcept { return options_.reload_settle_ms; }
 
   // The last rules load's error, empty if it succeeded. Thread-safe.
   std::string last_reload_error() const;

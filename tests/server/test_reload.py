@@ -300,3 +300,59 @@ def test_invalid_rules_at_startup_exit_1_naming_the_line(server_binary, tmp_path
     assert result.returncode == 1
     assert result.stdout == ""
     assert f"rules: {path}:6:14: endpoints[0].limits[0].max:" in result.stderr, result.stderr
+
+
+REVOKING = """
+version: "{version}"
+tiers:
+  free:
+    limits:
+      - {{name: burst, max: 100, window: 1m}}
+default_tier: free
+deny:
+  - revoked
+"""
+
+
+def test_a_file_written_in_place_goes_live_only_once_whole(start_server, tmp_path):
+    """Before: a deploy tool wrote the file up to just before `deny:`, flushed, and 0.4 s
+    later wrote the rest; in between (100 ms after the first write) the revoked key got 200.
+    A file written in place is reloaded once it has stood unchanged for --reload-settle-ms;
+    one renamed into place at once."""
+    path = write_rules(tmp_path / "rules.yaml", REVOKING.format(version="v1"))
+    server = start_server(rules=path, admin_token=TOKEN)
+    assert server.get("/", {"X-API-Key": "revoked"}).status == 403
+    whole = REVOKING.format(version="v2").lstrip("\n")
+    cut = whole.index("deny:")
+    with open(path, "w") as f:
+        f.write(whole[:cut])
+        f.flush()
+        for _ in range(8):  # 0.4 s, asking all along
+            time.sleep(0.05)
+            assert server.get("/", {"X-API-Key": "revoked"}).status == 403
+        f.write(whole[cut:])
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v2@"), 3)
+    assert server.get("/", {"X-API-Key": "revoked"}).status == 403
+    assert server.metric('ratewin_server_rules_reloads_total{result="rejected"}') == 0
+    # Renamed into place: live at once (well within the settle time).
+    write_rules(path, REVOKING.format(version="v3"), atomic=True)
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v3@"), 0.6)
+
+
+def test_an_empty_or_ruleless_file_is_refused_unless_allowed(start_server, server_binary, tmp_path):
+    path = write_rules(tmp_path / "rules.yaml", REVOKING.format(version="v1"))
+    server = start_server(rules=path, admin_token=TOKEN)
+    good = admin_rules(server)["version"]
+    for rejected, text in enumerate(["", "version: \"only\"\n"], start=1):
+        write_rules(path, text, atomic=True)
+        assert wait_until(lambda: server.metric(
+            'ratewin_server_rules_reloads_total{result="rejected"}') == rejected, 3)
+        assert admin_rules(server)["version"] == good
+        assert "no limit, allow or deny entry" in admin_rules(server)["last_error"]
+        assert server.get("/", {"X-API-Key": "revoked"}).status == 403
+    # At start too, unless --allow-empty-rules.
+    run = subprocess.run([server_binary, "--listen", "127.0.0.1:0", "--rules", str(path)],
+                         capture_output=True, timeout=10)
+    assert run.returncode == 1 and b"--allow-empty-rules" in run.stderr, run
+    allowed = start_server("--allow-empty-rules", rules=path)
+    assert allowed.get("/", {"X-API-Key": "revoked"}).status == 200
