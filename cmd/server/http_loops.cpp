@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <list>
 #include <optional>
 #include <thread>
 #include <unordered_set>
@@ -44,6 +45,10 @@ struct Connection {
   // waits the rest (one timer update per idle period, not per request).
   bool idle = false;
   std::uint64_t idle_since = 0;
+  // Its place in the worker's list of idle connections, longest idle first (while idle).
+  std::list<Connection*>::iterator idle_at;
+  // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
+  std::string address;
   bool closing = false;
   int handles = 2;  // open libuv handles (tcp, timer)
 };
@@ -127,22 +132,42 @@ class LoopWorker final : public Worker {
 
   static void on_connection(uv_stream_t* server, int status) {
     auto* self = static_cast<LoopWorker*>(server->data);
+    ConnectionCounters& counters = self->service_.connections();
     if (status < 0) {
-      log(LogLevel::warning, "accept: " + uv_message(status));
+      // Most likely the process's file limit (EMFILE): logged once a minute at most, with
+      // how many failed since, rather than once per attempt (or not at all).
+      counters.accept_failures.fetch_add(1, std::memory_order_relaxed);
+      ++self->accept_failures_unlogged_;
+      const std::uint64_t now = uv_now(&self->loop_);
+      if (self->accept_failure_logged_ == 0 || now - self->accept_failure_logged_ >= 60'000) {
+        log(LogLevel::warning,
+            "accept: " + uv_message(status) + " (" +
+                std::to_string(self->accept_failures_unlogged_) +
+                " failed since the last message; at the process's file limit, raise "
+                "LimitNOFILE or ulimit -n, or lower --max-connections)");
+        self->accept_failure_logged_ = now;
+        self->accept_failures_unlogged_ = 0;
+      }
       return;
     }
-    ConnectionCounters& counters = self->service_.connections();
     auto* c = new Connection(*self, *self->handler_, self->config_.limits);
     uv_tcp_init(&self->loop_, &c->tcp);
     uv_timer_init(&self->loop_, &c->timer);
     c->tcp.data = c;
     c->timer.data = c;
+    c->idle_at = self->idle_.end();
     if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) return self->close(*c);
     if (counters.open.load(std::memory_order_relaxed) >=
         static_cast<std::int64_t>(self->config_.max_connections)) {
-      // Bounded: over the limit, a connection is closed at once (the client retries).
-      counters.refused.fetch_add(1, std::memory_order_relaxed);
-      return self->close(*c);
+      // Bounded. At the bound, the connection idle the longest (between requests) makes
+      // room: keep-alive connections that ask now and then must not hold every slot.
+      // With none idle, the new one is closed at once (the client retries).
+      if (self->idle_.empty()) {
+        counters.refused.fetch_add(1, std::memory_order_relaxed);
+        return self->close(*c);
+      }
+      counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
+      self->close(*self->idle_.front());
     }
     uv_tcp_nodelay(&c->tcp, 1);
     sockaddr_storage peer{};
@@ -153,6 +178,10 @@ class LoopWorker final : public Worker {
         uv_ip4_name(reinterpret_cast<sockaddr_in*>(&peer), name, sizeof name);
       else if (peer.ss_family == AF_INET6)
         uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&peer), name, sizeof name);
+    }
+    if (self->config_.max_connections_per_address != 0 && !self->count_address(*c, peer)) {
+      counters.address_refused.fetch_add(1, std::memory_order_relaxed);
+      return self->close(*c);
     }
     c->session.set_peer(name);
     // A deferred answer landed: write it out (and go on parsing what waited for it).
@@ -166,6 +195,51 @@ class LoopWorker final : public Worker {
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
     self->start_reading(*c);
     self->arm(*c);
+  }
+
+  // Counts the connection against its peer's address (an IPv6 one by its /64: one host
+  // holds a whole /64); false, counting nothing, when the address has its most.
+  bool count_address(Connection& c, const sockaddr_storage& peer) {
+    std::string key;
+    if (peer.ss_family == AF_INET) {
+      const auto& a = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+      key.assign(reinterpret_cast<const char*>(&a), sizeof a);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+      const bool mapped = IN6_IS_ADDR_V4MAPPED(&a);
+      key.assign(reinterpret_cast<const char*>(&a) + (mapped ? 12 : 0), mapped ? 4 : 8);
+    } else {
+      return true;
+    }
+    ConnectionCounters& counters = service_.connections();
+    std::lock_guard lock(counters.per_address_mutex);
+    std::uint32_t& open = counters.per_address[key];
+    if (open >= config_.max_connections_per_address) {
+      if (open == 0) counters.per_address.erase(key);
+      return false;
+    }
+    ++open;
+    c.address = std::move(key);
+    return true;
+  }
+
+  void uncount_address(Connection& c) {
+    if (c.address.empty()) return;
+    ConnectionCounters& counters = service_.connections();
+    std::lock_guard lock(counters.per_address_mutex);
+    const auto it = counters.per_address.find(c.address);
+    if (it != counters.per_address.end() && --it->second == 0) counters.per_address.erase(it);
+    c.address.clear();
+  }
+
+  // Idle: at the end of the list (a connection idle again, or answered at once while
+  // idle, moves there); busy: out of it.
+  void set_idle(Connection& c, bool idle) {
+    if (c.idle_at != idle_.end()) {
+      idle_.erase(c.idle_at);
+      c.idle_at = idle_.end();
+    }
+    if (idle) c.idle_at = idle_.insert(idle_.end(), &c);
   }
 
   void start_reading(Connection& c) {
@@ -184,6 +258,7 @@ class LoopWorker final : public Worker {
       // Waiting for the client to take its responses: each write it takes restarts this.
       c.deadline_of.reset();
       c.idle = false;
+      set_idle(c, false);
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else if (s.mid_request() || s.requests() == 0 || s.pending() != 0) {
       // What the deadline is of: the request being received (or the first to come), else
@@ -193,10 +268,12 @@ class LoopWorker final : public Worker {
       if (c.deadline_of == key) return;
       c.deadline_of = key;
       c.idle = false;
+      set_idle(c, false);
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     } else {
       c.deadline_of.reset();
       c.idle_since = uv_now(&loop_);
+      set_idle(c, true);
       if (c.idle) return;  // the timer runs as the idle timeout already
       c.idle = true;
       uv_timer_start(&c.timer, on_timeout, config_.idle_timeout_ms, 0);
@@ -290,6 +367,7 @@ class LoopWorker final : public Worker {
         return;
       }
       c->idle = false;
+      c->worker.set_idle(*c, false);
     }
     c->worker.service_.connections().timed_out.fetch_add(1, std::memory_order_relaxed);
     if (c->writes != 0) {
@@ -363,6 +441,7 @@ class LoopWorker final : public Worker {
       close(c);
     } else if (!c.closing) {
       c.idle = false;
+      set_idle(c, false);
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     }
   }
@@ -371,6 +450,8 @@ class LoopWorker final : public Worker {
     if (c.closing) return;
     c.closing = true;
     account(c);  // (gives back its part)
+    set_idle(c, false);
+    uncount_address(c);
     if (connections_.erase(&c) != 0)
       service_.connections().open.fetch_sub(1, std::memory_order_relaxed);
     const auto closed = [](uv_handle_t* h) {
@@ -393,6 +474,9 @@ class LoopWorker final : public Worker {
   bool drain_started_ = false;
   bool drain_timer_closed_ = false;
   std::unordered_set<Connection*> connections_;
+  std::list<Connection*> idle_;  // idle connections, the longest idle first
+  std::uint64_t accept_failure_logged_ = 0;  // loop time of the last message (0: none)
+  std::uint64_t accept_failures_unlogged_ = 0;
   std::thread thread_;
   // (16 KiB: what a connection reads while its answers are not taken is held back, up to
   // a read.)

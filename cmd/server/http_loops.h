@@ -18,6 +18,9 @@ struct Config {
   int port = 8080;
   unsigned threads = 2;
   std::size_t max_connections = 10000;
+  // Most connections open at once from one peer address (an IPv6 one by its /64); 0: no
+  // bound of its own.
+  std::size_t max_connections_per_address = 1000;
   std::uint64_t request_timeout_ms = 10000;
   std::uint64_t idle_timeout_ms = 30000;
   std::uint64_t drain_timeout_ms = 10000;

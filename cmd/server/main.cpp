@@ -2,6 +2,7 @@
 // on SO_REUSEPORT sockets (http_loops.h), each request limited by the rules (service.h);
 // the main thread handles signals and watches the rules file (control.h).
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,6 +32,26 @@
 
 namespace ratewin::server {
 namespace {
+
+// The process's file limit raised, as far as its hard limit allows, to hold
+// --max-connections and what else the server opens; a warning when it cannot (accepts
+// past it fail, and are logged).
+void raise_file_limit(std::size_t max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const auto wanted = static_cast<rlim_t>(max_connections + 256);
+  if (limit.rlim_cur >= wanted) return;
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  if (limit.rlim_cur < wanted) {
+    log(LogLevel::warning,
+        "the process may open " + std::to_string(limit.rlim_cur) +
+            " files, fewer than --max-connections " + std::to_string(max_connections) +
+            " needs: raise LimitNOFILE (or ulimit -n), or lower --max-connections");
+  }
+}
+
 
 // "65536", "64K", "256M", "1G" (powers of 1024; "KiB", "MiB", "GiB" too).
 bool parse_bytes(const std::string& text, std::size_t& out) {
@@ -233,8 +254,13 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value("gateway"))
     ("log-level", "debug, info, warning or error",
      cxxopts::value<std::string>()->default_value("info"))
-    ("max-connections", "Client connections open at once; more are closed at once",
+    ("max-connections", "Client connections open at once. At the bound, the connection idle "
+                        "the longest (between requests) is closed to make room; with none "
+                        "idle, a new one is closed at once",
      cxxopts::value<std::size_t>()->default_value("10000"))
+    ("max-connections-per-address", "Client connections open at once from one address (an "
+                                    "IPv6 one by its /64); 0: no bound of its own",
+     cxxopts::value<std::size_t>()->default_value("1000"))
     ("request-timeout-ms", "Time a client has to send a whole request (408 after it), counted "
                            "from its first byte, or for a new connection from its accept",
      cxxopts::value<std::uint64_t>()->default_value("10000"))
@@ -338,6 +364,7 @@ int run(int argc, char** argv) {
   }
   config.threads = args["threads"].as<unsigned>();
   config.max_connections = args["max-connections"].as<std::size_t>();
+  config.max_connections_per_address = args["max-connections-per-address"].as<std::size_t>();
   config.request_timeout_ms = args["request-timeout-ms"].as<std::uint64_t>();
   config.idle_timeout_ms = args["idle-timeout-ms"].as<std::uint64_t>();
   config.drain_timeout_ms = args["drain-timeout-ms"].as<std::uint64_t>();
@@ -438,6 +465,7 @@ int run(int argc, char** argv) {
       grpc = GrpcFront::start(*rls_service, grpc_listen, config.threads);
     }
 
+    if (http) raise_file_limit(config.max_connections);
     std::vector<std::unique_ptr<Worker>> workers;
     int port = config.port;
     for (unsigned i = 0; http && i < config.threads; ++i) {

@@ -140,11 +140,16 @@ void Service::write_request_metrics(PrometheusText& out) const {
              "--max-buffer-memory).",
              static_cast<double>(connections_.buffered.load(std::memory_order_relaxed)));
   out.family("ratewin_server_connections_total", "counter",
-             "Client connections by outcome: accepted, refused (over --max-connections), "
-             "timed_out (slow or idle), shed (not taking answers while the buffers were over "
-             "--max-buffer-memory).");
+             "Client connections by outcome: accepted, refused (over --max-connections, none "
+             "idle to close), idle_closed (the longest idle, closed to make room), "
+             "address_refused (over --max-connections-per-address), accept_failed (the "
+             "process's file limit, most likely), timed_out (slow or idle), shed (not taking "
+             "answers while the buffers were over --max-buffer-memory).");
   out.sample("outcome=\"accepted\"", u(connections_.accepted));
   out.sample("outcome=\"refused\"", u(connections_.refused));
+  out.sample("outcome=\"idle_closed\"", u(connections_.idle_closed));
+  out.sample("outcome=\"address_refused\"", u(connections_.address_refused));
+  out.sample("outcome=\"accept_failed\"", u(connections_.accept_failures));
   out.sample("outcome=\"timed_out\"", u(connections_.timed_out));
   out.sample("outcome=\"shed\"", u(connections_.shed));
 }

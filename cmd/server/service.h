@@ -55,7 +55,13 @@ struct ServiceOptions {
 struct ConnectionCounters {
   std::atomic<std::int64_t> open{0};
   std::atomic<std::uint64_t> accepted{0};
-  std::atomic<std::uint64_t> refused{0};    // over --max-connections
+  std::atomic<std::uint64_t> refused{0};    // over --max-connections, none idle to close
+  // Closed, the longest idle, to make room for a new one at --max-connections.
+  std::atomic<std::uint64_t> idle_closed{0};
+  // Refused: over --max-connections-per-address from its address.
+  std::atomic<std::uint64_t> address_refused{0};
+  // Accepts that failed (the process's file limit, most likely).
+  std::atomic<std::uint64_t> accept_failures{0};
   std::atomic<std::uint64_t> timed_out{0};  // slow or idle clients
   // Closed for holding answers it did not read while the connections' buffers were over
   // --max-buffer-memory.
@@ -63,6 +69,9 @@ struct ConnectionCounters {
   // Bytes the connections hold in buffers: answers not taken yet (the session's and
   // those queued to the socket), input held back, requests arriving.
   std::atomic<std::int64_t> buffered{0};
+  // Connections open per peer address (IPv6 by its /64), for --max-connections-per-address.
+  std::mutex per_address_mutex;
+  std::map<std::string, std::uint32_t, std::less<>> per_address;
 };
 
 class Service {

@@ -271,13 +271,15 @@ def test_pipelined_requests_answered_in_order(start_server, rules):
 
 
 def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
+    # At the bound with no connection idle (both are sending a request), a new one is
+    # closed at once.
     server = start_server("--max-connections", "2", rules=rules, threads=1)
     held = [raw_connect(server.port), raw_connect(server.port)]
     readers = [RawReader(s) for s in held]
     try:
-        for s, reader in zip(held, readers):  # both are served
-            s.sendall(raw_get("/healthz"))
-            assert reader.response().status == 200
+        for s in held:
+            s.sendall(b"GET /healthz HTTP/1.1\r\n")  # a request begun
+        time.sleep(0.1)
         extra = raw_connect(server.port)
         try:
             extra.sendall(raw_get("/healthz"))
@@ -289,7 +291,7 @@ def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
         extra.close()
         # The two held ones still work.
         for s, reader in zip(held, readers):
-            s.sendall(raw_get("/healthz"))
+            s.sendall(b"Host: t\r\n\r\n")
             assert reader.response().status == 200
         # One goes away: room for another.
         held[0].close()
@@ -303,6 +305,66 @@ def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
             s.close()
     time.sleep(0.05)
     assert server.metric('ratewin_server_connections_total{outcome="refused"}') >= 1
+
+
+def test_at_the_bound_the_longest_idle_connection_makes_room(start_server, rules):
+    """Before: 200 keep-alive connections asking once every 4 s (idle timeout 5 s) held
+    every slot of --max-connections 200, and every new client was closed at once."""
+    server = start_server("--max-connections", "20", "--idle-timeout-ms", "5000", rules=rules,
+                          threads=1)
+    held = [raw_connect(server.port) for _ in range(20)]
+    try:
+        for s in held:
+            s.sendall(raw_get("/healthz"))
+            assert RawReader(s).response().status == 200
+        time.sleep(0.05)
+        held[0].sendall(raw_get("/healthz"))  # the first is now the most recently busy
+        assert RawReader(held[0]).response().status == 200
+        newcomers = []
+        for i in range(5):  # new clients are served, each closing the longest idle
+            s = raw_connect(server.port)
+            newcomers.append(s)
+            s.sendall(raw_get("/healthz"))
+            assert RawReader(s).response().status == 200
+        for i in range(1, 6):  # the longest idle were closed, in order
+            assert RawReader(held[i]).closed(1), i
+        assert not RawReader(held[0]).closed(0.2)  # busy since: still open
+        assert not RawReader(held[6]).closed(0.2)
+        for s in newcomers:
+            s.close()
+        time.sleep(0.1)
+        assert server.metric('ratewin_server_connections_total{outcome="idle_closed"}') >= 5
+        assert server.metric('ratewin_server_connections_total{outcome="refused"}') == 0
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_connections_per_address_are_bounded(start_server, rules):
+    server = start_server("--max-connections-per-address", "3", rules=rules, threads=1)
+    mine = [raw_connect(server.port) for _ in range(3)]
+    try:
+        for s in mine:
+            s.sendall(raw_get("/healthz"))
+            assert RawReader(s).response().status == 200
+        extra = raw_connect(server.port)
+        try:
+            extra.sendall(raw_get("/healthz"))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert RawReader(extra).closed(2)
+        extra.close()
+        with Client(server.port, source="127.0.0.2") as other:  # another address
+            assert other.get("/healthz").status == 200
+        mine.pop().close()
+        time.sleep(0.1)
+        with Client(server.port) as again:
+            assert again.get("/healthz").status == 200
+        assert server.metric(
+            'ratewin_server_connections_total{outcome="address_refused"}') == 1
+    finally:
+        for s in mine:
+            s.close()
 
 
 def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
