@@ -38,17 +38,23 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
   const AdminLockout::Verdict verdict = lockout_.attempt(client, now_ms);
-  if (!verdict.allowed) {
+  const auto refuse = [&](std::string_view why) {
     const auto seconds = (verdict.retry_after.count() + 999) / 1000;
     response.headers.emplace_back("Retry-After",
                                   std::to_string(std::max<std::int64_t>(1, seconds)));
-    json_error(response, 429,
-               verdict.table_full
-                   ? "too many addresses are presenting wrong admin tokens: try later"
-                   : "too many wrong admin tokens from this address");
+    json_error(response, 429, why);
+  };
+  if (!verdict.allowed) {
+    refuse("too many wrong admin tokens from this address");
     return std::nullopt;
   }
-  if (!same_secret(bearer(request), token_)) {
+  const bool right = same_secret(bearer(request), token_);
+  if (!right && verdict.table_full) {
+    // Its attempt could not be counted: refused as if locked out.
+    refuse("too many addresses are presenting wrong admin tokens: try later");
+    return std::nullopt;
+  }
+  if (!right) {
     response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ratewin-admin\"");
     json_error(response, 401, "admin token missing or wrong");
     return std::nullopt;

@@ -34,7 +34,7 @@ AdminLockout::Verdict AdminLockout::attempt(const IpAddress& address, std::int64
       // were tried later; an entry whose newest failure was refunded may be older, which
       // at worst refuses a little longer than needed).
       const Entry& oldest = entries_.find(order_.front())->second;
-      return {false, true, std::chrono::milliseconds(oldest.newest() + kWindow.count() - now_ms)};
+      return {true, true, std::chrono::milliseconds(oldest.newest() + kWindow.count() - now_ms)};
     }
     order_.push_back(key);
     it = entries_.emplace(key, Entry{}).first;

@@ -21,8 +21,11 @@ namespace ratewin::server {
 //
 // Bounded: at most `capacity` addresses with a wrong token in the last kWindow are held,
 // and such an entry is never evicted to make room. When every entry is live, an address
-// without one is refused outright (its attempt could not be counted), until the oldest
-// entry expires. Entries older than kWindow are dropped as new attempts arrive.
+// without one may still try (a right token always works from an address that is not
+// locked out: before, wrong tokens from 16,384 addresses locked the admin out from a new
+// one), but its attempt is not counted: the caller answers a wrong token from it 429, not
+// 401, until the oldest entry expires. Entries older than kWindow are dropped as new
+// attempts arrive.
 //
 // Time is a parameter (milliseconds of a steady clock). Thread-safe.
 class AdminLockout {
@@ -35,8 +38,9 @@ class AdminLockout {
 
   struct Verdict {
     bool allowed = true;
-    bool table_full = false;  // refused because no entry was free (else: locked out)
-    std::chrono::milliseconds retry_after{0};  // when refused
+    // Allowed, but not counted: no entry was free. retry_after: when one may be.
+    bool table_full = false;
+    std::chrono::milliseconds retry_after{0};  // when refused (or table_full)
   };
   // Before a token is checked. If allowed, the attempt is counted as a wrong token at
   // once (so that concurrent attempts cannot exceed the bound): call succeeded() when

@@ -94,13 +94,33 @@ Client ClientIdentifier::identify(const Request& request, const IpAddress& addre
   if (client.key.empty()) client.key = bearer(request);
   if (!client.key.empty()) {
     client.kind = Client::Kind::api_key;
+    client.counted = client.key;
     return client;
   }
   client.kind = Client::Kind::address;
   address_key_ = "ip:";
   address.append_to(address_key_);
   client.key = address_key_;
+  client.counted = address_key_;
+  if (!address.is_v4() && ipv6_prefix_ < 128) {
+    counted_key_ = "ip:";
+    address.masked(ipv6_prefix_).append_to(counted_key_);
+    counted_key_ += '/';
+    counted_key_ += std::to_string(ipv6_prefix_);
+    client.counted = counted_key_;
+  }
   return client;
+}
+
+std::string counted_key(std::string_view key, unsigned ipv6_prefix) {
+  if (!key.starts_with("ip:") || ipv6_prefix >= 128) return std::string(key);
+  const std::optional<IpAddress> address = IpAddress::parse(key.substr(3));
+  if (!address || address->is_v4()) return std::string(key);
+  std::string out = "ip:";
+  address->masked(ipv6_prefix).append_to(out);
+  out += '/';
+  out += std::to_string(ipv6_prefix);
+  return out;
 }
 
 }  // namespace ratewin::server

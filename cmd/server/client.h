@@ -23,11 +23,20 @@ struct Client {
   // API keys and addresses are counted apart (an API key "ip:..." is not that address).
   enum class Kind : char { api_key = 'k', address = 'a' };
   Kind kind = Kind::address;
-  // X-API-Key, else the bearer token, else "ip:<the address, canonical>". Points into the
-  // request or into the ClientIdentifier; valid until either changes.
+  // X-API-Key, else the bearer token, else "ip:<the address, canonical>": what the rules
+  // match (keys, allow, deny) and overrides name. Points into the request or into the
+  // ClientIdentifier; valid until either changes.
   std::string_view key;
+  // What its limits count under: `key`, but for an IPv6 address "ip:<its prefix>/<bits>"
+  // (--ipv6-prefix, 64 by default: one host has a whole /64 to pick addresses from).
+  std::string_view counted;
   IpAddress address;  // the client's address, whatever the key
 };
+
+// What an address key's limits count under: for "ip:<IPv6 address>" (not IPv4-mapped),
+// "ip:<the address masked to `ipv6_prefix` bits>/<bits>" when ipv6_prefix < 128; else
+// `key` itself.
+std::string counted_key(std::string_view key, unsigned ipv6_prefix);
 
 // One per thread: it keeps the last connection's parsed address and the key's text.
 class ClientIdentifier {
@@ -39,8 +48,8 @@ class ClientIdentifier {
     bool trusted = false;  // inside --trust-proxy
   };
 
-  explicit ClientIdentifier(const AddressRanges& trusted_proxies)
-      : trusted_proxies_(trusted_proxies) {}
+  explicit ClientIdentifier(const AddressRanges& trusted_proxies, unsigned ipv6_prefix = 64)
+      : trusted_proxies_(trusted_proxies), ipv6_prefix_(ipv6_prefix) {}
 
   const Peer& peer(std::string_view text);
 
@@ -64,10 +73,12 @@ class ClientIdentifier {
 
  private:
   const AddressRanges& trusted_proxies_;
+  const unsigned ipv6_prefix_;
   std::string peer_text_;
   Peer peer_;
   bool has_peer_ = false;
   std::string address_key_;
+  std::string counted_key_;
 };
 
 }  // namespace ratewin::server

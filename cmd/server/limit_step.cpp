@@ -38,7 +38,7 @@ LimitOutcome LimitStep::run(const Match& match, const Client& client,
 
 void LimitStep::build(const Match& match, const Client& client, const Override* override_) {
   tagged_key_.assign(1, static_cast<char>(client.kind));
-  tagged_key_ += client.key;
+  tagged_key_ += client.counted;
   items_.clear();
   for (const LimitRule* rule : match.limits) {
     // Requests that match no endpoint share one endpoint counter per key (the raw path
@@ -52,12 +52,15 @@ void LimitStep::build(const Match& match, const Client& client, const Override* 
   }
 }
 
-std::vector<Acquisition> LimitStep::key_counters(const Rules& rules, std::string_view key) {
+std::vector<Acquisition> LimitStep::key_counters(const Rules& rules, std::string_view key,
+                                                unsigned ipv6_prefix) {
   std::vector<Acquisition> out;
-  std::vector<std::string> tagged = {std::string(1, static_cast<char>(Client::Kind::api_key))};
-  // An "ip:" key is also how an address client is known.
-  if (key.starts_with("ip:")) tagged.emplace_back(1, static_cast<char>(Client::Kind::address));
-  for (std::string& t : tagged) t += key;
+  std::vector<std::string> tagged = {std::string(1, static_cast<char>(Client::Kind::api_key)) +
+                                     std::string(key)};
+  // An "ip:" key is also how an address client is known (counted by its prefix if IPv6).
+  if (key.starts_with("ip:"))
+    tagged.push_back(std::string(1, static_cast<char>(Client::Kind::address)) +
+                     counted_key(key, ipv6_prefix));
   std::vector<std::string_view> endpoints = rules.endpoint_names();
   endpoints.emplace_back();  // requests that match no endpoint
   std::string resource;

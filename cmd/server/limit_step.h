@@ -61,7 +61,8 @@ class LimitStep {
   // Every counter that `key` (as the admin API names clients: an API key, or "ip:<address>")
   // has under `rules`: each per-key limit's, and each per-key-and-endpoint limit's for
   // every endpoint and for no endpoint (global limits are nobody's own). Costs are 0.
-  static std::vector<Acquisition> key_counters(const Rules& rules, std::string_view key);
+  static std::vector<Acquisition> key_counters(const Rules& rules, std::string_view key,
+                                               unsigned ipv6_prefix = 64);
 
  private:
   // The engine's items: each limit counted under its resource name (rule, key,

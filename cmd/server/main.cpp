@@ -277,6 +277,10 @@ int run(int argc, char** argv) {
                    "as a ghost its key starts from again. A rules file with a limit of which "
                    "not even one limiter fits is refused",
      cxxopts::value<std::string>()->default_value("256M"))
+    ("ipv6-prefix", "IPv6 clients without a key are counted by this many leading bits of "
+                    "their address (32 to 128; 128: each address apart), as one host usually "
+                    "has a whole /64",
+     cxxopts::value<unsigned>()->default_value("64"))
     ("allow-empty-rules", "Accept a rules file that defines no limit, allow or deny entry "
                           "(refused by default: an empty file, or one cut short, would allow "
                           "every request)")
@@ -394,6 +398,11 @@ int run(int argc, char** argv) {
   }
   service_options.forward_auth_only = mode == "forward-auth";
   service_options.allow_empty_rules = args.count("allow-empty-rules") != 0;
+  service_options.ipv6_prefix = args["ipv6-prefix"].as<unsigned>();
+  if (service_options.ipv6_prefix < 32 || service_options.ipv6_prefix > 128) {
+    std::fprintf(stderr, "ratewin-server: --ipv6-prefix must be 32 to 128\n");
+    return 2;
+  }
   service_options.reload_settle_ms = args["reload-settle-ms"].as<std::uint64_t>();
   if (args.count("trust-proxy") != 0) {
     std::string error;

@@ -29,7 +29,7 @@ class Service::Worker final : public RequestHandler {
         rules_(service.rules_),
         overrides_(service.overrides_.current()),
         step_(service.engine_),
-        clients_(service.options_.trusted_proxies) {
+        clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix) {
     if (loop != nullptr && service.engine_.stats().store)
       acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
     if (loop != nullptr && service.admin_ && service.overrides_.shared())
@@ -434,7 +434,7 @@ std::unique_ptr<RequestHandler> Service::worker(uv_loop_s* loop) {
 std::string Service::reset_key(std::string_view key) {
   const std::shared_ptr<const Rules> rules = rules_.get();
   bool shared = true;
-  for (const Acquisition& counter : LimitStep::key_counters(*rules, key))
+  for (const Acquisition& counter : LimitStep::key_counters(*rules, key, options_.ipv6_prefix))
     shared &= engine_.reset(counter.resource, counter.limit);
   if (!shared) {
     return "Redis could not be reached: this server's counts were reset, the shared ones "

@@ -49,6 +49,9 @@ struct ServiceOptions {
   // A rules file (or --rls-config folder) changed in place is reloaded once it has stood
   // unchanged this long (--reload-settle-ms); one renamed into place 100 ms after.
   std::uint64_t reload_settle_ms = 1000;
+  // An IPv6 client without a key is counted by its address's first this many bits
+  // (--ipv6-prefix, 32..128).
+  unsigned ipv6_prefix = 64;
 };
 
 // Connection counts, kept by the transport.

@@ -207,3 +207,37 @@ def test_key_headers_read_one_way_only(start_server, rules, tmp_path):
     with raw_connect(server.port) as sock:
         sock.sendall(raw_get("/", [("X-API-Key", "a"), ("X_Trace_Id", "1")]))
         assert RawReader(sock).response().status == 200
+
+
+def test_ipv6_clients_are_counted_by_their_slash_64(start_server, tmp_path):
+    """Before: twenty addresses inside one /64 each got their own quota. One host has a
+    whole /64 to pick addresses from: keyless IPv6 clients count by it (--ipv6-prefix);
+    rules still match whole addresses."""
+    rules = write_rules(tmp_path / "r.yaml", """
+        tiers:
+          free: {limits: [{name: per-minute, max: 5, window: 1m}]}
+          marked: {limits: [{name: per-minute, max: 1000, window: 1m}]}
+        default_tier: free
+        keys:
+          - {match: "ip:2001:db8:0:2::7", tier: marked}
+        """)
+    server = start_server("--trust-proxy", "127.0.0.1", rules=rules)
+
+    def statuses(prefix: str, count: int) -> list[int]:
+        with Client(server.port) as c:
+            return [c.get("/", {"X-Forwarded-For": f"{prefix}{i + 1:x}"}).status
+                    for i in range(count)]
+
+    assert statuses("2001:db8:0:1::", 20) == [200] * 5 + [429] * 15
+    assert statuses("2001:db8:0:1:ffff::", 1) == [429]  # the same /64
+    assert statuses("2001:db8:0:3::", 5) == [200] * 5  # another /64
+    # Rules match the whole address: ::7 is in the marked tier, and counts apart from its
+    # /64's free quota, spent by ::1 to ::6.
+    assert statuses("2001:db8:0:2::", 6) == [200] * 5 + [429]
+    with Client(server.port) as c:
+        assert c.get("/", {"X-Forwarded-For": "2001:db8:0:2::7"}).status == 200
+    assert statuses("192.0.2.", 6) == [200] * 6  # IPv4: each address apart
+    per_address = start_server("--trust-proxy", "127.0.0.1", "--ipv6-prefix", "128", rules=rules)
+    with Client(per_address.port) as c:
+        assert [c.get("/", {"X-Forwarded-For": f"2001:db8:0:1::{i + 1:x}"}).status
+                for i in range(20)] == [200] * 20

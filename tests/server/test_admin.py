@@ -174,9 +174,11 @@ def test_admin_lockout_is_keyed_on_the_trusted_client_address(start_server, tmp_
     assert pipelined(server.port, [admin_get(TOKEN, "203.0.113.7")])[0].status == 200
 
 
-def test_admin_lockout_table_full_refuses_new_addresses(start_server, tmp_path):
+def test_admin_lockout_table_full_never_refuses_the_right_token(start_server, tmp_path):
     """The table holds 16384 addresses: when all have a wrong token in the last minute, a
-    new address is refused (whatever its token) rather than evicting another's lockout."""
+    new address's wrong token is refused uncounted, rather than evicting another's
+    lockout. Before, its right token was refused too: wrong tokens from 16,384 addresses
+    locked the admin out from any new one."""
     server = start_server("--trust-proxy", "127.0.0.1", admin_token=TOKEN,
                           rules=write_rules(tmp_path / "rules.yaml", RULES))
     locked = [admin_get("guess", "198.51.100.1")] * 10
@@ -185,9 +187,10 @@ def test_admin_lockout_table_full_refuses_new_addresses(start_server, tmp_path):
     replies = pipelined(server.port, locked + guesses)
     assert all(r.status == 401 for r in replies)
     assert server.metric("ratewin_server_admin_lockout_addresses") == 16384
-    r = pipelined(server.port, [admin_get(TOKEN, "192.0.2.200")])[0]
+    r = pipelined(server.port, [admin_get("guess", "192.0.2.200")])[0]
     assert r.status == 429 and "try later" in r.json()["error"], r
     assert 0 < int(r.headers["retry-after"]) <= 60
+    assert pipelined(server.port, [admin_get(TOKEN, "192.0.2.201")])[0].status == 200
     # The locked-out address stays locked; those in the table go on as before.
     assert pipelined(server.port, [admin_get(TOKEN, "198.51.100.1")])[0].status == 429
     assert pipelined(server.port, [admin_get(TOKEN, "10.0.0.5")])[0].status == 200
