@@ -73,8 +73,8 @@ struct Options {
   // the fewest counts among the least recently used goes (Stats::evictions_active), and in
   // local mode its counts are kept as a ghost, which its resource starts from again if it
   // comes back while they count (in store mode the store has them). A ghost can be
-  // forgotten only for 4 heavier ones in its set; ghost tables take about 12 bytes per
-  // limiter of the bound, within max_memory. Sliding logs are not evicted while they count:
+  // forgotten only for 4 heavier ones in its set; ghost tables grow under a flood to at
+  // most 12 bytes per limiter held, within max_memory. Sliding logs are not evicted while they count:
   // new resources then share the overflow limiter of their geometry (Stats::overflowed).
   // Limiters held by a LimiterHandle are never evicted and are made even over the bounds.
   // max_limiters is at least 1; max_memory at least 16 KiB (see Engine::capacity).

@@ -50,10 +50,11 @@ class GhostTable {
     return out;
   }
 
-  // Keeps `ghost` (whose limiter's key hashes to `hash`), as its set allows.
-  // `expired(g)` says whether a slot's ghost no longer counts.
+  // Keeps `ghost` (whose limiter's key hashes to `hash`), as its set allows. `expired(g)`
+  // says whether a slot's ghost no longer counts. False when a ghost that still counted
+  // was lost for it (replaced, or this one dropped): the table is too small.
   template <class Expired>
-  void put(const Ghost& ghost, std::uint64_t hash, Expired&& expired) noexcept {
+  bool put(const Ghost& ghost, std::uint64_t hash, Expired&& expired) noexcept {
     Ghost* set = set_of(hash);
     Ghost* target = nullptr;
     for (std::size_t i = 0; i < kWays; ++i) {
@@ -66,10 +67,11 @@ class GhostTable {
           (g.weight == target->weight && g.when < target->when))
         target = &g;
     }
-    if (target->weight != 0 && target->resource != ghost.resource && !expired(*target) &&
-        ghost.weight < target->weight)
-      return;  // lighter than every ghost of its set
+    const bool lost =
+        target->weight != 0 && target->resource != ghost.resource && !expired(*target);
+    if (lost && ghost.weight < target->weight) return false;  // lighter than its whole set
     *target = ghost;
+    return !lost;
   }
 
   // The ghost of `resource`, taken out of the table; weight 0 if there is none.

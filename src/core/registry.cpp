@@ -456,22 +456,21 @@ bool Shard::evict_live(const LimiterKey& key, std::int64_t now_ns) {
       return ghost_expired(g, victim_key.resolution_ms, victim_key.subintervals, now_ns);
     };
     std::unique_ptr<GhostTable>& ghosts = from->ghosts;
-    if (ghosts == nullptr || from->size > 4 * ghosts->slots()) {
-      const std::size_t slots = std::max<std::size_t>(16, from->size / 2);
-      auto made = std::make_unique<GhostTable>(
-          ghosts == nullptr ? GhostTable(slots)
-                            : ghosts->grown(
-                                  slots,
-                                  [&](std::uint64_t resource) {
-                                    return LimiterKey{resource, victim_key.resolution_ms,
-                                                      victim_key.subintervals}
-                                        .hash();
-                                  },
-                                  expired));
-      ghost_bytes_ += made->bytes() - (ghosts != nullptr ? ghosts->bytes() : 0);
+    if (ghosts == nullptr) {
+      ghosts = std::make_unique<GhostTable>(kFirstGhosts);
+      ghost_bytes_ += ghosts->bytes();
+    }
+    if (!ghosts->put(ghost, victim_key.hash(), expired) && ghosts->slots() < from->size / 2) {
+      auto made = std::make_unique<GhostTable>(ghosts->grown(
+          ghosts->slots() * 2,
+          [&](std::uint64_t resource) {
+            return LimiterKey{resource, victim_key.resolution_ms, victim_key.subintervals}
+                .hash();
+          },
+          expired));
+      ghost_bytes_ += made->bytes() - ghosts->bytes();
       ghosts = std::move(made);
     }
-    ghosts->put(ghost, victim_key.hash(), expired);
   }
   ++(counts ? evictions_active : evictions);
   drop({victim, r});

@@ -109,6 +109,7 @@ class alignas(64) Shard {
  public:
   static constexpr int kEmptyScan = 4;
   static constexpr int kLiveScan = 8;
+  static constexpr std::size_t kFirstGhosts = 16;  // slots of a list's first ghost table
 
   Shard() : pool_(kRecordFreeLinkOffset), table_(pool_) {}
   Shard(const Shard&) = delete;
@@ -216,9 +217,9 @@ class alignas(64) Shard {
     // searching again is pointless.
     RecordId searched = kNoRecord;
     std::int64_t live_until = 0;
-    // The counts of its records evicted while live (local mode), made at the first, with
-    // about a slot for every two records of the list, and made again larger when the list
-    // has grown to 4 records a slot.
+    // The counts of its records evicted while live (local mode): made at the first, small,
+    // and made twice as large whenever a ghost that still counted is lost, up to about a
+    // slot for every two records of the list (so it takes memory only under a flood).
     std::unique_ptr<GhostTable> ghosts;
   };
   bool has_room(std::size_t bytes) const noexcept {
