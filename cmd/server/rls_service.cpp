@@ -97,28 +97,34 @@ RateLimitService::~RateLimitService() = default;
 
 bool RateLimitService::reload(std::string_view why) {
   if (options_.folder.empty()) return true;
-  std::lock_guard lock(reload_mutex_);
+  std::lock_guard one_at_a_time(reloading_);
+  std::shared_ptr<const Config> next;
+  std::string error;
   try {
-    auto next = std::make_shared<const Config>(Config::load(options_.folder, options_.config));
-    last_reload_error_.clear();
-    // (A save is often several events; unchanged files are no reload.)
-    if (next->version() == config_.get()->version()) return true;
-    ++reloads_ok_;
-    log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) +
-                             "): " + std::to_string(next->domain_count()) + " domains, " +
-                             std::to_string(next->rule_count()) + " rate limits (" +
-                             next->version() + ")");
-    config_.publish(std::move(next));
-    return true;
+    next = std::make_shared<const Config>(Config::load(options_.folder, options_.config));
   } catch (const RulesError& e) {
+    error = e.what();
+  }
+  std::lock_guard lock(reload_mutex_);
+  if (next == nullptr) {
     ++reloads_failed_;
-    if (last_reload_error_ != e.what()) {
+    if (last_reload_error_ != error) {
       log_(LogLevel::error, std::string("rls: configuration not reloaded (") + std::string(why) +
-                                "), the last good one stays: " + e.what());
+                                "), the last good one stays: " + error);
     }
-    last_reload_error_ = e.what();
+    last_reload_error_ = error;
     return false;
   }
+  last_reload_error_.clear();
+  // (A save is often several events; unchanged files are no reload.)
+  if (next->version() == config_.get()->version()) return true;
+  ++reloads_ok_;
+  log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) +
+                           "): " + std::to_string(next->domain_count()) + " domains, " +
+                           std::to_string(next->rule_count()) + " rate limits (" +
+                           next->version() + ")");
+  config_.publish(std::move(next));
+  return true;
 }
 
 std::string RateLimitService::last_reload_error() const {

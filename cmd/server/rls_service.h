@@ -131,6 +131,8 @@ class RateLimitService {
   Log log_;
   HitStats stats_;
   Published<Config> config_;
+  // As Service's: reloads one at a time, the outcome recorded under reload_mutex_ only.
+  std::mutex reloading_;
   mutable std::mutex reload_mutex_;
   std::string last_reload_error_;
   std::uint64_t reloads_ok_ = 0;

@@ -198,7 +198,9 @@ class Service::Worker final : public RequestHandler {
   // A request to the demo backend: limited, then answered by it.
   void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
              Reply& reply) {
-    if (const std::string problem = ambiguous_client_headers(request); !problem.empty()) {
+    std::string problem = ambiguous_client_headers(request);
+    if (problem.empty()) problem = method_override_problem(request, request.method);
+    if (!problem.empty()) {
       count(400, "ambiguous-header");
       return json_error(reply.response(), 400, problem);
     }
@@ -228,6 +230,10 @@ class Service::Worker final : public RequestHandler {
       error = "a check needs the client's address (X-Forwarded-For or X-Real-IP)";
     if (!checked || !address.ok) {
       count(400, "bad-check");
+      return json_error(response, 400, error);
+    }
+    if (error = method_override_problem(request, checked->method); !error.empty()) {
+      count(400, "ambiguous-header");
       return json_error(response, 400, error);
     }
     decide(clients_.identify(request, address.address), checked->method, checked->path,
@@ -445,23 +451,29 @@ std::string Service::reset_key(std::string_view key) {
 
 bool Service::reload(std::string_view why) {
   if (options_.rules_path.empty()) return true;
-  std::lock_guard lock(reload_mutex_);
+  std::lock_guard one_at_a_time(reloading_);
+  std::shared_ptr<const Rules> next;
+  std::string error;
   try {
-    auto next = std::make_shared<const Rules>(load_rules());
-    last_reload_ms_ = unix_ms();
-    last_reload_error_.clear();
-    reloads_ok_.fetch_add(1, std::memory_order_relaxed);
-    if (next->version() == rules_.get()->version()) return true;  // the same bytes
-    log_(LogLevel::info, "rules " + next->version() + " active (" + std::string(why) + ")");
-    rules_.publish(std::move(next));
-    return true;
+    next = std::make_shared<const Rules>(load_rules());
   } catch (const RulesError& e) {
-    last_reload_error_ = e.what();
+    error = e.what();
+  }
+  std::lock_guard lock(reload_mutex_);
+  if (next == nullptr) {
+    last_reload_error_ = error;
     reloads_failed_.fetch_add(1, std::memory_order_relaxed);
     log_(LogLevel::error, "rules rejected (" + std::string(why) + "), keeping " +
-                              rules_.get()->version() + ": " + e.what());
+                              rules_.get()->version() + ": " + error);
     return false;
   }
+  last_reload_ms_ = unix_ms();
+  last_reload_error_.clear();
+  reloads_ok_.fetch_add(1, std::memory_order_relaxed);
+  if (next->version() == rules_.get()->version()) return true;  // the same bytes
+  log_(LogLevel::info, "rules " + next->version() + " active (" + std::string(why) + ")");
+  rules_.publish(std::move(next));
+  return true;
 }
 
 std::string Service::last_reload_error() const {

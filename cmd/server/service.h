@@ -143,6 +143,9 @@ class Service {
   ServiceOptions options_;
   Log log_;
   Published<Rules> rules_;
+  // Reloads one at a time (held while a file is read and parsed); reload_mutex_ only
+  // while the outcome is recorded, so /metrics and the admin API never wait on a parse.
+  std::mutex reloading_;
   mutable std::mutex reload_mutex_;
   std::string last_reload_error_;
   std::int64_t last_reload_ms_ = 0;
