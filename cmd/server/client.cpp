@@ -45,6 +45,18 @@ std::string ambiguous_client_headers(const Request& request) {
   return {};
 }
 
+std::string method_override_problem(const Request& request, std::string_view method) {
+  for (const auto& [name, value] : request.headers) {
+    if (name != "x-http-method-override" && name != "x-http-method" &&
+        name != "x-method-override")
+      continue;
+    if (!iequals(trim_ows(value), method))
+      return "header " + name + ": a method override (to another method than " +
+             std::string(method) + ") is refused: backends disagree on it";
+  }
+  return {};
+}
+
 std::string_view bearer(const Request& request) {
   const std::string_view auth = trim_ows(request.header("authorization"));
   if (auth.size() < 7 || !iequals(auth.substr(0, 6), "bearer") || auth[6] != ' ') return {};

@@ -19,6 +19,13 @@ std::string_view bearer(const Request& request);
 // CGI and WSGI backends read it as X-API-Key, which this server would not have seen).
 std::string ambiguous_client_headers(const Request& request);
 
+// Why the request's method is in doubt, or empty: a method-override header
+// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) naming another method than
+// `method`. A backend that honours it serves another method than the one the rules
+// matched, and one that does not serves `method`: counting it as either would let it
+// dodge the other's limits.
+std::string method_override_problem(const Request& request, std::string_view method);
+
 struct Client {
   // API keys and addresses are counted apart (an API key "ip:..." is not that address).
   enum class Kind : char { api_key = 'k', address = 'a' };

@@ -506,3 +506,29 @@ def test_shipped_example_rules_load_and_apply(start_server):
     assert '"endpoint:upload/bytes";q=100;w=60' in r.headers["ratelimit-policy"]
     r = server.get("/", {"X-API-Key": "free-batch-job"})
     assert r.headers["ratelimit-policy"] == '"override:free-batch-job/per-minute";q=600;w=60'
+
+
+def test_a_method_override_to_another_method_is_refused(start_server, tmp_path):
+    """Before: `X-HTTP-Method-Override: POST` on a GET got past a POST-only endpoint's
+    limit (for backends that honour it), and the other way round. Refused, 400, in
+    gateway mode and in forward-auth checks."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: upload
+            path: /upload
+            methods: [POST]
+            limits: [{name: uploads, max: 1, window: 1m}]
+        """)
+    server = start_server("--trust-proxy", "127.0.0.1", rules=rules)
+    with Client(server.port) as c:
+        assert c.call("POST", "/upload").status == 200
+        assert c.call("POST", "/upload").status == 429
+        for name in ["X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"]:
+            r = c.get("/upload", {name: "POST"})
+            assert r.status == 400 and "method override" in r.json()["error"], r
+            assert c.call("POST", "/upload", {name: "GET"}).status == 400
+            assert c.call("POST", "/upload", {name: "post"}).status == 429  # the same method
+            check = {"X-Forwarded-For": "192.0.2.1", "X-Original-Method": "GET",
+                     "X-Original-URI": "/upload", name: "POST"}
+            assert c.get("/ratewin/check", check).status == 400
+        assert c.get("/upload").status == 200  # GET is not limited here
