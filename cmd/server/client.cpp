@@ -21,6 +21,14 @@ bool each_entry_backwards(std::string_view value, Visit visit) {
   }
 }
 
+// "ip:<the address masked to `prefix` bits>/<prefix>" (an IPv6 address's counted key).
+void assign_prefix_key(std::string& out, const IpAddress& address, unsigned prefix) {
+  out = "ip:";
+  address.masked(prefix).append_to(out);
+  out += '/';
+  out += std::to_string(prefix);
+}
+
 }  // namespace
 
 std::string ambiguous_client_headers(const Request& request) {
@@ -115,10 +123,7 @@ Client ClientIdentifier::identify(const Request& request, const IpAddress& addre
   client.key = address_key_;
   client.counted = address_key_;
   if (!address.is_v4() && ipv6_prefix_ < 128) {
-    counted_key_ = "ip:";
-    address.masked(ipv6_prefix_).append_to(counted_key_);
-    counted_key_ += '/';
-    counted_key_ += std::to_string(ipv6_prefix_);
+    assign_prefix_key(counted_key_, address, ipv6_prefix_);
     client.counted = counted_key_;
   }
   return client;
@@ -128,10 +133,8 @@ std::string counted_key(std::string_view key, unsigned ipv6_prefix) {
   if (!key.starts_with("ip:") || ipv6_prefix >= 128) return std::string(key);
   const std::optional<IpAddress> address = IpAddress::parse(key.substr(3));
   if (!address || address->is_v4()) return std::string(key);
-  std::string out = "ip:";
-  address->masked(ipv6_prefix).append_to(out);
-  out += '/';
-  out += std::to_string(ipv6_prefix);
+  std::string out;
+  assign_prefix_key(out, *address, ipv6_prefix);
   return out;
 }
 
