@@ -157,18 +157,6 @@ class LoopWorker final : public Worker {
     c->timer.data = c;
     c->idle_at = self->idle_.end();
     if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) return self->close(*c);
-    if (counters.open.load(std::memory_order_relaxed) >=
-        static_cast<std::int64_t>(self->config_.max_connections)) {
-      // Bounded. At the bound, the connection idle the longest (between requests) makes
-      // room: keep-alive connections that ask now and then must not hold every slot.
-      // With none idle, the new one is closed at once (the client retries).
-      if (self->idle_.empty()) {
-        counters.refused.fetch_add(1, std::memory_order_relaxed);
-        return self->close(*c);
-      }
-      counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
-      self->close(*self->idle_.front());
-    }
     uv_tcp_nodelay(&c->tcp, 1);
     sockaddr_storage peer{};
     int size = sizeof peer;
@@ -182,6 +170,18 @@ class LoopWorker final : public Worker {
     if (self->config_.max_connections_per_address != 0 && !self->count_address(*c, peer)) {
       counters.address_refused.fetch_add(1, std::memory_order_relaxed);
       return self->close(*c);
+    }
+    if (counters.open.load(std::memory_order_relaxed) >=
+        static_cast<std::int64_t>(self->config_.max_connections)) {
+      // Bounded. At the bound, the connection idle the longest (between requests) makes
+      // room: keep-alive connections that ask now and then must not hold every slot.
+      // With none idle, the new one is closed at once (the client retries).
+      if (self->idle_.empty()) {
+        counters.refused.fetch_add(1, std::memory_order_relaxed);
+        return self->close(*c);
+      }
+      counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
+      self->close(*self->idle_.front());
     }
     c->session.set_peer(name);
     // A deferred answer landed: write it out (and go on parsing what waited for it).

@@ -232,7 +232,8 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   }
   const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
   // Back within the bounds (a shard over them because of forced records shrinks as they
-  // go), by evicting limiters whose windows are empty: never one that still counts.
+  // go), by evicting limiters whose windows are empty, else the lightest live one (its
+  // counts kept as a ghost in local mode).
   while (!has_room(bytes)) {
     section.open();
     if (!evict_one(now_ns) && !evict_live(key, now_ns)) break;
