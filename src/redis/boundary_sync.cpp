@@ -407,13 +407,15 @@ void BoundarySync::Batch::settle() {
 
 void BoundarySync::Batch::finish() {
   const std::int64_t took = steady_ns() - started_ns;
-  (ok ? sync->rounds_ : sync->failures_).fetch_add(1, std::memory_order_relaxed);
   sync->last_keys_.store(resources.size(), std::memory_order_relaxed);
   sync->last_change_sets_.store(change_sets, std::memory_order_relaxed);
   sync->last_ns_.store(took, std::memory_order_relaxed);
   if (took > sync->max_ns_.load(std::memory_order_relaxed)) {
     sync->max_ns_.store(took, std::memory_order_relaxed);
   }
+  // Counted last, released: stats that see this round see what it read (or a later
+  // round's), never the round before's.
+  (ok ? sync->rounds_ : sync->failures_).fetch_add(1, std::memory_order_release);
   if (key_errors > 0) {
     sync->reporter_.note_error("boundary read: " + std::to_string(key_errors) +
                                " keys could not be read (written by something else?)");
@@ -424,8 +426,8 @@ void BoundarySync::Batch::finish() {
 }
 
 void BoundarySync::add_stats(Stats& s) const {
-  s.sync_rounds = rounds_.load(std::memory_order_relaxed);
-  s.sync_failures = failures_.load(std::memory_order_relaxed);
+  s.sync_rounds = rounds_.load(std::memory_order_acquire);
+  s.sync_failures = failures_.load(std::memory_order_acquire);
   s.sync_last_keys = last_keys_.load(std::memory_order_relaxed);
   s.sync_last_change_sets = last_change_sets_.load(std::memory_order_relaxed);
   s.sync_last_duration = std::chrono::nanoseconds(last_ns_.load(std::memory_order_relaxed));
