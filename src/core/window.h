@@ -155,6 +155,12 @@ class SlidingWindow {
   // Count held for `epoch`: a bucket, the trailing count, or 0 outside the window.
   std::uint32_t count_for_epoch(std::int64_t epoch) const noexcept;
 
+  // Everything the window holds, its trailing count included: at the window's own epoch
+  // the most E(t) can be, later an upper bound of it. O(1).
+  std::uint64_t held() const noexcept {
+    return static_cast<std::uint64_t>(state_.sum) + state_.trailing;
+  }
+
  private:
   std::uint32_t slot_after(std::uint32_t slot) const noexcept {
     return slot + 1 == n_ ? 0 : slot + 1;

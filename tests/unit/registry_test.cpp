@@ -183,6 +183,21 @@ TEST_CASE("eviction drops empty windows first; a shard full of live limiters kee
     CHECK(count_of(1, now + 20 * r) == 0);
   }
 
+  SUBCASE("a ghost never holds less than its limiter did, when some of its counts had left") {
+    const std::int64_t now = kT0 + 10 * kSec;
+    // 0 holds 300 from 8 subintervals back and 200 from now, and is the oldest and the
+    // lightest; when it is evicted 5 subintervals on, the 300 have left its window.
+    REQUIRE(touch(0, now - 8 * r, 300));
+    REQUIRE(touch(0, now, 200));
+    for (std::uint64_t id = 1; id < 64; ++id) REQUIRE(touch(id, now, 600));
+    CHECK(touch(5000, now + 5 * r, 1));
+    CHECK(shard.evictions_active == 1);
+    REQUIRE_FALSE(held(0));
+    CHECK(touch(0, now + 6 * r, 0));
+    CHECK(count_of(0, now + 6 * r) >= 200);  // (an upper bound: 500 is allowed)
+    CHECK(count_of(0, now + 6 * r) <= 500);
+  }
+
   SUBCASE("with a store's marks, a live limiter evicted leaves no ghost (the store has it)") {
     Registry marked(64, std::size_t{1} << 40, true);
     Shard& m = marked.shard(0);
