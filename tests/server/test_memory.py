@@ -91,7 +91,9 @@ def test_memory_stays_within_the_bound_under_a_flood_of_new_keys(start_server, t
     rules = write_rules(tmp_path / "rules.yaml", HOURLY)
     server = start_server("--max-memory", "32M", rules=rules, threads=2)
     before = rss_kib(server.pid)
-    keys = [uuid.uuid4().hex for _ in range(60_000)]
+    # (Under a sanitizer, each new limiter costs milliseconds: 3,600 buckets to zero. 5,000
+    # keys still overflow the bound twice over.)
+    keys = [uuid.uuid4().hex for _ in range(5_000 if os.environ.get("RATEWIN_SANITIZE") else 60_000)]
     statuses = flood(server.port, keys)
     assert sum(statuses.values()) == len(keys)
     grown = rss_kib(server.pid) - before
@@ -100,7 +102,8 @@ def test_memory_stays_within_the_bound_under_a_flood_of_new_keys(start_server, t
     assert server.metric("ratewin_engine_memory_bytes") <= 32 * 1024 * 1024
     # Most keys found no room but that of a live limiter of the flood, evicted into a ghost:
     # each was decided by its own limit (one request of 5 an hour).
-    assert server.metric("ratewin_engine_active_evictions_total") > 50_000
+    held = 32 * 1024 * 1024 // 14_448  # 2,322 limiters at most (less the ghosts' bytes)
+    assert server.metric("ratewin_engine_active_evictions_total") >= len(keys) - held
     assert server.metric("ratewin_engine_overflowed_decisions_total") == 0
     assert statuses == {200: len(keys)}
 
