@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -50,6 +51,7 @@ struct Connection {
   // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
   std::string address;
   bool closing = false;
+  bool yielded = false;  // its read stopped to let the loop's other connections have theirs
   int handles = 2;  // open libuv handles (tcp, timer)
 };
 
@@ -71,6 +73,8 @@ class LoopWorker final : public Worker {
     wake_.data = this;
     uv_timer_init(&loop_, &drain_timer_);
     drain_timer_.data = this;
+    uv_check_init(&loop_, &resume_yielded_);
+    resume_yielded_.data = this;
   }
   ~LoopWorker() override {
     if (thread_.joinable()) thread_.join();
@@ -126,6 +130,7 @@ class LoopWorker final : public Worker {
     if (drain_started_ && connections_.empty() && !drain_timer_closed_) {
       drain_timer_closed_ = true;
       uv_close(reinterpret_cast<uv_handle_t*>(&drain_timer_), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&resume_yielded_), nullptr);
       handler_->close();  // its connections to Redis: then the loop ends
     }
   }
@@ -243,7 +248,7 @@ class LoopWorker final : public Worker {
   }
 
   void start_reading(Connection& c) {
-    if (c.reading || c.closing || c.input_ended) return;
+    if (c.reading || c.closing || c.input_ended || c.yielded) return;
     c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), on_alloc, on_read) == 0;
   }
 
@@ -308,6 +313,31 @@ class LoopWorker final : public Worker {
       return;
     }
     self.pump(*c);
+    // A full read: more is likely waiting, and libuv would read it in this same callback
+    // (up to 32 reads). The connection yields instead, and reads again after the loop has
+    // polled the others: a client pipelining a flood gets a read per turn like every other
+    // connection of its loop, whose requests would otherwise wait (and time out) behind it.
+    if (static_cast<std::size_t>(nread) == sizeof self.read_buffer_ && c->reading) self.yield(*c);
+  }
+
+  void yield(Connection& c) {
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    c.reading = false;
+    c.yielded = true;
+    if (yielded_.empty()) uv_check_start(&resume_yielded_, on_resume_yielded);
+    yielded_.push_back(&c);
+  }
+
+  // After the loop's poll: the connections that yielded read again at the next one.
+  static void on_resume_yielded(uv_check_t* handle) {
+    auto* self = static_cast<LoopWorker*>(handle->data);
+    uv_check_stop(handle);
+    std::vector<Connection*> resumed;
+    resumed.swap(self->yielded_);
+    for (Connection* c : resumed) {
+      c->yielded = false;
+      self->pump(*c);  // reads again unless its answers are not being taken
+    }
   }
 
   // After output went out (or an answer landed): parses input held back while the
@@ -449,6 +479,10 @@ class LoopWorker final : public Worker {
   void close(Connection& c) {
     if (c.closing) return;
     c.closing = true;
+    if (c.yielded) {
+      c.yielded = false;
+      yielded_.erase(std::find(yielded_.begin(), yielded_.end(), &c));
+    }
     account(c);  // (gives back its part)
     set_idle(c, false);
     uncount_address(c);
@@ -470,6 +504,8 @@ class LoopWorker final : public Worker {
   uv_tcp_t listener_{};
   uv_async_t wake_{};
   uv_timer_t drain_timer_{};
+  uv_check_t resume_yielded_{};
+  std::vector<Connection*> yielded_;  // their reads resume after the loop's next poll
   std::atomic<bool> draining_{false};
   bool drain_started_ = false;
   bool drain_timer_closed_ = false;

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -268,6 +269,71 @@ def test_pipelined_requests_answered_in_order(start_server, rules):
         assert reader.response().json()["status"] == "ok"
         assert reader.response().json()["endpoint"] == "/x"
         assert reader.response().json()["endpoint"] == "/p5"
+
+
+def test_a_pipelined_flood_takes_turns_with_the_other_connections_of_its_loop(start_server):
+    # One loop, one connection pipelining a flood of requests, another asking /metrics
+    # again and again. Before, a full read was followed by more in the same turn (up to
+    # 32 of 16 KiB): the other connection waited behind about 13,000 of the flood's
+    # requests each time (and under a slow build its request timed out before it was read).
+    server = start_server(threads=1)
+    request = raw_get("/flood")
+    flood = raw_connect(server.port, timeout=60)
+    stop = False
+
+    def drain() -> None:
+        while not stop:
+            try:
+                if not flood.recv(1 << 20):
+                    return
+            except OSError:
+                return
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    def send() -> None:
+        try:
+            flood.sendall(request * 400_000)
+        except OSError:
+            pass  # (closed below once the test has its counts)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    asked = raw_connect(server.port, timeout=60)
+    answers = RawReader(asked)
+
+    def answered() -> int:
+        asked.sendall(raw_get("/metrics"))
+        text = answers.response().body.decode()
+        return int(sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                       if line.startswith("ratewin_server_requests_total{")))
+
+    # How many of the flood's requests were served during a round trip of /metrics, for
+    # round trips during which the flood was served at all (its sender does not always
+    # keep the socket full).
+    between: list[int] = []
+    try:
+        wait_until(lambda: answered() > 2_000, 30)  # the flood is being served
+        last = answered()
+        for _ in range(200):
+            now = answered()
+            if now - last - 1 > 0:
+                between.append(now - last - 1)
+            last = now
+            if len(between) == 9:
+                break
+    finally:
+        stop = True
+        flood.shutdown(socket.SHUT_RDWR)
+        flood.close()
+        asked.close()
+        sender.join()
+        reader.join()
+    assert len(between) == 9, between
+    # A read holds 16 KiB / 35 bytes = 468 of the flood's requests: with a read per turn,
+    # a round trip of /metrics sees one or two reads go by (a slow client, a few more).
+    between.sort()
+    assert between[len(between) // 2] <= 4 * 469, between
 
 
 def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
