@@ -117,6 +117,33 @@ bool normalise_path(std::string_view path, std::string& out, std::string_view& p
   return true;
 }
 
+void loose_path(std::string_view path, std::string& out) {
+  out.clear();
+  std::size_t at = 0;
+  while (at < path.size()) {
+    // path[at] is '/': one segment, up to the next '/' (or the end).
+    std::size_t end = path.find('/', at + 1);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view segment = path.substr(at + 1, end - at - 1);
+    for (;;) {
+      if (segment.ends_with('.')) {
+        segment.remove_suffix(1);
+      } else if (segment.ends_with("%20")) {
+        segment.remove_suffix(3);
+      } else {
+        break;
+      }
+    }
+    // (An empty segment is kept only as the path's last: its trailing '/'.)
+    if (!segment.empty() || end == path.size()) {
+      out += '/';
+      for (const char c : segment) out += c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    }
+    at = end;
+  }
+  if (out.empty()) out.push_back('/');  // (not out = "/": a false GCC 12 -Wrestrict)
+}
+
 bool glob_match(std::string_view pattern, std::string_view text) {
   // On a mismatch, backtrack to the latest '*' and let it swallow one more byte; earlier
   // stars never need revisiting, which bounds the work by pattern * text.

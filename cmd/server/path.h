@@ -34,6 +34,14 @@ namespace ratewin::server {
 // controls, '#', non-ASCII). `out` is overwritten either way.
 bool normalise_path(std::string_view path, std::string& out, std::string_view& problem);
 
+// The form of a canonical path (normalise_path's output) that a case-insensitive backend
+// that also ignores dots and spaces at the end of a segment (IIS and Windows file
+// systems; case-insensitive routers) sees as the same: ASCII letters lower-cased, each
+// segment's trailing '.' and "%20" removed, and a segment left empty by that dropped
+// ("/API./x%20/" is "/api/x/"). Applied to a glob, it leaves '*' and '?' as they are.
+// `out` is overwritten.
+void loose_path(std::string_view path, std::string& out);
+
 // Whether `text` matches `pattern` as a whole: '*' matches any run of bytes (including
 // '/'), '?' exactly one byte, everything else itself; there is no escape. Iterative,
 // O(pattern * text) at worst.

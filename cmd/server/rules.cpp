@@ -62,20 +62,16 @@ void Rules::match(std::string_view key, std::string_view method, std::string_vie
   const Data& d = *data_;
   out.limits.clear();
   out.multiplier = 1.0;
-  const Data::Endpoint* endpoint = d.endpoint_for(method, path);
+  const Data::Endpoint* endpoint = d.endpoint_for(method, path, out.loose_path);
   out.endpoint = endpoint != nullptr ? std::string_view(endpoint->name) : std::string_view();
   const Data::Resolved who = d.resolve(key);
   out.tier = who.tier != nullptr ? std::string_view(who.tier->name) : std::string_view();
 
-  const auto any = [&](const std::vector<std::string>& globs) {
-    return std::any_of(globs.begin(), globs.end(),
-                       [&](const std::string& g) { return glob_match(g, key); });
-  };
-  if (any(d.deny)) {
+  if (d.deny.any(key)) {
     out.action = Action::deny;
     return;
   }
-  if (any(d.allow)) {
+  if (d.allow.any(key)) {
     out.action = Action::allow;
     return;
   }

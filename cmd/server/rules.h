@@ -52,6 +52,7 @@ struct Match {
   std::string_view endpoint;             // matched endpoint name, "" when none
   std::vector<const LimitRule*> limits;  // empty unless action is limit; points into the Rules
   double multiplier = 1.0;               // from an override; see effective_limit()
+  std::string loose_path;                // (match()'s room for a path's loose form)
 };
 
 class Rules {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "glob_set.h"
 #include "path.h"
 #include "rules.h"
 #include "text.h"
@@ -24,15 +25,13 @@ struct Rules::Data {
     std::string name;
     std::vector<const LimitRule*> limits;
   };
-  struct KeyTier {
-    std::string pattern;
-    std::size_t tier;
-  };
   struct Endpoint {
     std::string name;
-    std::string path;    // as written
-    std::string prefix;  // a prefix path without its trailing '/', so "/" is ""
+    std::string path;     // as written
+    std::string pattern;  // what paths are matched with: `path`, loose_path()'s when loose
+    std::string prefix;   // a prefix pattern without its trailing '/', so "/" is ""
     bool glob = false;
+    bool loose = false;  // path_match: loose (paths compared in loose_path()'s form)
     std::vector<std::string> methods;  // empty: every method
     std::vector<const LimitRule*> limits;
   };
@@ -56,12 +55,13 @@ struct Rules::Data {
   std::deque<LimitRule> rules;  // a deque: the pointers below stay valid while it grows
   std::vector<Tier> tiers;
   std::optional<std::size_t> default_tier;
-  std::vector<KeyTier> keys;
+  GlobSet keys;                       // `keys:` matches, in the file's order
+  std::vector<std::size_t> key_tiers;  // the tier of each
   std::vector<Endpoint> endpoints;
   std::vector<Override> overrides;
   std::map<std::string, std::size_t, std::less<>> override_index;
-  std::vector<std::string> allow;
-  std::vector<std::string> deny;
+  GlobSet allow;
+  GlobSet deny;
 
   Resolved resolve(std::string_view key) const {
     Resolved r;
@@ -72,11 +72,9 @@ struct Rules::Data {
         return r;
       }
     }
-    for (const KeyTier& k : keys) {
-      if (glob_match(k.pattern, key)) {
-        r.tier = &tiers[k.tier];
-        return r;
-      }
+    if (const std::optional<std::size_t> k = keys.first(key)) {  // the first that matches
+      r.tier = &tiers[key_tiers[*k]];
+      return r;
     }
     if (default_tier) r.tier = &tiers[*default_tier];
     return r;
@@ -91,7 +89,10 @@ struct Rules::Data {
     return r.override != nullptr && r.override->multiplier ? *r.override->multiplier : 1.0;
   }
 
-  const Endpoint* endpoint_for(std::string_view method, std::string_view path) const {
+  // `loose` holds the loose form of `path` once an endpoint has needed it.
+  const Endpoint* endpoint_for(std::string_view method, std::string_view path,
+                               std::string& loose) const {
+    bool loosened = false;
     // HEAD is GET without the body (RFC 9110 9.3.2): wherever an endpoint names GET, HEAD
     // counts too, or HEAD would be a free way to GET's limits.
     const bool head = method == "HEAD";
@@ -101,13 +102,19 @@ struct Rules::Data {
           !(head && std::find(e.methods.begin(), e.methods.end(), "GET") != e.methods.end())) {
         continue;
       }
+      std::string_view p = path;
+      if (e.loose) {
+        if (!loosened) loose_path(path, loose);
+        loosened = true;
+        p = loose;
+      }
       // A trailing '/' never dodges an endpoint: a prefix covers its subtree, and a glob
       // is tried on the path without it too (most backends route "/a/" as "/a").
-      if (e.glob ? glob_match(e.path, path) ||
-                       (path.size() > 1 && path.back() == '/' &&
-                        glob_match(e.path, path.substr(0, path.size() - 1)))
-                 : path.starts_with(e.prefix) &&
-                       (path.size() == e.prefix.size() || path[e.prefix.size()] == '/')) {
+      if (e.glob ? glob_match(e.pattern, p) ||
+                       (p.size() > 1 && p.back() == '/' &&
+                        glob_match(e.pattern, p.substr(0, p.size() - 1)))
+                 : p.starts_with(e.prefix) &&
+                       (p.size() == e.prefix.size() || p[e.prefix.size()] == '/')) {
         return &e;
       }
     }
@@ -139,6 +146,12 @@ inline const std::array<std::pair<std::string_view, Mode>, 2> kModes{{
     {mode_name(Mode::enforce), Mode::enforce},
     {mode_name(Mode::shadow), Mode::shadow},
 }};
+// An endpoint's path_match: whether paths are compared in loose_path()'s form.
+inline constexpr std::array<std::pair<std::string_view, bool>, 2> kPathMatches{{
+    {"exact", false},
+    {"loose", true},
+}};
+
 inline constexpr std::array<std::pair<std::string_view, bool>, 2> kBooleans{{
     {"true", true},
     {"false", false},

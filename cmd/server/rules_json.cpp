@@ -71,12 +71,12 @@ std::string Rules::describe_json() const {
     out += "null";
   }
   out += ",\"keys\":[";
-  for (const Data::KeyTier& k : d.keys) {
+  for (std::size_t i = 0; i < d.keys.size(); ++i) {
     if (out.back() != '[') out += ',';
     out += "{\"match\":";
-    append_json_string(out, k.pattern);
+    append_json_string(out, d.keys.globs()[i]);
     out += ",\"tier\":";
-    append_json_string(out, d.tiers[k.tier].name);
+    append_json_string(out, d.tiers[d.key_tiers[i]].name);
     out += '}';
   }
   out += "],\"endpoints\":[";
@@ -87,6 +87,7 @@ std::string Rules::describe_json() const {
     out += ",\"path\":";
     append_json_string(out, e.path);
     out += e.glob ? ",\"match\":\"glob\"" : ",\"match\":\"prefix\"";
+    out += e.loose ? ",\"path_match\":\"loose\"" : ",\"path_match\":\"exact\"";
     out += ",\"methods\":";
     if (e.methods.empty()) {
       out += "null";
@@ -119,9 +120,9 @@ std::string Rules::describe_json() const {
     out += '}';
   }
   out += "],\"allow\":";
-  append_strings(out, d.allow);
+  append_strings(out, d.allow.globs());
   out += ",\"deny\":";
-  append_strings(out, d.deny);
+  append_strings(out, d.deny.globs());
   out += ",\"limit_count\":" + std::to_string(d.rules.size()) + "}";
   return out;
 }

@@ -281,24 +281,31 @@ void Parser::keys(const Item& item) {
   for (const Item& k : list(item, true)) {
     const Fields f(*this, k, {"match", "tier"});
     std::string pattern = key_pattern(f.need("match"), true);
-    data_->keys.push_back({std::move(pattern), tier_ref(f.need("tier"))});
+    data_->key_tiers.push_back(tier_ref(f.need("tier")));
+    data_->keys.add(std::move(pattern));
   }
 }
 
 void Parser::endpoints(const Item& item) {
   Seen seen;
   for (const Item& e : list(item, true)) {
-    const Fields f(*this, e, {"name", "path", "methods", "limits"});
+    const Fields f(*this, e, {"name", "path", "path_match", "methods", "limits"});
     Rules::Data::Endpoint endpoint;
     const Item name_item = f.need("name");
     endpoint.name = name(name_item);
     check_unique(seen, endpoint.name, name_item, "endpoint name");
     endpoint.path = endpoint_path(f.need("path"));
     endpoint.glob = endpoint.path.find_first_of("*?") != std::string::npos;
+    if (const std::optional<Item> m = f.get("path_match")) endpoint.loose = choice(*m, kPathMatches);
+    if (endpoint.loose) {
+      loose_path(endpoint.path, endpoint.pattern);
+    } else {
+      endpoint.pattern = endpoint.path;
+    }
     if (!endpoint.glob) {
-      endpoint.prefix = endpoint.path.ends_with('/')
-                            ? endpoint.path.substr(0, endpoint.path.size() - 1)
-                            : endpoint.path;
+      endpoint.prefix = endpoint.pattern.ends_with('/')
+                            ? endpoint.pattern.substr(0, endpoint.pattern.size() - 1)
+                            : endpoint.pattern;
     }
     if (const std::optional<Item> methods = f.get("methods")) {
       const std::vector<Item> items = list(*methods);
@@ -404,7 +411,7 @@ std::unique_ptr<const Rules::Data> Parser::run() {
     for (const auto& [field, globs] :
          {std::pair{"allow", &data_->allow}, std::pair{"deny", &data_->deny}}) {
       if (const std::optional<Item> l = f.get(field)) {
-        for (const Item& g : list(*l, true)) globs->push_back(key_pattern(g, true));
+        for (const Item& g : list(*l, true)) globs->add(key_pattern(g, true));
       }
     }
   }

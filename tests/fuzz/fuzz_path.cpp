@@ -5,12 +5,19 @@
 //   - an accepted path spelled otherwise (every byte percent-encoded, hex digits in
 //     either case) is accepted too and normalises to the same;
 //   - a target that parses yields a normalised path (or "*", for OPTIONS).
-// Input: first line a path or target, second line a pattern and a text for the globs.
+//   - a path's loose form (loose_path) starts with '/', has no upper-case letter and no
+//     segment ending in '.' or "%20", and is its own loose form;
+//   - a glob list matched through its index (GlobSet) finds what walking it finds.
+// Input: first line a path or target, second line a pattern and a text for the globs;
+// the lines after it a glob list, tried on the first two lines.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "glob_set.h"
 #include "path.h"
 #include "target.h"
 
@@ -65,7 +72,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view problem;
   const bool ok = normalise_path(first, out, problem);
   check(ok == problem.empty());
-  if (ok) check_normalised(out);
+  if (ok) {
+    check_normalised(out);
+    std::string loose;
+    ratewin::server::loose_path(out, loose);
+    check(!loose.empty() && loose.front() == '/');
+    for (const char c : loose) check(!(c >= 'A' && c <= 'Z'));
+    check(loose.find("./") == std::string::npos && loose.find("%20/") == std::string::npos);
+    check(!loose.ends_with('.') && !loose.ends_with("%20"));
+    std::string again;
+    ratewin::server::loose_path(loose, again);
+    check(again == loose);
+  }
   // Another spelling of an accepted path: accepted too, as the same path. (Not the other
   // way round: a raw space or '#' is refused where "%20" and "%23" are not.)
   if (ok) {
@@ -92,5 +110,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view second = rest.substr(0, rest.find('\n'));
   (void)glob_match(first, second);
   check(glob_match(second, second));  // '*' and '?' match themselves too
+
+  std::vector<std::string> globs;
+  ratewin::server::GlobSet set;
+  std::string_view lines = second.size() < rest.size() ? rest.substr(second.size() + 1) : "";
+  while (!lines.empty() && globs.size() < 16) {
+    const std::string_view line = lines.substr(0, lines.find('\n'));
+    globs.emplace_back(line);
+    set.add(std::string(line));
+    lines = line.size() < lines.size() ? lines.substr(line.size() + 1) : "";
+  }
+  for (const std::string_view text : {first, second}) {
+    std::size_t walked = 0;
+    while (walked < globs.size() && !glob_match(globs[walked], text)) ++walked;
+    const std::optional<std::size_t> found = set.first(text);
+    check(found ? *found == walked : walked == globs.size());
+    check(set.any(text) == found.has_value());
+  }
   return 0;
 }

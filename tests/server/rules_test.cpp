@@ -217,6 +217,32 @@ TEST_CASE("endpoints: prefix on segment boundaries, glob on the whole path, meth
   CHECK(match(narrow, "k", "GET", "/a/b").endpoint == "a");
 }
 
+TEST_CASE("path_match: loose compares paths as a case-insensitive backend that drops trailing dots sees them") {
+  const Rules rules = Rules::parse(
+      "endpoints:\n"
+      "  - {name: api, path: /API/v1, path_match: loose, limits: []}\n"
+      "  - {name: files, path: \"/Files/*.TXT\", path_match: loose, limits: []}\n"
+      "  - {name: exact, path: /Exact, path_match: exact, limits: []}\n"
+      "  - {name: plain, path: /plain, limits: []}\n");
+  for (const char* path : {"/api/v1", "/API/V1/x", "/api./v1", "/api%20/v1.", "/Api.%20./v1/",
+                           "/api/v1./users"}) {
+    CAPTURE(path);
+    CHECK(match(rules, "k", "GET", path).endpoint == "api");
+  }
+  CHECK(match(rules, "k", "GET", "/files/a.txt").endpoint == "files");
+  CHECK(match(rules, "k", "GET", "/FILES/dir/B.Txt.").endpoint == "files");
+  CHECK(match(rules, "k", "GET", "/apiv1").endpoint == "");
+  // Exact (the default) is as written.
+  CHECK(match(rules, "k", "GET", "/Exact").endpoint == "exact");
+  CHECK(match(rules, "k", "GET", "/exact").endpoint == "");
+  CHECK(match(rules, "k", "GET", "/PLAIN").endpoint == "");
+  CHECK(match(rules, "k", "GET", "/plain.").endpoint == "");
+  CHECK(match(rules, "k", "GET", "/plain").endpoint == "plain");
+  CHECK_THROWS_WITH_AS(Rules::parse("endpoints: [{name: a, path: /a, path_match: nocase, limits: []}]\n"),
+                       doctest::Contains("nocase"), RulesError);
+  CHECK(rules.describe_json().find("\"path_match\":\"loose\"") != std::string::npos);
+}
+
 TEST_CASE("an endpoint with several windows counts the request against all of them") {
   const Rules rules = Rules::parse(
       "tiers: {t: {limits: [{name: s, max: 10, window: 1s}]}}\n"
