@@ -284,6 +284,11 @@ int run(int argc, char** argv) {
     ("allow-empty-rules", "Accept a rules file that defines no limit, allow or deny entry "
                           "(refused by default: an empty file, or one cut short, would allow "
                           "every request)")
+    ("admin-deadline-ms", "An admin override change is made in Redis within this long of "
+                          "its request or not at all (Redis checks it on its own clock), "
+                          "and answered by then plus 500 ms: 200 when made, 503 when not. "
+                          "Below --request-timeout-ms less 500",
+     cxxopts::value<std::uint64_t>()->default_value("2000"))
     ("reload-settle-ms", "A rules file (or --rls-config file) written in place is reloaded "
                          "once it has stood unchanged this long; one renamed into place "
                          "after 100 ms",
@@ -404,6 +409,15 @@ int run(int argc, char** argv) {
     return 2;
   }
   service_options.reload_settle_ms = args["reload-settle-ms"].as<std::uint64_t>();
+  service_options.admin_deadline_ms = args["admin-deadline-ms"].as<std::uint64_t>();
+  if (service_options.admin_deadline_ms == 0 ||
+      service_options.admin_deadline_ms + 500 >= config.request_timeout_ms) {
+    std::fprintf(stderr,
+                 "ratewin-server: --admin-deadline-ms must be above 0 and below "
+                 "--request-timeout-ms less 500 (an admin change is answered by its deadline "
+                 "plus 500 ms, within the request's time)\n");
+    return 2;
+  }
   if (args.count("trust-proxy") != 0) {
     std::string error;
     std::optional<AddressRanges> ranges =

@@ -100,12 +100,27 @@ void Overrides::publish_local(const std::function<void(OverrideMap&)>& change) {
   current_.publish(std::move(next));
 }
 
-std::string Overrides::command(const std::function<std::string(RedisClient&)>& body) {
+namespace {
+
+// What is left until `deadline`, at most `most`; 0 once it has passed.
+std::chrono::milliseconds left_until(Overrides::Deadline deadline,
+                                     std::chrono::milliseconds most = 24h) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return std::clamp(left, 0ms, most);
+}
+
+}  // namespace
+
+std::string Overrides::command(Deadline deadline,
+                               const std::function<std::string(RedisClient&)>& body) {
   std::lock_guard lock(command_mutex_);
   std::string error;
   if (command_connection_ == nullptr || !command_connection_->usable()) {
-    command_connection_ = RedisClient::open(redis_, 1000ms, 1000ms, error, hash_key_);
-    if (command_connection_ == nullptr) return "Redis: " + error;
+    const std::chrono::milliseconds left = left_until(deadline, 1000ms);
+    if (left == 0ms) return "not made: its deadline passed before Redis could be reached";
+    command_connection_ = RedisClient::open(redis_, left, left, error, hash_key_);
+    if (command_connection_ == nullptr) return "not made: Redis: " + error;
   }
   std::string result = body(*command_connection_);
   // A failure may mean that the hash's slot moved (MOVED), or that this server is a
@@ -129,34 +144,83 @@ std::string run_all(RedisClient& c, std::span<const RedisClient::Argv> commands)
 
 }  // namespace
 
-std::string Overrides::set(const std::string& key, const Override& value) {
+std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
+  // Sets (ARGV[2] an encoded override) or removes (ARGV[2] empty) and announces, only
+  // while Redis's clock is at most ARGV[3] (ms). Returns 1 when made, 0 when too late.
+  static constexpr std::string_view kChangeBefore =
+      "if redis.replicate_commands then redis.replicate_commands() end "
+      "local t = redis.call('TIME') "
+      "if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[3]) then "
+      "return 0 end "
+      "if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) "
+      "else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end "
+      "redis.call('PUBLISH', ARGV[4], ARGV[1]) return 1";
+  return command(deadline, [&](RedisClient& c) -> std::string {
+    using std::chrono::steady_clock;
+    // Redis's clock read TIME at some moment of ours before `after`: from then on its
+    // clock is at least TIME + (our time - after), so a cut-off of TIME + (deadline -
+    // after) on its clock falls at our deadline or before it.
+    std::string error;
+    std::vector<RedisReply> replies;
+    const RedisClient::Argv time[] = {{"TIME"}};
+    const std::chrono::milliseconds wait = left_until(deadline);
+    if (wait == 0ms) return "not made: its deadline passed before it could be sent";
+    if (!c.run(time, replies, wait, error)) {
+      return "not made: Redis did not answer before the change's deadline (" + error + ")";
+    }
+    const steady_clock::time_point after = steady_clock::now();
+    long long seconds = 0;
+    long long micros = 0;
+    if (replies.size() != 1 || replies[0].type != RedisReply::Type::kArray ||
+        replies[0].elements.size() != 2 ||
+        std::from_chars(replies[0].elements[0].text.data(),
+                        replies[0].elements[0].text.data() + replies[0].elements[0].text.size(),
+                        seconds)
+                .ec != std::errc() ||
+        std::from_chars(replies[0].elements[1].text.data(),
+                        replies[0].elements[1].text.data() + replies[0].elements[1].text.size(),
+                        micros)
+                .ec != std::errc()) {
+      return "not made: Redis: TIME gave " +
+             (replies.empty() ? std::string("no reply") : replies[0].text);
+    }
+    const auto to_deadline =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - after).count();
+    if (to_deadline <= 0) return "not made: its deadline passed before it could be sent";
+    const std::string cutoff = std::to_string(seconds * 1000 + micros / 1000 + to_deadline);
+    const std::string value = change.value ? change.value->encode() : std::string();
+    const RedisClient::Argv script[] = {
+        {"EVAL", kChangeBefore, "1", hash_key_, change.key, value, cutoff, channel_}};
+    replies.clear();
+    if (!c.run(script, replies, left_until(deadline + kAnswerMargin), error)) {
+      // (No answer by now: were it run later, Redis's clock would be past the cut-off.)
+      return "not made: Redis did not answer before the change's deadline (" + error + ")";
+    }
+    if (replies.size() != 1) return "not made: Redis gave no reply";
+    if (replies[0].is_error()) return "not made: Redis: " + replies[0].text;
+    if (replies[0].integer != 1) return "not made: it reached Redis after its deadline";
+    return {};
+  });
+}
+
+std::string Overrides::apply(const OverrideChange& change, Deadline deadline) {
   if (shared()) {
-    const std::string encoded = value.encode();
-    const RedisClient::Argv commands[] = {{"HSET", hash_key_, key, encoded},
-                                          {"PUBLISH", channel_, key}};
-    std::string error = command([&](RedisClient& c) { return run_all(c, commands); });
+    std::string error = write(change, deadline);
     if (!error.empty()) return error;
   }
-  publish_local([&](OverrideMap& map) { map[key] = value; });
+  publish_local([&](OverrideMap& map) {
+    if (change.value) {
+      map[change.key] = *change.value;
+    } else {
+      map.erase(change.key);
+    }
+  });
   return {};
 }
 
-std::string Overrides::remove(const std::string& key) {
-  if (shared()) {
-    const RedisClient::Argv commands[] = {{"HDEL", hash_key_, key}, {"PUBLISH", channel_, key}};
-    std::string error = command([&](RedisClient& c) { return run_all(c, commands); });
-    if (!error.empty()) return error;
-  }
-  publish_local([&](OverrideMap& map) { map.erase(key); });
-  return {};
-}
-
-std::string Overrides::apply(const OverrideChange& change) {
-  return change.value ? set(change.key, *change.value) : remove(change.key);
-}
-
-bool Overrides::submit(OverrideChange change, Done done) {
-  return enqueue({[this, change = std::move(change)] { return apply(change); }, std::move(done)});
+bool Overrides::submit(OverrideChange change, Deadline deadline, Done done) {
+  return enqueue({[this, change = std::move(change), deadline] { return apply(change, deadline); },
+                  std::move(done)});
 }
 
 bool Overrides::submit_job(std::function<std::string()> job, Done done) {

@@ -63,14 +63,20 @@ class Overrides {
   Overrides(const Overrides&) = delete;
   Overrides& operator=(const Overrides&) = delete;
 
-  // Sets or removes a key's override (stored in Redis and announced when there is one).
-  // An empty result is success; otherwise it says what failed.
-  // With Redis these block for a round trip (up to about a second when Redis does not
-  // answer, and as long again to connect afresh). Thread-safe.
-  std::string set(const std::string& key, const Override& value);
-  std::string remove(const std::string& key);
-  // set() or remove(), as `change` says.
-  std::string apply(const OverrideChange& change);
+  using Deadline = std::chrono::steady_clock::time_point;
+  // How long after a change's deadline its answer may still be on its way from Redis.
+  static constexpr std::chrono::milliseconds kAnswerMargin{500};
+
+  // Sets or removes a key's override, as `change` says (stored in Redis and announced
+  // when there is one). An empty result is success; otherwise it says why the change was
+  // not made, and it never will be. With Redis, the change is made only if Redis runs it
+  // before `deadline`: a script compares Redis's own clock (TIME) with the deadline
+  // mapped onto it by a TIME read just before, bounded by that read's round trip, so a
+  // change that reaches a paused or slow Redis later refuses itself. This blocks until
+  // the deadline plus kAnswerMargin at most; no answer by then means not made (an answer
+  // delayed longer than kAnswerMargin on its way back would be the only exception, as
+  // would Redis's clock stepping back by more than it). Thread-safe.
+  std::string apply(const OverrideChange& change, Deadline deadline);
 
   // What submit() calls once the change is made or has failed: the error, empty on
   // success.
@@ -81,7 +87,7 @@ class Overrides {
   // returns. False when kMaxQueuedChanges wait already: then `done` is never called.
   // The destructor waits for the change being made, if any; those still queued then are
   // not made, and their `done` gets an error saying so. Thread-safe.
-  bool submit(OverrideChange change, Done done);
+  bool submit(OverrideChange change, Deadline deadline, Done done);
   // The same for other admin work that waits on Redis (resetting a key's counts): `job`
   // runs on the writer thread, in turn with the changes, and its result (an error, empty
   // on success) goes to `done`. Without Redis it runs before this returns.
@@ -103,7 +109,11 @@ class Overrides {
   void write_submitted();  // the writer thread
   // Reads the hash and publishes it. False when Redis could not be read.
   bool reload(internal::RedisClient& connection);
-  std::string command(const std::function<std::string(internal::RedisClient&)>& body);
+  // Runs `body` on the command connection (opened first if need be, within `deadline`).
+  std::string command(Deadline deadline,
+                      const std::function<std::string(internal::RedisClient&)>& body);
+  // apply()'s Redis part.
+  std::string write(const OverrideChange& change, Deadline deadline);
   void publish_local(const std::function<void(OverrideMap&)>& change);
 
   RedisTarget redis_;  // the address; empty: local only

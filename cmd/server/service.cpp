@@ -131,8 +131,11 @@ class Service::Worker final : public RequestHandler {
   void admin_work(AdminWork work, Reply& reply) {
     Overrides& overrides = service_.overrides_;
     Response& response = reply.response();
-    const auto make = [this, &overrides](const AdminWork& w) {
-      return w.change ? overrides.apply(*w.change) : service_.reset_key(w.reset_key);
+    const Overrides::Deadline deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(service_.options_.admin_deadline_ms);
+    const auto make = [this, &overrides, deadline](const AdminWork& w) {
+      return w.change ? overrides.apply(*w.change, deadline) : service_.reset_key(w.reset_key);
     };
     if (back_on_loop_ == nullptr) {
       AdminApi::done(work, make(work), response);
@@ -151,7 +154,7 @@ class Service::Worker final : public RequestHandler {
       back->post([this, number, error = std::move(error)] { changed(number, error); });
     };
     const bool queued = work.change
-                            ? overrides.submit(std::move(*work.change), std::move(done))
+                            ? overrides.submit(std::move(*work.change), deadline, std::move(done))
                             : overrides.submit_job(
                                   [this, key = std::move(work.reset_key)] {
                                     return service_.reset_key(key);
@@ -443,8 +446,8 @@ std::string Service::reset_key(std::string_view key) {
   for (const Acquisition& counter : LimitStep::key_counters(*rules, key, options_.ipv6_prefix))
     shared &= engine_.reset(counter.resource, counter.limit);
   if (!shared) {
-    return "Redis could not be reached: this server's counts were reset, the shared ones "
-           "were not (they leave with their window)";
+    return "Redis did not confirm it: this server's counts were reset, the shared ones may "
+           "not have been (then they leave with their window)";
   }
   return {};
 }

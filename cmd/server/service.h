@@ -52,6 +52,10 @@ struct ServiceOptions {
   // An IPv6 client without a key is counted by its address's first this many bits
   // (--ipv6-prefix, 32..128).
   unsigned ipv6_prefix = 64;
+  // An override change through the admin API is made within this long of its request, or
+  // not at all; its answer comes by then plus Overrides::kAnswerMargin
+  // (--admin-deadline-ms).
+  std::uint64_t admin_deadline_ms = 2000;
 };
 
 // Connection counts, kept by the transport.
