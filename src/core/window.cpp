@@ -40,12 +40,16 @@ void SlidingWindow::slide(std::int64_t t) noexcept {
   state_.epoch = epoch;
 }
 
-u128 SlidingWindow::scaled_estimate(std::int64_t t) noexcept {
+u128 SlidingWindow::scaled_estimate(std::int64_t t, std::uint64_t max) noexcept {
   advance(t);
   const std::int64_t start = state_.epoch * resolution_;
   const auto weight = static_cast<std::uint64_t>(start + resolution_ - std::max(t, start));
-  return static_cast<u128>(state_.sum) * static_cast<std::uint64_t>(resolution_) +
-         static_cast<u128>(state_.trailing) * weight;
+  const auto r = static_cast<std::uint64_t>(resolution_);
+  const std::uint32_t trailing = state_.trailing;
+  const std::uint64_t discount = max_discount(max);
+  const u128 part = std::max(static_cast<u128>(trailing) * weight,
+                             static_cast<u128>(trailing > discount ? trailing - discount : 0) * r);
+  return static_cast<u128>(state_.sum) * r + part;
 }
 
 std::uint32_t SlidingWindow::in_order(std::uint32_t k) const noexcept {

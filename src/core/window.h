@@ -60,7 +60,21 @@ static_assert(sizeof(Bucket) == 4);
 // non-increasing while nothing arrives (at a boundary the newest trailing count enters
 // with weight 1), which is what makes retry_after exact.
 //
-// That is Trailing::interpolated. With Trailing::whole the trailing count has weight 1
+// That is Trailing::interpolated, with one bound: the interpolation may discount the
+// trailing count by at most D = floor(max / 4),
+//
+//     E(t) = sum + max(trailing * ((e + 1) * R - t) / R, trailing - D),
+//
+// so that E(t) >= (the exact count in (t - N*R, t]) - D and no window ever holds more
+// than max + D, 1.25 x max: the interpolation assumes the trailing count spread evenly
+// over its subinterval, and a client that sends its quota just before a subinterval
+// ends, then again as that subinterval trails, got up to max + T(1 - w), nearly 2 x max.
+// Spread traffic never meets the bound (a trailing count over max/4 is a quarter of the
+// window in one subinterval), so its false rejections are those of the plain
+// interpolation. E(t) stays non-increasing while nothing arrives, now with a step down
+// at the boundary where a bounded trailing count leaves.
+//
+// With Trailing::whole the trailing count has weight 1
 // for its whole epoch (E(t) = sum + trailing, an upper bound of the exact count in
 // (t - N*R, t]); with Trailing::none weight 0 (E(t) = sum, with N = 1 the count of the
 // fixed window t is in). Both are steps that fall at epoch boundaries, so retry_after
@@ -129,8 +143,11 @@ class SlidingWindow {
   // failure policy). Nothing happens if that epoch is no longer in the buckets.
   void remove(std::int64_t epoch, std::uint64_t cost) noexcept;
 
-  // E(t) * R, after advancing to t.
-  u128 scaled_estimate(std::int64_t t) noexcept;
+  // E(t) * R for a limit of `max`, after advancing to t.
+  u128 scaled_estimate(std::int64_t t, std::uint64_t max) noexcept;
+
+  // The most the interpolation discounts a trailing count, for a limit of `max`.
+  static constexpr std::uint64_t max_discount(std::uint64_t max) noexcept { return max / 4; }
 
   // Raises the count held for `epoch` to at least `count`: a shared count already
   // includes this node's own requests, so it replaces rather than adds. An epoch older
@@ -174,9 +191,10 @@ class SlidingWindow {
   }
   // advance() across at least one epoch boundary.
   void slide(std::int64_t t) noexcept;
-  std::int64_t retry_at(std::int64_t at, std::uint64_t allowance, std::int64_t epoch,
-                        std::uint64_t sum, std::uint32_t trailing, std::uint32_t head,
-                        std::uint32_t newest, Trailing trailing_weight) const noexcept;
+  std::int64_t retry_at(std::int64_t at, std::uint64_t allowance, std::uint64_t discount,
+                        std::int64_t epoch, std::uint64_t sum, std::uint32_t trailing,
+                        std::uint32_t head, std::uint32_t newest,
+                        Trailing trailing_weight) const noexcept;
   // The k-th count in epoch order: 0 = trailing (epoch e-N), k = 1..N the bucket of
   // epoch e-N+k (so k = N is the newest).
   std::uint32_t in_order(std::uint32_t k) const noexcept;
@@ -211,7 +229,13 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
                                            : 0;
   // Counts stop counting when they trail (none) or once they have trailed (else).
   const std::uint32_t lasts = trailing_weight == Trailing::none ? n_ - 1 : n_;
-  const u128 scaled = static_cast<u128>(sum) * r + static_cast<u128>(trailing) * weight;
+  // An interpolated trailing count is discounted by at most D (see above).
+  const std::uint64_t discount = max_discount(max);
+  const std::uint64_t least =
+      trailing_weight == Trailing::interpolated && trailing > discount ? trailing - discount : 0;
+  u128 trailing_scaled = static_cast<u128>(trailing) * weight;
+  if (static_cast<u128>(least) * r > trailing_scaled) trailing_scaled = static_cast<u128>(least) * r;
+  const u128 scaled = static_cast<u128>(sum) * r + trailing_scaled;
   // The end of the epoch e + k, as an absolute time.
   auto end_of = [&](std::uint32_t k) noexcept {
     return wrapping_mul(wrapping_add(epoch, std::int64_t{k} + 1), resolution_);
@@ -220,10 +244,10 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   const std::int64_t reset_at = sum != 0 ? end_of(lasts - age_of(newest, head))
                                 : trailing != 0 && weight != 0 ? end_of(0)
                                                                : t;
-  // floor(max - E) = max - sum - ceil(trailing * weight / R), 0 if E > max.
+  // floor(max - E) = max - sum - max(ceil(trailing * weight / R), least), 0 if E > max.
   auto remaining = [&]() noexcept -> std::uint64_t {
-    const std::uint64_t trailing_part =
-        (weight >= r || trailing == 0) ? trailing : mul_div_ceil(trailing, weight, r);
+    const std::uint64_t trailing_part = std::max<std::uint64_t>(
+        (weight >= r || trailing == 0) ? trailing : mul_div_ceil(trailing, weight, r), least);
     const std::uint64_t used = sum + trailing_part;
     return used >= max ? 0 : max - used;
   };
@@ -245,7 +269,9 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
       cost > max
           ? Decision::kNever
           : std::chrono::nanoseconds(wrapping_sub(
-                retry_at(at, max - cost, epoch, sum, trailing, head, newest, trailing_weight), t));
+                retry_at(at, max - cost, discount, epoch, sum, trailing, head, newest,
+                         trailing_weight),
+                t));
   return true;
 }
 
@@ -255,13 +281,16 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
 // then solve the linear piece inside epoch e+k. Requires that the request does not fit
 // at `at`; the other arguments are evaluate()'s snapshot of the state.
 //
+// The bound makes it S_k + max(T_k * (end_k - t) / R, T_k - D): when S_k + T_k - D is
+// over the allowance, the answer is end_k (where it falls to S_k).
+//
 // With Trailing::whole the estimate in epoch e+k is S_k + T_k, which falls to S_k at
 // end_k: the answer is end_k. With Trailing::none it is S_k from the start of epoch e+k:
 // the answer is end_k - R.
 inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allowance,
-                                            std::int64_t epoch, std::uint64_t sum,
-                                            std::uint32_t trailing, std::uint32_t head,
-                                            std::uint32_t newest,
+                                            std::uint64_t discount, std::int64_t epoch,
+                                            std::uint64_t sum, std::uint32_t trailing,
+                                            std::uint32_t head, std::uint32_t newest,
                                             Trailing trailing_weight) const noexcept {
   std::uint32_t k = 0;
   std::uint64_t rest = sum;
@@ -296,10 +325,13 @@ inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allow
   if (rest > allowance || relief == 0) return end;  // only on an inconsistent state
   // Allowed from t on when T * (end - t) <= (allowance - S) * R; the slack is < R.
   const auto r = static_cast<std::uint64_t>(resolution_);
-  const std::uint64_t slack = trailing_weight == Trailing::interpolated
-                                  ? std::min(r, mul_div_floor(allowance - rest, r, relief))
-                              : trailing_weight == Trailing::whole ? 0
-                                                                   : r;
+  // (Interpolated, but held at T - D all epoch long: relief at its end, as for whole.)
+  const bool held = relief > discount && relief - discount > allowance - rest;
+  const std::uint64_t slack =
+      trailing_weight == Trailing::interpolated
+          ? (held ? 0 : std::min(r, mul_div_floor(allowance - rest, r, relief)))
+      : trailing_weight == Trailing::whole ? 0
+                                           : r;
   return std::max(at, wrapping_sub(end, static_cast<std::int64_t>(slack)));
 }
 

@@ -185,9 +185,10 @@ def test_decisions_count_and_explain(engine, clock):
         assert (d.limit, d.remaining, d.reset_after, d.retry_after) == (3, left, 11.0, 0.0)
     rejected = engine.try_acquire("user:1", limit)
     assert not rejected
-    # All three counts are in the first subinterval: one more fits once a third of it
-    # has left the window, 10 s + 1/3 s on.
-    assert rejected.retry_after == pytest.approx(10 + 1 / 3, abs=1e-8)
+    # All three counts are in the first subinterval. A trailing count is discounted by at
+    # most max / 4, nothing for a max of 3: one more fits once that subinterval has left
+    # the window, 11 s on.
+    assert rejected.retry_after == pytest.approx(11, abs=1e-8)
     assert rejected.can_ever_pass
     assert rejected.headers() == {
         "X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0",

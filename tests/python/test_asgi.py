@@ -67,7 +67,7 @@ def test_limits_per_client_and_path(engine):
     assert headers[b"content-type"] == b"application/json"
     body = json.loads(rejected[1]["body"])
     assert body["error"] == "rate limited" and body["limit"] == "2/60s"
-    assert 0 < body["retry_after_s"] <= 61
+    assert 0 < body["retry_after_s"] <= 64  # (a window and a subinterval at most)
     assert status_of(request(app, "/b")) == 200
     assert status_of(request(app, "/a", client=("10.0.0.2", 1))) == 200
 

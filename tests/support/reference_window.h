@@ -40,24 +40,29 @@ class ReferenceWindow {
   }
 
   // E(t) * R = sum of epochs e-N+1..e times R + count of epoch e-N times its weight:
-  // (e+1)R - t (interpolated), R (whole) or 0 (none).
-  u128 scaled_estimate(std::int64_t t) const {
+  // (e+1)R - t (interpolated), R (whole) or 0 (none); interpolated, never less than that
+  // count less max / 4, times R.
+  u128 scaled_estimate(std::int64_t t, std::uint64_t max) const {
     const std::int64_t e = floor_div(t, r_);
     u128 scaled = 0;
     for (std::int64_t j = e - n_ + 1; j <= e; ++j) scaled += u128{epoch_count(j)} * u128(r_);
     const std::int64_t weight = trailing_ == Trailing::interpolated ? (e + 1) * r_ - t
                                 : trailing_ == Trailing::whole      ? r_
                                                                     : 0;
-    scaled += u128{epoch_count(e - n_)} * u128(weight);
-    return scaled;
+    const std::uint64_t trailing = epoch_count(e - n_);
+    u128 part = u128{trailing} * u128(weight);
+    if (trailing_ == Trailing::interpolated && trailing > max / 4 &&
+        u128{trailing - max / 4} * u128(r_) > part)
+      part = u128{trailing - max / 4} * u128(r_);
+    return scaled + part;
   }
 
   bool allows(std::int64_t t, std::uint64_t max, std::uint64_t cost) const {
-    return cost <= max && scaled_estimate(t) + u128{cost} * u128(r_) <= u128{max} * u128(r_);
+    return cost <= max && scaled_estimate(t, max) + u128{cost} * u128(r_) <= u128{max} * u128(r_);
   }
 
   std::uint64_t remaining(std::int64_t t, std::uint64_t max) const {
-    const u128 scaled = scaled_estimate(t);
+    const u128 scaled = scaled_estimate(t, max);
     const u128 cap = u128{max} * u128(r_);
     return scaled >= cap ? 0 : static_cast<std::uint64_t>((cap - scaled) / u128(r_));
   }
