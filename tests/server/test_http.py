@@ -331,9 +331,10 @@ def test_a_pipelined_flood_takes_turns_with_the_other_connections_of_its_loop(st
         reader.join()
     assert len(between) == 9, between
     # A read holds 16 KiB / 35 bytes = 468 of the flood's requests: with a read per turn,
-    # a round trip of /metrics sees one or two reads go by (a slow client, a few more).
-    between.sort()
-    assert between[len(between) // 2] <= 4 * 469, between
+    # a round trip of /metrics sees one or two reads go by, more when this client is slow
+    # to ask again (a busy machine), never fewer: the fewest seen is the turn's size.
+    # (Before: 10,000 and more, every time.)
+    assert min(between) <= 3 * 469, sorted(between)
 
 
 def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
