@@ -76,18 +76,10 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
     return std::nullopt;
   }
   if (path == "/admin/reload" && method == "POST") {
-    // Done here, on the caller's (loop) thread: it reads and parses the local rules file,
-    // the same work a SIGHUP does, in well under a millisecond for any rules file of a
-    // sensible size; no network. (A rules file on a network file system that hangs would
-    // hang this loop: keep it on a local disk.)
-    if (!service_.reload("admin API")) {
-      json_error(response, 422, service_.last_reload_error());
-      return std::nullopt;
-    }
-    response.body = "{\"version\":";
-    append_json_string(response.body, service_.rules()->version());
-    response.body += "}\n";
-    return std::nullopt;
+    // Read and parsed off the loop: a large rules file takes seconds.
+    AdminWork work;
+    work.reload = true;
+    return work;
   }
   if (path == "/admin/overrides" && method == "GET") {
     const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
@@ -192,7 +184,9 @@ std::optional<AdminWork> AdminApi::override_change(const Request& request, Respo
     auto [key, value] = override_from(request.method, request.body);
     OverrideChange change{std::move(key), std::nullopt};
     if (request.method == "POST") change.value = value;
-    return AdminWork{std::move(change), {}};
+    AdminWork work;
+    work.change = std::move(change);
+    return work;
   } catch (const std::invalid_argument& e) {
     json_error(response, 400, e.what());
     return std::nullopt;
@@ -201,7 +195,9 @@ std::optional<AdminWork> AdminApi::override_change(const Request& request, Respo
 
 std::optional<AdminWork> AdminApi::reset(const Request& request, Response& response) {
   try {
-    return AdminWork{std::nullopt, key_of(object_body(request.body, {"key"}))};
+    AdminWork work;
+    work.reset_key = key_of(object_body(request.body, {"key"}));
+    return work;
   } catch (const std::invalid_argument& e) {
     json_error(response, 400, e.what());
     return std::nullopt;
@@ -209,6 +205,13 @@ std::optional<AdminWork> AdminApi::reset(const Request& request, Response& respo
 }
 
 void AdminApi::done(const AdminWork& work, std::string_view error, Response& response) {
+  if (work.reload) {
+    if (!error.empty()) return json_error(response, 422, error);
+    response.body = "{\"version\":";
+    append_json_string(response.body, work.version);
+    response.body += "}\n";
+    return;
+  }
   if (!error.empty()) return json_error(response, 503, error);
   if (!work.change) {
     response.body = "{\"reset\":";

@@ -17,11 +17,14 @@ namespace ratewin::server {
 
 class Service;
 
-// Work the admin API was asked for that may wait on Redis, for its caller to make off the
-// loop (Overrides::submit, submit_job) and to answer with AdminApi::done().
+// Work the admin API was asked for that may wait (on Redis, or on a rules file's parse),
+// for its caller to make off the loop (Overrides::submit, submit_job; Service's reload
+// queue) and to answer with AdminApi::done().
 struct AdminWork {
   std::optional<OverrideChange> change;  // an override set or removed; else:
+  bool reload = false;                   // POST /admin/reload; else:
   std::string reset_key;                 // POST /admin/reset: the key whose counts go
+  std::string version;                   // (a reload's outcome: the version in force)
 };
 
 // Constant-time comparison of a presented secret with the expected one.
@@ -34,12 +37,13 @@ class AdminApi {
            std::size_t lockout_capacity = AdminLockout::kDefaultCapacity);
 
   // Answers a request whose path is /admin or under it. `client` is the client's address
-  // (the trusted one). Thread-safe. Waits on no network: a change of an override (POST or
+  // (the trusted one). Thread-safe. Waits on nothing: a change of an override (POST or
   // DELETE /admin/overrides) or a reset of a key's counts (POST /admin/reset) that passed
-  // its checks is not made here, as with Redis it waits for round trips; it is returned
-  // instead, `response` untouched, for the caller to make (Overrides::submit and
-  // submit_job, with Service::reset_key) and to answer with done(). Otherwise `response`
-  // holds the answer and nothing is returned.
+  // its checks is not made here, as with Redis it waits for round trips, nor a reload
+  // (POST /admin/reload), which reads and parses the rules file; it is returned instead,
+  // `response` untouched, for the caller to make (Overrides::submit and submit_job, with
+  // Service::reset_key; Service::submit_reload) and to answer with done(). Otherwise
+  // `response` holds the answer and nothing is returned.
   [[nodiscard]] std::optional<AdminWork> handle(const Request& request, const IpAddress& client,
                                                 std::string_view path, Response& response);
   // The answer to work handle() returned, made with `error` as the outcome (empty: made).

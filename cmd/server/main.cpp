@@ -287,7 +287,8 @@ int run(int argc, char** argv) {
     ("admin-deadline-ms", "An admin override change is made in Redis within this long of "
                           "its request or not at all (Redis checks it on its own clock), "
                           "and answered by then plus 500 ms: 200 when made, 503 when not. "
-                          "Below --request-timeout-ms less 500",
+                          "Below --request-timeout-ms less 500 (by default, at most half "
+                          "of it)",
      cxxopts::value<std::uint64_t>()->default_value("2000"))
     ("reload-settle-ms", "A rules file (or --rls-config file) written in place is reloaded "
                          "once it has stood unchanged this long; one renamed into place "
@@ -410,8 +411,11 @@ int run(int argc, char** argv) {
   }
   service_options.reload_settle_ms = args["reload-settle-ms"].as<std::uint64_t>();
   service_options.admin_deadline_ms = args["admin-deadline-ms"].as<std::uint64_t>();
-  if (service_options.admin_deadline_ms == 0 ||
-      service_options.admin_deadline_ms + 500 >= config.request_timeout_ms) {
+  if (args.count("admin-deadline-ms") == 0) {  // (the default fits a short request timeout)
+    service_options.admin_deadline_ms = std::max<std::uint64_t>(
+        1, std::min(service_options.admin_deadline_ms, config.request_timeout_ms / 2));
+  } else if (service_options.admin_deadline_ms == 0 ||
+             service_options.admin_deadline_ms + 500 >= config.request_timeout_ms) {
     std::fprintf(stderr,
                  "ratewin-server: --admin-deadline-ms must be above 0 and below "
                  "--request-timeout-ms less 500 (an admin change is answered by its deadline "

@@ -73,22 +73,17 @@ Overrides::Overrides(RedisTarget redis, std::string key_prefix, Log log)
   if (redis_.empty()) return;
   in_sync_ = false;
   thread_ = std::thread([this] { run(); });
-  writer_ = std::thread([this] { write_submitted(); });
+  writer_ = std::make_unique<JobQueue>(kMaxQueuedChanges);
 }
 
 Overrides::~Overrides() {
+  writer_.reset();  // the change being made goes on; those waiting are not made
   {
     std::lock_guard lock(stop_mutex_);
     stop_ = true;
   }
   stop_cv_.notify_all();
-  {
-    std::lock_guard lock(submitted_mutex_);
-    stop_writing_ = true;
-  }
-  submitted_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (writer_.joinable()) writer_.join();
 }
 
 void Overrides::publish_local(const std::function<void(OverrideMap&)>& change) {
@@ -219,50 +214,20 @@ std::string Overrides::apply(const OverrideChange& change, Deadline deadline) {
 }
 
 bool Overrides::submit(OverrideChange change, Deadline deadline, Done done) {
-  return enqueue({[this, change = std::move(change), deadline] { return apply(change, deadline); },
-                  std::move(done)});
+  return enqueue([this, change = std::move(change), deadline] { return apply(change, deadline); },
+                 std::move(done));
 }
 
 bool Overrides::submit_job(std::function<std::string()> job, Done done) {
-  return enqueue({std::move(job), std::move(done)});
+  return enqueue(std::move(job), std::move(done));
 }
 
-bool Overrides::enqueue(Submitted submitted) {
-  if (!shared()) {
-    submitted.done(submitted.job());
+bool Overrides::enqueue(JobQueue::Job job, Done done) {
+  if (writer_ == nullptr) {
+    done(job());
     return true;
   }
-  {
-    std::lock_guard lock(submitted_mutex_);
-    if (submitted_.size() >= kMaxQueuedChanges) return false;
-    submitted_.push_back(std::move(submitted));
-  }
-  submitted_cv_.notify_one();
-  return true;
-}
-
-void Overrides::write_submitted() {
-  std::unique_lock lock(submitted_mutex_);
-  for (;;) {
-    submitted_cv_.wait(lock, [this] { return stop_writing_ || !submitted_.empty(); });
-    if (stop_writing_) break;
-    Submitted next = std::move(submitted_.front());
-    submitted_.pop_front();
-    lock.unlock();
-    std::string error;
-    try {
-      error = next.job();
-    } catch (const std::exception& e) {  // no exception may end this thread
-      error = std::string("not made: ") + e.what();
-    }
-    next.done(std::move(error));
-    lock.lock();
-  }
-  // Shutting down: a change still queued could wait on Redis for seconds more each.
-  std::deque<Submitted> left;
-  left.swap(submitted_);
-  lock.unlock();
-  for (Submitted& s : left) s.done("not made: the server is shutting down");
+  return writer_->submit(std::move(job), std::move(done));
 }
 
 bool Overrides::reload(RedisClient& connection) {

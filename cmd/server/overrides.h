@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "job_queue.h"
 #include "published.h"
 #include "ratewin/engine.h"
 #include "ratewin_internal/redis_client.h"
@@ -80,7 +80,7 @@ class Overrides {
 
   // What submit() calls once the change is made or has failed: the error, empty on
   // success.
-  using Done = std::function<void(std::string error)>;
+  using Done = JobQueue::Done;
   // Queues `change` for the writer thread, which makes the changes one after the other in
   // the order they came, as apply() does, and then calls `done` on that thread. Without
   // Redis there is nothing to wait for: the change is made and `done` called before this
@@ -106,7 +106,6 @@ class Overrides {
 
  private:
   void run();              // the subscriber thread
-  void write_submitted();  // the writer thread
   // Reads the hash and publishes it. False when Redis could not be read.
   bool reload(internal::RedisClient& connection);
   // Runs `body` on the command connection (opened first if need be, within `deadline`).
@@ -130,16 +129,9 @@ class Overrides {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread thread_;
-  struct Submitted {
-    std::function<std::string()> job;  // the change made by apply(), or other work
-    Done done;
-  };
-  bool enqueue(Submitted submitted);
-  std::mutex submitted_mutex_;
-  std::condition_variable submitted_cv_;
-  std::deque<Submitted> submitted_;  // not taken by the writer yet
-  bool stop_writing_ = false;
-  std::thread writer_;
+  // On the writer (with Redis), else made at once.
+  bool enqueue(JobQueue::Job job, Done done);
+  std::unique_ptr<JobQueue> writer_;  // with Redis: changes and other admin work, in turn
 };
 
 }  // namespace ratewin::server

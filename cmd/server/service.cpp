@@ -32,8 +32,7 @@ class Service::Worker final : public RequestHandler {
         clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix) {
     if (loop != nullptr && service.engine_.stats().store)
       acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
-    if (loop != nullptr && service.admin_ && service.overrides_.shared())
-      back_on_loop_ = LoopTasks::open(loop);
+    if (loop != nullptr && service.admin_) back_on_loop_ = LoopTasks::open(loop);
     service_.add_worker(&stats_);
   }
   ~Worker() override {
@@ -126,8 +125,9 @@ class Service::Worker final : public RequestHandler {
   // Makes what the admin API was asked for (an override changed, a key's counts reset).
   // With Redis and a loop, it is made on the overrides' writer thread, and the request
   // answered when the outcome is back on this loop: the loop serves other requests
-  // meanwhile. Otherwise it is made and answered at once (without Redis nothing waits;
-  // without a loop there is nothing else to serve).
+  // meanwhile; a reload likewise on the service's reload thread. Otherwise it is made and
+  // answered at once (without Redis an override change waits on nothing; without a loop
+  // there is nothing else to serve).
   void admin_work(AdminWork work, Reply& reply) {
     Overrides& overrides = service_.overrides_;
     Response& response = reply.response();
@@ -135,10 +135,14 @@ class Service::Worker final : public RequestHandler {
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(service_.options_.admin_deadline_ms);
     const auto make = [this, &overrides, deadline](const AdminWork& w) {
-      return w.change ? overrides.apply(*w.change, deadline) : service_.reset_key(w.reset_key);
+      return w.reload   ? admin_reload()
+             : w.change ? overrides.apply(*w.change, deadline)
+                        : service_.reset_key(w.reset_key);
     };
-    if (back_on_loop_ == nullptr) {
-      AdminApi::done(work, make(work), response);
+    if (back_on_loop_ == nullptr || (!work.reload && !overrides.shared())) {
+      const std::string error = make(work);
+      if (work.reload) work.version = service_.rules()->version();
+      AdminApi::done(work, error, response);
       return count(response.status, "admin");
     }
     if (back_on_loop_->closed()) {  // the loop is ending: it must not wait on Redis now
@@ -153,26 +157,35 @@ class Service::Worker final : public RequestHandler {
     auto done = [this, number, back = back_on_loop_](std::string error) {
       back->post([this, number, error = std::move(error)] { changed(number, error); });
     };
-    const bool queued = work.change
-                            ? overrides.submit(std::move(*work.change), deadline, std::move(done))
-                            : overrides.submit_job(
-                                  [this, key = std::move(work.reset_key)] {
-                                    return service_.reset_key(key);
-                                  },
-                                  std::move(done));
+    const bool queued =
+        work.reload   ? service_.reloads_.submit([this] { return admin_reload(); }, std::move(done))
+        : work.change ? overrides.submit(std::move(*work.change), deadline, std::move(done))
+                      : overrides.submit_job(
+                            [this, key = std::move(work.reset_key)] {
+                              return service_.reset_key(key);
+                            },
+                            std::move(done));
     if (!queued) {
       changes_.erase(number);
       response.headers.emplace_back("Retry-After", "1");
-      json_error(response, 503, "too many admin changes are waiting for Redis: try later");
+      json_error(response, 503,
+                 work.reload ? "too many reloads are waiting: try later"
+                             : "too many admin changes are waiting for Redis: try later");
       return count(503, "admin");
     }
     in_flight.responder = reply.defer();
+  }
+
+  // A reload for the admin API: the error, empty when the file's rules are in force.
+  std::string admin_reload() {
+    return service_.reload("admin API") ? std::string() : service_.last_reload_error();
   }
 
   // A change's outcome, back on the loop.
   void changed(std::uint64_t number, std::string_view error) {
     const auto it = changes_.find(number);
     if (it == changes_.end()) return;
+    if (it->second.work.reload) it->second.work.version = service_.rules()->version();
     Response response;
     AdminApi::done(it->second.work, error, response);
     count(response.status, "admin");

@@ -20,6 +20,7 @@
 
 #include "address.h"
 #include "admin.h"
+#include "job_queue.h"
 #include "http.h"
 #include "overrides.h"
 #include "published.h"
@@ -161,6 +162,9 @@ class Service {
   WorkerStats retired_;              // what workers that ended had counted
   std::unique_ptr<AdminApi> admin_;  // null without an admin token
   std::vector<std::function<void(PrometheusText&)>> metric_parts_;
+  // POST /admin/reload's reads and parses, off the loops (last: it goes first, waiting for
+  // the one it runs).
+  JobQueue reloads_{4};
 };
 
 }  // namespace ratewin::server
