@@ -271,8 +271,7 @@ Shard::Lru* Shard::find_lru(std::uint32_t resolution_ms, std::uint32_t subinterv
 }
 
 Shard::Lru& Shard::lru_of(const Record& r) {
-  for (Lru& l : lrus_)
-    if (l.resolution_ms == r.resolution_ms && l.subintervals == r.subintervals) return l;
+  if (Lru* found = find_lru(r.resolution_ms, r.subintervals)) return *found;
   Lru& l = lrus_.emplace_back();
   l.resolution_ms = r.resolution_ms;
   l.subintervals = r.subintervals;
@@ -423,8 +422,8 @@ bool Shard::evict_live(const LimiterKey& key, std::int64_t now_ns) {
         // per candidate, and a ghost must never hold less than its limiter did.)
         const SlidingWindow w = r->view();
         s.ghost.when = w.epoch();
-        const std::int64_t now_epoch = SlidingWindow::epoch_of(now_ns, r->resolution_ns());
-        if (s.ghost.when >= now_epoch - std::int64_t{r->subintervals}) s.ghost.weight = w.held();
+        if (!ghost_expired(s.ghost, r->resolution_ms, r->subintervals, now_ns))
+          s.ghost.weight = w.held();
         s.weight = s.ghost.weight;
       } else {
         continue;  // a log, or an overflow limiter: not evicted while it counts
