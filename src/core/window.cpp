@@ -46,10 +46,8 @@ u128 SlidingWindow::scaled_estimate(std::int64_t t, std::uint64_t max) noexcept 
   const auto weight = static_cast<std::uint64_t>(start + resolution_ - std::max(t, start));
   const auto r = static_cast<std::uint64_t>(resolution_);
   const std::uint32_t trailing = state_.trailing;
-  const std::uint64_t discount = max_discount(max);
-  const u128 part = std::max(static_cast<u128>(trailing) * weight,
-                             static_cast<u128>(trailing > discount ? trailing - discount : 0) * r);
-  return static_cast<u128>(state_.sum) * r + part;
+  return static_cast<u128>(state_.sum) * r +
+         weighed_trailing(trailing, weight, r, least_trailing(trailing, max));
 }
 
 std::uint32_t SlidingWindow::in_order(std::uint32_t k) const noexcept {

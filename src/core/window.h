@@ -149,6 +149,20 @@ class SlidingWindow {
   // The most the interpolation discounts a trailing count, for a limit of `max`.
   static constexpr std::uint64_t max_discount(std::uint64_t max) noexcept { return max / 4; }
 
+  // The least an interpolated trailing count weighs, for a limit of `max`: trailing - D.
+  static constexpr std::uint64_t least_trailing(std::uint32_t trailing,
+                                                std::uint64_t max) noexcept {
+    return trailing > max_discount(max) ? trailing - max_discount(max) : 0;
+  }
+
+  // A trailing count's weight times R: trailing * weight, but never below least * R.
+  static u128 weighed_trailing(std::uint32_t trailing, std::uint64_t weight, std::uint64_t r,
+                               std::uint64_t least) noexcept {
+    const u128 part = static_cast<u128>(trailing) * weight;
+    const u128 least_scaled = static_cast<u128>(least) * r;
+    return part > least_scaled ? part : least_scaled;
+  }
+
   // Raises the count held for `epoch` to at least `count`: a shared count already
   // includes this node's own requests, so it replaces rather than adds. An epoch older
   // than the trailing one is ignored; an epoch after the newest moves the window
@@ -232,10 +246,8 @@ inline bool SlidingWindow::evaluate(std::int64_t t, std::uint64_t max, std::uint
   // An interpolated trailing count is discounted by at most D (see above).
   const std::uint64_t discount = max_discount(max);
   const std::uint64_t least =
-      trailing_weight == Trailing::interpolated && trailing > discount ? trailing - discount : 0;
-  u128 trailing_scaled = static_cast<u128>(trailing) * weight;
-  if (static_cast<u128>(least) * r > trailing_scaled) trailing_scaled = static_cast<u128>(least) * r;
-  const u128 scaled = static_cast<u128>(sum) * r + trailing_scaled;
+      trailing_weight == Trailing::interpolated ? least_trailing(trailing, max) : 0;
+  const u128 scaled = static_cast<u128>(sum) * r + weighed_trailing(trailing, weight, r, least);
   // The end of the epoch e + k, as an absolute time.
   auto end_of = [&](std::uint32_t k) noexcept {
     return wrapping_mul(wrapping_add(epoch, std::int64_t{k} + 1), resolution_);
