@@ -112,7 +112,7 @@ void Control::on_change(uv_fs_event_t* handle, const char* name, int events, int
 void Control::on_settled(uv_timer_t* t) {
   auto* self = static_cast<Control*>(t->data);
   self->in_place_ = false;
-  self->service_.reload("file changed");
+  self->service_.reload("file changed", ReloadCause::watch);
 }
 
 void Control::on_rls_change(uv_fs_event_t* handle, const char* name, int events, int status) {

@@ -522,12 +522,17 @@ class LoopWorker final : public Worker {
 }  // namespace
 
 // The kernel spreads connections over the sockets sharing a port.
-int listen_socket(const Config& config, int port, std::string& error) {
+namespace {
+
+// A TCP socket bound to host:port (SO_REUSEADDR, and SO_REUSEPORT when `shared`); -1 and
+// `error` (errno kept) on failure.
+int bound_socket(const std::string& host, int port, bool shared, std::string& error) {
   sockaddr_storage address{};
-  int rc = uv_ip4_addr(config.host.c_str(), port, reinterpret_cast<sockaddr_in*>(&address));
-  if (rc != 0) rc = uv_ip6_addr(config.host.c_str(), port, reinterpret_cast<sockaddr_in6*>(&address));
+  int rc = uv_ip4_addr(host.c_str(), port, reinterpret_cast<sockaddr_in*>(&address));
+  if (rc != 0) rc = uv_ip6_addr(host.c_str(), port, reinterpret_cast<sockaddr_in6*>(&address));
   if (rc != 0) {
-    error = "not an IP address: " + config.host;
+    error = "not an IP address: " + host;
+    errno = EINVAL;
     return -1;
   }
   const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -537,16 +542,37 @@ int listen_socket(const Config& config, int port, std::string& error) {
   }
   const int on = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
+  if (shared) ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
   const socklen_t size =
       address.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), size) != 0) {
-    error = "cannot listen on " + config.host + ":" + std::to_string(port) + ": " +
-            std::strerror(errno);
+    const int bind_errno = errno;
+    error = "cannot listen on " + host + ":" + std::to_string(port) + ": " +
+            std::strerror(bind_errno);
     ::close(fd);
+    errno = bind_errno;
     return -1;
   }
   return fd;
+}
+
+}  // namespace
+
+int listen_socket(const Config& config, int port, std::string& error) {
+  return bound_socket(config.host, port, true, error);
+}
+
+bool port_in_use(const Config& config) {
+  if (config.port == 0) return false;
+  // A bind without SO_REUSEPORT fails where any socket listens (SO_REUSEADDR lets it
+  // past connections still in TIME_WAIT only). Other failures are listen_socket's to say.
+  std::string error;
+  const int fd = bound_socket(config.host, config.port, false, error);
+  if (fd >= 0) {
+    ::close(fd);
+    return false;
+  }
+  return errno == EADDRINUSE;
 }
 
 int bound_port(int fd) {

@@ -33,6 +33,9 @@ struct Config {
 // One listening socket on config.host:port (SO_REUSEPORT, not listening yet); -1 and
 // `error` on failure.
 int listen_socket(const Config& config, int port, std::string& error);
+// Whether a socket of another process already listens on config.host:config.port: one of
+// ours, with SO_REUSEPORT, would join it there and share its clients. Port 0 never is.
+bool port_in_use(const Config& config);
 // The port a socket is bound to.
 int bound_port(int fd);
 

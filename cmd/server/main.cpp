@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "ratewin/engine.h"
 #include "redis_password.h"
 #include "rls_service.h"
+#include "rules.h"
 #include "service.h"
 
 namespace ratewin::server {
@@ -147,6 +149,33 @@ bool redis_settings(const cxxopts::ParseResult& args, Options& options) {
   return true;
 }
 
+// --check: the rules file loaded as the server would (checked_rules()), its rules printed
+// as JSON on stdout. 0 when valid, 1 with the message a reload logs when not, 2 without
+// --rules.
+int check_rules_file(const ServiceOptions& service_options, Options engine_options) {
+  if (service_options.rules_path.empty()) {
+    std::fprintf(stderr, "ratewin-server: --check needs a rules file (--rules FILE)\n");
+    return 2;
+  }
+  engine_options.redis.clear();  // the memory bound is what counts; no store is needed
+  engine_options.tls = TlsOptions();
+  engine_options.logger = log;
+  try {
+    const Engine engine(engine_options);
+    const Rules rules = checked_rules(Rules::read(service_options.rules_path),
+                                      service_options.rules_path, engine,
+                                      service_options.allow_empty_rules, log);
+    std::printf("%s\n", rules.describe_json().c_str());
+    std::fprintf(stderr, "ratewin-server: %s: valid, version %s, %zu limits\n",
+                 service_options.rules_path.c_str(), rules.version().c_str(),
+                 rules.limit_count());
+    return 0;
+  } catch (const RulesError& e) {
+    std::fprintf(stderr, "ratewin-server: rules rejected: %s\n", e.what());
+    return 1;
+  }
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options cli("ratewin-server",
                        "An HTTP server that rate-limits every request by client key and endpoint "
@@ -156,7 +185,12 @@ int run(int argc, char** argv) {
   // clang-format off
   cli.add_options()
     ("listen", "Address and port to serve HTTP on (host:port; port 0 picks a free one, "
-               "printed on stdout)", cxxopts::value<std::string>()->default_value("127.0.0.1:8080"))
+               "printed on stdout). A port another process listens on is refused, unless "
+               "--reuse-port", cxxopts::value<std::string>()->default_value("127.0.0.1:8080"))
+    ("reuse-port", "Share the --listen port with other processes (SO_REUSEPORT: the kernel "
+                   "spreads connections over them). They must share one --redis: each "
+                   "process counts apart otherwise, and a client gets its limit once per "
+                   "process")
     ("redis", "Share counts with every instance through this Redis; without it, "
               "local-only. One server: redis://[user[:password]@]host[:port][/db], "
               "rediss://... (the same over TLS) or unix://[user[:password]@]/path[?db=N]; a "
@@ -299,17 +333,34 @@ int run(int argc, char** argv) {
                           "connection reads no more while 16K of its answers wait; over this "
                           "bound, one that does not take its answers is closed",
      cxxopts::value<std::string>()->default_value("64M"))
+    ("check", "Check the --rules file as a reload would (with --max-memory and "
+              "--allow-empty-rules), print the rules in effect as JSON and exit: 0 when "
+              "valid, 1 with the reload's message when not. Also: ratewin-server check RULES "
+              "[options]")
+    ("version", "Print the version and exit")
     ("h,help", "Print this help");
   // clang-format on
+  // "ratewin-server check RULES [options]" is "--check --rules RULES [options]".
+  std::vector<char*> argument(argv, argv + argc);
+  std::string check_flag = "--check", rules_flag = "--rules";
+  if (argc >= 3 && std::string_view(argv[1]) == "check") {
+    argument[1] = check_flag.data();
+    argument.insert(argument.begin() + 2, rules_flag.data());
+  }
   cxxopts::ParseResult args;
   try {
-    args = cli.parse(argc, argv);
+    args = cli.parse(static_cast<int>(argument.size()), argument.data());
   } catch (const cxxopts::exceptions::exception& e) {
     std::fprintf(stderr, "ratewin-server: %s (see --help)\n", e.what());
     return 2;
   }
   if (args.count("help") != 0) {
     std::printf("%s\n", cli.help().c_str());
+    return 0;
+  }
+  if (args.count("version") != 0) {
+    std::printf("ratewin-server %s (gRPC rate limit service: %s)\n", RATEWIN_SERVER_VERSION,
+                GrpcFront::available() ? "built in" : "not built");
     return 0;
   }
   const std::string level = args["log-level"].as<std::string>();
@@ -445,6 +496,7 @@ int run(int argc, char** argv) {
                  "optional suffix K, M or G\n");
     return 2;
   }
+  if (args.count("check") != 0) return check_rules_file(service_options, engine_options);
   if (!parse_bytes(args["max-buffer-memory"].as<std::string>(), config.max_buffer_bytes) ||
       config.max_buffer_bytes < 64 * 1024) {
     std::fprintf(stderr,
@@ -492,6 +544,22 @@ int run(int argc, char** argv) {
       grpc = GrpcFront::start(*rls_service, grpc_listen, config.threads);
     }
 
+    if (http && args.count("reuse-port") == 0 && port_in_use(config)) {
+      log(LogLevel::error,
+          "cannot listen on " + config.host + ":" + std::to_string(config.port) +
+              ": another process listens there (another ratewin-server?). To serve one "
+              "port from several processes, give each --reuse-port and the same --redis");
+      return 1;
+    }
+    if (http && args.count("reuse-port") != 0) {
+      log(LogLevel::warning,
+          "--reuse-port: other processes may serve port " + std::to_string(config.port) +
+              " too; they must all use the same --redis" +
+              (engine_options.redis.empty()
+                   ? std::string(" (this one has none: its counts are its own, and a "
+                                 "client gets its limit once per process)")
+                   : std::string()));
+    }
     if (http) raise_file_limit(config.max_connections);
     std::vector<std::unique_ptr<Worker>> workers;
     int port = config.port;

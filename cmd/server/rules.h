@@ -70,9 +70,11 @@ class Rules {
   // unknown or duplicate fields, wrong types, bad numbers or durations, duplicate names,
   // unknown tiers, and so on. `source` names the input in messages.
   static Rules parse(std::string_view yaml, std::string source = "<rules>");
-  // parse() of a file's contents; a file that cannot be read is a RulesError without
-  // position.
+  // parse() of a file's contents (read()).
   static Rules load(const std::string& path);
+  // A rules file's bytes, as load() reads them; a file that cannot be read (or is over
+  // 16 MiB) is a RulesError without position.
+  static std::string read(const std::string& path);
 
   // The limits a request counts against. `path` must be normalise_path()'s output
   // (Request::path): a raw target would let "/public/../admin" or "/%61dmin" dodge the

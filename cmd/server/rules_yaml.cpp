@@ -424,7 +424,7 @@ Rules Rules::parse(std::string_view yaml, std::string source) {
   return Rules(Parser(std::move(source), yaml).run());
 }
 
-Rules Rules::load(const std::string& path) {
-  return parse(read_config_file(path, kMaxFileBytes), path);
-}
+std::string Rules::read(const std::string& path) { return read_config_file(path, kMaxFileBytes); }
+
+Rules Rules::load(const std::string& path) { return parse(read(path), path); }
 }  // namespace ratewin::server

@@ -399,22 +399,22 @@ class Service::Worker final : public RequestHandler {
 
 // ---------------------------------------------------------------------------------------
 
-Rules Service::load_rules() const {
-  if (options_.rules_path.empty()) return Rules();
-  Rules rules = Rules::load(options_.rules_path);
-  if (rules.says_nothing() && !options_.allow_empty_rules) {
-    throw RulesError(options_.rules_path, 0, 0,
+Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
+                    bool allow_empty, const std::function<void(LogLevel, std::string_view)>& log) {
+  Rules rules = Rules::parse(text, path);
+  if (rules.says_nothing() && !allow_empty) {
+    throw RulesError(path, 0, 0,
                      "no limit, allow or deny entry (an empty file, or one cut short?): every "
                      "request would be allowed; --allow-empty-rules accepts such a file");
   }
   // A limit of which not even one limiter fits in the engine's memory bound could never
   // count anything: refused, rather than answered by the overflow limiter for ever.
-  const std::size_t budget = engine_.options().max_memory;
+  const std::size_t budget = engine.options().max_memory;
   for (const LimitRule* rule : rules.limits()) {
-    const std::size_t fit = engine_.capacity(rule->limit);
-    const std::uint64_t bytes = engine_.limiter_bytes(rule->limit);
+    const std::size_t fit = engine.capacity(rule->limit);
+    const std::uint64_t bytes = engine.limiter_bytes(rule->limit);
     if (fit == 0) {
-      throw RulesError(options_.rules_path, 0, 0,
+      throw RulesError(path, 0, 0,
                        "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
                            ") takes about " + std::to_string(bytes) +
                            " bytes per client key, and not one fits in the memory bound (" +
@@ -425,13 +425,20 @@ Rules Service::load_rules() const {
                                 : "fewer subintervals"));
     }
     if (fit < 10'000) {
-      log_(LogLevel::warning, "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
+      log(LogLevel::warning, "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
                                   "): the memory bound holds " + std::to_string(fit) +
                                   " client keys of it (about " + std::to_string(bytes) +
                                   " bytes each); more share its overflow limiter");
     }
   }
   return rules;
+}
+
+Rules Service::load_rules() {
+  if (options_.rules_path.empty()) return Rules();
+  const std::string bytes = Rules::read(options_.rules_path);
+  last_read_ = hash(bytes);
+  return checked_rules(bytes, options_.rules_path, engine_, options_.allow_empty_rules, log_);
 }
 
 Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log)
@@ -465,15 +472,30 @@ std::string Service::reset_key(std::string_view key) {
   return {};
 }
 
-bool Service::reload(std::string_view why) {
+bool Service::reload(std::string_view why, ReloadCause cause) {
   if (options_.rules_path.empty()) return true;
   std::lock_guard one_at_a_time(reloading_);
   std::shared_ptr<const Rules> next;
   std::string error;
+  std::string bytes;
   try {
-    next = std::make_shared<const Rules>(load_rules());
+    bytes = Rules::read(options_.rules_path);
   } catch (const RulesError& e) {
     error = e.what();
+  }
+  // A read error is remembered apart from bytes that hash the same.
+  const std::uint64_t seen = hash(error.empty() ? bytes : error) ^ (error.empty() ? 0 : 1);
+  // The watch sees every file of the folder: unchanged bytes (or the same read error)
+  // are not a load.
+  if (cause == ReloadCause::watch && seen == last_read_) return last_reload_error().empty();
+  last_read_ = seen;
+  if (error.empty()) {
+    try {
+      next = std::make_shared<const Rules>(checked_rules(
+          bytes, options_.rules_path, engine_, options_.allow_empty_rules, log_));
+    } catch (const RulesError& e) {
+      error = e.what();
+    }
   }
   std::lock_guard lock(reload_mutex_);
   if (next == nullptr) {

@@ -82,6 +82,19 @@ struct ConnectionCounters {
   std::map<std::string, std::uint32_t, std::less<>> per_address;
 };
 
+// The rules in `text` (read from `path`), checked as every load of the server is: a file
+// that says nothing is refused unless `allow_empty`, and so is a limit of which not one
+// limiter fits in the engine's memory bound (both a RulesError); limits of which few fit
+// are warned of through `log`. For the service's loads and `ratewin-server check`.
+Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
+                    bool allow_empty, const std::function<void(LogLevel, std::string_view)>& log);
+
+// What asked for a reload. The watch (a change anywhere in the rules file's folder, where
+// a symlink may be swapped) loads only bytes other than the last ones it read, good or
+// bad: files beside the rules file, and a bad edit seen again, are not new loads (neither
+// counted nor logged). SIGHUP and the admin API always load.
+enum class ReloadCause { watch, request };
+
 class Service {
  public:
   using Log = std::function<void(LogLevel, std::string_view)>;
@@ -94,12 +107,10 @@ class Service {
   // Reads the rules file again. If it fails validation the error is logged (naming the
   // line) and kept for /admin/rules and /metrics, and the last good rules stay active.
   // Unchanged bytes are not a new version. Thread-safe.
-  bool reload(std::string_view why);
+  bool reload(std::string_view why, ReloadCause cause = ReloadCause::request);
   // Forgets every count `key` has under the rules in force (LimitStep::key_counters), in
   // Redis and in this server's engine. Waits on Redis: off the loops. The error (empty: done).
   std::string reset_key(std::string_view key);
-  // The rules file, read and checked against the engine's memory bound (throws RulesError).
-  Rules load_rules() const;
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
   std::uint64_t reload_settle_ms() const noexcept { return options_.reload_settle_ms; }
@@ -142,11 +153,17 @@ class Service {
   // metrics_text()'s parts.
   void write_request_metrics(PrometheusText& out) const;
   void write_rules_metrics(PrometheusText& out) const;
+  // The first load: the rules file read and checked (checked_rules(); throws RulesError),
+  // its bytes' hash kept in last_read_.
+  Rules load_rules();
 
   Engine& engine_;
   Overrides& overrides_;
   ServiceOptions options_;
   Log log_;
+  // The bytes (or read error) last loaded, hashed; under reloading_. Before rules_, whose
+  // first load sets it.
+  std::uint64_t last_read_ = 0;
   Published<Rules> rules_;
   // Reloads one at a time (held while a file is read and parsed); reload_mutex_ only
   // while the outcome is recorded, so /metrics and the admin API never wait on a parse.

@@ -126,6 +126,44 @@ def test_watched_file_bad_edit_is_rejected_and_old_rules_stay(start_server, tmp_
     assert server.get("/", {"X-API-Key": "k"}).headers["x-ratelimit-limit"] == "4"
 
 
+def test_files_beside_the_rules_file_are_not_loads(start_server, tmp_path):
+    """The watch sees the whole folder (a symlink swapped there is a new version), but
+    only new bytes of the rules file are a load: files beside it are not counted, and a
+    bad edit is counted and logged once however often the folder changes after it."""
+    path = write_rules(tmp_path / "rules.yaml", rules_text("v1", 2))
+    server = start_server(rules=path, admin_token=TOKEN)
+    ok = 'ratewin_server_rules_reloads_total{result="ok"}'
+    rejected = 'ratewin_server_rules_reloads_total{result="rejected"}'
+
+    def touch_neighbours(round_: int) -> None:
+        for name in ["notes.txt", ".rules.yaml.swp", "other.yaml"]:
+            (tmp_path / name).write_text(f"round {round_}\n")
+        (tmp_path / "other.yaml").rename(tmp_path / f"other-{round_}.yaml")
+        time.sleep(0.5)  # past the watch's debounce (100 ms for other files)
+
+    touch_neighbours(1)
+    assert server.metric(ok) == 1 and server.metric(rejected) == 0
+    assert "active (file changed)" not in server.log()
+
+    write_rules(path, atomic=True, text=rules_text("v2", 3).replace("max: 3", "max: -3"))
+    assert wait_until(lambda: server.metric(rejected) == 1, 3)
+    touch_neighbours(2)
+    touch_neighbours(3)
+    assert server.metric(rejected) == 1 and server.metric(ok) == 1
+    assert server.log().count("rules rejected (file changed)") == 1, server.log()
+    assert admin_rules(server)["last_error"] != ""
+    # An explicit reload is a load, and says why again.
+    server.signal(signal.SIGHUP)
+    assert wait_until(lambda: server.metric(rejected) == 2, 3)
+    assert server.log().count("rules rejected (SIGHUP)") == 1
+
+    write_rules(path, atomic=True, text=rules_text("v3", 4))
+    assert wait_until(lambda: admin_rules(server)["version"].startswith("v3@"), 3)
+    touch_neighbours(4)
+    assert server.metric(ok) == 2 and server.metric(rejected) == 2
+    assert admin_rules(server)["last_error"] == ""
+
+
 def test_sighup_and_admin_reload(start_server, tmp_path):
     """The rules path is a symlink into another directory: edits to the target are not
     seen by the watch on the link's directory, so only SIGHUP (or the admin API) picks
