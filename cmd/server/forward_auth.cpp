@@ -106,6 +106,23 @@ bool under(std::string_view path, std::string_view check_path) {
 
 }  // namespace
 
+bool wants_forbidden_refusals(const Request& check, bool& forbidden, std::string& error) {
+  bool repeated = false;
+  const std::string_view value = single(check, "x-ratewin-refusal-status", repeated);
+  forbidden = value == "403";
+  if (repeated || !(value.empty() || forbidden)) {
+    error = "X-Ratewin-Refusal-Status may only be 403, sent once";
+    return false;
+  }
+  return true;
+}
+
+void refuse_as_forbidden(Response& response) {
+  if ((response.status >= 200 && response.status < 300) || response.status == 403) return;
+  response.headers.emplace_back("X-Ratewin-Status", std::to_string(response.status));
+  response.status = 403;
+}
+
 bool is_check(const Request& request, std::string_view check_path) {
   const std::string_view raw = raw_target(request);
   return under(request.path, check_path) || under(raw.substr(0, raw.find_first_of("?#")), check_path);

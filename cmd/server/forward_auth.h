@@ -46,6 +46,17 @@ struct CheckedRequest {
 std::optional<CheckedRequest> checked_request(const Request& check, std::string_view check_path,
                                               std::string& error);
 
+// How the gateway wants a check's refusals. nginx's auth_request passes a 401 or 403 on
+// and turns any other answer into a 500, logging an error for each (one per refused
+// request under an attack); so a check may say "X-Ratewin-Refusal-Status: 403", and its
+// refusals (429, 400) are then answered 403 with the status meant in X-Ratewin-Status,
+// which the gateway's error page turns back into it. Without the header, as they are.
+// False, and `error` set, for any other value or a repeated header.
+bool wants_forbidden_refusals(const Request& check, bool& forbidden, std::string& error);
+// A refusal in `response` answered 403, its own status in X-Ratewin-Status; a 2xx or a
+// 403 is left as it is.
+void refuse_as_forbidden(Response& response);
+
 // Whether `request` goes to the check path: its normalised path (Request::path) is the
 // check path or under it, or its target as written is. The second catches
 // "/ratewin/check/../api", which normalises to "/api": a gateway sending the client's

@@ -209,6 +209,9 @@ class Service::Worker final : public RequestHandler {
   enum class Pass {
     backend,  // the demo backend's 200 and body
     check,    // a forward-auth check's 200 without a body
+    // The same, for a gateway that passes only 403 on: a refusal is answered 403
+    // (refuse_as_forbidden(); X-Ratewin-Refusal-Status).
+    check_forbidden,
   };
 
   // A request to the demo backend: limited, then answered by it.
@@ -234,26 +237,29 @@ class Service::Worker final : public RequestHandler {
       return json_error(response, 403,
                         "forward-auth checks are answered for --trust-proxy peers only");
     }
-    std::string error = ambiguous_client_headers(request);
-    if (!error.empty()) {
-      count(400, "ambiguous-header");
+    std::string error;
+    bool forbidden = false;
+    if (!wants_forbidden_refusals(request, forbidden, error)) {
+      count(400, "bad-check");
       return json_error(response, 400, error);
     }
+    // The check's own 400s are refusals too.
+    auto bad = [&](const char* reason) {
+      count(400, reason);
+      json_error(response, 400, error);
+      if (forbidden) refuse_as_forbidden(response);
+    };
+    if (error = ambiguous_client_headers(request); !error.empty()) return bad("ambiguous-header");
     const std::optional<CheckedRequest> checked =
         checked_request(request, service_.options_.check_path, error);
     const ClientIdentifier::Address address = clients_.address(request, peer, true);
     if (checked && !address.ok)
       error = "a check needs the client's address (X-Forwarded-For or X-Real-IP)";
-    if (!checked || !address.ok) {
-      count(400, "bad-check");
-      return json_error(response, 400, error);
-    }
-    if (error = method_override_problem(request, checked->method); !error.empty()) {
-      count(400, "ambiguous-header");
-      return json_error(response, 400, error);
-    }
+    if (!checked || !address.ok) return bad("bad-check");
+    if (error = method_override_problem(request, checked->method); !error.empty())
+      return bad("ambiguous-header");
     decide(clients_.identify(request, address.address), checked->method, checked->path,
-           Pass::check, reply);
+           forbidden ? Pass::check_forbidden : Pass::check, reply);
   }
 
   // Matches the rules and counts the request against every limit that matched, then
@@ -266,7 +272,9 @@ class Service::Worker final : public RequestHandler {
     if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
       // Rules name addresses "ip:...": a key posing as one would get its allow entries.
       count(400, "bad-key");
-      return json_error(response, 400, "an API key must not start with \"ip:\"");
+      json_error(response, 400, "an API key must not start with \"ip:\"");
+      if (pass == Pass::check_forbidden) refuse_as_forbidden(response);
+      return;
     }
     rules_.get().match(client.key, method, path, match_);
     if (match_.action == Action::deny) {
@@ -353,6 +361,7 @@ class Service::Worker final : public RequestHandler {
     for (std::size_t i = 0; i < items.size(); ++i)
       if (decisions[i].would_reject) shadow_refusal(*match.limits[i], decisions[i], match);
     if (outcome.allowed && pass == Pass::backend) ok(response, path, match);
+    if (!outcome.allowed && pass == Pass::check_forbidden) refuse_as_forbidden(response);
   }
 
   // The demo backend's answer.

@@ -159,6 +159,41 @@ TEST_CASE("a check that does not say clearly which request it is about is refuse
   }
 }
 
+TEST_CASE("a gateway that passes only 403 on gets its refusals as 403, the status meant beside") {
+  bool forbidden = true;
+  std::string error;
+  CHECK(wants_forbidden_refusals(check(std::string(kPath), {}), forbidden, error));
+  CHECK_FALSE(forbidden);
+  CHECK(wants_forbidden_refusals(check(std::string(kPath), {{"x-ratewin-refusal-status", " 403 "}}),
+                                 forbidden, error));
+  CHECK(forbidden);
+  for (const auto& headers : std::vector<std::vector<std::pair<std::string, std::string>>>{
+           {{"x-ratewin-refusal-status", "429"}},
+           {{"x-ratewin-refusal-status", "401"}},
+           {{"x-ratewin-refusal-status", "403"}, {"x-ratewin-refusal-status", "403"}}}) {
+    error.clear();
+    CHECK_FALSE(wants_forbidden_refusals(check(std::string(kPath), headers), forbidden, error));
+    CHECK(error == "X-Ratewin-Refusal-Status may only be 403, sent once");
+  }
+
+  for (const int status : {429, 400, 503}) {
+    Response r;
+    r.status = status;
+    refuse_as_forbidden(r);
+    CHECK(r.status == 403);
+    REQUIRE(r.headers.size() == 1);
+    CHECK(r.headers[0].first == "X-Ratewin-Status");
+    CHECK(r.headers[0].second == std::to_string(status));
+  }
+  for (const int status : {200, 204, 403}) {
+    Response r;
+    r.status = status;
+    refuse_as_forbidden(r);
+    CHECK(r.status == status);
+    CHECK(r.headers.empty());
+  }
+}
+
 TEST_CASE("the check path's rules") {
   CHECK(check_path_problem("/ratewin/check").empty());
   CHECK(check_path_problem("/_auth").empty());

@@ -208,6 +208,9 @@ def test_limits_hold_through_nginx_and_the_headers_reach_the_client(stack):
     status, headers, _ = call(nginx.port, "GET", "/api/items", "127.0.0.6")
     assert status == 200 and headers["x-ratelimit-remaining"] == "4"
     assert checker.metric('ratewin_server_requests_total{status="429",rule="tier:free/per-minute"}') == 15
+    # Refusals are answers, not errors: nginx logs none of them (it logs an error for
+    # every auth_request answer other than 2xx, 401 and 403).
+    assert "auth request unexpected status" not in nginx.log(), nginx.log()
 
 
 def test_the_original_method_and_path_count_through_nginx(stack):
@@ -224,9 +227,13 @@ def test_the_original_method_and_path_count_through_nginx(stack):
     status, _, _ = call(nginx.port, "POST", "/upload", "127.0.0.7", headers=forged, body=b"x")
     assert status == 429
     # A deny rule for the client's address.
-    status, _, _ = call(nginx.port, "GET", "/", "127.0.0.66")
-    assert status == 403
+    status, _, body = call(nginx.port, "GET", "/", "127.0.0.66")
+    assert status == 403 and body == b'{"error":"forbidden"}\n'
+    # A check ratewin refuses as a bad request (an API key posing as an address).
+    status, _, body = call(nginx.port, "GET", "/", "127.0.0.7", headers={"X-API-Key": "ip:1.2.3.4"})
+    assert status == 400 and body == b'{"error":"bad request"}\n'
     assert ("POST", "/upload") in upstream.seen and len(upstream.seen) == 1
+    assert "auth request unexpected status" not in nginx.log(), nginx.log()
 
 
 def test_with_the_checker_down_nginx_answers_503(stack):
