@@ -43,5 +43,22 @@ if ((${#missing[@]} > 0)); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# promtool checks the Prometheus alert rules (tests/server/test_operations.py). It is taken
+# out of Debian's prometheus package rather than installed: installing it would start a
+# Prometheus service on the machine.
+promtool_root="$root/build/tools/prometheus"
+if ! command -v promtool >/dev/null && [[ ! -x "$promtool_root/usr/bin/promtool" ]]; then
+  download="$(mktemp -d)"
+  if ! (cd "$download" && apt-get download -qq prometheus 2>/dev/null); then
+    sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    (cd "$download" && apt-get download -qq prometheus)
+  fi
+  mkdir -p "$promtool_root"
+  dpkg-deb -x "$download"/prometheus_*.deb "$promtool_root"
+  rm -rf "$download"
+fi
+
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build "$root/build" -j"$(nproc)"
