@@ -25,6 +25,7 @@ packages=(
   python3-pytest python3-mypy  # the Python suite and its check of the type stubs
   python3-venv python3-pip python3-setuptools python3-wheel  # pip-installing the package
   abigail-tools                # the C ABI check (abidw, abidiff)
+  systemd                      # systemd-analyze verify of the server's unit (nothing is started)
   gnuplot-nox                  # ratewin-bench accuracy --plot
 )
 
