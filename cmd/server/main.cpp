@@ -227,6 +227,10 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value("full"))
     ("redis-tls-min-version", "TLS: the oldest version accepted, 1.2 or 1.3",
      cxxopts::value<std::string>()->default_value("1.2"))
+    ("require-redis", "Refuse to start (exit 1, with the reason) when --redis cannot be used: "
+                      "unreachable, credentials or TLS refused, or an ACL that forbids the "
+                      "--key-prefix. Without it the server starts degraded and connects when "
+                      "it can")
     ("key-prefix", "Prefix of every Redis key and channel",
      cxxopts::value<std::string>()->default_value("ratewin"))
     ("partition-share", "failure_policy: partitioned: while Redis is unreachable, each "
@@ -488,6 +492,11 @@ int run(int argc, char** argv) {
   engine_options.redis = args["redis"].as<std::string>();
   if (!redis_settings(args, engine_options)) return 2;
   engine_options.key_prefix = args["key-prefix"].as<std::string>();
+  engine_options.require_store = args.count("require-redis") != 0;
+  if (engine_options.require_store && engine_options.redis.empty()) {
+    std::fprintf(stderr, "ratewin-server: --require-redis needs --redis\n");
+    return 2;
+  }
   engine_options.max_limiters = args["max-limiters"].as<std::size_t>();
   if (!parse_bytes(args["max-memory"].as<std::string>(), engine_options.max_memory) ||
       engine_options.max_memory < 16 * 1024) {

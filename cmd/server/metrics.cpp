@@ -77,6 +77,33 @@ void write_engine_metrics(PrometheusText& out, const Stats& st) {
     }
     out.sample(f.labels, f.sample_value(st));
   }
+  if (!st.store) return;
+  // Store failures by reason: always the reasons an operator acts on, 0 until seen, and
+  // any other reason once it has been.
+  static constexpr std::string_view kReasons[] = {
+      "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "OOM", "MISCONF", "CLUSTERDOWN", "SCRIPT",
+      "timeout", "connect"};
+  out.family("ratewin_store_errors_total", "counter",
+             "Store failures by reason: the Redis error code (NOPERM: an ACL forbids the key "
+             "prefix; NOAUTH, WRONGPASS: credentials; READONLY: a replica; OOM; MISCONF; "
+             "CLUSTERDOWN; SCRIPT: an error inside a script; ERR: another), else timeout, "
+             "connect, closed or other (the transport).");
+  std::string labels;
+  const auto reason_sample = [&](std::string_view reason, std::uint64_t n) {
+    labels = "reason=\"";
+    labels += reason;
+    labels += '"';
+    out.sample(labels, u(n));
+  };
+  const auto count_of = [&](std::string_view reason) -> std::uint64_t {
+    for (const auto& [r, n] : st.store_errors)
+      if (r == reason) return n;
+    return 0;
+  };
+  for (const std::string_view reason : kReasons) reason_sample(reason, count_of(reason));
+  for (const auto& [reason, n] : st.store_errors)
+    if (std::find(std::begin(kReasons), std::end(kReasons), reason) == std::end(kReasons))
+      reason_sample(reason, n);
 }
 
 void Service::write_request_metrics(PrometheusText& out) const {

@@ -292,7 +292,12 @@ void Overrides::run() {
     std::unique_ptr<RedisClient> reader =
         subscriber ? RedisClient::open(redis_, 1s, 1s, error, hash_key_) : nullptr;
     const RedisClient::Argv subscribe[] = {{"SUBSCRIBE", channel_}};
-    if (reader == nullptr || !run_all(*subscriber, subscribe).empty() || !reload(*reader)) {
+    if (reader == nullptr) {
+      if (error.empty()) error = "no connection";
+    } else if (error = run_all(*subscriber, subscribe); error.empty() && !reload(*reader)) {
+      error = "reading " + hash_key_ + " failed (logged above)";
+    }
+    if (!error.empty()) {
       in_sync_ = false;
       if (!warned) log_(LogLevel::warning, "overrides: cannot follow Redis: " + error);
       warned = true;

@@ -196,11 +196,19 @@ class Service::Worker final : public RequestHandler {
     responder.respond(std::move(response));
   }
 
+  // 200 either way (the server answers, by the failure policies while degraded): status
+  // "ok", or "degraded" with the reason while the store is down or its commands fail.
   void health(Response& response) {
     const Stats s = service_.engine_.stats();
-    response.body = "{\"status\":\"ok\",\"store\":\"";
-    response.body += !s.store ? "none" : s.store_available ? "up" : "down";
-    response.body += "\",\"rules\":";
+    const bool degraded = s.store && !s.store_available;
+    response.body = degraded ? "{\"status\":\"degraded\",\"store\":\"down\",\"reason\":"
+                             : "{\"status\":\"ok\",\"store\":\"";
+    if (degraded) {
+      append_json_string(response.body, s.last_error.empty() ? "not connected yet" : s.last_error);
+    } else {
+      response.body += s.store ? "up\"" : "none\"";
+    }
+    response.body += ",\"rules\":";
     append_json_string(response.body, rules_.get().version());
     response.body += "}\n";
   }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ratewin {
 inline namespace v1 {
@@ -52,6 +54,11 @@ struct Stats {
   std::uint64_t live_nodes = 0;
   // The latest store failure, empty if none (a text: not one of kStatFields).
   std::string last_error;
+  // Store failures so far by reason, in the order first seen: a Redis error code (NOPERM,
+  // NOAUTH, WRONGPASS, READONLY, OOM, MISCONF, CLUSTERDOWN, ...; SCRIPT for an error
+  // inside a script, ERR for another), else timeout, connect, closed or other (not one
+  // of kStatFields: /metrics shows them as ratewin_store_errors_total{reason}).
+  std::vector<std::pair<std::string, std::uint64_t>> store_errors;
 };
 
 // Whether a figure only grows (a counter) or says how things are now (a gauge).
@@ -131,10 +138,12 @@ inline constexpr StatField kStatFields[] = {
                               "1 when the engine shares counts through Redis."}),
     stat_fields_detail::flag(
         "store_available", &Stats::store_available,
-        "The store's circuit is closed: writes and reads go through (false in local mode).",
+        "The store's circuit is closed and its latest command succeeded: writes and reads "
+        "go through (false in local mode).",
         {"ratewin_store_up", {},
-         "1 while the store is reachable (its circuit is closed); 0 while decisions are "
-         "degraded. Always 1 without a store."},
+         "1 while the store is reachable (its circuit is closed) and its commands succeed; 0 "
+         "while it is not, or its commands fail (an ACL, a read-only replica, out of "
+         "memory...): decisions are then degraded. Always 1 without a store."},
         [](const Stats& s) -> double { return !s.store || s.store_available ? 1 : 0; }),
     stat_fields_detail::counter("allowed", &Stats::allowed, "Decisions that admitted the request.",
                                 {"ratewin_engine_decisions_total", "result=\"allowed\"",

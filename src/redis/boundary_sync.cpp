@@ -71,6 +71,7 @@ struct BoundarySync::Batch {
   std::size_t in_flight = 0;
   std::size_t change_sets = 0;
   std::size_t key_errors = 0;
+  std::string first_error;  // the first key error's reply, with its command
   bool ok = true;
   std::int64_t started_ns = 0;
   std::function<void(bool)> done;
@@ -84,6 +85,14 @@ struct BoundarySync::Batch {
   // is skipped (true; it is read whole when it is back).
   bool send(std::string_view formatted, Slot slot, std::uint16_t key_slot);
   void take(const Slot& slot, const redisReply* r);
+  // `keys` keys could not be read: `r` answered `what` (the first such answer is kept).
+  void key_error(std::string_view what, const redisReply& r, std::size_t keys = 1) {
+    key_errors += keys;
+    if (!first_error.empty()) return;
+    first_error = std::string(what) + ": ";
+    first_error += r.type == REDIS_REPLY_ERROR ? std::string_view(r.str, r.len)
+                                                 : std::string_view("an unexpected reply");
+  }
   void take_change_set(std::string_view value);
   // Decodes the window of resources[index] into `merged` and `ranges`.
   void take_window(std::size_t index, std::string_view value);
@@ -177,12 +186,19 @@ void BoundarySync::heartbeat(std::int64_t now) {
   for (std::size_t i = 0; i + 1 < commands.commands(); ++i)
     connection->command_resp(commands.command_bytes(i), nullptr);
   connection->command_resp(commands.command_bytes(commands.commands() - 1),
-                           [this](const redisReply* r, const std::string&) {
+                           [this, key](const redisReply* r, const std::string&) {
                              heartbeat_in_flight_ = false;
                              // (A failure, or a redirection while a slot moves, leaves the
                              // last count.)
-                             if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
-                               take_live_count(static_cast<std::uint32_t>(r->integer));
+                             if (r != nullptr && r->type == REDIS_REPLY_INTEGER) {
+                               reporter_.note_success();
+                               if (r->integer > 0)
+                                 take_live_count(static_cast<std::uint32_t>(r->integer));
+                             } else if (r != nullptr && r->type == REDIS_REPLY_ERROR &&
+                                        !redirected(*r)) {
+                               reporter_.note_error("heartbeat (" + key + "): " +
+                                                    std::string(r->str, r->len));
+                             }
                            });
 }
 
@@ -341,7 +357,7 @@ void BoundarySync::Batch::take(const Slot& slot, const redisReply* r) {
     if (r->type == REDIS_REPLY_STRING) {
       take_change_set(std::string_view(r->str, r->len));
     } else if (r->type != REDIS_REPLY_NIL) {
-      ++key_errors;
+      key_error("reading a change set", *r);
     }
   } else if (r->type == REDIS_REPLY_ARRAY && r->elements == slot.count) {
     for (std::size_t i = 0; i < slot.count; ++i) {
@@ -349,12 +365,13 @@ void BoundarySync::Batch::take(const Slot& slot, const redisReply* r) {
       if (e.type == REDIS_REPLY_STRING) {
         take_window(slot.index + i, std::string_view(e.str, e.len));
       } else if (e.type != REDIS_REPLY_NIL) {
-        ++key_errors;  // this key alone (say, WRONGTYPE: something else wrote it)
+        // This key alone (say, WRONGTYPE: something else wrote it).
+        key_error("reading a window", e);
       }
     }
     merge_windows();
   } else {
-    key_errors += slot.count;
+    key_error("reading windows (MGET)", *r, slot.count);
   }
   --in_flight;
   settle();
@@ -418,7 +435,7 @@ void BoundarySync::Batch::finish() {
   (ok ? sync->rounds_ : sync->failures_).fetch_add(1, std::memory_order_release);
   if (key_errors > 0) {
     sync->reporter_.note_error("boundary read: " + std::to_string(key_errors) +
-                               " keys could not be read (written by something else?)");
+                               " keys could not be read; " + first_error);
   }
   --geometry->reading;
   done(ok);

@@ -83,7 +83,7 @@ void ClockSync::take_sample(std::int64_t sent, std::int64_t received, std::int64
 }
 
 void ClockSync::refused(const std::string& reply) {
-  reporter_.note_error("TIME refused: " + reply);
+  reporter_.note_error("TIME refused: " + reply, /*aside=*/true);
   if (!warned_.exchange(true)) {
     reporter_.log(LogLevel::warning, "Redis at " + reporter_.where() + " refuses TIME (" + reply +
                                          "); epochs follow this node's own clock, so nodes whose "

@@ -7,6 +7,8 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "redis/steady_ns.h"
 #include "redis/tls.h"
@@ -104,6 +106,65 @@ Status RedisStore::read_slot_map(RedisNode& node, RedisConnection& connection) {
   return applied.ok() ? applied : applied.within("reading the slot map from " + node.name());
 }
 
+namespace {
+
+// The key patterns of an ACL GETUSER reply: its "keys" field, a string in Redis 7
+// ("~app:* %R~logs:*"), a list of patterns in Redis 6 (["app:*"]). Empty if none is found.
+std::string key_patterns(const redisReply& r) {
+  if (r.type != REDIS_REPLY_ARRAY) return {};
+  for (std::size_t i = 0; i + 1 < r.elements; i += 2) {
+    const redisReply& name = *r.element[i];
+    const redisReply& value = *r.element[i + 1];
+    if (std::string_view(name.str == nullptr ? "" : name.str, name.len) != "keys") continue;
+    if (value.type == REDIS_REPLY_STRING || value.type == REDIS_REPLY_STATUS)
+      return std::string(value.str, value.len);
+    std::string patterns;
+    for (std::size_t j = 0; value.type == REDIS_REPLY_ARRAY && j < value.elements; ++j) {
+      const redisReply& p = *value.element[j];
+      if (p.type != REDIS_REPLY_STRING) continue;
+      if (!patterns.empty()) patterns += ' ';
+      patterns += '~';
+      patterns.append(p.str, p.len);
+    }
+    return patterns;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status RedisStore::key_access(RedisConnection& connection) {
+  const std::string key = layout_.nodes_key();
+  Status refused;
+  if (Status status = connection.round_trip(
+          {"EXISTS", key}, [&](std::size_t, const redisReply& r) { refused = status_of(r); });
+      !status.ok()) {
+    return status.within("reading " + key);
+  }
+  // (A redirection: another node serves the key, and this one let the client ask.)
+  if (refused.ok() || refused.code() == Status::Code::redirect) return Status();
+  if (error_reason(refused.message()) != "NOPERM") return refused.within("reading " + key);
+  std::string user;
+  connection.round_trip({"ACL", "WHOAMI"}, [&](std::size_t, const redisReply& r) {
+    if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS) user.assign(r.str, r.len);
+  });
+  std::string patterns;
+  if (!user.empty()) {
+    connection.round_trip({"ACL", "GETUSER", user},
+                          [&](std::size_t, const redisReply& r) { patterns = key_patterns(r); });
+  }
+  return Status(Status::Code::refused,
+                "the Redis ACL user \"" + (user.empty() ? std::string("?") : user) +
+                    "\" may not use the keys of the key prefix \"" + options_.key_prefix +
+                    "\" (" + key + ": " + refused.message() + "); " +
+                    (patterns.empty()
+                         ? std::string("its key patterns could not be read (ACL GETUSER "
+                                       "needs @admin)")
+                         : "its key patterns are " + patterns) +
+                    ": give ratewin a key prefix they allow, or allow ~" + options_.key_prefix +
+                    ":* to the user");
+}
+
 bool RedisStore::connect_now() {
   // Outside a cluster, node 0; in one, each seed in turn until one gives the slot map.
   if (sentinel_) {
@@ -149,6 +210,7 @@ bool RedisStore::connect_now() {
         status = refused.within("PING refused");
       }
     }
+    if (status.ok()) status = key_access(*lease);
     if (!status.ok()) {
       failed(status);
       continue;
@@ -187,7 +249,7 @@ void RedisStore::write_async(std::span<const StoreWrite> writes,
 
 void RedisStore::add_stats(Stats& s) const {
   s.store = true;
-  s.store_available = topology_.all_available();
+  s.store_available = topology_.all_available() && !reporter_.failing();
   s.circuit_opens = 0;
   for (std::size_t i = 0; i < topology_.size(); ++i)
     s.circuit_opens += topology_.node(i).circuit().opens();
@@ -197,6 +259,7 @@ void RedisStore::add_stats(Stats& s) const {
   s.clock_offset = std::chrono::nanoseconds(clock_sync_.offset());
   s.clock_rtt = std::chrono::nanoseconds(clock_sync_.rtt());
   s.last_error = reporter_.last_error();
+  s.store_errors = reporter_.errors();
 }
 
 bool RedisStore::sync_now() {
@@ -302,9 +365,10 @@ void RedisStore::probe(RedisNode& node) {
   if (state.probing || !connection.ready()) return;
   state.probing = true;
   state.last_probe_ns = steady_ns();
-  connection.command({"ROLE"}, [this, &node](const redisReply* reply, const std::string& error) {
-    nodes_[node.index()].probing = false;
+  connection.command({"ROLE"}, [this, &node, &connection](const redisReply* reply,
+                                                           const std::string& error) {
     if (reply == nullptr) {
+      nodes_[node.index()].probing = false;
       reporter_.note_error("probe: " + error);
       return;
     }
@@ -316,6 +380,7 @@ void RedisStore::probe(RedisNode& node) {
       serves = false;
     }
     if (!serves) {
+      nodes_[node.index()].probing = false;
       reporter_.note_error("Redis at " + node.endpoint().describe() +
                            " cannot take writes now (ROLE: " +
                            (reply->type == REDIS_REPLY_ARRAY
@@ -325,7 +390,23 @@ void RedisStore::probe(RedisNode& node) {
       if (!topology_.address().kind_single()) topology_.want_refresh();
       return;
     }
-    if (!node.circuit().available()) recover(node);
+    // A node that serves, but not this client's keys (an ACL that forbids the key
+    // prefix: key_access() at start), keeps its circuit open.
+    const std::string key = layout_.nodes_key();
+    connection.command({"EXISTS", key}, [this, &node, key](const redisReply* r,
+                                                           const std::string& why) {
+      nodes_[node.index()].probing = false;
+      if (r == nullptr) {
+        reporter_.note_error("probe: " + why);
+        return;
+      }
+      if (r->type == REDIS_REPLY_ERROR &&
+          error_reason(std::string_view(r->str, r->len)) == "NOPERM") {
+        reporter_.note_error("probe (" + key + "): " + std::string(r->str, r->len));
+        return;
+      }
+      if (!node.circuit().available()) recover(node);
+    });
   });
 }
 

@@ -103,6 +103,10 @@ class RedisStore final : public Store, private ReadRouter {
   bool connect_now();
   // On a Cluster: CLUSTER SLOTS on a blocking connection to `node`.
   Status read_slot_map(RedisNode& node, RedisConnection& connection);
+  // Whether this client may use the key prefix's keys: a read of the nodes' key is
+  // refused (NOPERM) by an ACL whose key patterns leave the prefix out. The refusal names
+  // the user (ACL WHOAMI) and its key patterns (ACL GETUSER, when the user may read them).
+  Status key_access(RedisConnection& connection);
 
   // ReadRouter (loop thread).
   Status route(std::uint16_t slot, AsyncRedis*& connection) override;

@@ -417,6 +417,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
   // lap's epoch. The count errs high; e's decoded count is 0.)
   writes_ok_.fetch_add(1, std::memory_order_relaxed);
   latency_.record(nanoseconds(steady_ns() - started));
+  reporter_.note_success();
   return true;
 }
 
@@ -450,6 +451,7 @@ bool WritePath::conclude_script(const StoreWrite& write, const WriteReplies& cal
   }
   if (counted && admitted) writes_ok_.fetch_add(1, std::memory_order_relaxed);
   latency_.record(nanoseconds(steady_ns() - started));
+  reporter_.note_success();
   return true;
 }
 

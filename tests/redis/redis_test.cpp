@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "redis/layout.h"
 #include "redis/pool.h"
 #include "redis/redis_store.h"
+#include "redis/reporter.h"
 #include "certificates.h"
 #include "logs.h"
 #include "eventually.h"
@@ -270,8 +272,11 @@ TEST_CASE("boundary reads fetch the change sets, then only the windows other nod
   // returns. A round's count is published after what it read, and a poll sees the first
   // round before the next boundary's replaces it, 200 ms later. Before, rounds were
   // counted after start(), and a TSan run on a busy machine missed the whole read.)
+  // (The outage counts once the circuit opens: a failed command alone makes the store
+  // not available before that, and a round may still complete.)
+  const std::uint64_t opens = a.stats().circuit_opens;
   redis.stop(/*crash=*/true);
-  REQUIRE(eventually([&] { return !a.stats().store_available; }));
+  REQUIRE(eventually([&] { return a.stats().circuit_opens > opens; }));
   const std::uint64_t rounds = a.stats().sync_rounds;
   REQUIRE(redis.start());
   std::uint64_t first_read = 0;
@@ -376,7 +381,8 @@ TEST_CASE("Redis killed under load, over TCP and TLS: deadlines, degraded decisi
   });
   std::this_thread::sleep_for(100ms);
   redis.stop(/*crash=*/true);
-  REQUIRE(eventually([&] { return !engine.stats().store_available; }));
+  REQUIRE(eventually([&] { return engine.stats().circuit_opens > 0; }));
+  CHECK_FALSE(engine.stats().store_available);
   std::this_thread::sleep_for(200ms);
   stop = true;
   load.join();
@@ -686,6 +692,88 @@ TEST_CASE("ACL users, Unix sockets and databases") {
   CHECK_FALSE(unix_socket.try_acquire("u", limit).degraded);
   Engine wrong_user(redis_options("redis://bob:secret@127.0.0.1:" + std::to_string(redis.port())));
   CHECK(wrong_user.stats().last_error.find("authentication failed") != std::string::npos);
+}
+
+TEST_CASE("an ACL that forbids the key prefix: named at connect, counted by reason, not up") {
+  // The user may use keys under myapp: only; ratewin is given the prefix "other".
+  RedisServer redis({"--user", "app", "on", ">pw", "~myapp:*", "&*", "+@all", "-@admin",
+                     "--user", "default", "on", "nopass", "~*", "&*", "+@all"});
+  Options options = redis_options("redis://app:pw@127.0.0.1:" + std::to_string(redis.port()));
+  options.key_prefix = "other";
+  std::vector<std::string> warnings;
+  std::mutex logged;
+  options.logger = [&](LogLevel level, std::string_view message) {
+    std::lock_guard lock(logged);
+    if (level >= LogLevel::warning) warnings.emplace_back(message);
+  };
+  // Required, the store refuses to start, saying why.
+  options.require_store = true;
+  try {
+    Engine refused(options);
+    FAIL("an engine started on a Redis whose ACL forbids its keys");
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("the Redis ACL user \"app\" may not use the keys of the key prefix "
+                    "\"other\"") != std::string::npos);
+    CHECK(what.find("NOPERM") != std::string::npos);
+    // ACL GETUSER is @admin, which this user may not run: said so.
+    CHECK(what.find("its key patterns could not be read") != std::string::npos);
+  }
+  // Not required, it starts degraded, and stays so: its commands fail.
+  options.require_store = false;
+  Engine engine(options);
+  const Limit limit(5, 1s, 100ms);
+  for (int i = 0; i < 3; ++i) CHECK(engine.try_acquire("u", limit).degraded);
+  CHECK(eventually([&] {
+    const Stats s = engine.stats();
+    return !s.store_available && !s.store_errors.empty();
+  }));
+  const Stats s = engine.stats();
+  CHECK_FALSE(s.store_available);
+  CHECK(s.store_errors.front().first == "NOPERM");
+  CHECK(s.last_error.find("NOPERM") != std::string::npos);
+  {
+    // Logged once per kind of failure, not once per command.
+    std::lock_guard lock(logged);
+    CHECK_FALSE(warnings.empty());
+    CHECK(warnings.size() <= 6);
+  }
+  // A user allowed to read ACL GETUSER is told the patterns.
+  redis.command({"ACL", "SETUSER", "app", "+@admin"});
+  options.require_store = true;
+  try {
+    Engine refused(options);
+    FAIL("an engine started on a Redis whose ACL forbids its keys");
+  } catch (const StoreError& e) {
+    CHECK(std::string(e.what()).find("its key patterns are ~myapp:*") != std::string::npos);
+  }
+  // With a prefix the ACL allows, all is well.
+  options.key_prefix = "myapp";
+  Engine allowed(options);
+  CHECK_FALSE(allowed.try_acquire("u", limit).degraded);
+  CHECK(allowed.stats().store_available);
+  CHECK(allowed.stats().store_errors.empty());
+}
+
+TEST_CASE("store failures are counted by their reason") {
+  CHECK(detail::error_reason("write refused by Redis: NOPERM No permissions to access a key") ==
+        "NOPERM");
+  CHECK(detail::error_reason("PING refused: NOAUTH Authentication required.") == "NOAUTH");
+  CHECK(detail::error_reason("WRONGPASS invalid username-password pair") == "WRONGPASS");
+  CHECK(detail::error_reason("write: READONLY You can't write against a read only replica.") ==
+        "READONLY");
+  CHECK(detail::error_reason("OOM command not allowed when used memory > 'maxmemory'.") == "OOM");
+  CHECK(detail::error_reason("MISCONF Redis is configured to save RDB snapshots") == "MISCONF");
+  CHECK(detail::error_reason("CLUSTERDOWN The cluster is down") == "CLUSTERDOWN");
+  CHECK(detail::error_reason("ERR user_script:1: Script attempted to access nonexistent global") ==
+        "SCRIPT");
+  CHECK(detail::error_reason("ERR Error running script (call to f_x): @user_script") == "SCRIPT");
+  CHECK(detail::error_reason("ERR unknown command 'BITFIELD_RO'") == "ERR");
+  CHECK(detail::error_reason("write: timed out after 200 ms") == "timeout");
+  CHECK(detail::error_reason("connecting: Connection refused") == "connect");
+  CHECK(detail::error_reason("something odd") == "other");
+  // A code is a whole word: "OOMPH" or "xNOPERM" are not codes.
+  CHECK(detail::error_reason("OOMPH xNOPERM happened") == "other");
 }
 
 TEST_CASE("reset and refund reach the shared counts") {

@@ -5,10 +5,12 @@ mid-run leaves the servers answering in degraded mode (and they recover)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 
-from server_support import Client, RedisCluster, free_port, store_up, wait_until, write_rules
+from server_support import (SERVER, Client, RedisCluster, RedisServer, free_port, store_up,
+                            wait_until, write_rules)
 
 TOKEN = "shared-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -260,9 +262,78 @@ def test_redis_unreachable_at_start_degrades(start_server, tmp_path):
     got = [server.get("/", {"X-API-Key": "k"}) for _ in range(3)]
     assert [r.status for r in got] == [200, 200, 429]
     assert all(r.headers.get("x-ratelimit-policy") == "degraded" for r in got), got
-    assert server.get("/healthz").json()["store"] == "down"
+    health = server.get("/healthz").json()
+    assert health["store"] == "down" and health["status"] == "degraded"
+    assert "Connection refused" in health["reason"] or "connect" in health["reason"], health
     assert server.metric("ratewin_store_configured") == 1
     assert server.metric("ratewin_store_up") == 0
+    assert server.metric('ratewin_store_errors_total{reason="connect"}') >= 1
+
+    # Required, it does not start at all, and says why.
+    refused = subprocess.run([SERVER, "--listen", "127.0.0.1:0", "--rules", str(rules),
+                              "--redis", f"redis://127.0.0.1:{dead}", "--require-redis"],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert f"Redis at redis://127.0.0.1:{dead} cannot be used" in refused.stderr, refused.stderr
+
+
+def test_an_acl_that_forbids_the_key_prefix_is_reported_not_hidden(start_server, tmp_path):
+    """A Redis ACL user limited to ~myapp:*, with ratewin given another prefix: every
+    command fails (NOPERM). The server says so: /healthz degraded with the reason, the
+    store not up, the failures counted by reason, one log line (not one per request) that
+    names the user and the prefix, the overrides' reason; --require-redis refuses to
+    start."""
+    redis = RedisServer(tmp_path / "acl-redis", extra_args=[
+        "--user", "app", "on", ">pw", "~myapp:*", "&*", "+@all", "-@admin",
+        "--user", "default", "on", "nopass", "~*", "&*", "+@all"])
+    redis.start()
+    try:
+        rules = write_rules(tmp_path / "rules.yaml", """
+            tiers:
+              free:
+                limits:
+                  - {name: per-minute, max: 2, window: 1m}
+            default_tier: free
+            """)
+        url = f"redis://app:pw@127.0.0.1:{redis.port}"
+        server = start_server("--redis", url, "--key-prefix", "other", rules=rules,
+                              admin_token=TOKEN)
+        with Client(server.port) as c:
+            got = [c.get("/", {"X-API-Key": "k"}) for _ in range(20)]
+        assert [r.status for r in got[:3]] == [200, 200, 429]
+        # Redis serves, but not these keys: its circuit stays open, every decision degraded.
+        assert all(r.headers.get("x-ratelimit-policy") == "degraded" for r in got), \
+            [(r.status, r.headers.get("x-ratelimit-policy")) for r in got]
+        assert "reachable again" not in server.log()
+        assert wait_until(lambda: server.get("/healthz").json()["status"] == "degraded", 5)
+        health = server.get("/healthz").json()
+        assert health["store"] == "down" and "NOPERM" in health["reason"], health
+        assert server.metric("ratewin_store_up") == 0
+        assert server.metric('ratewin_store_errors_total{reason="NOPERM"}') >= 1
+        assert server.metric('ratewin_store_errors_total{reason="OOM"}') == 0  # listed, 0
+        log = server.log()
+        assert 'the Redis ACL user \\"app\\" may not use the keys of the key prefix \\"other\\"' in log \
+            or 'the Redis ACL user "app" may not use the keys of the key prefix "other"' in log, log
+        # Not one line per refused write: 20 requests, a handful of lines.
+        assert log.count("NOPERM") <= 8, log
+        assert "overrides: reading Redis: NOPERM" in log, log
+        assert "overrides: cannot follow Redis: reading other:server:overrides failed" in log
+
+        refused = subprocess.run([SERVER, "--listen", "127.0.0.1:0", "--rules", str(rules),
+                                  "--redis", url, "--key-prefix", "other", "--require-redis"],
+                                 capture_output=True, text=True, timeout=60,
+                                 stdin=subprocess.DEVNULL)
+        assert refused.returncode == 1, refused
+        assert 'the Redis ACL user "app" may not use the keys of the key prefix "other"' \
+            in refused.stderr, refused.stderr
+        # With the prefix the ACL allows, the store is up and the decisions shared.
+        fine = start_server("--redis", url, "--key-prefix", "myapp", rules=rules)
+        store_up(fine)
+        assert fine.get("/healthz").json()["status"] == "ok"
+        r = fine.get("/", {"X-API-Key": "k"})
+        assert r.status == 200 and r.headers.get("x-ratelimit-policy") != "degraded"
+    finally:
+        redis.stop()
 
 
 def test_key_prefix_separates_deployments(start_server, redis, tmp_path):
