@@ -59,7 +59,11 @@ TEST_CASE("/metrics shows every figure of the engine's stats, once, from kStatFi
           (f.kind == StatKind::counter ? "counter" : "gauge"));
     CHECK(with_store.helps.at(std::string(f.metric)) == 1);
   }
-  CHECK(with_store.samples.size() == std::size(kStatFields));
+  // And the store's failures by reason: the ten an operator acts on, 0 until seen.
+  constexpr std::size_t kReasons = 10;
+  CHECK(with_store.samples.size() == std::size(kStatFields) + kReasons);
+  CHECK(with_store.samples.at("ratewin_store_errors_total{reason=\"NOPERM\"}") == 0);
+  CHECK(with_store.types.at("ratewin_store_errors_total") == "counter");
   CHECK(with_store.samples.at("ratewin_engine_pinned_limiters") == s.pinned);
   CHECK(with_store.samples.at("ratewin_store_clock_rtt_seconds") ==
         static_cast<double>(s.clock_rtt.count()) / 1e9);
@@ -73,6 +77,21 @@ TEST_CASE("/metrics shows every figure of the engine's stats, once, from kStatFi
   CHECK(without.samples.at("ratewin_store_configured") == 0);
   CHECK(without.samples.count("ratewin_engine_limiters") == 1);
   CHECK(without.samples.count("ratewin_store_writes_total{result=\"ok\"}") == 0);
+  CHECK(without.types.count("ratewin_store_errors_total") == 0);
+}
+
+TEST_CASE("store failures by reason: the usual ones always, others once seen") {
+  Stats s;
+  s.store = true;
+  s.store_errors = {{"NOPERM", 7}, {"timeout", 2}, {"LOADING", 1}};
+  PrometheusText text;
+  write_engine_metrics(text, s);
+  const Parsed p = parse(text.take());
+  CHECK(p.samples.at("ratewin_store_errors_total{reason=\"NOPERM\"}") == 7);
+  CHECK(p.samples.at("ratewin_store_errors_total{reason=\"timeout\"}") == 2);
+  CHECK(p.samples.at("ratewin_store_errors_total{reason=\"LOADING\"}") == 1);
+  CHECK(p.samples.at("ratewin_store_errors_total{reason=\"READONLY\"}") == 0);
+  CHECK(p.helps.at("ratewin_store_errors_total") == 1);
 }
 
 }  // namespace ratewin::server
