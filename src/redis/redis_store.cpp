@@ -172,7 +172,7 @@ bool RedisStore::connect_now() {
     const SentinelWatch::Primary primary = sentinel_->resolve(status);
     if (primary.host.empty()) {
       start_failure_ = status;
-      reporter_.note_error("finding the primary: " + status.message());
+      reporter_.note_error("finding the primary: " + status.message(), /*aside=*/true);
       return false;
     }
     RedisNode* node = topology_.node_at(primary.host, primary.port);
@@ -182,8 +182,10 @@ bool RedisStore::connect_now() {
   // A failure noted (and, when Redis refused this client's credentials, what to fix).
   const auto failed = [this](const Status& failure) {
     start_failure_ = failure;
-    reporter_.note_error(credentials_problem(reporter_.where(),
-                                             topology_.address().login.authenticates(), failure));
+    // (Kept aside: the engine says it itself, as the reason it starts degraded or throws.)
+    reporter_.note_error(
+        credentials_problem(reporter_.where(), topology_.address().login.authenticates(), failure),
+        /*aside=*/true);
   };
   const std::size_t seeds = topology_.cluster() ? topology_.size() : 1;
   for (std::size_t i = 0; i < seeds; ++i) {

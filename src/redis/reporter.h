@@ -42,8 +42,9 @@ class Reporter {
   // as failing until one succeeds. Logged (a warning) the first time its reason and what
   // failed (the message up to its first ':') are seen since the commands last succeeded:
   // once per kind of failure, not once per command.
-  // `aside`: a failure that leaves the store working (Redis refusing TIME: epochs then
-  // follow this node's clock), which the caller logs itself: kept and counted only.
+  // `aside`: a failure its caller logs itself, and that does not make the commands
+  // failing (the start's, after which the circuit is open anyway; Redis refusing TIME,
+  // after which epochs follow this node's clock): kept and counted only.
   void note_error(std::string error, bool aside = false);
   // A command succeeded: the commands are no longer failing (logged when failures were;
   // then the same failures are logged again, at most once per 10 s: a store that fails
