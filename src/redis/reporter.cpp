@@ -56,7 +56,7 @@ std::string_view error_reason(std::string_view message) noexcept {
   return "other";
 }
 
-void Reporter::note_error(std::string error, bool aside) {
+void Reporter::note_error(const std::string& error, bool aside) {
   const std::string_view reason = error_reason(error);
   // What failed: the message's context (up to its first ':'), with its reason.
   std::string logged(reason);

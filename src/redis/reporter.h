@@ -45,7 +45,7 @@ class Reporter {
   // `aside`: a failure its caller logs itself, and that does not make the commands
   // failing (the start's, after which the circuit is open anyway; Redis refusing TIME,
   // after which epochs follow this node's clock): kept and counted only.
-  void note_error(std::string error, bool aside = false);
+  void note_error(const std::string& error, bool aside = false);
   // A command succeeded: the commands are no longer failing (logged when failures were;
   // then the same failures are logged again, at most once per 10 s: a store that fails
   // one command in many does not fill the log). Cheap while they were not: one relaxed
