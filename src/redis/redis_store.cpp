@@ -131,6 +131,13 @@ std::string key_patterns(const redisReply& r) {
   return {};
 }
 
+// A NOPERM about keys ("No permissions to access a key", "... one of the keys used as
+// arguments"), not about a command.
+bool key_refused(const Status& reply) {
+  return error_reason(reply.message()) == "NOPERM" &&
+         reply.message().find("key") != std::string::npos;
+}
+
 }  // namespace
 
 Status RedisStore::key_access(RedisConnection& connection) {
@@ -141,9 +148,10 @@ Status RedisStore::key_access(RedisConnection& connection) {
       !status.ok()) {
     return status.within("reading " + key);
   }
-  // (A redirection: another node serves the key, and this one let the client ask.)
-  if (refused.ok() || refused.code() == Status::Code::redirect) return Status();
-  if (error_reason(refused.message()) != "NOPERM") return refused.within("reading " + key);
+  // Only a refused key says something here: a redirection (another node serves the key,
+  // and this one let the client ask) is fine, and so, for this check, is EXISTS itself
+  // refused (an ACL that names commands one by one: ratewin does not need EXISTS).
+  if (!key_refused(refused)) return Status();
   std::string user;
   connection.round_trip({"ACL", "WHOAMI"}, [&](std::size_t, const redisReply& r) {
     if (r.type == REDIS_REPLY_STRING || r.type == REDIS_REPLY_STATUS) user.assign(r.str, r.len);
@@ -402,8 +410,7 @@ void RedisStore::probe(RedisNode& node) {
         reporter_.note_error("probe: " + why);
         return;
       }
-      if (r->type == REDIS_REPLY_ERROR &&
-          error_reason(std::string_view(r->str, r->len)) == "NOPERM") {
+      if (r->type == REDIS_REPLY_ERROR && key_refused(status_of(*r))) {
         reporter_.note_error("probe (" + key + "): " + std::string(r->str, r->len));
         return;
       }

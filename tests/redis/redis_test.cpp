@@ -747,6 +747,15 @@ TEST_CASE("an ACL that forbids the key prefix: named at connect, counted by reas
   } catch (const StoreError& e) {
     CHECK(std::string(e.what()).find("its key patterns are ~myapp:*") != std::string::npos);
   }
+  // A user refused EXISTS itself (an ACL naming commands), not keys: all is well (ratewin
+  // does not need EXISTS; only a refused key is the prefix problem).
+  redis.command({"ACL", "SETUSER", "picky", "on", ">pw", "~*", "&*", "+@all", "-exists"});
+  Options picky = options;
+  picky.redis = "redis://picky:pw@127.0.0.1:" + std::to_string(redis.port());
+  picky.key_prefix = "other";
+  Engine unfussed(picky);
+  CHECK_FALSE(unfussed.try_acquire("u", limit).degraded);
+  CHECK(unfussed.stats().store_available);
   // With a prefix the ACL allows, all is well.
   options.key_prefix = "myapp";
   Engine allowed(options);
