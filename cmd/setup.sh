@@ -26,6 +26,7 @@ packages=(
   python3-venv python3-pip python3-setuptools python3-wheel  # pip-installing the package
   abigail-tools                # the C ABI check (abidw, abidiff)
   systemd                      # systemd-analyze verify of the server's unit (nothing is started)
+  dpkg-dev file binutils       # cpack -G DEB: dpkg-shlibdeps, file and readelf find the packages' dependencies
   gnuplot-nox                  # ratewin-bench accuracy --plot
 )
 

@@ -1,18 +1,26 @@
 """Builds the _ratewin extension with CMake (the repository's own build) for the
-interpreter running this script, and ships it inside the `ratewin` package."""
+interpreter running this script, and ships it inside the `ratewin` package.
 
+`pip wheel --no-build-isolation ./bindings/python` (or `pip install`) leaves nothing in
+the source tree: setuptools' build folders, its egg-info and CMake's build all go to a
+temporary folder, removed when the build ends."""
+
+import atexit
 import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent  # the repository: bindings/python/..
+WORK = pathlib.Path(tempfile.mkdtemp(prefix="ratewin-python-build-"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 
 
 def version() -> str:
@@ -30,6 +38,7 @@ class CMakeBuild(build_ext):
             "cmake", "-S", str(ROOT), "-B", str(build_dir),
             "-DCMAKE_BUILD_TYPE=Release",
             "-DRATEWIN_BUILD_TESTS=OFF", "-DRATEWIN_BUILD_BENCH=OFF",
+            "-DRATEWIN_BUILD_SERVER=OFF", "-DRATEWIN_BUILD_GRPC=OFF", "-DRATEWIN_INSTALL=OFF",
             "-DRATEWIN_BUILD_PYTHON=ON",
             f"-DPython_EXECUTABLE={sys.executable}",
         ])
@@ -47,4 +56,5 @@ setup(
     version=version(),
     ext_modules=[Extension("ratewin._ratewin", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
+    options={"build": {"build_base": str(WORK / "build")}, "egg_info": {"egg_base": str(WORK)}},
 )

@@ -1,5 +1,6 @@
-"""`pip install --no-build-isolation ./bindings/python` works offline with Debian's
-setuptools: it builds the extension with CMake (Release) for the venv's interpreter."""
+"""`pip wheel --no-build-isolation ./bindings/python` works offline with Debian's
+setuptools: it builds the extension with CMake (Release) for the interpreter running pip,
+leaves no file behind in the source tree, and the wheel installs and runs."""
 
 from __future__ import annotations
 
@@ -12,20 +13,35 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_pip_installs_the_package_offline(tmp_path):
-    # A copy of the repository, so the build leaves nothing in the source tree.
+def files(tree: pathlib.Path) -> set[pathlib.Path]:
+    return {p.relative_to(tree) for p in tree.rglob("*")}
+
+
+def test_pip_wheel_builds_offline_in_the_tree_and_installs(tmp_path):
+    # A copy of the repository (what a clone holds), in which the wheel is built: the build
+    # must add no file to it.
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", "build", "build-*", "*.egg-info", "__pycache__"))
+    before = files(source)
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "RATEWIN_PYTHONPATH"}}
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+         "--wheel-dir", str(wheels), str(source / "bindings" / "python")],
+        capture_output=True, text=True, env=env, timeout=1200)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    left = sorted(str(p) for p in files(source) - before)
+    assert not left, f"the build left files in the source tree: {left[:20]}"
+    (wheel,) = wheels.glob("ratewin-*.whl")
+
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=300)
     python = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "RATEWIN_PYTHONPATH"}}
-    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index",
-         str(source / "bindings" / "python")],
+        [str(python), "-m", "pip", "install", "--no-index", str(wheel)],
         capture_output=True, text=True, env=env, timeout=1200)
     assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
     smoke = subprocess.run(

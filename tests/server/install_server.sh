@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The server as `cmake --install` puts it (its component, into a staging root with
-# DESTDIR): every file the systemd unit names is installed, the unit passes
-# `systemd-analyze verify` (its paths moved under the staging root), and the installed
-# server runs: --version, `check` of the installed rules, and serving /healthz with them.
-#   install_server.sh <build dir>
+# DESTDIR), or as a package unpacked into a root (--root, tests/packages): every file the
+# systemd unit names is installed, the unit passes `systemd-analyze verify` (its paths
+# moved under the staging root), and the installed server runs: --version, `check` of the
+# installed rules, and serving /healthz with them. With DESTDIR, a second install keeps
+# the operator's edited rules and writes the shipped ones beside them.
+#   install_server.sh <build dir> | --root <root>
 set -euo pipefail
-build="$1"
 work="$(mktemp -d)"
 pid=""
 cleanup() {
@@ -15,8 +16,14 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "install_server: $*" >&2; exit 1; }
 
-root="$work/root"
-DESTDIR="$root" cmake --install "$build" --component server >/dev/null
+if [[ $1 == --root ]]; then
+  root="$2"
+  build=""
+else
+  build="$1"
+  root="$work/root"
+  DESTDIR="$root" cmake --install "$build" --component server >/dev/null
+fi
 unit="$(find "$root" -path '*/lib/systemd/system/ratewin-server.service')"
 [[ -n $unit ]] || fail "no ratewin-server.service under lib/systemd/system"
 bin="$(sed -n 's/^ExecStart=\([^ ]*\) .*/\1/p' "$unit")"
@@ -39,6 +46,14 @@ if command -v systemd-analyze >/dev/null; then
   [[ -z $out ]] || fail "systemd-analyze verify: $out"
 else
   fail "systemd-analyze is not installed (cmd/setup.sh installs systemd)"
+fi
+
+if [[ -n $build ]]; then
+  echo "# edited" >>"$root$rules"
+  DESTDIR="$root" cmake --install "$build" --component server >/dev/null
+  grep -q '^# edited$' "$root$rules" || fail "a second install overwrote the operator's rules"
+  cmp -s "$root$rules.dist" "$root$(dirname "$bin")/../share/ratewin-server/rules.example.yaml" ||
+    fail "a second install did not put the shipped rules beside the operator's (rules.yaml.dist)"
 fi
 
 "$root$bin" --version | grep -q '^ratewin-server [0-9]' || fail "--version"
