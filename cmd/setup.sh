@@ -28,6 +28,7 @@ packages=(
   systemd                      # systemd-analyze verify of the server's unit (nothing is started)
   dpkg-dev file binutils       # cpack -G DEB: dpkg-shlibdeps, file and readelf find the packages' dependencies
   gnuplot-nox                  # ratewin-bench accuracy --plot
+  chromium                     # the status page's test renders it in headless Chromium
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #include "admin.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -48,14 +49,23 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
     refuse("too many wrong admin tokens from this address");
     return std::nullopt;
   }
-  const bool right = same_secret(bearer(request), token_);
+  // The status page takes the token as a Basic password too, so that a browser can ask
+  // for it; the rest of the API takes a bearer token only (a browser sends Basic
+  // credentials it has cached along with another site's forged requests: only the
+  // status page's GETs, which change nothing, accept them).
+  const bool status = is_status_path(path);
+  std::optional<std::string> basic;
+  if (status && bearer(request).empty()) basic = basic_password(request);
+  const bool right = same_secret(basic ? std::string_view(*basic) : bearer(request), token_);
   if (!right && verdict.table_full) {
     // Its attempt could not be counted: refused as if locked out.
     refuse("too many addresses are presenting wrong admin tokens: try later");
     return std::nullopt;
   }
   if (!right) {
-    response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ratewin-admin\"");
+    response.headers.emplace_back("WWW-Authenticate",
+                                  status ? "Basic realm=\"ratewin-status\", charset=\"UTF-8\""
+                                         : "Bearer realm=\"ratewin-admin\"");
     json_error(response, 401, "admin token missing or wrong");
     return std::nullopt;
   }
@@ -75,6 +85,35 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
     b += "}\n";
     return std::nullopt;
   }
+  if (status) {
+    if (method != "GET") {
+      response.headers.emplace_back("Allow", "GET");
+      json_error(response, 405, "the status page is read with GET");
+    } else if (path == kStatusPath) {
+      status_page(service_.status_json(std::chrono::steady_clock::now()), response);
+    } else {
+      response.body = service_.status_json(std::chrono::steady_clock::now());
+    }
+    return std::nullopt;
+  }
+  if (path == "/admin/top" && method == "GET") {
+    // ?n=<keys per rule> (1..1000, 10 by default).
+    std::size_t n = 10;
+    std::string_view query = request.query;
+    if (!query.empty()) {
+      std::uint64_t value = 0;
+      const std::string_view digits = query.starts_with("n=") ? query.substr(2) : std::string_view();
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+      if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() ||
+          value == 0 || value > 1000) {
+        json_error(response, 400, "the query may be n=<keys per rule>, 1 to 1000");
+        return std::nullopt;
+      }
+      n = static_cast<std::size_t>(value);
+    }
+    response.body = service_.refusals().top_json(n, std::chrono::steady_clock::now());
+    return std::nullopt;
+  }
   if (path == "/admin/reload" && method == "POST") {
     // Read and parsed off the loop: a large rules file takes seconds.
     AdminWork work;
@@ -82,21 +121,12 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
     return work;
   }
   if (path == "/admin/overrides" && method == "GET") {
-    const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
-    std::vector<std::pair<std::string_view, const Override*>> sorted;
-    const std::int64_t now = unix_ms();
-    for (const auto& [k, o] : *all)
-      if (o.active(now)) sorted.emplace_back(k, &o);
-    std::sort(sorted.begin(), sorted.end());
     std::string& b = response.body;
     b = "{\"shared\":";
     b += overrides_.shared() ? "true" : "false";
-    b += ",\"overrides\":[";
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      if (i != 0) b += ',';
-      b += sorted[i].second->to_json(sorted[i].first);
-    }
-    b += "]}\n";
+    b += ",\"overrides\":";
+    b += overrides_.active_json(unix_ms());
+    b += "}\n";
     return std::nullopt;
   }
   if (path == "/admin/overrides" && (method == "POST" || method == "DELETE")) {

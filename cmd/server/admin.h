@@ -1,5 +1,5 @@
-// The admin API (/admin/...): the rules in force and their reload, and temporary per-key
-// overrides. Every call needs "Authorization: Bearer <token>"; an address that keeps
+// The admin API (/admin/...): the rules in force and their reload, temporary per-key
+// overrides, the most refused keys; and the status page (/status). Every call needs "Authorization: Bearer <token>"; an address that keeps
 // presenting wrong tokens is locked out for a while (admin_lockout.h).
 #pragma once
 
@@ -26,6 +26,17 @@ struct AdminWork {
   std::string reset_key;                 // POST /admin/reset: the key whose counts go
   std::string version;                   // (a reload's outcome: the version in force)
 };
+
+// The status page (status_page.cpp), behind the admin token, and its figures.
+inline constexpr std::string_view kStatusPath = "/status";
+inline constexpr std::string_view kStatusJsonPath = "/status.json";
+inline bool is_status_path(std::string_view path) noexcept {
+  return path == kStatusPath || path == kStatusJsonPath;
+}
+// The page: one self-contained HTML document (no external assets; a Content-Security-Policy
+// allows none) that renders `figures` (Service::status_json), embedded in it, then
+// refreshes them from kStatusJsonPath every 2 s. Client keys and rule names are set as text, never as markup.
+void status_page(std::string_view figures, Response& response);
 
 // Constant-time comparison of a presented secret with the expected one.
 bool same_secret(std::string_view presented, std::string_view expected) noexcept;

@@ -71,6 +71,16 @@ std::string_view bearer(const Request& request) {
   return trim_ows(auth.substr(7));
 }
 
+std::optional<std::string> basic_password(const Request& request) {
+  const std::string_view auth = trim_ows(request.header("authorization"));
+  if (auth.size() < 6 || !iequals(auth.substr(0, 5), "basic") || auth[5] != ' ') return std::nullopt;
+  std::optional<std::string> decoded = base64_decode(trim_ows(auth.substr(6)));
+  if (!decoded) return std::nullopt;
+  const std::size_t colon = decoded->find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return decoded->substr(colon + 1);
+}
+
 const ClientIdentifier::Peer& ClientIdentifier::peer(std::string_view text) {
   // A connection's requests all come from one peer: parsed once.
   if (has_peer_ && text == peer_text_) return peer_;

@@ -2,6 +2,7 @@
 // reports) and the key its limits are counted under.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,9 @@ namespace ratewin::server {
 
 // The token of "Authorization: Bearer <token>", empty if there is none.
 std::string_view bearer(const Request& request);
+// The password of "Authorization: Basic <base64 of user:password>" (any user), nullopt
+// if there is none.
+std::optional<std::string> basic_password(const Request& request);
 
 // Why the headers that say who the client is cannot be read one way only, or empty: the
 // key's header (X-API-Key, Authorization) twice (this server reads the first; another

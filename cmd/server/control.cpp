@@ -1,5 +1,6 @@
 #include "control.h"
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -27,6 +28,20 @@ Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers
   rls_debounce_.data = this;
   uv_fs_event_init(&loop_, &rls_watch_);
   rls_watch_.data = this;
+  // The status page's rates: a sample of the counts every second.
+  uv_timer_init(&loop_, &rates_timer_);
+  rates_timer_.data = this;
+  service_.sample_rates(std::chrono::steady_clock::now());
+  uv_timer_start(&rates_timer_, on_rates_sample, 1000, 1000);
+  // The refusal log's summary, every interval.
+  uv_timer_init(&loop_, &refusals_timer_);
+  refusals_timer_.data = this;
+  const Refusals& refusals = service_.refusals();
+  if (refusals.options().max_keys != 0) {
+    const auto every = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(refusals.options().interval).count());
+    uv_timer_start(&refusals_timer_, on_refusals_interval, every, every);
+  }
   if (rls_ != nullptr && !rls_->folder().empty()) {
     // The folder itself: its files are added, replaced and removed (or a ConfigMap's
     // symlink swapped) there.
@@ -79,9 +94,21 @@ void Control::on_stop(uv_signal_t* s, int signum) {
   for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&self->debounce_),
                          reinterpret_cast<uv_handle_t*>(&self->watch_),
                          reinterpret_cast<uv_handle_t*>(&self->rls_debounce_),
-                         reinterpret_cast<uv_handle_t*>(&self->rls_watch_)}) {
+                         reinterpret_cast<uv_handle_t*>(&self->rls_watch_),
+                         reinterpret_cast<uv_handle_t*>(&self->refusals_timer_),
+                         reinterpret_cast<uv_handle_t*>(&self->rates_timer_)}) {
     if (!uv_is_closing(h)) uv_close(h, nullptr);
   }
+}
+
+void Control::on_rates_sample(uv_timer_t* t) {
+  auto* self = static_cast<Control*>(t->data);
+  self->service_.sample_rates(std::chrono::steady_clock::now());
+}
+
+void Control::on_refusals_interval(uv_timer_t* t) {
+  auto* self = static_cast<Control*>(t->data);
+  self->service_.refusals().roll(Refusals::Clock::now());
 }
 
 void Control::on_hup(uv_signal_t* s, int) {

@@ -1,6 +1,7 @@
 // The main thread's loop: SIGTERM/SIGINT drain the workers (and turn the gRPC health
 // checks to NOT_SERVING), SIGHUP and changes to the rules file reload the rules, and
-// likewise for the --rls-config folder.
+// likewise for the --rls-config folder; the refusal log's summary every interval, and
+// the status page's rate samples every second.
 #pragma once
 
 #include <uv.h>
@@ -37,6 +38,8 @@ class Control {
   static void on_settled(uv_timer_t* t);
   static void on_rls_change(uv_fs_event_t* handle, const char*, int, int status);
   static void on_rls_settled(uv_timer_t* t);
+  static void on_refusals_interval(uv_timer_t* t);
+  static void on_rates_sample(uv_timer_t* t);
   // A change seen in a watched folder: the reload waits until they settle, the longer
   // wait after a write in place to a file it reads (`ours`: a file half written must not
   // go live; a temporary file written before its rename is not one).
@@ -55,6 +58,8 @@ class Control {
   uv_timer_t rls_debounce_{};
   uv_fs_event_t rls_watch_{};
   bool rls_in_place_ = false;
+  uv_timer_t refusals_timer_{};  // Refusals::roll(), every interval
+  uv_timer_t rates_timer_{};     // Service::sample_rates(), every second
   bool stopping_ = false;
 };
 

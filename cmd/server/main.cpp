@@ -292,6 +292,17 @@ int run(int argc, char** argv) {
      cxxopts::value<std::string>()->default_value("gateway"))
     ("log-level", "debug, info, warning or error",
      cxxopts::value<std::string>()->default_value("info"))
+    ("log-format", "text (a line per message) or json (an object per line)",
+     cxxopts::value<std::string>()->default_value("text"))
+    ("refusal-log-keys", "Client keys (per rule) the refusal log and GET /admin/top follow at "
+                         "once; the refusals of others are counted as \"other\". 0: none",
+     cxxopts::value<std::size_t>()->default_value("1000"))
+    ("refusal-log-interval", "Seconds between the refusal log's summaries (how often each "
+                             "key still refused is logged with its count)",
+     cxxopts::value<std::uint64_t>()->default_value("60"))
+    ("log-client-keys", "How the refusal log names API keys: hashed (a fingerprint, "
+                        "key#<12 hex digits>; GET /admin/top shows both) or full",
+     cxxopts::value<std::string>()->default_value("hashed"))
     ("max-connections", "Client connections open at once. At the bound, the connection idle "
                         "the longest (between requests) is closed to make room; with none "
                         "idle, a new one is closed at once",
@@ -375,6 +386,12 @@ int run(int argc, char** argv) {
     return 2;
   }
   set_log_threshold(static_cast<LogLevel>(found - std::begin(levels)));
+  const std::string format = args["log-format"].as<std::string>();
+  if (format != "text" && format != "json") {
+    std::fprintf(stderr, "ratewin-server: --log-format must be text or json\n");
+    return 2;
+  }
+  set_log_format(format == "json" ? LogFormat::json : LogFormat::text);
 
   Config config;
   const bool http = args["listen"].as<std::string>() != "none";
@@ -464,6 +481,17 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "ratewin-server: --ipv6-prefix must be 32 to 128\n");
     return 2;
   }
+  service_options.refusals.max_keys = args["refusal-log-keys"].as<std::size_t>();
+  const std::uint64_t refusal_interval = args["refusal-log-interval"].as<std::uint64_t>();
+  const std::string client_keys = args["log-client-keys"].as<std::string>();
+  if (refusal_interval < 1 || refusal_interval > 86400 ||
+      (client_keys != "hashed" && client_keys != "full")) {
+    std::fprintf(stderr, "ratewin-server: --refusal-log-interval must be 1 to 86400 (seconds), "
+                         "--log-client-keys hashed or full\n");
+    return 2;
+  }
+  service_options.refusals.interval = std::chrono::seconds(refusal_interval);
+  service_options.refusals.log_full_keys = client_keys == "full";
   service_options.reload_settle_ms = args["reload-settle-ms"].as<std::uint64_t>();
   service_options.admin_deadline_ms = args["admin-deadline-ms"].as<std::uint64_t>();
   if (args.count("admin-deadline-ms") == 0) {  // (the default fits a short request timeout)
@@ -541,7 +569,7 @@ int run(int argc, char** argv) {
                             ? RedisTarget()
                             : RedisTarget(engine_options.redis, engine_options.tls),
                         engine_options.key_prefix, log);
-    Service service(engine, overrides, service_options, log);
+    Service service(engine, overrides, service_options, log, log_event);
     std::unique_ptr<rls::RateLimitService> rls_service;
     std::unique_ptr<GrpcFront> grpc;
     if (!grpc_listen.empty()) {

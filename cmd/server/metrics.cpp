@@ -106,27 +106,31 @@ void write_engine_metrics(PrometheusText& out, const Stats& st) {
       reason_sample(reason, n);
 }
 
-void Service::write_request_metrics(PrometheusText& out) const {
-  std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule
-  std::map<std::string, std::uint64_t> shadow_refusals;            // rule
-  std::array<std::uint64_t, kLatencyBuckets.size() + 1> latency{};
-  std::uint64_t latency_sum_ns = 0;
-  {
-    std::lock_guard lock(workers_mutex_);
-    std::vector<const WorkerStats*> all(workers_.begin(), workers_.end());
-    all.push_back(&retired_);
-    for (const WorkerStats* w : all) {
-      {
-        std::lock_guard wl(w->mutex);
-        for (const auto& [status, by_rule] : w->requests)
-          for (const auto& [rule, n] : by_rule) requests[{status, rule}] += n;
-        for (const auto& [rule, n] : w->shadow_refusals) shadow_refusals[rule] += n;
-      }
-      for (std::size_t i = 0; i < latency.size(); ++i)
-        latency[i] += w->latency[i].load(std::memory_order_relaxed);
-      latency_sum_ns += w->latency_sum_ns.load(std::memory_order_relaxed);
+Service::RequestCounts Service::request_counts() const {
+  RequestCounts c;
+  std::lock_guard lock(workers_mutex_);
+  std::vector<const WorkerStats*> all(workers_.begin(), workers_.end());
+  all.push_back(&retired_);
+  for (const WorkerStats* w : all) {
+    {
+      std::lock_guard wl(w->mutex);
+      for (const auto& [status, by_rule] : w->requests)
+        for (const auto& [rule, n] : by_rule) c.requests[{status, rule}] += n;
+      for (const auto& [rule, n] : w->shadow_refusals) c.shadow_refusals[rule] += n;
     }
+    for (std::size_t i = 0; i < c.latency.size(); ++i)
+      c.latency[i] += w->latency[i].load(std::memory_order_relaxed);
+    c.latency_sum_ns += w->latency_sum_ns.load(std::memory_order_relaxed);
   }
+  return c;
+}
+
+void Service::write_request_metrics(PrometheusText& out) const {
+  const RequestCounts counts = request_counts();
+  const auto& requests = counts.requests;
+  const auto& shadow_refusals = counts.shadow_refusals;
+  const auto& latency = counts.latency;
+  const std::uint64_t latency_sum_ns = counts.latency_sum_ns;
   out.family("ratewin_server_requests_total", "counter",
              "Requests answered, by status and by the rule that decided (the refusing limit for "
              "429; the limit closest to refusing for 200; allow, deny, none or admin otherwise).");

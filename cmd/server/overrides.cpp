@@ -329,4 +329,19 @@ void Overrides::run() {
   }
 }
 
+std::string Overrides::active_json(std::int64_t now_ms) const {
+  const std::shared_ptr<const OverrideMap> all = current_.get();
+  std::vector<std::pair<std::string_view, const Override*>> sorted;
+  for (const auto& [k, o] : *all)
+    if (o.active(now_ms)) sorted.emplace_back(k, &o);
+  std::sort(sorted.begin(), sorted.end());
+  std::string b = "[";
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (i != 0) b += ',';
+    b += sorted[i].second->to_json(sorted[i].first);
+  }
+  b += ']';
+  return b;
+}
+
 }  // namespace ratewin::server

@@ -95,6 +95,9 @@ class Overrides {
   static constexpr std::size_t kMaxQueuedChanges = 16;
 
   const Published<OverrideMap>& current() const noexcept { return current_; }
+  // The overrides in force at `now_ms` (Unix ms), by key: a JSON array of
+  // Override::to_json objects (GET /admin/overrides, the status page).
+  std::string active_json(std::int64_t now_ms) const;
   bool shared() const noexcept { return !redis_.empty(); }
   // Whether the last exchange with Redis succeeded (always true without Redis).
   bool in_sync() const noexcept { return in_sync_.load(std::memory_order_relaxed); }

@@ -67,7 +67,7 @@ class Service::Worker final : public RequestHandler {
       return;
     }
     const ClientIdentifier::Peer& from = clients_.peer(peer);
-    if (path == "/admin" || path.starts_with("/admin/")) {
+    if (path == "/admin" || path.starts_with("/admin/") || is_status_path(path)) {
       if (!service_.admin_) {
         json_error(response, 404, "no admin API (start the server with --admin-token)");
       } else if (std::optional<AdminWork> work = service_.admin_->handle(
@@ -300,7 +300,7 @@ class Service::Worker final : public RequestHandler {
           step_.run(match_, client, overrides_.get(), rules_.get().shadow_headers());
       record_latency(outcome.engine_time);
       return answer(rules_.generation(), match_, step_.items(), step_.decisions(), outcome, pass,
-                    path, response);
+                    path, client.key, response);
     }
     step_.prepare(match_, client, overrides_.get());
     const auto started = steady_clock::now();
@@ -316,7 +316,7 @@ class Service::Worker final : public RequestHandler {
       return answer(rules_.generation(), match_, step_.items(), step_.decisions(),
                     LimitStep::conclude(step_.items(), step_.decisions(), refused,
                                         rules_.get().shadow_headers()),
-                    pass, path, response);
+                    pass, path, client.key, response);
     }
     // What the answer needs, kept until the write's reply (the rules it points into too).
     w->responder = reply.defer();
@@ -326,6 +326,7 @@ class Service::Worker final : public RequestHandler {
     w->items = step_.items();
     w->pass = pass;
     w->path.assign(path);
+    w->key.assign(client.key);
     w->started = started;
   }
 
@@ -338,6 +339,7 @@ class Service::Worker final : public RequestHandler {
     std::vector<Acquisition> items;
     Pass pass = Pass::backend;
     std::string path;
+    std::string key;  // the client's
     steady_clock::time_point started;
   };
   Waiting* waiting() {
@@ -355,7 +357,7 @@ class Service::Worker final : public RequestHandler {
     Response response;
     answer(w.generation, w.match, w.items, decisions,
            LimitStep::conclude(w.items, decisions, refused, w.rules->shadow_headers()), w.pass,
-           w.path, response);
+           w.path, w.key, response);
     w.responder.respond(std::move(response));
     w.rules.reset();
     idle_.push_back(&w);
@@ -363,9 +365,16 @@ class Service::Worker final : public RequestHandler {
 
   void answer(std::uint64_t generation, const Match& match, std::span<const Acquisition> items,
               std::span<const Decision> decisions, const LimitOutcome& outcome, Pass pass,
-              std::string_view path, Response& response) {
+              std::string_view path, std::string_view key, Response& response) {
     responses_.write(generation, match, items, decisions, outcome, response);
-    count(outcome.allowed ? 200 : 429, match.limits[outcome.shown]->name);
+    const LimitRule& shown = *match.limits[outcome.shown];
+    count(outcome.allowed ? 200 : 429, shown.name);
+    if (!outcome.allowed) {
+      service_.refusals_.refused(shown.name, shown.limit, key, match.endpoint,
+                                 static_cast<std::int64_t>(
+                                     ceil_seconds(decisions[outcome.shown].retry_after)),
+                                 steady_clock::now());
+    }
     for (std::size_t i = 0; i < items.size(); ++i)
       if (decisions[i].would_reject) shadow_refusal(*match.limits[i], decisions[i], match);
     if (outcome.allowed && pass == Pass::backend) ok(response, path, match);
@@ -458,12 +467,14 @@ Rules Service::load_rules() {
   return checked_rules(bytes, options_.rules_path, engine_, options_.allow_empty_rules, log_);
 }
 
-Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log)
+Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log,
+                 EventLog events)
     : engine_(engine),
       overrides_(overrides),
       options_(std::move(options)),
       log_(std::move(log)),
-      rules_(std::make_shared<const Rules>(load_rules())) {
+      rules_(std::make_shared<const Rules>(load_rules())),
+      refusals_(options_.refusals, std::move(events)) {
   last_reload_ms_ = unix_ms();
   reloads_ok_ = 1;
   if (!options_.admin_token.empty())

@@ -8,7 +8,9 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "http.h"
 #include "overrides.h"
 #include "published.h"
+#include "refusals.h"
 #include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
 #include "rules.h"
 
@@ -57,6 +60,8 @@ struct ServiceOptions {
   // not at all; its answer comes by then plus Overrides::kAnswerMargin
   // (--admin-deadline-ms).
   std::uint64_t admin_deadline_ms = 2000;
+  // Who is being refused: the refusal log and GET /admin/top (refusals.h).
+  RefusalOptions refusals;
 };
 
 // Connection counts, kept by the transport.
@@ -98,8 +103,10 @@ enum class ReloadCause { watch, request };
 class Service {
  public:
   using Log = std::function<void(LogLevel, std::string_view)>;
-  // Loads the rules file (throws RulesError if the first load fails).
-  Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log);
+  // Loads the rules file (throws RulesError if the first load fails). `events`: where the
+  // refusal log goes (none if empty).
+  Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log,
+          EventLog events = {});
   ~Service();
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -119,6 +126,10 @@ class Service {
   std::string last_reload_error() const;
 
   ConnectionCounters& connections() noexcept { return connections_; }
+  // The refusals of each key by each rule (the refusal log, GET /admin/top); its roll()
+  // is the caller's to call every interval.
+  Refusals& refusals() noexcept { return refusals_; }
+  const Refusals& refusals() const noexcept { return refusals_; }
   // The Prometheus text of /metrics (metrics.cpp).
   std::string metrics_text() const;
   // Another part of the server whose figures /metrics shows too (after the service's own).
@@ -137,6 +148,24 @@ class Service {
 
   static constexpr std::array<double, 14> kLatencyBuckets = {
       1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 5e-2, 1e-1};
+
+  // What the workers have counted, merged: requests by status and rule, would-be refusals
+  // of limits in shadow by rule, the decision latency histogram. Thread-safe.
+  struct RequestCounts {
+    std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule
+    std::map<std::string, std::uint64_t> shadow_refusals;            // rule
+    std::array<std::uint64_t, kLatencyBuckets.size() + 1> latency{};
+    std::uint64_t latency_sum_ns = 0;
+  };
+  RequestCounts request_counts() const;
+
+  // The status page's figures (status.cpp). sample_rates() keeps the requests' counts of
+  // the last kRateSamples calls; the control loop calls it every second, so that
+  // status_json() gives each rule's allowed and refused rates over the last 10 s.
+  // Thread-safe.
+  void sample_rates(std::chrono::steady_clock::time_point now);
+  std::string status_json(std::chrono::steady_clock::time_point now) const;
+  static constexpr std::size_t kRateSamples = 11;
 
  private:
   friend class Worker;
@@ -174,6 +203,15 @@ class Service {
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_failed_{0};
   ConnectionCounters connections_;
+  Refusals refusals_;
+  // sample_rates()'s: by rule, requests allowed (200) and refused (429), oldest first.
+  struct RateSample {
+    std::chrono::steady_clock::time_point at;
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>, std::less<>> by_rule;
+  };
+  mutable std::mutex rates_mutex_;
+  std::deque<RateSample> rate_samples_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   mutable std::mutex workers_mutex_;
   std::vector<WorkerStats*> workers_;
   WorkerStats retired_;              // what workers that ended had counted

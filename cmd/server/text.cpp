@@ -101,4 +101,32 @@ void append_sf_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
+std::optional<std::string> base64_decode(std::string_view s) {
+  if (s.size() % 4 != 0) return std::nullopt;
+  const auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size() / 4 * 3);
+  for (std::size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    const std::size_t pad = last ? (s[i + 3] == '=' ? (s[i + 2] == '=' ? 2 : 1) : 0) : 0;
+    std::uint32_t bits = 0;
+    for (std::size_t j = 0; j < 4; ++j) {
+      const int v = j >= 4 - pad ? 0 : value(s[i + j]);
+      if (v < 0) return std::nullopt;
+      bits = (bits << 6) | static_cast<std::uint32_t>(v);
+    }
+    out += static_cast<char>(bits >> 16);
+    if (pad < 2) out += static_cast<char>((bits >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(bits & 0xff);
+  }
+  return out;
+}
+
 }  // namespace ratewin::server

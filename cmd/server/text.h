@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,9 @@ void append_double(std::string& out, double value);
 bool iequals(std::string_view a, std::string_view b) noexcept;
 // The value of a hex digit (either case), -1 for any other byte.
 int hex_digit(char c) noexcept;
+// The bytes standard base64 (RFC 4648, with padding) encodes; nullopt if `s` is not
+// that.
+std::optional<std::string> base64_decode(std::string_view s);
 // s without the spaces and tabs around it (HTTP's optional whitespace, RFC 9110 5.6.3).
 std::string_view trim_ows(std::string_view s) noexcept;
 
