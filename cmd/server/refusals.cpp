@@ -103,6 +103,11 @@ void Refusals::refused(std::string_view rule, const Limit& limit, std::string_vi
   e.total = e.current = 1;
   e.first = now;
   e.order = next_order_++;
+  if (start_lines_ >= options_.max_start_lines) {
+    ++starts_unlogged_;
+    return;
+  }
+  ++start_lines_;
   event("refusing", rule, key, e, {{"retry_after_s", retry_after_s}});
 }
 
@@ -143,6 +148,13 @@ void Refusals::roll(Clock::time_point now) {
       ++r;
     }
   }
+  if (starts_unlogged_ != 0 && log_) {
+    const LogField fields[] = {{"keys", static_cast<std::int64_t>(starts_unlogged_)},
+                               {"interval_s", interval_s}};
+    log_(LogLevel::info, "refusing_unlogged", fields);
+  }
+  start_lines_ = 0;
+  starts_unlogged_ = 0;
   previous_start_ = interval_start_;
   interval_start_ = now;
 }

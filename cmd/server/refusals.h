@@ -36,6 +36,10 @@ struct RefusalOptions {
   std::size_t max_keys = 1000;  // (rule, key) pairs tracked; 0: none (no log, no top)
   std::chrono::seconds interval{60};
   bool log_full_keys = false;
+  // "refusing" lines per interval at most; the keys beyond are followed all the same, and
+  // the interval's summary says how many started unlogged ("refusing_unlogged"). A flood
+  // of new keys refused cannot flood the log.
+  std::size_t max_start_lines = 100;
 };
 
 class Refusals {
@@ -115,6 +119,8 @@ class Refusals {
   std::map<std::string, Rule, std::less<>> rules_;
   std::size_t tracked_ = 0;
   std::uint64_t next_order_ = 0;
+  std::size_t start_lines_ = 0;        // "refusing" lines in this interval
+  std::uint64_t starts_unlogged_ = 0;  // starts beyond max_start_lines in this interval
   Clock::time_point interval_start_;   // of this interval
   Clock::time_point previous_start_;   // of the last
 };

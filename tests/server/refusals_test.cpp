@@ -135,6 +135,24 @@ TEST_CASE("refusal log: bounded; what does not fit is counted as other, and a ke
   CHECK(refused.back().fields["refusals"] == "1");
 }
 
+TEST_CASE("refusal log: a flood of keys starting to be refused cannot flood the log") {
+  Captured log;
+  RefusalOptions options;
+  options.max_start_lines = 10;
+  Refusals refusals(options, log.sink());
+  const Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < 500; ++i) refusals.refused("r", kLimit, "k" + std::to_string(i), "", 1, t0);
+  CHECK(log.take("refusing").size() == 10);
+  CHECK(refusals.top(1000, t0)[0].keys.size() == 500);  // followed all the same
+  refusals.roll(t0 + 60s);
+  const auto unlogged = log.take("refusing_unlogged");
+  REQUIRE(unlogged.size() == 1);
+  CHECK(unlogged[0].fields.at("keys") == "490");
+  // A new interval logs again.
+  refusals.refused("r", kLimit, "late", "", 1, t0 + 61s);
+  CHECK(log.take("refusing").size() == 11);
+}
+
 TEST_CASE("refusal log: API keys by fingerprint unless asked for whole; /admin/top shows both") {
   Captured log;
   Refusals hashed(RefusalOptions{}, log.sink());
