@@ -117,11 +117,97 @@ ClientIdentifier::Address ClientIdentifier::address(const Request& request, cons
   return {!required, peer.address};
 }
 
-Client ClientIdentifier::identify(const Request& request, const IpAddress& address) {
+namespace {
+
+// The value of cookie `name` in a Cookie header ("a=1; b=2"), empty if it has none.
+std::string_view cookie_value(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    const std::size_t end = header.find(';');
+    const std::string_view pair = trim_ows(header.substr(0, end));
+    const std::size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && trim_ows(pair.substr(0, eq)) == name) {
+      std::string_view value = trim_ows(pair.substr(eq + 1));
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+        value = value.substr(1, value.size() - 2);
+      return value;
+    }
+    if (end == std::string_view::npos) break;
+    header.remove_prefix(end + 1);
+  }
+  return {};
+}
+
+// The value of parameter `name` in a query ("a=1&b=2"), as sent; empty if it has none.
+std::string_view query_value(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const std::size_t end = query.find('&');
+    const std::string_view pair = query.substr(0, end);
+    const std::size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == name) return pair.substr(eq + 1);
+    if (end == std::string_view::npos) break;
+    query.remove_prefix(end + 1);
+  }
+  return {};
+}
+
+}  // namespace
+
+bool ClientIdentifier::append_source(const Request& request, std::string_view query,
+                                     const IpAddress& address, const ClientKeySource& source,
+                                     std::string& out) const {
+  std::string_view value;
+  switch (source.kind) {
+    case ClientKeySource::Kind::header: value = trim_ows(request.header(source.name)); break;
+    case ClientKeySource::Kind::cookie:
+      value = cookie_value(request.header("cookie"), source.name);
+      break;
+    case ClientKeySource::Kind::query: value = query_value(query, source.name); break;
+    case ClientKeySource::Kind::bearer: value = bearer(request); break;
+    case ClientKeySource::Kind::address: {
+      // Counted by its prefix if IPv6, as an address client is.
+      std::string key;
+      if (!address.is_v4() && ipv6_prefix_ < 128) {
+        assign_prefix_key(key, address, ipv6_prefix_);
+      } else {
+        key = "ip:";
+        address.append_to(key);
+      }
+      out += key;
+      return true;
+    }
+  }
+  if (value.empty()) return false;
+  out += value;
+  return true;
+}
+
+bool ClientIdentifier::key_of(const Request& request, std::string_view query,
+                              const IpAddress& address, const ClientKeySpec& spec,
+                              std::string& out) const {
+  for (const auto& alternative : spec.alternatives) {
+    if (alternative.size() == 1 && alternative[0].kind == ClientKeySource::Kind::address)
+      return false;
+    out.clear();
+    bool all = true;
+    for (std::size_t i = 0; all && i < alternative.size(); ++i) {
+      if (i != 0) out += '|';
+      all = append_source(request, query, address, alternative[i], out);
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+Client ClientIdentifier::identify(const Request& request, std::string_view query,
+                                  const IpAddress& address, const ClientKeySpec& spec) {
   Client client;
   client.address = address;
-  client.key = trim_ows(request.header("x-api-key"));
-  if (client.key.empty()) client.key = bearer(request);
+  if (&spec == &ClientKeySpec::standard()) {  // (the usual case, without the general walk)
+    client.key = trim_ows(request.header("x-api-key"));
+    if (client.key.empty()) client.key = bearer(request);
+  } else if (key_of(request, query, address, spec, spec_key_)) {
+    client.key = spec_key_;
+  }
   if (!client.key.empty()) {
     client.kind = Client::Kind::api_key;
     client.counted = client.key;
@@ -137,6 +223,25 @@ Client ClientIdentifier::identify(const Request& request, const IpAddress& addre
     client.counted = counted_key_;
   }
   return client;
+}
+
+void ClientIdentifier::tagged_key(const Request& request, std::string_view query,
+                                  const IpAddress& address, const ClientKeySpec& spec,
+                                  std::string& out) {
+  std::string key;
+  if (key_of(request, query, address, spec, key)) {
+    out.assign(1, static_cast<char>(Client::Kind::api_key));
+    out += key;
+    return;
+  }
+  out.assign(1, static_cast<char>(Client::Kind::address));
+  if (!address.is_v4() && ipv6_prefix_ < 128) {
+    assign_prefix_key(key, address, ipv6_prefix_);
+  } else {
+    key = "ip:";
+    address.append_to(key);
+  }
+  out += key;
 }
 
 std::string counted_key(std::string_view key, unsigned ipv6_prefix) {

@@ -8,6 +8,7 @@
 
 #include "address.h"
 #include "http.h"
+#include "rules.h"
 
 namespace ratewin::server {
 
@@ -79,8 +80,21 @@ class ClientIdentifier {
   // Values that are not addresses (a zone ID, a port, junk) are never taken.
   Address address(const Request& request, const Peer& peer, bool required) const;
 
-  // The client: its key and address.
-  Client identify(const Request& request, const IpAddress& address);
+  // The client: its key and address. Its key is what `spec` (the rules'
+  // defaults.client_key) finds first in the request: a header, a cookie, a parameter of
+  // `query` (the request's, or the checked request's), the bearer token, or parts of
+  // these joined with '|' (an API key, Kind::api_key); else the address (Kind::address).
+  // Header and cookie values are trimmed of spaces; a query parameter's is taken as sent.
+  // An empty value is no value.
+  Client identify(const Request& request, std::string_view query, const IpAddress& address,
+                  const ClientKeySpec& spec = ClientKeySpec::standard());
+  Client identify(const Request& request, const IpAddress& address) {
+    return identify(request, {}, address);
+  }
+  // The key a limit's own client key (LimitRule::client_key) gives the request, as
+  // LimitStep names counters: its kind's tag, then its counted form.
+  void tagged_key(const Request& request, std::string_view query, const IpAddress& address,
+                  const ClientKeySpec& spec, std::string& out);
 
  private:
   const AddressRanges& trusted_proxies_;
@@ -88,8 +102,17 @@ class ClientIdentifier {
   std::string peer_text_;
   Peer peer_;
   bool has_peer_ = false;
+  // The value of `source` in the request, appended to `out`; false when it has none.
+  bool append_source(const Request& request, std::string_view query, const IpAddress& address,
+                     const ClientKeySource& source, std::string& out) const;
+  // The first alternative of `spec` the request has every part of, into `out`; false
+  // when none (or the first it has is the address alone: Kind::address).
+  bool key_of(const Request& request, std::string_view query, const IpAddress& address,
+              const ClientKeySpec& spec, std::string& out) const;
+
   std::string address_key_;
   std::string counted_key_;
+  std::string spec_key_;
 };
 
 }  // namespace ratewin::server

@@ -123,6 +123,14 @@ void refuse_as_forbidden(Response& response) {
   response.status = 403;
 }
 
+// A target's query: after its '?', before any '#'; empty if none.
+static std::string_view query_of(std::string_view target) {
+  const std::size_t q = target.find_first_of("?#");
+  if (q == std::string_view::npos || target[q] == '#') return {};
+  const std::string_view rest = target.substr(q + 1);
+  return rest.substr(0, rest.find('#'));
+}
+
 bool is_check(const Request& request, std::string_view check_path) {
   const std::string_view raw = raw_target(request);
   return under(request.path, check_path) || under(raw.substr(0, raw.find_first_of("?#")), check_path);
@@ -164,10 +172,12 @@ std::optional<CheckedRequest> checked_request(const Request& check, std::string_
       return std::nullopt;
     }
     path = target_path(uri);
+    out.query.assign(query_of(uri));
     out.method = method.empty() ? std::string_view(check.method) : method;
   } else if (raw.size() > check_path.size() && raw.starts_with(check_path) &&
              raw[check_path.size()] == '/') {
     path = target_path(raw.substr(check_path.size()));
+    out.query.assign(query_of(raw));
     out.method = check.method;
   } else {
     error = "the check path must be sent as it is written (" + std::string(check_path) +

@@ -28,6 +28,7 @@ std::optional<std::string> target_path(std::string_view target);
 struct CheckedRequest {
   std::string method;
   std::string path;  // target_path() of the original target
+  std::string query;  // the original target's query (after '?', before '#'), as sent
 };
 
 // How the gateway said which request it checks. `check_path` is --check-path.

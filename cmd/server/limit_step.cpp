@@ -6,20 +6,22 @@
 
 namespace ratewin::server {
 
-void LimitStep::prepare(const Match& match, const Client& client, const OverrideMap& overrides) {
+void LimitStep::prepare(const Match& match, const Client& client, const OverrideMap& overrides,
+                        std::span<const std::string> own_keys) {
   const Override* override_ = nullptr;
   if (!overrides.empty()) {
     override_key_.assign(client.key);
     const auto it = overrides.find(override_key_);
     if (it != overrides.end() && it->second.active(unix_ms())) override_ = &it->second;
   }
-  build(match, client, override_);
+  build(match, client, override_, own_keys);
   decisions_.resize(items_.size());
 }
 
 LimitOutcome LimitStep::run(const Match& match, const Client& client,
-                            const OverrideMap& overrides, bool shadow_headers) {
-  prepare(match, client, overrides);
+                            const OverrideMap& overrides, bool shadow_headers,
+                            std::span<const std::string> own_keys) {
+  prepare(match, client, overrides, own_keys);
   // Every item at once: admitted only if all admit it.
   const auto started = std::chrono::steady_clock::now();
   // (One limit, the common case: the engine's single call, without the group's state.)
@@ -36,14 +38,17 @@ LimitOutcome LimitStep::run(const Match& match, const Client& client,
   return outcome;
 }
 
-void LimitStep::build(const Match& match, const Client& client, const Override* override_) {
+void LimitStep::build(const Match& match, const Client& client, const Override* override_,
+                      std::span<const std::string> own_keys) {
   tagged_key_.assign(1, static_cast<char>(client.kind));
   tagged_key_ += client.counted;
   items_.clear();
-  for (const LimitRule* rule : match.limits) {
+  for (std::size_t i = 0; i < match.limits.size(); ++i) {
+    const LimitRule* rule = match.limits[i];
+    const bool own = i < own_keys.size() && !own_keys[i].empty();
     // Requests that match no endpoint share one endpoint counter per key (the raw path
     // would let a client mint limiters at will).
-    resource_name(*rule, tagged_key_, match.endpoint, resource_);
+    resource_name(*rule, own ? own_keys[i] : tagged_key_, match.endpoint, resource_);
     Limit limit = effective_limit(*rule, match.multiplier);
     // A temporary override (admin API) acts where the rules' own multiplier would.
     if (override_ != nullptr && rule->scales)

@@ -41,10 +41,14 @@ class LimitStep {
 
   // For a match whose action is Action::limit with at least one limit: prepare(), then
   // the engine, waiting for it. `shadow_headers`: as conclude's.
+  // `own_keys`: for each of the match's limits, the key it counts under when it has a
+  // client key of its own (ClientIdentifier::tagged_key), else "" (the client's); empty:
+  // none has.
   LimitOutcome run(const Match& match, const Client& client, const OverrideMap& overrides,
-                   bool shadow_headers);
+                   bool shadow_headers, std::span<const std::string> own_keys = {});
   // The items only (items()), for a caller that asks the engine itself (asynchronously).
-  void prepare(const Match& match, const Client& client, const OverrideMap& overrides);
+  void prepare(const Match& match, const Client& client, const OverrideMap& overrides,
+               std::span<const std::string> own_keys = {});
 
   // What the last run() asked and was answered, limit by limit.
   const std::vector<Acquisition>& items() const noexcept { return items_; }
@@ -67,7 +71,8 @@ class LimitStep {
  private:
   // The engine's items: each limit counted under its resource name (rule, key,
   // endpoint); the override scales the limits that scale.
-  void build(const Match& match, const Client& client, const Override* override_);
+  void build(const Match& match, const Client& client, const Override* override_,
+             std::span<const std::string> own_keys);
 
   Engine& engine_;
   std::vector<Acquisition> items_;

@@ -94,6 +94,37 @@ bool Rules::says_nothing() const {
 
 bool Rules::shadow_headers() const { return data_->shadow_headers; }
 
+const ClientKeySpec& Rules::client_key() const {
+  // (The standard one itself, which ClientIdentifier reads without the general walk.)
+  return data_->standard_client_key ? ClientKeySpec::standard() : data_->client_key;
+}
+
+const ClientKeySpec& ClientKeySpec::standard() {
+  using K = ClientKeySource::Kind;
+  static const ClientKeySpec spec{
+      {{{K::header, "x-api-key"}}, {{K::bearer, ""}}, {{K::address, ""}}}};
+  return spec;
+}
+
+std::vector<std::string> ClientKeySpec::describe() const {
+  std::vector<std::string> out;
+  for (const auto& alternative : alternatives) {
+    std::string text;
+    for (const ClientKeySource& part : alternative) {
+      if (!text.empty()) text += '+';
+      switch (part.kind) {
+        case ClientKeySource::Kind::header: text += "header:" + part.name; break;
+        case ClientKeySource::Kind::cookie: text += "cookie:" + part.name; break;
+        case ClientKeySource::Kind::query: text += "query:" + part.name; break;
+        case ClientKeySource::Kind::bearer: text += "bearer"; break;
+        case ClientKeySource::Kind::address: text += "address"; break;
+      }
+    }
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
 std::vector<const LimitRule*> Rules::limits() const {
   std::vector<const LimitRule*> out;
   out.reserve(data_->rules.size());

@@ -32,6 +32,25 @@ enum class Scope {
   global,    // one for everybody (per tier for a tier's limit, per endpoint for an endpoint's)
 };
 
+// Where a request's client key comes from (defaults.client_key, or a limit's own): the
+// first alternative whose parts all have a value, the parts' values joined with '|'
+// ("acme|ip:10.0.0.1"); the address when none has. The default: the X-API-Key header, the
+// bearer token, the address.
+struct ClientKeySource {
+  enum class Kind : char { header, cookie, query, bearer, address };
+  Kind kind = Kind::address;
+  std::string name;  // a header's name (lower case), a cookie's or a query parameter's
+  bool operator==(const ClientKeySource&) const = default;
+};
+struct ClientKeySpec {
+  std::vector<std::vector<ClientKeySource>> alternatives;
+  // The fixed order X-API-Key, bearer, address.
+  static const ClientKeySpec& standard();
+  bool operator==(const ClientKeySpec&) const = default;
+  // As the rules write it: ["header:X-API-Key", "bearer", "address"].
+  std::vector<std::string> describe() const;
+};
+
 struct LimitRule {
   std::string name;      // unique in the file: "tier:free/per-second", "endpoint:search/burst",
                          // "override:<key>/<name>"
@@ -42,6 +61,9 @@ struct LimitRule {
   // key or per endpoint; false for endpoints' limits and global ones (a shared counter has
   // one max, whoever asks).
   bool scales = false;
+  // What it counts per (scope key or endpoint): its own client key, or null for the
+  // request's (defaults.client_key). Points into the Rules.
+  const ClientKeySpec* client_key = nullptr;
 };
 
 enum class Action { limit, allow, deny };
@@ -102,6 +124,9 @@ class Rules {
   // Whether limits in shadow (mode: shadow) appear in the rate-limit headers
   // (defaults.shadow_headers; false unless set).
   bool shadow_headers() const;
+  // Where a request's client key comes from (defaults.client_key; ClientKeySpec::standard()
+  // unless set): what tiers, allow, deny and overrides know clients by.
+  const ClientKeySpec& client_key() const;
   // Every limit the rules define (tiers', endpoints', overrides'), in the file's order.
   std::vector<const LimitRule*> limits() const;
   // The endpoints' names, in the file's order.

@@ -52,6 +52,9 @@ struct Rules::Data {
   Algorithm default_algorithm = Algorithm::sliding_window;
   Mode default_mode = Mode::enforce;
   bool shadow_headers = false;  // limits in shadow appear in the rate-limit headers
+  ClientKeySpec client_key = ClientKeySpec::standard();
+  bool standard_client_key = true;  // client_key is ClientKeySpec::standard()
+  std::deque<ClientKeySpec> limit_keys;  // limits' own client keys (LimitRule::client_key)
   std::deque<LimitRule> rules;  // a deque: the pointers below stay valid while it grows
   std::vector<Tier> tiers;
   std::optional<std::size_t> default_tier;

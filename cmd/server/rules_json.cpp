@@ -13,6 +13,15 @@ std::string_view name_of(const std::array<std::pair<std::string_view, T>, N>& ta
   return "?";
 }
 
+void append_strings(std::string& out, const std::vector<std::string>& strings) {
+  out += '[';
+  for (const std::string& s : strings) {
+    if (out.back() != '[') out += ',';
+    append_json_string(out, s);
+  }
+  out += ']';
+}
+
 void append_limits(std::string& out, const std::vector<const LimitRule*>& rules) {
   out += '[';
   for (const LimitRule* r : rules) {
@@ -32,16 +41,11 @@ void append_limits(std::string& out, const std::vector<const LimitRule*>& rules)
     out += ",\"mode\":\"" + std::string(name_of(kModes, r->limit.mode())) + "\"";
     out += ",\"limit\":";
     append_json_string(out, r->limit.to_string());
+    if (r->client_key != nullptr) {
+      out += ",\"client_key\":";
+      append_strings(out, r->client_key->describe());
+    }
     out += '}';
-  }
-  out += ']';
-}
-
-void append_strings(std::string& out, const std::vector<std::string>& strings) {
-  out += '[';
-  for (const std::string& s : strings) {
-    if (out.back() != '[') out += ',';
-    append_json_string(out, s);
   }
   out += ']';
 }
@@ -55,7 +59,9 @@ std::string Rules::describe_json() const {
          std::string(name_of(kPolicies, d.default_policy)) + "\",\"algorithm\":\"" +
          std::string(name_of(kAlgorithms, d.default_algorithm)) + "\",\"mode\":\"" +
          std::string(name_of(kModes, d.default_mode)) + "\",\"shadow_headers\":" +
-         (d.shadow_headers ? "true" : "false") + "}";
+         (d.shadow_headers ? "true" : "false") + ",\"client_key\":";
+  append_strings(out, d.client_key.describe());
+  out += '}';
   out += ",\"tiers\":{";
   for (const Data::Tier& t : d.tiers) {
     if (out.back() != '{') out += ',';

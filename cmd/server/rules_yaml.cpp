@@ -40,6 +40,12 @@ std::string duration_text(std::chrono::milliseconds d) {
 
 using Item = YamlItem;
 
+// A character of an HTTP token (RFC 9110 5.6.2): header and cookie names.
+bool tchar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-' || c == '.';
@@ -59,6 +65,7 @@ class Parser : public YamlReader {
   std::chrono::milliseconds duration(const Item& item) const;
   std::size_t tier_ref(const Item& item) const;
   std::string endpoint_path(const Item& item) const;
+  ClientKeySpec client_key(const Item& item) const;
 
   // A list's limits, each in `mode` unless it names its own.
   std::vector<const LimitRule*> limits(const Item& list, const std::string& owner, bool scalable,
@@ -178,11 +185,69 @@ std::string Parser::endpoint_path(const Item& item) const {
   return p;
 }
 
+// A client key's sources (ClientKeySpec): a list of alternatives, each one part or parts
+// joined with '+', each part "header:<name>", "cookie:<name>", "query:<name>", "bearer"
+// or "address".
+ClientKeySpec Parser::client_key(const Item& item) const {
+  using K = ClientKeySource::Kind;
+  constexpr std::size_t kMaxAlternatives = 8;
+  constexpr std::size_t kMaxParts = 4;
+  ClientKeySpec spec;
+  const std::vector<Item> alternatives = list(item);
+  if (alternatives.empty()) fail(item, "a client key needs at least one source");
+  if (alternatives.size() > kMaxAlternatives)
+    fail(item, "at most " + std::to_string(kMaxAlternatives) + " alternatives");
+  for (const Item& a : alternatives) {
+    const std::string written = text(a);
+    std::vector<ClientKeySource> parts;
+    std::size_t start = 0;
+    while (start <= written.size()) {
+      std::size_t end = written.find('+', start);
+      if (end == std::string::npos) end = written.size();
+      const std::string_view part = std::string_view(written).substr(start, end - start);
+      ClientKeySource source;
+      const std::size_t colon = part.find(':');
+      const std::string_view kind = part.substr(0, colon);
+      const std::string_view name = colon == std::string_view::npos ? std::string_view() : part.substr(colon + 1);
+      const bool named = kind == "header" || kind == "cookie" || kind == "query";
+      if (kind == "bearer" && colon == std::string_view::npos) {
+        source.kind = K::bearer;
+      } else if (kind == "address" && colon == std::string_view::npos) {
+        source.kind = K::address;
+      } else if (named && !name.empty() && name.size() <= 64 &&
+                 std::all_of(name.begin(), name.end(), [&](char c) {
+                   return kind == "query" ? c > ' ' && c < 0x7f && c != '&' && c != '=' && c != '#' && c != '+'
+                                          : tchar(c);
+                 })) {
+        source.kind = kind == "header" ? K::header : kind == "cookie" ? K::cookie : K::query;
+        source.name.assign(name);
+        if (source.kind == K::header)
+          std::transform(source.name.begin(), source.name.end(), source.name.begin(),
+                         [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
+      } else {
+        fail(a, quoted_value(std::string(part)) +
+                    " is not a client key's source: header:<name>, cookie:<name>, query:<name>, "
+                    "bearer or address (parts of one key joined with '+')");
+      }
+      if (std::find(parts.begin(), parts.end(), source) != parts.end())
+        fail(a, quoted_value(written) + " names one source twice");
+      parts.push_back(std::move(source));
+      if (parts.size() > kMaxParts)
+        fail(a, "at most " + std::to_string(kMaxParts) + " parts in one key");
+      start = end + 1;
+    }
+    if (std::find(spec.alternatives.begin(), spec.alternatives.end(), parts) != spec.alternatives.end())
+      fail(a, quoted_value(written) + " is listed twice");
+    spec.alternatives.push_back(std::move(parts));
+  }
+  return spec;
+}
+
 const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable, Mode mode,
                                Seen& names) {
   const Fields f(*this, item,
                  {"name", "max", "window", "subintervals", "algorithm", "burst", "per",
-                  "failure_policy", "cost", "mode"});
+                  "failure_policy", "cost", "mode", "client_key"});
   const Item name_item = f.need("name");
   const std::string short_name = name(name_item);
   check_unique(names, short_name, name_item, "limit name");
@@ -253,8 +318,14 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
                            ": every request would be rejected");
     }
   }
+  const ClientKeySpec* own_key = nullptr;
+  if (const std::optional<Item> key_item = f.get("client_key")) {
+    if (scope == Scope::global)
+      fail(*key_item, "a limit counted per: global has one counter for everybody: no client key");
+    own_key = &data_->limit_keys.emplace_back(client_key(*key_item));
+  }
   return data_->rules.emplace_back(
-      LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global});
+      LimitRule{std::move(name), l, scope, cost, scalable && scope != Scope::global, own_key});
 }
 
 std::vector<const LimitRule*> Parser::limits(const Item& list_item, const std::string& owner,
@@ -389,7 +460,12 @@ std::unique_ptr<const Rules::Data> Parser::run() {
       }
     }
     if (const std::optional<Item> d = f.get("defaults"); d && !d->node.IsNull()) {
-      const Fields defaults(*this, *d, {"failure_policy", "algorithm", "mode", "shadow_headers"});
+      const Fields defaults(*this, *d,
+                            {"failure_policy", "algorithm", "mode", "shadow_headers", "client_key"});
+      if (const std::optional<Item> k = defaults.get("client_key")) {
+        data_->client_key = client_key(*k);
+        data_->standard_client_key = data_->client_key == ClientKeySpec::standard();
+      }
       if (const std::optional<Item> p = defaults.get("failure_policy")) {
         data_->default_policy = choice(*p, kPolicies);
       }

@@ -231,9 +231,9 @@ class Service::Worker final : public RequestHandler {
       count(400, "ambiguous-header");
       return json_error(reply.response(), 400, problem);
     }
-    const Client client =
-        clients_.identify(request, clients_.address(request, peer, false).address);
-    decide(client, request.method, path, Pass::backend, reply);
+    const IpAddress address = clients_.address(request, peer, false).address;
+    const Client client = clients_.identify(request, request.query, address, rules_.get().client_key());
+    decide(request, request.query, client, request.method, path, Pass::backend, reply);
   }
 
   // A forward-auth check (forward_auth.h): the same decision about the request the
@@ -266,16 +266,17 @@ class Service::Worker final : public RequestHandler {
     if (!checked || !address.ok) return bad("bad-check");
     if (error = method_override_problem(request, checked->method); !error.empty())
       return bad("ambiguous-header");
-    decide(clients_.identify(request, address.address), checked->method, checked->path,
-           forbidden ? Pass::check_forbidden : Pass::check, reply);
+    decide(request, checked->query,
+           clients_.identify(request, checked->query, address.address, rules_.get().client_key()),
+           checked->method, checked->path, forbidden ? Pass::check_forbidden : Pass::check, reply);
   }
 
   // Matches the rules and counts the request against every limit that matched, then
   // answers: the refusal, or what `pass` says, with the rate-limit headers. A request
   // whose admission must be written to Redis is answered when the write's reply arrives
   // (with an AsyncAcquirer); any other at once.
-  void decide(const Client& client, std::string_view method, std::string_view path, Pass pass,
-              Reply& reply) {
+  void decide(const Request& request, std::string_view query, const Client& client,
+              std::string_view method, std::string_view path, Pass pass, Reply& reply) {
     Response& response = reply.response();
     if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
       // Rules name addresses "ip:...": a key posing as one would get its allow entries.
@@ -295,14 +296,23 @@ class Service::Worker final : public RequestHandler {
       if (pass == Pass::backend) ok(response, path, match_);
       return;
     }
+    // Limits with a client key of their own count under it.
+    own_keys_.resize(match_.limits.size());
+    for (std::size_t i = 0; i < match_.limits.size(); ++i) {
+      if (const ClientKeySpec* spec = match_.limits[i]->client_key) {
+        clients_.tagged_key(request, query, client.address, *spec, own_keys_[i]);
+      } else {
+        own_keys_[i].clear();
+      }
+    }
     if (acquirer_ == nullptr) {
       const LimitOutcome outcome =
-          step_.run(match_, client, overrides_.get(), rules_.get().shadow_headers());
+          step_.run(match_, client, overrides_.get(), rules_.get().shadow_headers(), own_keys_);
       record_latency(outcome.engine_time);
       return answer(rules_.generation(), match_, step_.items(), step_.decisions(), outcome, pass,
                     path, client.key, response);
     }
-    step_.prepare(match_, client, overrides_.get());
+    step_.prepare(match_, client, overrides_.get(), own_keys_);
     const auto started = steady_clock::now();
     Waiting* w = waiting();
     const std::size_t refused = acquirer_->try_acquire_all(
@@ -407,6 +417,7 @@ class Service::Worker final : public RequestHandler {
   steady_clock::time_point last_shadow_log_{};
   std::uint64_t shadow_unlogged_ = 0;
   Match match_;
+  std::vector<std::string> own_keys_;  // decide()'s: each limit's own key, tagged, or ""
   LimitStep step_;
   LimitResponses responses_;
   ClientIdentifier clients_;
