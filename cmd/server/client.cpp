@@ -163,18 +163,9 @@ bool ClientIdentifier::append_source(const Request& request, std::string_view qu
       break;
     case ClientKeySource::Kind::query: value = query_value(query, source.name); break;
     case ClientKeySource::Kind::bearer: value = bearer(request); break;
-    case ClientKeySource::Kind::address: {
-      // Counted by its prefix if IPv6, as an address client is.
-      std::string key;
-      if (!address.is_v4() && ipv6_prefix_ < 128) {
-        assign_prefix_key(key, address, ipv6_prefix_);
-      } else {
-        key = "ip:";
-        address.append_to(key);
-      }
-      out += key;
+    case ClientKeySource::Kind::address:
+      append_counted_address(address, out);
       return true;
-    }
   }
   if (value.empty()) return false;
   out += value;
@@ -235,13 +226,18 @@ void ClientIdentifier::tagged_key(const Request& request, std::string_view query
     return;
   }
   out.assign(1, static_cast<char>(Client::Kind::address));
+  append_counted_address(address, out);
+}
+
+void ClientIdentifier::append_counted_address(const IpAddress& address, std::string& out) const {
   if (!address.is_v4() && ipv6_prefix_ < 128) {
+    std::string key;
     assign_prefix_key(key, address, ipv6_prefix_);
+    out += key;
   } else {
-    key = "ip:";
-    address.append_to(key);
+    out += "ip:";
+    address.append_to(out);
   }
-  out += key;
 }
 
 std::string counted_key(std::string_view key, unsigned ipv6_prefix) {

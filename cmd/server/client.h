@@ -102,6 +102,8 @@ class ClientIdentifier {
   std::string peer_text_;
   Peer peer_;
   bool has_peer_ = false;
+  // What an address client's limits count under (counted_key()'s form), appended.
+  void append_counted_address(const IpAddress& address, std::string& out) const;
   // The value of `source` in the request, appended to `out`; false when it has none.
   bool append_source(const Request& request, std::string_view query, const IpAddress& address,
                      const ClientKeySource& source, std::string& out) const;

@@ -19,11 +19,7 @@ for f in include/ratewin.h include/ratewin/ratewin.h "$libdir/libratewin.so.1" \
 done
 
 examples="$work/examples"
-mkdir -p "$examples"
-for pair in c:example.c cpp:example.cpp; do
-  cmake -DROOT="$source" -DNAME="${pair%%:*}" -DOUT="$examples/${pair#*:}" \
-    -P "$source/tests/readme/extract.cmake"
-done
+"$source/tests/readme/examples.sh" "$source" "$examples"
 
 echo "install_consumer: find_package(ratewin) from $prefix"
 cmake -S "$source/tests/capi/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \

@@ -58,11 +58,7 @@ echo "packages: the unpacked server"
 
 echo "packages: the README's examples against the unpacked development package"
 examples="$work/examples"
-mkdir -p "$examples"
-for pair in c:example.c cpp:example.cpp; do
-  cmake -DROOT="$source" -DNAME="${pair%%:*}" -DOUT="$examples/${pair#*:}" \
-    -P "$source/tests/readme/extract.cmake"
-done
+"$source/tests/readme/examples.sh" "$source" "$examples"
 cmake -S "$source/tests/capi/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$root/usr" \
   -DEXAMPLES="$examples" >/dev/null
 cmake --build "$work/consumer" -j"$(nproc)" >/dev/null
