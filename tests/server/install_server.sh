@@ -32,6 +32,9 @@ env_file="$(sed -n 's/^EnvironmentFile=-//p' "$unit")"
 for f in "$bin" "$rules" "$env_file"; do
   [[ -n $f && -e "$root$f" ]] || fail "the unit names $f, which was not installed"
 done
+help="$(find "$root" -path '*/share/doc/ratewin-server/ratewin-server.help.txt')"
+[[ -n $help ]] && grep -q -- '--rules' "$help" && grep -q 'rediss-sentinel://' "$help" ||
+  fail "the --help text was not installed (share/doc/ratewin-server/ratewin-server.help.txt)"
 for f in prometheus-alerts.yml grafana-dashboard.json rules.example.yaml; do
   [[ -n "$(find "$root" -path "*/share/ratewin-server/$f")" ]] || fail "$f was not installed"
 done

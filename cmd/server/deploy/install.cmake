@@ -1,5 +1,6 @@
 # Run by `cmake --install` (component server) with the install's own prefix: puts the
-# server's configuration and its systemd unit in place, for that prefix. Configuration
+# server's configuration and its systemd unit in place, for that prefix, and its --help
+# text in share/doc/ratewin-server. Configuration
 # goes where GNUInstallDirs puts it: /etc for the /usr prefix (the Debian packages), else
 # <prefix>/etc. DESTDIR is honoured (file(INSTALL) adds it).
 #
@@ -33,3 +34,13 @@ string(MD5 unit_dir "${CMAKE_INSTALL_PREFIX}|$ENV{DESTDIR}")
 set(unit ${ratewin_work_dir}/installed-units/${unit_dir}/ratewin-server.service)
 configure_file(${ratewin_deploy_dir}/deploy/ratewin-server.service.in ${unit} @ONLY)
 file(INSTALL ${unit} DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/systemd/system)
+
+# The server's --help text (every option, every URL form), as the installed server prints
+# it, in the package's documentation folder.
+set(help ${ratewin_work_dir}/installed-units/${unit_dir}/ratewin-server.help.txt)
+execute_process(COMMAND "$ENV{DESTDIR}${RATEWIN_SERVER_BIN}" --help OUTPUT_FILE ${help}
+                RESULT_VARIABLE help_result)
+if(NOT help_result EQUAL 0)
+  message(FATAL_ERROR "ratewin-server --help failed (${help_result})")
+endif()
+file(INSTALL ${help} DESTINATION ${CMAKE_INSTALL_PREFIX}/share/doc/ratewin-server)
