@@ -21,7 +21,8 @@ double ms(std::chrono::nanoseconds d) { return rounded(static_cast<double>(d.cou
 void Service::sample_rates(steady_clock::time_point now) {
   RateSample sample;
   sample.at = now;
-  for (const auto& [key, n] : request_counts().requests) {
+  const RequestCounts counts = request_counts();
+  for (const auto& [key, n] : counts.requests) {
     if (key.first == 200) sample.by_rule[key.second].first += n;
     if (key.first == 429) sample.by_rule[key.second].second += n;
   }

@@ -113,8 +113,9 @@ TEST_CASE("refusal log: bounded; what does not fit is counted as other, and a ke
   REQUIRE(top[0].keys.size() == 1);
   CHECK(top[0].keys[0].key == "abuser");
   CHECK(top[0].keys[0].refusals == 50);
-  std::uint64_t counted = top[0].other_refusals;
-  for (const auto& k : refusals.top(100, t0 + 1s)[0].keys) counted += k.refusals;
+  const std::vector<Refusals::RuleFigures> all = refusals.top(100, t0 + 1s);
+  std::uint64_t counted = all[0].other_refusals;
+  for (const auto& k : all[0].keys) counted += k.refusals;
   CHECK(counted == 1100);  // every refusal counted once, tracked or other
 
   // Once the table holds keys refused more than once, a new key goes to other.
