@@ -112,6 +112,7 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
       n = static_cast<std::size_t>(value);
     }
     response.body = service_.refusals().top_json(n, std::chrono::steady_clock::now());
+    response.body += '\n';
     return std::nullopt;
   }
   if (path == "/admin/reload" && method == "POST") {

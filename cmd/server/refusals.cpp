@@ -1,7 +1,6 @@
 #include "refusals.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 
 #include "ratewin/hash.h"
@@ -13,7 +12,7 @@ namespace {
 
 // In seconds, to the millisecond.
 double seconds(Refusals::Clock::duration d) {
-  return std::round(std::chrono::duration<double>(d).count() * 1000) / 1000;
+  return thousandths(std::chrono::duration<double>(d).count());
 }
 
 }  // namespace
@@ -187,7 +186,7 @@ std::vector<Refusals::RuleFigures> Refusals::top(std::size_t n, Clock::time_poin
       // The recent count covers the last interval and this one, or less for a key first
       // refused since.
       const double covered = seconds(now - std::max(previous_start_, e.first));
-      k.per_second = std::round(static_cast<double>(k.recent) / std::max(1.0, covered) * 1000) / 1000;
+      k.per_second = thousandths(static_cast<double>(k.recent) / std::max(1.0, covered));
       k.refused_for_s = seconds(now - e.first);
     }
   }
@@ -237,7 +236,7 @@ std::string Refusals::top_json(std::size_t n, Clock::time_point now) const {
     append_number(b, rule.other_recent);
     b += "}}";
   }
-  b += "]}\n";
+  b += "]}";
   return b;
 }
 

@@ -74,7 +74,7 @@ class Refusals {
   };
   // Per rule refusing anything, the `n` keys most refused recently. Thread-safe.
   std::vector<RuleFigures> top(std::size_t n, Clock::time_point now) const;
-  // The top's JSON (GET /admin/top).
+  // The top's JSON object (GET /admin/top; the status page's "top").
   std::string top_json(std::size_t n, Clock::time_point now) const;
 
   const RefusalOptions& options() const noexcept { return options_; }

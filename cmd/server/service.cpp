@@ -200,11 +200,11 @@ class Service::Worker final : public RequestHandler {
   // "ok", or "degraded" with the reason while the store is down or its commands fail.
   void health(Response& response) {
     const Stats s = service_.engine_.stats();
-    const bool degraded = s.store && !s.store_available;
-    response.body = degraded ? "{\"status\":\"degraded\",\"store\":\"down\",\"reason\":"
-                             : "{\"status\":\"ok\",\"store\":\"";
-    if (degraded) {
-      append_json_string(response.body, s.last_error.empty() ? "not connected yet" : s.last_error);
+    const std::optional<std::string> down = store_down_reason(s);
+    response.body = down ? "{\"status\":\"degraded\",\"store\":\"down\",\"reason\":"
+                         : "{\"status\":\"ok\",\"store\":\"";
+    if (down) {
+      append_json_string(response.body, *down);
     } else {
       response.body += s.store ? "up\"" : "none\"";
     }
@@ -435,6 +435,11 @@ class Service::Worker final : public RequestHandler {
 };
 
 // ---------------------------------------------------------------------------------------
+
+std::optional<std::string> store_down_reason(const Stats& s) {
+  if (!s.store || s.store_available) return std::nullopt;
+  return s.last_error.empty() ? std::string("not connected yet") : s.last_error;
+}
 
 Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
                     bool allow_empty, const std::function<void(LogLevel, std::string_view)>& log) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -86,6 +87,11 @@ struct ConnectionCounters {
   std::mutex per_address_mutex;
   std::map<std::string, std::uint32_t, std::less<>> per_address;
 };
+
+// Why the store is down (its commands fail, or it is not connected yet), while it is:
+// decisions are degraded. Nothing with a store that is up, or without one. For /healthz
+// and the status page.
+std::optional<std::string> store_down_reason(const Stats& s);
 
 // The rules in `text` (read from `path`), checked as every load of the server is: a file
 // that says nothing is refused unless `allow_empty`, and so is a limit of which not one

@@ -1,7 +1,5 @@
 // The status page's figures: GET /status.json (admin.h), and the samples its rates come
 // from.
-#include <cmath>
-
 #include "service.h"
 #include "text.h"
 
@@ -11,10 +9,7 @@ namespace {
 
 using std::chrono::steady_clock;
 
-// A count of this many seconds and milliseconds, to the millisecond.
-double rounded(double x) { return std::round(x * 1000) / 1000; }
-
-double ms(std::chrono::nanoseconds d) { return rounded(static_cast<double>(d.count()) / 1e6); }
+double ms(std::chrono::nanoseconds d) { return thousandths(static_cast<double>(d.count()) / 1e6); }
 
 }  // namespace
 
@@ -39,7 +34,7 @@ std::string Service::status_json(steady_clock::time_point now) const {
   std::string b = "{\"server\":{\"version\":";
   append_json_string(b, RATEWIN_SERVER_VERSION);
   b += ",\"uptime_s\":";
-  append_double(b, rounded(std::chrono::duration<double>(now - started_).count()));
+  append_double(b, thousandths(std::chrono::duration<double>(now - started_).count()));
   b += "},\"rules\":{\"version\":";
   append_json_string(b, rules->version());
   b += ",\"path\":";
@@ -57,7 +52,7 @@ std::string Service::status_json(steady_clock::time_point now) const {
                           ? 0
                           : std::chrono::duration<double>(now - oldest.at).count();
   b += ",\"rate_window_s\":";
-  append_double(b, rounded(span));
+  append_double(b, thousandths(span));
   b += ",\"limits\":[";
   bool first = true;
   for (const LimitRule* rule : rules->limits()) {
@@ -78,7 +73,7 @@ std::string Service::status_json(steady_clock::time_point now) const {
     const auto rate = [span](std::uint64_t now_count, std::uint64_t then) {
       return span < 0.5 || now_count < then
                  ? 0.0
-                 : rounded(static_cast<double>(now_count - then) / span);
+                 : thousandths(static_cast<double>(now_count - then) / span);
     };
     b += "{\"rule\":";
     append_json_string(b, rule->name);
@@ -87,7 +82,7 @@ std::string Service::status_json(steady_clock::time_point now) const {
     b += ",\"max\":";
     append_number(b, rule->limit.max());
     b += ",\"window_s\":";
-    append_double(b, rounded(std::chrono::duration<double>(rule->limit.interval()).count()));
+    append_double(b, thousandths(std::chrono::duration<double>(rule->limit.interval()).count()));
     b += ",\"algorithm\":";
     append_json_string(b, algorithm_name(rule->limit.algorithm()));
     b += ",\"mode\":";
@@ -109,12 +104,11 @@ std::string Service::status_json(steady_clock::time_point now) const {
   }
   b += "]},\"store\":{\"kind\":";
   append_json_string(b, st.store ? "redis" : "none");
+  const std::optional<std::string> down = store_down_reason(st);
   b += ",\"up\":";
-  b += !st.store || st.store_available ? "true" : "false";
+  b += down ? "false" : "true";
   b += ",\"reason\":";
-  append_json_string(b, st.store && !st.store_available
-                            ? (st.last_error.empty() ? "not connected yet" : st.last_error)
-                            : "");
+  append_json_string(b, down.value_or(""));
   b += ",\"write_p50_ms\":";
   append_double(b, ms(st.write_p50));
   b += ",\"write_p99_ms\":";
@@ -134,9 +128,7 @@ std::string Service::status_json(steady_clock::time_point now) const {
   b += ",\"in_force\":";
   b += overrides_.active_json(unix_ms());
   b += "},\"top\":";
-  std::string top = refusals_.top_json(5, now);
-  while (!top.empty() && top.back() == '\n') top.pop_back();
-  b += top;
+  b += refusals_.top_json(5, now);
   b += "}\n";
   return b;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 namespace ratewin::server {
 
@@ -128,5 +129,7 @@ std::optional<std::string> base64_decode(std::string_view s) {
   }
   return out;
 }
+
+double thousandths(double x) noexcept { return std::round(x * 1000) / 1000; }
 
 }  // namespace ratewin::server

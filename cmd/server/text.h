@@ -20,6 +20,9 @@ void append_json_string(std::string& out, std::string_view s);
 // quote and the backslash escaped.
 void append_sf_string(std::string& out, std::string_view text);
 void append_number(std::string& out, std::uint64_t value);
+// x rounded to the thousandth (figures shown in seconds or milliseconds, to the
+// millisecond or microsecond).
+double thousandths(double x) noexcept;
 // The shortest decimal form that reads back as the same double.
 void append_double(std::string& out, double value);
 // ASCII letters compared without case (for HTTP tokens such as "Bearer").
