@@ -749,41 +749,80 @@ void ratewin_limit_options_init(ratewin_limit_options* options) {
   options->algorithm = RATEWIN_ALGORITHM_SLIDING_WINDOW;
 }
 
+namespace {
+
+// Reads a caller's ratewin_limit_options into `spec` (NULL `options`: the defaults, when
+// `allow_null`): RATEWIN_OK, or RATEWIN_EINVAL with errmsg naming the problem.
+int read_limit_options(const ratewin_limit_options* options, bool allow_null,
+                       ratewin::LimitSpec& spec, char** errmsg) {
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  if (options != nullptr || !allow_null) {
+    if (const int rc = read_sized(options, o, "ratewin_limit_options", errmsg); rc != 0)
+      return rc;
+  }
+  if (o.reserved != 0) {
+    return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved must be 0");
+  }
+  if (o.reserved2 != 0) {
+    return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved2 must be 0");
+  }
+  if (o.reserved3 != 0) {
+    return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved3 must be 0");
+  }
+  if (o.mode != RATEWIN_MODE_ENFORCE && o.mode != RATEWIN_MODE_SHADOW) {
+    return fail(errmsg, RATEWIN_EINVAL,
+                "ratewin_limit_options: unknown mode " + std::to_string(o.mode) +
+                    " (RATEWIN_MODE_ENFORCE or RATEWIN_MODE_SHADOW)");
+  }
+  if (!to_algorithm(o.algorithm, spec.algorithm)) {
+    return fail(errmsg, RATEWIN_EINVAL,
+                "ratewin_limit_options: unknown algorithm " + std::to_string(o.algorithm) +
+                    " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW, _FIXED_WINDOW, "
+                    "_TOKEN_BUCKET or _SLIDING_LOG)");
+  }
+  spec.max = o.max;
+  spec.interval = to_milliseconds(o.interval_ms);
+  if (o.resolution_ms != 0) spec.resolution = to_milliseconds(o.resolution_ms);
+  spec.burst = o.burst;
+  spec.failure_policy = to_policy(o.failure_policy);
+  spec.mode = o.mode == RATEWIN_MODE_SHADOW ? ratewin::Mode::shadow : ratewin::Mode::enforce;
+  spec.scope = o.scope;
+  return RATEWIN_OK;
+}
+
+// The limits `text` names over `options` for ratewin_limit_parse and ratewin_limits_parse
+// (`where`), or the status code with errmsg set.
+int parsed_limits(const char* text, const ratewin_limit_options* options, const char* where,
+                  bool many, std::vector<ratewin::Limit>& limits, char** errmsg) {
+  if (text == nullptr) return fail(errmsg, RATEWIN_EINVAL, std::string(where) + ": text is NULL");
+  ratewin::LimitSpec base;
+  if (const int rc = read_limit_options(options, true, base, errmsg); rc != 0) return rc;
+  if (base.max != 0 || base.interval.count() != 0) {
+    return fail(errmsg, RATEWIN_EINVAL,
+                std::string(where) + ": options' max and interval_ms must be 0 (the text gives them)");
+  }
+  if (many) {
+    auto read = ratewin::parse_limits(text, base);
+    if (std::string* error = std::get_if<std::string>(&read))
+      return fail(errmsg, RATEWIN_EINVAL, std::string(where) + ": " + *error);
+    limits = std::get<std::vector<ratewin::Limit>>(std::move(read));
+  } else {
+    auto read = ratewin::parse_limit(text, base);
+    if (std::string* error = std::get_if<std::string>(&read))
+      return fail(errmsg, RATEWIN_EINVAL, std::string(where) + ": " + *error);
+    limits.push_back(std::get<ratewin::Limit>(read));
+  }
+  return RATEWIN_OK;
+}
+
+}  // namespace
+
 int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out, char** errmsg) {
   return guarded(errmsg, [&] {
-    ratewin_limit_options o;
-    ratewin_limit_options_init(&o);
-    if (const int rc = read_sized(options, o, "ratewin_limit_options", errmsg); rc != 0) return rc;
-    if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_new: out is NULL");
-    if (o.reserved != 0) {
-      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved must be 0");
-    }
-    if (o.reserved2 != 0) {
-      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved2 must be 0");
-    }
-    if (o.reserved3 != 0) {
-      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_options: reserved3 must be 0");
-    }
-    if (o.mode != RATEWIN_MODE_ENFORCE && o.mode != RATEWIN_MODE_SHADOW) {
-      return fail(errmsg, RATEWIN_EINVAL,
-                  "ratewin_limit_options: unknown mode " + std::to_string(o.mode) +
-                      " (RATEWIN_MODE_ENFORCE or RATEWIN_MODE_SHADOW)");
-    }
-    const std::string where = "ratewin_limit_options: ";
     ratewin::LimitSpec spec;
-    if (!to_algorithm(o.algorithm, spec.algorithm)) {
-      return fail(errmsg, RATEWIN_EINVAL,
-                  where + "unknown algorithm " + std::to_string(o.algorithm) +
-                      " (RATEWIN_ALGORITHM_SLIDING_WINDOW, _STRICT_WINDOW, _FIXED_WINDOW, "
-                      "_TOKEN_BUCKET or _SLIDING_LOG)");
-    }
-    spec.max = o.max;
-    spec.interval = to_milliseconds(o.interval_ms);
-    if (o.resolution_ms != 0) spec.resolution = to_milliseconds(o.resolution_ms);
-    spec.burst = o.burst;
-    spec.failure_policy = to_policy(o.failure_policy);
-    spec.mode = o.mode == RATEWIN_MODE_SHADOW ? ratewin::Mode::shadow : ratewin::Mode::enforce;
-    spec.scope = o.scope;
+    if (const int rc = read_limit_options(options, false, spec, errmsg); rc != 0) return rc;
+    if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_new: out is NULL");
     auto made = ratewin::Limit::from_spec(spec);
     if (const ratewin::LimitIssue* issue = std::get_if<ratewin::LimitIssue>(&made)) {
       // In this struct's terms: its field names, durations in ms, the algorithms' macros.
@@ -792,9 +831,48 @@ int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
       terms.resolution = "resolution_ms";
       terms.duration = [](std::chrono::milliseconds d) { return std::to_string(d.count()); };
       terms.algorithm = [](ratewin::Algorithm a) { return std::string(algorithm_macro(a)); };
-      return fail(errmsg, RATEWIN_EINVAL, where + ratewin::describe(*issue, spec, terms));
+      return fail(errmsg, RATEWIN_EINVAL,
+                  "ratewin_limit_options: " + ratewin::describe(*issue, spec, terms));
     }
     *out = new ratewin_limit{std::get<ratewin::Limit>(made)};
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_limit_parse(const char* text, const ratewin_limit_options* options,
+                        ratewin_limit** out, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (out == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limit_parse: out is NULL");
+    std::vector<ratewin::Limit> limits;
+    if (const int rc = parsed_limits(text, options, "ratewin_limit_parse", false, limits, errmsg);
+        rc != 0)
+      return rc;
+    *out = new ratewin_limit{limits.front()};
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_limits_parse(const char* text, const ratewin_limit_options* options,
+                         ratewin_limit** out, size_t capacity, size_t* count, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (count == nullptr) return fail(errmsg, RATEWIN_EINVAL, "ratewin_limits_parse: count is NULL");
+    if (out == nullptr && capacity != 0)
+      return fail(errmsg, RATEWIN_EINVAL, "ratewin_limits_parse: out is NULL");
+    std::vector<ratewin::Limit> limits;
+    if (const int rc = parsed_limits(text, options, "ratewin_limits_parse", true, limits, errmsg);
+        rc != 0)
+      return rc;
+    *count = limits.size();
+    if (limits.size() > capacity) {
+      return fail(errmsg, RATEWIN_ENOSPC,
+                  "ratewin_limits_parse: " + std::to_string(limits.size()) +
+                      " limits in the text, room for " + std::to_string(capacity));
+    }
+    // All made before any is handed out: a failed allocation leaves `out` untouched.
+    std::vector<std::unique_ptr<ratewin_limit>> made;
+    made.reserve(limits.size());
+    for (const ratewin::Limit& l : limits) made.push_back(std::make_unique<ratewin_limit>(ratewin_limit{l}));
+    for (std::size_t i = 0; i < made.size(); ++i) out[i] = made[i].release();
     return RATEWIN_OK;
   });
 }

@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 6
+#define RATEWIN_VERSION_MINOR 7
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -233,6 +233,27 @@ typedef struct ratewin_limit ratewin_limit;
  * errmsg names the problem. */
 RATEWIN_EXPORT int ratewin_limit_new(const ratewin_limit_options* options, ratewin_limit** out,
                                      char** errmsg);
+/* Since 1.7. Makes the limit written as `text`, a NUL-terminated string in the grammar the
+ * C++ API and Python read ("10/second", "100 per 5 minutes", "5/Minute"): COUNT ("/" |
+ * "per") [AMOUNT] UNIT, COUNT and AMOUNT whole numbers (AMOUNT 1 when left out), UNIT
+ * second, minute, hour, day, month (30 days) or year (365 days), singular or plural, in
+ * any case. The text gives max and interval_ms; `options` (NULL: the defaults) gives the
+ * other settings, and its max and interval_ms must be 0. Fails with RATEWIN_EINVAL, *out
+ * untouched, when the text is not one limit or `options` is refused as by
+ * ratewin_limit_new; errmsg then says why, in the words Python's ratewin.parse uses after
+ * "ratewin_limit_parse: ". */
+RATEWIN_EXPORT int ratewin_limit_parse(const char* text, const ratewin_limit_options* options,
+                                       ratewin_limit** out, char** errmsg);
+/* Since 1.7. The limits written as `text`, one or several separated by ';', ',' or '|'
+ * ("10/second; 1000/day"), each as ratewin_limit_parse makes it: *count is set to how many
+ * the text names, and out[0 .. *count) to new limits (each freed with ratewin_limit_free).
+ * Fails with RATEWIN_ENOSPC when *count exceeds `capacity` (nothing made; call again with
+ * room for *count), and with RATEWIN_EINVAL when the text names none or a part is wrong
+ * (errmsg says which, in the words of Python's ratewin.parse_many); out is then untouched.
+ * `out` may be NULL when capacity is 0. */
+RATEWIN_EXPORT int ratewin_limits_parse(const char* text, const ratewin_limit_options* options,
+                                        ratewin_limit** out, size_t capacity, size_t* count,
+                                        char** errmsg);
 /* Destroys a limit. Limiters opened with it keep their own copy. NULL is accepted. */
 RATEWIN_EXPORT void ratewin_limit_free(ratewin_limit* limit);
 /* Fills `out` (whose size the caller sets) with the limit's settings, resolution_ms as

@@ -246,16 +246,28 @@ ClientKeySpec Parser::client_key(const Item& item) const {
 const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool scalable, Mode mode,
                                Seen& names) {
   const Fields f(*this, item,
-                 {"name", "max", "window", "subintervals", "algorithm", "burst", "per",
+                 {"name", "limit", "max", "window", "subintervals", "algorithm", "burst", "per",
                   "failure_policy", "cost", "mode", "client_key"});
   const Item name_item = f.need("name");
   const std::string short_name = name(name_item);
   check_unique(names, short_name, name_item, "limit name");
   ratewin::LimitSpec spec;
-  const Item max_item = f.need("max");
-  spec.max = integer(max_item, 0, UINT64_MAX);
-  const Item window_item = f.need("window");
-  spec.interval = duration(window_item);
+  // max and window, or both in one limit string ("10/second", as every front end reads it).
+  const std::optional<Item> text_item = f.get("limit");
+  std::optional<Item> max_item;
+  std::optional<Item> window_item;
+  if (text_item) {
+    if (f.get("max") || f.get("window"))
+      fail(*text_item, "give limit or max and window, not both");
+    auto read = ratewin::read_limit(text(*text_item));
+    if (const std::string* error = std::get_if<std::string>(&read)) fail(*text_item, *error);
+    spec = std::get<ratewin::LimitSpec>(read);
+  } else {
+    max_item = f.need("max");
+    spec.max = integer(*max_item, 0, UINT64_MAX);
+    window_item = f.need("window");
+    spec.interval = duration(*window_item);
+  }
   const std::optional<Item> algorithm_item = f.get("algorithm");
   spec.algorithm = algorithm_item ? choice(*algorithm_item, kAlgorithms) : data_->default_algorithm;
   const std::optional<Item> burst_item = f.get("burst");
@@ -291,8 +303,8 @@ const LimitRule& Parser::limit(const Item& item, const std::string& owner, bool 
     terms.interval = "window";
     terms.is = ": ";
     terms.duration = duration_text;
-    const Item* at = &window_item;
-    if (issue->field == ratewin::LimitField::max) at = &max_item;
+    const Item* at = text_item ? &*text_item : &*window_item;
+    if (issue->field == ratewin::LimitField::max && max_item) at = &*max_item;
     if (issue->field == ratewin::LimitField::burst && burst_item) at = &*burst_item;
     if (issue->field == ratewin::LimitField::subintervals && subintervals_item)
       at = &*subintervals_item;

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace ratewin {
 inline namespace v1 {
@@ -205,6 +206,12 @@ class Limit {
 
   // The limit `spec` describes, or the first problem that keeps it from being one.
   static std::variant<Limit, LimitIssue> from_spec(const LimitSpec& spec) noexcept;
+  // The limit written as `text` ("10/second", "100 per 5 minutes"; see parse_limits), or
+  // std::invalid_argument saying what is wrong with it.
+  static Limit parse(std::string_view text);
+  // The limits written as `text` ("10/second; 1000/day"; see parse_limits), or
+  // std::invalid_argument saying what is wrong with them.
+  static std::vector<Limit> parse_many(std::string_view text);
   // The spec that makes this limit (from_spec(limit.spec()) is the limit), with its scope
   // id when it was given.
   LimitSpec spec() const noexcept;
@@ -313,6 +320,29 @@ class Limit {
   std::uint64_t burst_ = 0;  // a token_bucket's; 0: max
   std::uint64_t scope_ = 0;  // 0: the limit's own (see scope())
 };
+
+// Limits written as text, in the grammar of the `limits` package that flask-limiter and
+// slowapi use, read alike by every front end (C++, the C ABI, Python, the server's rules):
+//   "10/second"   "100 per 5 minutes"   "5/Minute"   "10/second; 1000/day"
+// One limit is COUNT ("/" | "per") [AMOUNT] UNIT. COUNT and AMOUNT are whole numbers
+// (AMOUNT is 1 when left out); UNIT is second, minute, hour, day, month (30 days) or year
+// (365 days), singular or plural, in any case; spaces may stand between the parts ("per"
+// is a word of its own). The window is AMOUNT UNITs; several limits are separated by ';',
+// ',' or '|'. What is wrong is said in one sentence that quotes the text (as Python's
+// repr does), the same in every front end, which puts its own name before it.
+//
+// One limit's spec: `base` with max and interval read from `text` (its other fields, the
+// algorithm, failure policy, mode, resolution and scope, kept), not yet checked by
+// Limit::from_spec; or what keeps `text` from being one (its grammar, its unit, a count of
+// 0 or above Limit::kMaxCount, a window of 0 or longer than Limit::kMaxInterval).
+std::variant<LimitSpec, std::string> read_limit(std::string_view text, const LimitSpec& base = {});
+// One limit (no separators), made from read_limit's spec and checked as from_spec checks
+// it (its problems said in the text's terms, count and window); or what is wrong.
+std::variant<Limit, std::string> parse_limit(std::string_view text, const LimitSpec& base = {});
+// One limit or several separated by ';', ',' or '|', each as parse_limit makes it; or what
+// is wrong (no limit at all, an empty one between separators, or a part's problem).
+std::variant<std::vector<Limit>, std::string> parse_limits(std::string_view text,
+                                                           const LimitSpec& base = {});
 
 }  // namespace v1
 }  // namespace ratewin

@@ -300,6 +300,104 @@ static ratewin_engine* open_manual_engine(uint64_t max_limiters) {
   return engine;
 }
 
+/* Since 1.7: limits from text, in the grammar and words of Python's ratewin.parse. */
+static void test_limit_parse(void) {
+  char* message = NULL;
+  ratewin_limit* limit = NULL;
+  ratewin_limit_options got;
+  CHECK(ratewin_limit_parse("100 per 5 Minutes", NULL, &limit, &message) == RATEWIN_OK);
+  CHECK(message == NULL && limit != NULL);
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(limit, &got) == RATEWIN_OK);
+  CHECK(got.max == 100 && got.interval_ms == 300000 && got.resolution_ms == 30000);
+  ratewin_limit_free(limit);
+
+  /* The other settings come from the options. */
+  ratewin_limit_options o;
+  ratewin_limit_options_init(&o);
+  o.algorithm = RATEWIN_ALGORITHM_TOKEN_BUCKET;
+  o.burst = 3;
+  o.failure_policy = RATEWIN_FAILURE_CLOSED;
+  limit = NULL;
+  CHECK(ratewin_limit_parse("10/second", &o, &limit, &message) == RATEWIN_OK);
+  ratewin_limit_options_init(&got);
+  CHECK(ratewin_limit_get(limit, &got) == RATEWIN_OK);
+  CHECK(got.max == 10 && got.interval_ms == 1000 && got.burst == 3 &&
+        got.algorithm == RATEWIN_ALGORITHM_TOKEN_BUCKET &&
+        got.failure_policy == RATEWIN_FAILURE_CLOSED);
+  ratewin_limit_free(limit);
+
+  ratewin_limit* const sentinel = (ratewin_limit*)&o;
+  ratewin_limit* out = sentinel;
+  struct {
+    const char* text;
+    const char* words;
+  } bad[] = {
+      {"", "ratewin_limit_parse: cannot read '' as a limit"},
+      {"ten/second", "cannot read 'ten/second' as a limit; write COUNT/UNIT"},
+      {"10/fortnight", "unknown unit 'fortnight' in '10/fortnight'"},
+      {"0/second", "'0/second' allows nothing"},
+      {"1/0 seconds", "window of 0"},
+      {"99999999999/second", "count must be from 1 to 4294967295, got 99999999999"},
+      {"1/400 days", "366 days"},
+      {"10per second", "cannot read"},
+      {"1/second; 2/day", "cannot read '1/second; 2/day' as a limit"}, /* one only */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    CHECK_ERROR(ratewin_limit_parse(bad[i].text, NULL, &out, &message), RATEWIN_EINVAL, message,
+                bad[i].words);
+    CHECK(out == sentinel);
+  }
+  /* The options' checks, and theirs in the text's terms. */
+  o.burst = 0;
+  o.algorithm = RATEWIN_ALGORITHM_SLIDING_LOG;
+  CHECK_ERROR(ratewin_limit_parse("5000/second", &o, &out, &message), RATEWIN_EINVAL, message,
+              "'5000/second': count 5000 is more than 4096");
+  ratewin_limit_options_init(&o);
+  o.max = 3;
+  CHECK_ERROR(ratewin_limit_parse("1/second", &o, &out, &message), RATEWIN_EINVAL, message,
+              "max and interval_ms must be 0");
+  o.max = 0;
+  o.reserved = 1;
+  CHECK_ERROR(ratewin_limit_parse("1/second", &o, &out, &message), RATEWIN_EINVAL, message,
+              "reserved");
+  CHECK_ERROR(ratewin_limit_parse(NULL, NULL, &out, &message), RATEWIN_EINVAL, message,
+              "text is NULL");
+  CHECK_ERROR(ratewin_limit_parse("1/second", NULL, NULL, &message), RATEWIN_EINVAL, message,
+              "out is NULL");
+  CHECK(out == sentinel);
+
+  /* Several. */
+  ratewin_limit* many[3] = {sentinel, sentinel, sentinel};
+  size_t count = 0;
+  CHECK(ratewin_limits_parse("1/second, 2/minute | 3/hour", NULL, many, 3, &count, &message) ==
+        RATEWIN_OK);
+  CHECK(count == 3);
+  const uint64_t want[3][2] = {{1, 1000}, {2, 60000}, {3, 3600000}};
+  for (size_t i = 0; i < 3; ++i) {
+    ratewin_limit_options_init(&got);
+    CHECK(ratewin_limit_get(many[i], &got) == RATEWIN_OK);
+    CHECK(got.max == want[i][0] && got.interval_ms == want[i][1]);
+    ratewin_limit_free(many[i]);
+    many[i] = sentinel;
+  }
+  /* Too little room: how many, and nothing made. */
+  CHECK_ERROR(ratewin_limits_parse("1/second; 2/day", NULL, many, 1, &count, &message),
+              RATEWIN_ENOSPC, message, "room for 1");
+  CHECK(count == 2 && many[0] == sentinel);
+  CHECK(ratewin_limits_parse("1/second; 2/day", NULL, NULL, 0, &count, NULL) == RATEWIN_ENOSPC);
+  CHECK(count == 2);
+  CHECK_ERROR(ratewin_limits_parse(" ; ", NULL, many, 3, &count, &message), RATEWIN_EINVAL,
+              message, "no limit in ' ; '");
+  CHECK_ERROR(ratewin_limits_parse("1/second;;2/day", NULL, many, 3, &count, &message),
+              RATEWIN_EINVAL, message, "an empty limit in '1/second;;2/day'");
+  CHECK_ERROR(ratewin_limits_parse("1/second; 2/fortnight", NULL, many, 3, &count, &message),
+              RATEWIN_EINVAL, message, "ratewin_limits_parse: unknown unit 'fortnight'");
+  CHECK_ERROR(ratewin_limits_parse("1/second", NULL, many, 3, NULL, &message), RATEWIN_EINVAL,
+              message, "count is NULL");
+  CHECK(many[0] == sentinel && many[1] == sentinel);
+}
+
 static void test_options(void) {
   ratewin_options o;
   ratewin_options_init(&o);
@@ -2693,6 +2791,7 @@ static void test_redis_tls(void) {
 int main(void) {
   test_versions_and_errors();
   test_limits();
+  test_limit_parse();
   test_options();
   test_local_engine();
   test_handle_limit();

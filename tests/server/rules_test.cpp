@@ -149,6 +149,41 @@ TEST_CASE("empty rules limit nothing") {
   CHECK(Rules::parse("").version() == Rules().version());
 }
 
+TEST_CASE("a limit as one string, as every front end reads it, beside max and window") {
+  const Rules rules = Rules::parse(
+      "tiers:\n"
+      "  t:\n"
+      "    limits:\n"
+      "      - {name: s, limit: 10/second}\n"
+      "      - {name: l, max: 10, window: 1s}\n"
+      "      - {name: b, limit: 100 per 5 minutes, algorithm: token_bucket, burst: 20}\n"
+      "default_tier: t\n");
+  const Match m = match(rules, "k");
+  REQUIRE(m.limits.size() == 3);
+  // The same limit as the long form (each counted in its own rule's scope).
+  CHECK(m.limits[0]->limit == m.limits[1]->limit.with_scope("tier:t/s"));
+  CHECK(m.limits[0]->limit.subintervals() == 10);
+  CHECK(m.limits[2]->limit.max() == 100);
+  CHECK(m.limits[2]->limit.interval() == std::chrono::minutes(5));
+  CHECK(m.limits[2]->limit.burst() == 20);
+
+  const auto problem = [](std::string_view limit) {
+    return failure_of("tiers: {t: {limits: [{name: a, " + std::string(limit) + "}]}}\n");
+  };
+  const Failure grammar = problem("limit: 10/fortnight");
+  CHECK(grammar.line == 1);
+  CHECK(grammar.problem ==
+        "tiers.t.limits[0].limit: unknown unit 'fortnight' in '10/fortnight'; use second, minute, "
+        "hour, day, month or year");
+  CHECK(problem("limit: 0/second").problem ==
+        "tiers.t.limits[0].limit: '0/second' allows nothing; the count must be at least 1");
+  CHECK(problem("limit: 10/second, max: 5").problem ==
+        "tiers.t.limits[0].limit: give limit or max and window, not both");
+  CHECK(problem("limit: 5000/second, algorithm: sliding_log").problem.find(
+            "tiers.t.limits[0].limit: max: 5000 is more than 4096 for sliding_log") == 0);
+  CHECK(problem("limit: 1/second").line == -1);
+}
+
 TEST_CASE("tiers by key glob: first match wins, then default_tier") {
   const std::string yaml = std::string(kHead) +
                            "keys:\n"

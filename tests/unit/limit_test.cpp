@@ -316,6 +316,94 @@ TEST_CASE("a token bucket's burst: with_algorithm and problem agree") {
   CHECK_THROWS_AS((void)Limit(10, seconds(1)).with_burst(4), std::invalid_argument);
 }
 
+TEST_CASE("limits written as text: the grammar, the base spec, and what is wrong") {
+  using std::chrono::seconds;
+  const auto one = [](std::string_view text, const LimitSpec& base = {}) {
+    auto made = parse_limit(text, base);
+    REQUIRE_MESSAGE(std::holds_alternative<Limit>(made), std::get<std::string>(made));
+    return std::get<Limit>(made);
+  };
+  const auto error = [](std::string_view text, const LimitSpec& base = {}) {
+    auto made = parse_limits(text, base);
+    REQUIRE(std::holds_alternative<std::string>(made));
+    return std::get<std::string>(made);
+  };
+  CHECK(one("10/second") == Limit(10, seconds(1)));
+  CHECK(one("  5 / Minute ") == Limit(5, seconds(60)));
+  CHECK(one("100 per 5 minutes") == Limit(100, seconds(300)));
+  CHECK(one("100/5minutes") == Limit(100, seconds(300)));
+  CHECK(one("1000 PER day") == Limit(1000, seconds(86400)));
+  CHECK(one("2/2 days") == Limit(2, seconds(172800)));
+  CHECK(one("3/month") == Limit(3, seconds(30 * 86400)));
+  CHECK(one("1 per year") == Limit(1, seconds(365 * 86400)));
+  CHECK(one("4294967295/hour").max() == Limit::kMaxCount);
+  // The base gives everything but max and interval.
+  LimitSpec base;
+  base.algorithm = Algorithm::token_bucket;
+  base.burst = 4;
+  base.failure_policy = FailurePolicy::closed;
+  base.scope = 77;
+  const Limit bucket = one("10/second", base);
+  CHECK(bucket.algorithm() == Algorithm::token_bucket);
+  CHECK(bucket.burst() == 4);
+  CHECK(bucket.failure_policy() == FailurePolicy::closed);
+  CHECK(bucket.scope() == 77);
+  const auto spec = read_limit("7 per 3 hours", base);
+  REQUIRE(std::holds_alternative<LimitSpec>(spec));
+  CHECK(std::get<LimitSpec>(spec).max == 7);
+  CHECK(std::get<LimitSpec>(spec).interval == std::chrono::hours(3));
+  CHECK(std::get<LimitSpec>(spec).burst == 4);
+
+  const std::string grammar =
+      "; write COUNT/UNIT or COUNT per [AMOUNT] UNIT, such as '10/second' or '100 per 5 minutes'";
+  CHECK(error("") == "no limit in ''");
+  CHECK(error("ten/second") == "cannot read 'ten/second' as a limit" + grammar);
+  CHECK(error("10") == "cannot read '10' as a limit" + grammar);
+  CHECK(error("10per second") == "cannot read '10per second' as a limit" + grammar);
+  CHECK(error("10 per5 seconds") == "cannot read '10 per5 seconds' as a limit" + grammar);
+  CHECK(error("10/second extra") == "cannot read '10/second extra' as a limit" + grammar);
+  CHECK(error("-1/second") == "cannot read '-1/second' as a limit" + grammar);
+  CHECK(error("it's/1") == "cannot read 'it\\'s/1' as a limit" + grammar);
+  CHECK(error("10/fortnight") ==
+        "unknown unit 'fortnight' in '10/fortnight'; use second, minute, hour, day, month or year");
+  CHECK(error("10/s") == "unknown unit 's' in '10/s'; use second, minute, hour, day, month or year");
+  CHECK(error("0/second") == "'0/second' allows nothing; the count must be at least 1");
+  CHECK(error("1/0 seconds") == "'1/0 seconds' has a window of 0; the amount must be at least 1");
+  CHECK(error("4294967296/second") ==
+        "'4294967296/second': the count must be from 1 to 4294967295, got 4294967296");
+  CHECK(error("99999999999999999999999/second").find("got 99999999999999999999999") !=
+        std::string::npos);
+  CHECK(error("1/367 days") == "'1/367 days': the window is longer than 366 days, the longest");
+  CHECK(error("1/99999999999999999999 years") ==
+        "'1/99999999999999999999 years': the window is longer than 366 days, the longest");
+  CHECK(one("1/366 days").interval() == std::chrono::hours(24 * 366));
+  // from_spec's problems, in the text's terms.
+  LimitSpec log;
+  log.algorithm = Algorithm::sliding_log;
+  CHECK(error("5000/minute", log) ==
+        "'5000/minute': count 5000 is more than 4096 for sliding_log (every unit is an entry of its "
+        "log)");
+  // Several.
+  auto many = parse_limits("1/second, 2/minute | 3/hour;4/day");
+  REQUIRE(std::holds_alternative<std::vector<Limit>>(many));
+  CHECK(std::get<std::vector<Limit>>(many) ==
+        std::vector<Limit>{Limit(1, seconds(1)), Limit(2, seconds(60)), Limit(3, seconds(3600)),
+                           Limit(4, seconds(86400))});
+  CHECK(error(" ; ") == "no limit in ' ; '");
+  CHECK(error("1/second;;2/day") == "an empty limit in '1/second;;2/day'");
+  CHECK(error("1/second; 2/fortnight") ==
+        "unknown unit 'fortnight' in ' 2/fortnight'; use second, minute, hour, day, month or year");
+  CHECK(std::holds_alternative<std::string>(parse_limit("1/second; 2/day")));
+  // The throwing forms.
+  CHECK(Limit::parse("3/minute") == Limit(3, seconds(60)));
+  CHECK(Limit::parse_many("3/minute;1/day").size() == 2);
+  CHECK_THROWS_WITH_AS(Limit::parse("3/fortnight"),
+                       doctest::Contains("ratewin::Limit::parse: unknown unit 'fortnight'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Limit::parse_many(""), "ratewin::Limit::parse_many: no limit in ''",
+                       std::invalid_argument);
+}
+
 }  // namespace ratewin::test
 
 namespace ratewin::test {
