@@ -230,8 +230,10 @@ def test_resources_by_name_bytes_or_id_share_counts(engine):
     assert engine.try_acquire(ratewin.hash("tenant"), limit).remaining == 0
     with pytest.raises(TypeError, match="resource"):
         engine.try_acquire(3.0, limit)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="limit: cannot read 'not a limit' as a limit"):
         engine.try_acquire("x", "not a limit")
+    with pytest.raises(TypeError, match="limit must be a ratewin.Limit or a limit string"):
+        engine.try_acquire("x", 3)
 
 
 def test_limits_of_other_windows_count_apart(engine):

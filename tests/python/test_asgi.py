@@ -7,6 +7,7 @@ import json
 import logging
 
 import ratewin
+from ratewin._middleware import counted_in
 from ratewin.asgi import RateLimitMiddleware
 from conftest import counting_loop_turns
 
@@ -80,7 +81,9 @@ def test_one_count_per_client_by_default_and_root_path_counted_once(engine):
     limit = ratewin.Limit(5, per=60)
     mounted = RateLimitMiddleware(hello, engine, limit, per_path=True)
     assert status_of(request(mounted, "/api/items", root_path="/api")) == 200
-    assert engine.try_acquire("10.0.0.1 /api/items", limit, 0).remaining == 4
+    counted = counted_in((limit,), "path /api/items")[0]
+    assert engine.try_acquire("10.0.0.1", counted, 0).remaining == 4
+    assert engine.try_acquire("10.0.0.1", limit, 0).remaining == 5  # (the whole app's)
 
 
 def test_websocket_and_lifespan_pass_through(engine):

@@ -359,7 +359,7 @@ def test_parse_takes_a_policy_and_a_scope():
     ("0/second", "at least 1"),
     ("1/0 seconds", "window of 0"),
     ("10/second extra", "cannot read"),
-    ("99999999999/second", "max must be from 1 to 4294967295, got 99999999999"),
+    ("99999999999/second", "count must be from 1 to 4294967295, got 99999999999"),
     ("1/400 days", "366 days"),
 ])
 def test_parse_errors_say_what_is_wrong(text, words):
@@ -408,10 +408,15 @@ def test_try_acquire_all_takes_any_iterable_and_refuses_nonsense(engine):
     assert engine.try_acquire_all("k", (lim for lim in ratewin.parse_many("5/second"))).allowed
     with pytest.raises(ValueError, match="empty"):
         engine.try_acquire_all("k", [])
-    with pytest.raises(TypeError, match="Limit"):
-        engine.try_acquire_all("k", ["5/second"])
-    with pytest.raises(TypeError, match="iterable"):
-        engine.try_acquire_all("k", "5/second")
+    with pytest.raises(TypeError, match="limits must hold ratewin.Limit objects or limit "
+                                        "strings, not int"):
+        engine.try_acquire_all("k", [ratewin.Limit(5, per=1), 5])
+    with pytest.raises(TypeError, match="an iterable of them, not int"):
+        engine.try_acquire_all("k", 5)
+    with pytest.raises(TypeError, match="not bytes"):
+        engine.try_acquire_all("k", b"5/second")
+    with pytest.raises(ValueError, match="limits: unknown unit 'fortnight'"):
+        engine.try_acquire_all("k", ["5/second", "1/fortnight"])
     over = engine.try_acquire_all("k", [ratewin.Limit(2, per=1)], cost=3)
     assert not over and over.retry_after == math.inf
 

@@ -162,6 +162,53 @@ def test_per_route_limits_never_share_counts(engine):
     assert status == "200 OK" and headers["X-RateLimit-Remaining"] == "2"
 
 
+def test_limits_chosen_per_request_count_per_path_unless_a_scope_name_joins_them(engine):
+    # The case: equal limit strings chosen for two routes count apart.
+    chooser = lambda e: {"/a": "3/minute", "/b": "3/minute"}.get(e["PATH_INFO"])  # noqa: E731
+    app = RateLimitMiddleware(hello, engine, chooser)
+    assert [call(app, "/a")[0][:3] for _ in range(4)] == ["200", "200", "200", "429"]
+    assert [call(app, "/b")[0][:3] for _ in range(2)] == ["200", "200"]
+    assert call(app, "/c")[0] == "200 OK"  # None: unlimited
+    # A scope name joins them, wherever they are chosen.
+    shared = ratewin.parse("3/minute", scope="reports")
+    joined = RateLimitMiddleware(hello, engine, lambda e: shared, key=lambda e: "joined")
+    assert [call(joined, p)[0][:3] for p in ("/x", "/y", "/z", "/w")] == ["200"] * 3 + ["429"]
+    # per_path=False: one count per client for whatever the function chooses.
+    whole = RateLimitMiddleware(hello, engine, chooser, per_path=False, key=lambda e: "whole")
+    assert [call(whole, p)[0][:3] for p in ("/a", "/b", "/a", "/b")] == ["200"] * 3 + ["429"]
+    # The headers name the limit as it was given, not the scope it is counted in.
+    headers = call(app, "/b")[1]
+    assert headers["RateLimit-Policy"] == '"3/60s";q=3;w=60'
+    assert headers["X-RateLimit-Remaining"] == "0"
+
+
+def test_a_fixed_limit_counts_once_for_the_application_and_per_path_true_splits_it(engine):
+    app = RateLimitMiddleware(hello, engine, "2/minute")
+    assert [call(app, p)[0][:3] for p in ("/a", "/b", "/c")] == ["200", "200", "429"]
+    split = RateLimitMiddleware(hello, engine, "2/minute", per_path=True, key=lambda e: "s")
+    assert [call(split, p)[0][:3] for p in ("/a", "/a", "/a", "/b")] == ["200", "200", "429",
+                                                                           "200"]
+    # per_path=True keeps a named limit's one count.
+    named = RateLimitMiddleware(hello, engine, ratewin.parse("2/minute", scope="n"),
+                                per_path=True, key=lambda e: "n")
+    assert [call(named, p)[0][:3] for p in ("/a", "/b", "/c")] == ["200", "200", "429"]
+
+
+def test_degraded_decisions_are_marked_in_the_headers():
+    # No Redis at that address: each limit decides by its failure policy, degraded.
+    with ratewin.Engine("redis://127.0.0.1:1", connect_timeout=0.05,
+                        command_timeout=0.05) as down:
+        for style, name, want in (("both", "X-RateLimit-Policy", "degraded"),
+                                  ("x-ratelimit", "X-RateLimit-Policy", "degraded")):
+            headers = call(RateLimitMiddleware(hello, down, "5/minute", headers=style))[1]
+            assert headers[name] == want, headers
+        headers = call(RateLimitMiddleware(hello, down, "5/minute", headers="ietf"))[1]
+        assert headers["RateLimit"].endswith(";degraded"), headers
+        assert "X-RateLimit-Policy" not in headers
+    up = call(RateLimitMiddleware(hello, ratewin.Engine(), "5/minute"))[1]
+    assert "X-RateLimit-Policy" not in up and not up["RateLimit"].endswith("degraded")
+
+
 def test_stacked_middlewares_refund_and_do_not_duplicate_headers(engine):
     inner = RateLimitMiddleware(hello, engine, ratewin.Limit(1, per=60, scope="inner"))
     outer = RateLimitMiddleware(inner, engine, ratewin.Limit(10, per=60, scope="outer"))

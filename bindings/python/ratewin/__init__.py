@@ -12,7 +12,8 @@ written to Redis synchronously, and rejections never touch the network.
         ...  # answer 429 with decision.headers()
 
 Limits from strings: ``ratewin.parse("10/second")``, ``ratewin.parse_many("10/second;
-1000/day")``. Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
+1000/day")``; every method that takes a Limit also takes a limit string (and those taking
+several, a list of either). Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from ._ratewin import (
     StoreError,
     __version__,
     hash,
+    parse,
+    parse_many,
 )
 from . import _ratewin
 from ._algorithm import Algorithm
 from ._mode import Mode
-from ._parse import parse, parse_many
 from . import _waiting
 
 _waiting.install()

@@ -7,12 +7,12 @@ import functools
 import json
 import logging
 import math
+import threading
 import time
 from typing import (Any, Callable, ClassVar, Generic, Iterable, NamedTuple, Optional, Sequence,
                     TypeVar, Union)
 
-from ._parse import parse_many
-from ._ratewin import Decisions, Engine, Limit
+from ._ratewin import Decisions, Engine, Limit, _limits
 
 log = logging.getLogger("ratewin")
 
@@ -22,9 +22,11 @@ Request = Any
 # sequence of either.
 Limits = Union[Limit, str, Sequence[Union[Limit, str]]]
 LimitChoice = Union[Limits, Callable[[Request], Optional[Limits]]]
-# True: each request path counts apart; a function: requests count apart by what it
-# returns (a route name, say); False: one count per client.
-PathChoice = Union[bool, Callable[[Request], Optional[str]]]
+# Where a client's limits count apart (see RequestLimits): None, the default: a fixed
+# limit once for the whole application, a limit chosen by a function per request path;
+# True: every limit per request path; a function: per what it returns (a route name,
+# say); False: one count per client.
+PathChoice = Union[None, bool, Callable[[Request], Optional[str]]]
 
 class Answer(NamedTuple):
     """What a refused request is answered (see ``on_reject``)."""
@@ -50,33 +52,71 @@ UNKNOWN_CLIENT = "unknown-client"
 REFUSED_MARK = "ratewin.refused"
 
 
-@functools.lru_cache(maxsize=256)
-def _parsed(text: str) -> tuple[Limit, ...]:
-    return tuple(parse_many(text))
+class UnknownClient:
+    """The key of requests whose client the default key function cannot name (no peer
+    address: a server on a Unix socket): UNKNOWN_CLIENT, shared by all such requests, with
+    a warning on the ``ratewin`` logger the first time its owner (a middleware, a
+    limiter) meets one."""
+
+    def __init__(self) -> None:
+        self._warned = threading.Event()
+
+    def __call__(self) -> str:
+        if not self._warned.is_set():
+            self._warned.set()
+            log.warning(
+                "ratewin: a request has no client address (a Unix socket server?): such "
+                "requests share one count, %r; pass key= to name clients", UNKNOWN_CLIENT)
+        return UNKNOWN_CLIENT
+
+
+def check_engine(engine: Any) -> Engine:
+    """`engine`, if it is a ratewin.Engine; TypeError otherwise."""
+    if not isinstance(engine, Engine):
+        raise TypeError(f"engine must be a ratewin.Engine, not {type(engine).__name__}")
+    return engine
+
+
+def check_key(key: Any, signature: str) -> None:
+    """TypeError unless `key` is None or a function (`signature` says of what)."""
+    if key is not None and not callable(key):
+        raise TypeError(f"key must be a function {signature} -> str | None")
+
+
+def check_cost(cost: Any, signature: str) -> None:
+    """TypeError unless `cost` is a whole number of units (1 or more; not a bool) or a
+    function (`signature` says of what)."""
+    if not callable(cost) and (isinstance(cost, bool) or not isinstance(cost, int) or cost < 1):
+        raise TypeError("cost must be a whole number of units (1 or more) or a function "
+                        f"{signature} -> int")
+
+
+def fixed_limits(value: Any) -> Optional[tuple[Limit, ...]]:
+    """The limits of a limit option when they are fixed (a Limit, a limit string or a list
+    of them), None when a function chooses them per request."""
+    if callable(value) and not isinstance(value, Limit):
+        return None
+    return as_limits(value)
 
 
 def as_limits(value: Limits) -> tuple[Limit, ...]:
-    """One Limit, a limit string or a sequence of either, as a tuple of Limit."""
-    if isinstance(value, Limit):
-        return (value,)
-    if isinstance(value, str):
-        return _parsed(value)
-    if isinstance(value, (list, tuple)):
-        out: list[Limit] = []
-        for item in value:
-            if isinstance(item, Limit):
-                out.append(item)
-            elif isinstance(item, str):
-                out.extend(_parsed(item))
-            else:
-                raise TypeError(
-                    f"limits must be Limit objects or limit strings, not {type(item).__name__}")
-        if not out:
-            raise ValueError("the list of limits is empty")
-        return tuple(out)
+    """One Limit, a limit string or a sequence of either, as a tuple of Limit (the
+    engine's own reading: TypeError or ValueError saying what is wrong)."""
+    if isinstance(value, (list, tuple, str, Limit)):
+        return tuple(_limits(value))
     raise TypeError(
         "limit must be a ratewin.Limit, a limit string such as '10/second; 1000/day', a "
         f"list of them, or a function returning one, not {type(value).__name__}")
+
+
+@functools.lru_cache(maxsize=4096)
+def counted_in(limits: tuple[Limit, ...], scope: str) -> tuple[Limit, ...]:
+    """The limits as counted in `scope` (a route, a path, a name the application gives):
+    a limit with a scope name of its own keeps it, so that limits named alike share their
+    counts wherever they are chosen; one without counts in `scope`, apart from equal
+    limits counted in other scopes, and from the other limits of this one."""
+    return tuple(lim if lim.scope is not None else lim.with_scope(f"{scope}\n{lim!r}")
+                 for lim in limits)
 
 
 def limit_name(limit: Limit) -> str:
@@ -102,11 +142,51 @@ def _sf_string(text: str) -> str:
 
 
 class Charge(NamedTuple):
-    """What one request asks of the engine."""
+    """What one request asks of the engine: `limits` as counted (in the scope of what
+    chose them, see counted_in), `shown` as they were given, for headers and refusals."""
 
     resource: str
     limits: tuple[Limit, ...]
     cost: int
+    shown: tuple[Limit, ...]
+
+    def try_acquire(self, engine: Engine) -> Decisions:
+        return engine.try_acquire_all(self.resource, self.limits, self.cost)
+
+    async def try_acquire_async(self, engine: Engine) -> Decisions:
+        return await engine.try_acquire_all_async(self.resource, self.limits, self.cost)
+
+    def refund(self, engine: Engine) -> None:
+        """Gives back what an admitted request counted (an inner middleware, or the
+        application, refused it)."""
+        for limit in self.limits:
+            engine.refund(self.resource, limit, self.cost)
+
+
+class RequestLimit(NamedTuple):
+    """What a limited request was decided, as a handler sees it (``flask.g.ratewin``,
+    ``request.state.ratewin``): the limit shown in the headers (the one that refused, else
+    the one with the fewest units left), its units left, the seconds until its window is
+    empty (``reset_after``) and that moment as a Unix time (``reset_at``), the seconds to
+    wait before a retry can pass (0 when allowed), whether the decision was made without
+    the shared store (``degraded``), and the engine's whole answer."""
+
+    allowed: bool
+    limit: Limit
+    remaining: int
+    reset_after: float
+    reset_at: int
+    retry_after: float
+    degraded: bool
+    decisions: Decisions
+
+    @classmethod
+    def of(cls, decisions: Decisions, shown: Sequence[Limit]) -> "RequestLimit":
+        d = decisions.decision
+        return cls(decisions.allowed, shown[decisions.index], d.remaining, d.reset_after,
+                   math.ceil(time.time() + d.reset_after),
+                   0.0 if decisions.allowed else decisions.retry_after, decisions.degraded,
+                   decisions)
 
 
 class RequestLimits:
@@ -121,23 +201,21 @@ class RequestLimits:
         per_path: PathChoice,
         request_name: str,
     ) -> None:
-        if callable(limit) and not isinstance(limit, Limit):
-            self.fixed: Optional[tuple[Limit, ...]] = None
-        else:
-            self.fixed = as_limits(limit)
-        if not isinstance(per_path, bool) and not callable(per_path):
+        self.fixed = fixed_limits(limit)
+        if per_path is not None and not isinstance(per_path, bool) and not callable(per_path):
             raise TypeError(
-                f"per_path must be True, False or a function ({request_name}) -> str")
+                f"per_path must be None, True, False or a function ({request_name}) -> str")
         self.limit = limit
         self.key = default_key if key is None else key
         self.fallback = key is None
         self.cost = cost
         self.per_path = per_path
-        self.warned = False
+        self.unknown = UnknownClient()
 
     def charge(self, request: Request, path: str) -> Optional[Charge]:
         """The charge for a request to `path`, or None when it is not limited (no limit
         applies to it, or a key function of the application's names no client)."""
+        chosen_per_request = self.fixed is None
         if self.fixed is not None:
             limits = self.fixed
         else:
@@ -149,19 +227,16 @@ class RequestLimits:
         if client is None:
             if not self.fallback:
                 return None
-            if not self.warned:
-                self.warned = True
-                log.warning(
-                    "ratewin: a request has no client address (a Unix socket server?): such "
-                    "requests share one count, %r; pass key= to name clients", UNKNOWN_CLIENT)
-            client = UNKNOWN_CLIENT
-        if self.per_path is True:
-            client += " " + path
+            client = self.unknown()
+        group: Optional[str] = None
+        if self.per_path is True or (self.per_path is None and chosen_per_request):
+            group = "path " + path
         elif callable(self.per_path):
-            group = self.per_path(request)
-            if group is not None:
-                client += " " + group
-        return Charge(client, limits, 1 if self.cost is None else self.cost(request))
+            named = self.per_path(request)
+            if named is not None:
+                group = "group " + named
+        counted = limits if group is None else counted_in(limits, group)
+        return Charge(client, counted, 1 if self.cost is None else self.cost(request), limits)
 
 
 class Responder:
@@ -178,18 +253,31 @@ class Responder:
         self.reset = reset
         self.on_reject = on_reject
 
-    def headers(self, decisions: Decisions, limits: Sequence[Limit]) -> list[tuple[str, str]]:
+    # Every header headers() may set.
+    NAMES = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After",
+             "X-RateLimit-Policy", "RateLimit-Policy", "RateLimit")
+
+    def headers(self, decisions: Decisions, limits: Sequence[Limit],
+                degraded: Optional[bool] = None) -> list[tuple[str, str]]:
         """The rate-limit headers of a decision: X-RateLimit-* and Retry-After, and the
-        IETF RateLimit-Policy / RateLimit, as the options ask."""
+        IETF RateLimit-Policy / RateLimit, as the options ask. A degraded decision (made
+        without the shared store, by a limit's failure policy) says so: X-RateLimit-Policy:
+        degraded, as ratewin-server sends it, and a ``degraded`` parameter on RateLimit.
+        ``degraded``: whether to say so (default: whether `decisions` was degraded; True
+        when another decision on the same request was)."""
         out: list[tuple[str, str]] = []
         if self.style == "none":
             return out
+        if degraded is None:
+            degraded = decisions.degraded
         d = decisions.decision
         if self.style in ("both", "x-ratelimit"):
             for name, value in decisions.headers().items():
                 if name == "X-RateLimit-Reset" and self.reset == "unix":
                     value = str(math.ceil(time.time() + d.reset_after))
                 out.append((name, value))
+            if degraded:  # as ratewin-server marks it
+                out.append(("X-RateLimit-Policy", "degraded"))
         else:
             retry = decisions.headers().get("Retry-After")
             if retry is not None:
@@ -198,7 +286,8 @@ class Responder:
             out.append(("RateLimit-Policy", ", ".join(_policy(lim) for lim in limits)))
             shown = limits[decisions.index]
             out.append(("RateLimit", f"{_sf_string(limit_name(shown))};r={d.remaining};"
-                                     f"t={math.ceil(d.reset_after)}"))
+                                     f"t={math.ceil(d.reset_after)}"
+                                     + (";degraded" if degraded else "")))
         return out
 
     def refusal(self, request: Request, decisions: Decisions, limits: Sequence[Limit],
@@ -221,12 +310,6 @@ class Responder:
                     "cost": cost, "retry_after_s": None}
         return Answer(429, [("Content-Type", "application/json")],
                       (json.dumps(body, separators=(",", ":")) + "\n").encode())
-
-
-def refund(engine: Engine, charge: Charge) -> None:
-    """Gives back what an admitted request counted (an inner middleware refused it)."""
-    for limit in charge.limits:
-        engine.refund(charge.resource, limit, charge.cost)
 
 
 def with_length(answer: Answer, extra: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -265,7 +348,7 @@ class Middleware(Generic[App, Req]):
         *,
         key: Optional[Callable[[Req], Optional[str]]] = None,
         cost: Optional[Callable[[Req], int]] = None,
-        per_path: PathChoice = False,
+        per_path: PathChoice = None,
         headers: str = "both",
         reset: str = "delay",
         on_reject: Optional[RejectHook] = None,

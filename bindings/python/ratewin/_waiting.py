@@ -16,9 +16,12 @@ import asyncio
 import collections
 import threading
 import time
-from typing import Any, Deque, Dict, Hashable, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, Hashable, Optional, Sequence, Union
 
-from ._ratewin import Decision, Decisions, Engine, Limit
+from ._ratewin import Decision, Decisions, Engine, Limit, _limit, _limits
+
+if TYPE_CHECKING:
+    from ._ratewin import LimitArg, LimitsArg
 
 Resource = Union[str, bytes, int]
 
@@ -37,14 +40,14 @@ def _settle(future: "asyncio.Future[Decisions]", engine: Engine, resource: Resou
         future.set_result(decisions)
 
 
-async def try_acquire_all_async(self: Engine, resource: Resource, limits: Iterable[Limit],
+async def try_acquire_all_async(self: Engine, resource: Resource, limits: LimitsArg,
                                 cost: int = 1) -> Decisions:
     """Engine.try_acquire_all, awaited on the running asyncio loop: a decision that needs
     a Redis round trip completes without blocking the loop or taking a thread per call
     (the write goes out on the engine's own I/O thread). Refusals on this engine's counts
     and local mode answer at once. If the awaiting task is cancelled, an admission it
     would have had is given back."""
-    limits = tuple(limits)
+    limits = tuple(_limits(limits))
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Decisions] = loop.create_future()
 
@@ -60,11 +63,11 @@ async def try_acquire_all_async(self: Engine, resource: Resource, limits: Iterab
     return await future
 
 
-async def try_acquire_async(self: Engine, resource: Resource, limit: Limit,
+async def try_acquire_async(self: Engine, resource: Resource, limit: LimitArg,
                             cost: int = 1) -> Decision:
     """Engine.try_acquire, awaited on the running asyncio loop (see
     try_acquire_all_async)."""
-    return (await try_acquire_all_async(self, resource, (limit,), cost)).decision
+    return (await try_acquire_all_async(self, resource, (_limit(limit),), cost)).decision
 
 
 class _Line:
@@ -141,7 +144,7 @@ def _wait_for(d: Decisions, deadline: Optional[float]) -> Optional[float]:
     return wait
 
 
-def acquire(self: Engine, resource: Resource, limit: Limit, cost: int = 1,
+def acquire(self: Engine, resource: Resource, limit: LimitArg, cost: int = 1,
             timeout: Optional[float] = None) -> Decision:
     """Waits until `cost` units of `resource` fit in `limit` and counts them, or until
     `timeout` seconds pass (None: as long as it takes). Returns the Decision: allowed,
@@ -149,13 +152,13 @@ def acquire(self: Engine, resource: Resource, limit: Limit, cost: int = 1,
     can never pass (its cost exceeds max). Blocks the calling thread; the GIL is free
     while it sleeps. Waiters on the same resource and limit are served in turn: only the
     first polls."""
-    return acquire_all(self, resource, (limit,), cost, timeout).decision
+    return acquire_all(self, resource, (_limit(limit),), cost, timeout).decision
 
 
-def acquire_all(self: Engine, resource: Resource, limits: Iterable[Limit], cost: int = 1,
+def acquire_all(self: Engine, resource: Resource, limits: LimitsArg, cost: int = 1,
                 timeout: Optional[float] = None) -> Decisions:
     """acquire() over several limits at once (see try_acquire_all)."""
-    limits = tuple(limits)
+    limits = tuple(_limits(limits))
     deadline = None if (t := _check_timeout(timeout)) is None else time.monotonic() + t
     lines = _LINES
     key = _key(self, resource, limits, cost)
@@ -188,17 +191,17 @@ def acquire_all(self: Engine, resource: Resource, limits: Iterable[Limit], cost:
             _wake(following)
 
 
-async def acquire_async(self: Engine, resource: Resource, limit: Limit, cost: int = 1,
+async def acquire_async(self: Engine, resource: Resource, limit: LimitArg, cost: int = 1,
                         timeout: Optional[float] = None) -> Decision:
     """acquire(), awaited on the running asyncio loop: waits with asyncio.sleep and
     decides with try_acquire_async, so the loop keeps serving."""
-    return (await acquire_all_async(self, resource, (limit,), cost, timeout)).decision
+    return (await acquire_all_async(self, resource, (_limit(limit),), cost, timeout)).decision
 
 
-async def acquire_all_async(self: Engine, resource: Resource, limits: Iterable[Limit],
+async def acquire_all_async(self: Engine, resource: Resource, limits: LimitsArg,
                             cost: int = 1, timeout: Optional[float] = None) -> Decisions:
     """acquire_all(), awaited on the running asyncio loop."""
-    limits = tuple(limits)
+    limits = tuple(_limits(limits))
     deadline = None if (t := _check_timeout(timeout)) is None else time.monotonic() + t
     lines = _LINES
     key = _key(self, resource, limits, cost)

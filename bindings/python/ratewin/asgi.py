@@ -24,7 +24,6 @@ from ._middleware import (
     Answer,
     Charge,
     Middleware,
-    refund,
     with_length,
 )
 from ._ratewin import Decisions
@@ -96,11 +95,11 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
             await self.app(scope, receive, send)
             return
         charge: Charge = found
-        decisions: Decisions = await self.engine.try_acquire_all_async(*charge)
-        headers = self.responder.headers(decisions, charge.limits)
+        decisions: Decisions = await charge.try_acquire_async(self.engine)
+        headers = self.responder.headers(decisions, charge.shown)
         if not decisions.allowed:
             scope[REFUSED_MARK] = True
-            answer = self.responder.refusal(scope, decisions, charge.limits, charge.cost)
+            answer = self.responder.refusal(scope, decisions, charge.shown, charge.cost)
             await send({"type": "http.response.start", "status": answer.status,
                         "headers": _encoded(with_length(answer, headers))})
             await send({"type": "http.response.body", "body": answer.body})
@@ -112,7 +111,7 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
                 if scope.get(REFUSED_MARK):
                     # An inner ratewin middleware refused it: this one's count goes back,
                     # and the headers are the inner one's.
-                    refund(self.engine, charge)
+                    charge.refund(self.engine)
                 else:
                     message = dict(message)
                     message["headers"] = list(message.get("headers", [])) + encoded

@@ -25,7 +25,6 @@ from ._middleware import (
     Answer,
     Charge,
     Middleware,
-    refund,
     with_length,
 )
 
@@ -95,11 +94,11 @@ class RateLimitMiddleware(Middleware[WSGIApp, Environ]):
         if found is None:
             return self.app(environ, start_response)
         charge: Charge = found
-        decisions = self.engine.try_acquire_all(*charge)
-        headers = self.responder.headers(decisions, charge.limits)
+        decisions = charge.try_acquire(self.engine)
+        headers = self.responder.headers(decisions, charge.shown)
         if not decisions.allowed:
             environ[REFUSED_MARK] = True
-            answer = self.responder.refusal(environ, decisions, charge.limits, charge.cost)
+            answer = self.responder.refusal(environ, decisions, charge.shown, charge.cost)
             start_response(_status_line(answer.status), with_length(answer, headers))
             return [answer.body]
 
@@ -109,7 +108,7 @@ class RateLimitMiddleware(Middleware[WSGIApp, Environ]):
             if environ.get(REFUSED_MARK):
                 # An inner ratewin middleware refused it: this one's count goes back, and
                 # the headers are the inner one's (the mark stays for further outer ones).
-                refund(self.engine, charge)
+                charge.refund(self.engine)
                 return start_response(status, response_headers, exc_info)
             return start_response(status, list(response_headers) + headers, exc_info)
 

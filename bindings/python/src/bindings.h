@@ -61,6 +61,14 @@ double to_double(py::handle value, const char* what);
 FailurePolicy to_policy(py::handle value, const char* what);
 // A resource: a str (hashed as UTF-8), bytes (hashed as they are) or an int id.
 std::uint64_t to_resource(py::handle resource);
+// A Limit, or a limit string naming one ("10/second"; see ratewin::parse_limit): TypeError
+// for other types, ValueError for a string that is not exactly one limit. `what` names the
+// argument in messages.
+Limit to_limit(py::handle value, const char* what);
+// The limits of an argument that takes several: a Limit, a limit string naming one or more
+// ("10/second; 1000/day"), or an iterable of Limits and limit strings; TypeError for what
+// is none of these, ValueError for a string that names no limit, or nothing at all.
+std::vector<Limit> to_limits(py::handle value, const char* what);
 
 // Arguments taken as any Python object and checked by the conversions above (with
 // messages in Python's terms), named in signatures (help(), the stubs' check) by the
@@ -81,6 +89,7 @@ RATEWIN_PYTHON_ARG(OptionalPathArg);
 RATEWIN_PYTHON_ARG(BoolArg);
 RATEWIN_PYTHON_ARG(FloatArg);
 RATEWIN_PYTHON_ARG(PolicyArg);
+RATEWIN_PYTHON_ARG(LimitArg);
 RATEWIN_PYTHON_ARG(LimitsArg);
 RATEWIN_PYTHON_ARG(OptionalClockArg);
 RATEWIN_PYTHON_ARG(OptionalLoggerArg);
@@ -115,7 +124,8 @@ RATEWIN_PYTHON_ARG_CASTER(OptionalPathArg, "str | os.PathLike[str] | None");
 RATEWIN_PYTHON_ARG_CASTER(BoolArg, "bool");
 RATEWIN_PYTHON_ARG_CASTER(FloatArg, "float");
 RATEWIN_PYTHON_ARG_CASTER(PolicyArg, "FailurePolicy | str");
-RATEWIN_PYTHON_ARG_CASTER(LimitsArg, "Iterable[Limit]");
+RATEWIN_PYTHON_ARG_CASTER(LimitArg, "Limit | str");
+RATEWIN_PYTHON_ARG_CASTER(LimitsArg, "Limit | str | Iterable[Limit | str]");
 RATEWIN_PYTHON_ARG_CASTER(OptionalClockArg, "ManualClock | None");
 RATEWIN_PYTHON_ARG_CASTER(OptionalLoggerArg, "Callable[[str, str], object] | None");
 #undef RATEWIN_PYTHON_ARG_CASTER

@@ -27,22 +27,12 @@ const char* level_name(LogLevel level) {
   return "error";
 }
 
-// The acquisitions of one resource under several limits: TypeError or ValueError for
-// what is not an iterable of Limit, or is empty.
+// The acquisitions of one resource under several limits (see to_limits).
 std::vector<Acquisition> acquisitions(py::handle resource, py::handle limits, py::handle cost) {
   const std::uint64_t id = to_resource(resource);
   const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
-  if (PyUnicode_Check(limits.ptr()) != 0 || !py::isinstance<py::iterable>(limits))
-    throw py::type_error("limits must be an iterable of Limit");
   std::vector<Acquisition> items;
-  for (const py::handle l : py::iter(limits)) {
-    if (!py::isinstance<Limit>(l)) {
-      throw py::type_error("limits must hold Limit objects, not " +
-                           py::str(py::type::of(l).attr("__name__")).cast<std::string>());
-    }
-    items.push_back({id, l.cast<Limit>(), units});
-  }
-  if (items.empty()) throw py::value_error("limits must not be empty");
+  for (const Limit& l : to_limits(limits, "limits")) items.push_back({id, l, units});
   return items;
 }
 
@@ -103,8 +93,9 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return object_;
   }
 
-  Decision try_acquire(ResourceArg resource, const Limit& limit, IntArg cost) const {
+  Decision try_acquire(ResourceArg resource, LimitArg limit_arg, IntArg cost) const {
     const std::uint64_t id = to_resource(resource);
+    const Limit limit = to_limit(limit_arg, "limit");
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
     const std::shared_ptr<Engine> e = engine();
     return without_gil([&] { return e->try_acquire(id, limit, units); });
@@ -115,16 +106,20 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return without_gil([&] { return e->stats(); });
   }
 
-  std::uint64_t capacity(const Limit& limit) const { return engine()->capacity(limit); }
+  std::uint64_t capacity(LimitArg limit) const {
+    return engine()->capacity(to_limit(limit, "limit"));
+  }
 
-  bool reset(ResourceArg resource, const Limit& limit) const {
+  bool reset(ResourceArg resource, LimitArg limit_arg) const {
     const std::uint64_t id = to_resource(resource);
+    const Limit limit = to_limit(limit_arg, "limit");
     const std::shared_ptr<Engine> e = engine();
     return without_gil([&] { return e->reset(id, limit); });
   }
 
-  std::uint64_t refund(ResourceArg resource, const Limit& limit, IntArg cost) const {
+  std::uint64_t refund(ResourceArg resource, LimitArg limit_arg, IntArg cost) const {
     const std::uint64_t id = to_resource(resource);
+    const Limit limit = to_limit(limit_arg, "limit");
     const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
     const std::shared_ptr<Engine> e = engine();
     return without_gil([&] { return e->refund(id, limit, units); });
@@ -333,13 +328,14 @@ void init_engine(py::module_& m) {
       .def("try_acquire", &PyEngine::try_acquire, py::arg("resource"), py::arg("limit"),
            py::arg("cost") = 1,
            "Decides whether `cost` units of `resource` (a str, bytes or an int id) fit in "
-           "`limit` now, and counts them if they do. cost=0 asks without counting. Returns a "
+           "`limit` (a Limit, or a limit string such as '10/second', as ratewin.parse reads "
+           "it; every method taking a limit takes either) now, and counts them if they do. cost=0 asks without counting. Returns a "
            "Decision. A rejection never touches the network; an admission with Redis makes "
            "one round trip, bounded by command_timeout. Raises ClosedError after close().")
       .def(
           "limiter",
-          [](const PyEngine& e, ResourceArg resource, const Limit& limit) {
-            return new PyLimiter(e, resource, limit);
+          [](const PyEngine& e, ResourceArg resource, LimitArg limit) {
+            return new PyLimiter(e, resource, to_limit(limit, "limit"));
           },
           py::arg("resource"), py::arg("limit"),
           "A Limiter: `resource` under `limit`, held (never evicted) while the Limiter is "
@@ -356,13 +352,15 @@ void init_engine(py::module_& m) {
       .def("try_acquire_all", &PyEngine::try_acquire_all, py::arg("resource"),
            py::arg("limits"), py::arg("cost") = 1,
            "All or nothing: admits `cost` units of `resource` only if every limit in "
-           "`limits` (an iterable of Limit) admits them, and counts them against each; a "
+           "`limits` (a Limit, a limit string such as '10/second; 1000/day', or an iterable of "
+           "Limits and limit strings) admits them, and counts them against each; a "
            "refused request counts against none. Returns Decisions. Limits that refuse on "
            "this engine's own counts refuse without touching the network.")
       .def(
           "redis_key",
-          [](const PyEngine& e, ResourceArg resource, const Limit& limit) -> py::object {
-            const std::string key = e.engine()->store_key(to_resource(resource), limit);
+          [](const PyEngine& e, ResourceArg resource, LimitArg limit) -> py::object {
+            const std::string key =
+                e.engine()->store_key(to_resource(resource), to_limit(limit, "limit"));
             return key.empty() ? py::object(py::none()) : py::object(py::str(key));
           },
           py::arg("resource"), py::arg("limit"),

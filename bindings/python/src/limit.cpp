@@ -1,4 +1,5 @@
 #include <pybind11/operators.h>
+#include <pybind11/stl.h>
 
 #include <mutex>
 #include <optional>
@@ -165,7 +166,81 @@ std::string limit_repr(const Limit& l) {
   return text;
 }
 
+// The limits `text` names (several only if `many`), each `base` with the text's max and
+// interval, or ValueError saying what is wrong after `where`.
+std::vector<Limit> read_text(const std::string& text, bool many, const LimitSpec& base,
+                             const std::string& where) {
+  if (many) {
+    auto read = parse_limits(text, base);
+    if (std::string* error = std::get_if<std::string>(&read))
+      throw py::value_error(where + ": " + *error);
+    return std::get<std::vector<Limit>>(std::move(read));
+  }
+  auto read = parse_limit(text, base);
+  if (std::string* error = std::get_if<std::string>(&read)) throw py::value_error(where + ": " + *error);
+  return {std::get<Limit>(read)};
+}
+
+// The limits a limit string names, with the default settings, for the engine's methods:
+// remembered, so that a string passed on every call is read once. Called with the GIL
+// held, which guards the table; bounded (emptied when full).
+const std::vector<Limit>& text_limits(py::handle text, const char* what) {
+  static auto* seen = new std::unordered_map<std::string, std::vector<Limit>>();
+  std::string key = to_utf8(text, what);
+  if (const auto it = seen->find(key); it != seen->end()) return it->second;
+  std::vector<Limit> limits = read_text(key, true, LimitSpec{}, what);
+  if (seen->size() >= 1024) seen->clear();
+  return seen->emplace(std::move(key), std::move(limits)).first->second;
+}
+
+std::string type_name(py::handle value) {
+  return py::str(py::type::of(value).attr("__name__")).cast<std::string>();
+}
+
 }  // namespace
+
+Limit to_limit(py::handle value, const char* what) {
+  if (py::isinstance<Limit>(value)) return value.cast<Limit>();
+  if (PyUnicode_Check(value.ptr()) == 0) {
+    throw py::type_error(std::string(what) +
+                         " must be a ratewin.Limit or a limit string such as '10/second', not " +
+                         type_name(value));
+  }
+  const std::vector<Limit>& limits = text_limits(value, what);
+  if (limits.size() != 1) {
+    throw py::value_error(std::string(what) + ": " +
+                          py::repr(value).cast<std::string>() + " names " +
+                          std::to_string(limits.size()) +
+                          " limits; this call takes one (try_acquire_all takes several)");
+  }
+  return limits.front();
+}
+
+std::vector<Limit> to_limits(py::handle value, const char* what) {
+  if (py::isinstance<Limit>(value)) return {value.cast<Limit>()};
+  if (PyUnicode_Check(value.ptr()) != 0) return text_limits(value, what);
+  if (!py::isinstance<py::iterable>(value) || PyBytes_Check(value.ptr()) != 0) {
+    throw py::type_error(std::string(what) +
+                         " must be a ratewin.Limit, a limit string such as '10/second; "
+                         "1000/day', or an iterable of them, not " +
+                         type_name(value));
+  }
+  std::vector<Limit> out;
+  for (const py::handle item : py::iter(value)) {
+    if (py::isinstance<Limit>(item)) {
+      out.push_back(item.cast<Limit>());
+    } else if (PyUnicode_Check(item.ptr()) != 0) {
+      const std::vector<Limit>& named = text_limits(item, what);
+      out.insert(out.end(), named.begin(), named.end());
+    } else {
+      throw py::type_error(std::string(what) +
+                           " must hold ratewin.Limit objects or limit strings, not " +
+                           type_name(item));
+    }
+  }
+  if (out.empty()) throw py::value_error(std::string(what) + " must not be empty");
+  return out;
+}
 
 void init_limit(py::module_& m) {
   py::enum_<FailurePolicy>(m, "FailurePolicy",
@@ -287,6 +362,44 @@ void init_limit(py::module_& m) {
                                             static_cast<int>(l.mode())));
            })
       .def("__repr__", &limit_repr);
+
+  m.def(
+      "parse",
+      [](py::handle text, PolicyArg on_failure, OptionalStrArg scope) {
+        if (PyUnicode_Check(text.ptr()) == 0)
+          throw py::type_error("ratewin.parse: text must be a str, not " + type_name(text));
+        LimitSpec base;
+        base.failure_policy = to_policy(on_failure, "on_failure");
+        const Limit limit =
+            read_text(to_utf8(text, "text"), false, base, "ratewin.parse").front();
+        return with_scope_name(limit, scope);
+      },
+      py::arg("text").noconvert(), py::kw_only(), py::arg("on_failure") = "local",
+      py::arg("scope") = py::none(),
+      "One limit from text such as '10/second', '5/Minute' or '100 per 5 minutes': COUNT "
+      "('/' or 'per') [AMOUNT] UNIT, COUNT and AMOUNT whole numbers (AMOUNT 1 when left out), "
+      "UNIT second, minute, hour, day, month (30 days) or year (365 days), singular or "
+      "plural, in any case. The grammar and the messages are those of the C++ API, the C "
+      "ABI (ratewin_limit_parse) and the server's rules. `on_failure` and `scope` are as for "
+      "Limit. Raises ValueError naming what is wrong, TypeError if text is not a str.");
+  m.def(
+      "parse_many",
+      [](py::handle text, PolicyArg on_failure) {
+        if (PyUnicode_Check(text.ptr()) == 0)
+          throw py::type_error("ratewin.parse_many: text must be a str, not " + type_name(text));
+        LimitSpec base;
+        base.failure_policy = to_policy(on_failure, "on_failure");
+        return read_text(to_utf8(text, "text"), true, base, "ratewin.parse_many");
+      },
+      py::arg("text").noconvert(), py::kw_only(), py::arg("on_failure") = "local",
+      "Several limits separated by ';', ',' or '|': '10/second; 1000/day' (each as parse "
+      "reads it). Raises ValueError naming the part that is wrong, or if there is none.");
+  m.def(
+      "_limit", [](LimitArg value) { return to_limit(value, "limit"); }, py::arg("limit"),
+      "The limit an engine method taking one accepts, as a Limit.");
+  m.def(
+      "_limits", [](LimitsArg value) { return to_limits(value, "limits"); }, py::arg("limits"),
+      "The limits an engine method taking several accepts, as a list of Limit.");
 }
 
 }  // namespace ratewin::python
