@@ -24,6 +24,8 @@ packages=(
   pybind11-dev python3-dev     # the Python extension, for Debian's /usr/bin/python3
   python3-pytest python3-mypy  # the Python suite and its check of the type stubs
   python3-venv python3-pip python3-setuptools python3-wheel  # pip-installing the package
+  python3-flask python3-fastapi python3-starlette python3-httpx  # ratewin.flask, ratewin.fastapi
+  gunicorn uvicorn             # their suites' runs with 2 workers sharing Redis
   abigail-tools                # the C ABI check (abidw, abidiff)
   systemd                      # systemd-analyze verify of the server's unit (nothing is started)
   dpkg-dev file binutils       # cpack -G DEB: dpkg-shlibdeps, file and readelf find the packages' dependencies

@@ -5,6 +5,7 @@ free loopback port, with certificates made by tests/support/make_certs.sh)."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import pathlib
 import shutil
@@ -34,6 +35,18 @@ class ServerTls:
     def __init__(self, certificates: Certificates, name: str = "server",
                  auth_clients: bool = False) -> None:
         self.args = certificates.server_args(name, auth_clients)
+
+
+def http_get(url: str, timeout: float = 5) -> tuple[int, "http.client.HTTPMessage", bytes]:
+    """A GET's status, headers and body, whatever the status (urllib raises for 4xx)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.headers, refused.read()
 
 
 def free_port() -> int:
