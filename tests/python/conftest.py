@@ -37,7 +37,7 @@ class ServerTls:
         self.args = certificates.server_args(name, auth_clients)
 
 
-def http_get(url: str, timeout: float = 5) -> tuple[int, "http.client.HTTPMessage", bytes]:
+def http_get(url: str, timeout: float = 30) -> tuple[int, "http.client.HTTPMessage", bytes]:
     """A GET's status, headers and body, whatever the status (urllib raises for 4xx)."""
     import urllib.error
     import urllib.request

@@ -193,6 +193,23 @@ def test_key_and_cost(engine):
     assert refused.json()["error"] == "cost exceeds limit"
 
 
+def test_limits_chosen_per_request(engine):
+    app = installed_app(engine)
+    plans = {"free": "1/minute", "open": []}
+
+    @app.get("/", dependencies=[Depends(limit(
+        lambda request: plans.get(request.query_params.get("tier", ""))))])
+    async def index(request: Request) -> dict:
+        return {"limited": getattr(request.state, "ratewin", None) is not None}
+
+    client = TestClient(app)
+    assert statuses(client, "/?tier=free", "/?tier=free") == [200, 429]
+    assert statuses(client, "/", "/") == [200, 200], "None: not limited"
+    open_ = client.get("/?tier=open")
+    assert open_.status_code == 200, "[]: not limited"
+    assert open_.json() == {"limited": False} and "X-RateLimit-Limit" not in open_.headers
+
+
 def test_headers_on_allowed_and_refused_responses(engine):
     app = installed_app(engine)
 
@@ -242,6 +259,39 @@ def test_the_fewest_remaining_is_shown_and_a_refusal_gives_back_the_others(engin
     # The refused requests took nothing from the 5/minute count: two counted, and this
     # one, leave 2 (4 counted without the refunds would leave 0).
     assert client.get("/five").headers["X-RateLimit-Remaining"] == "2"
+
+
+def test_a_limit_function_that_raises_gives_back_the_earlier_counts(engine):
+    app = FastAPI()
+    limiter = ratewin.fastapi.install(app, engine)
+    broken = {"on": True}
+
+    def cost(request: Request) -> int:
+        if broken["on"]:
+            raise RuntimeError("no cost")
+        return 1
+
+    def key(request: Request) -> str:
+        if broken["on"]:
+            raise RuntimeError("no key")
+        return "k"
+
+    @app.get("/dependency", dependencies=[Depends(limit("2/minute", scope="s")),
+                                          Depends(limit("9/minute", cost=cost))])
+    async def dependency(request: Request) -> dict:
+        return {"remaining": request.state.ratewin.remaining}
+
+    @app.get("/decorator")
+    @limiter.shared_limit("2/minute", scope="s")
+    @limiter.limit("9/minute", key=key)
+    async def decorator(request: Request) -> dict:
+        return {"remaining": request.state.ratewin.remaining}
+
+    client = TestClient(app, raise_server_exceptions=False)
+    assert statuses(client, "/dependency", "/decorator", "/dependency") == [500] * 3
+    broken["on"] = False
+    assert client.get("/dependency").json() == {"remaining": 1}, "nothing kept by the 500s"
+    assert statuses(client, "/decorator", "/dependency") == [200, 429]
 
 
 def test_router_dependencies_count_per_route(engine):
@@ -383,6 +433,48 @@ def test_degraded_decisions_are_marked():
         assert refused.headers["X-RateLimit-Policy"] == "degraded"
 
 
+def test_a_degraded_decision_is_marked_when_another_is_shown(engine):
+    # The decision shown (fewest units left) was made with the shared store; another one
+    # on the same request was not: the headers still say the request was decided degraded.
+    with ratewin.Engine("redis://127.0.0.1:1", connect_timeout=0.05,
+                        command_timeout=0.05) as down:
+        app = FastAPI()
+        limiter = ratewin.fastapi.install(app, engine)
+        degraded = Depends(limit("100/minute", engine=down))
+        healthy = Depends(limit("3/minute"))
+
+        @app.get("/first", dependencies=[degraded, healthy])
+        async def first() -> dict:
+            return {}
+
+        @app.get("/last", dependencies=[healthy, degraded])
+        async def last() -> dict:
+            return {}
+
+        @app.get("/decorated", dependencies=[Depends(limit("100/minute", engine=down))])
+        @limiter.limit("3/minute")
+        async def decorated(request: Request) -> dict:
+            return {}
+
+        @app.get("/refused", dependencies=[degraded])
+        @limiter.limit("1/minute")
+        async def refused(request: Request) -> dict:
+            return {}
+
+        client = TestClient(app)
+        for path in ("/first", "/last", "/decorated"):
+            ok = client.get(path)
+            assert ok.status_code == 200, path
+            assert ok.headers["X-RateLimit-Remaining"] == "2", path
+            assert ok.headers["X-RateLimit-Policy"] == "degraded", path
+            assert ok.headers["RateLimit"].startswith('"3/60s";r=2;'), path
+            assert ok.headers["RateLimit"].endswith(";degraded"), path
+        assert client.get("/refused").status_code == 200
+        no = client.get("/refused")
+        assert no.status_code == 429 and no.headers["X-RateLimit-Remaining"] == "0"
+        assert no.headers["X-RateLimit-Policy"] == "degraded"
+
+
 # --- The decorator ------------------------------------------------------------------------
 
 def slowapi_app(limiter: Limiter) -> FastAPI:
@@ -470,6 +562,26 @@ def test_stacked_decorators_show_the_fewest_remaining(engine):
     assert statuses(client, "/", "/") == [200, 429]
 
 
+def test_a_returned_response_gets_a_dependencys_decision_when_it_is_shown(engine):
+    # The dependency's decision (fewer units left) is the one shown; the endpoint returns
+    # a Response of its own, which the decorator gives the headers of the decision shown.
+    limiter = Limiter(engine=engine)
+    app = slowapi_app(limiter)
+
+    @app.get("/", dependencies=[Depends(limiter.depends("2/minute"))])
+    @limiter.limit("5/minute")
+    async def index(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("own")
+
+    client = TestClient(app)
+    first = client.get("/")
+    assert first.status_code == 200 and first.text == "own"
+    assert first.headers["X-RateLimit-Limit"] == "2"
+    assert first.headers["X-RateLimit-Remaining"] == "1"
+    assert first.headers["RateLimit"].startswith('"2/60s";r=1;')
+    assert statuses(client, "/", "/") == [200, 429]
+
+
 def test_decorator_needs_the_request():
     limiter = Limiter(engine=ratewin.Engine())
     with pytest.raises(TypeError, match="request: Request"):
@@ -517,6 +629,22 @@ def test_default_limits_and_exempt(engine):
     assert [client.get("/own").headers["X-RateLimit-Limit"] for _ in range(3)] == ["5"] * 3
     assert [client.get("/dep").headers["X-RateLimit-Limit"] for _ in range(3)] == ["5"] * 3
     assert client.get("/missing").status_code == 404
+
+
+def test_limiter_middleware_added_twice_counts_once(engine):
+    # install(default_limits=...) adds LimiterMiddleware; a slowapi habit adds it again.
+    app = installed_app(engine, default_limits="2/minute")
+    app.add_middleware(LimiterMiddleware)
+
+    @app.get("/")
+    async def index(request: Request) -> dict:
+        return {"remaining": request.state.ratewin.remaining}
+
+    client = TestClient(app)
+    first = client.get("/")
+    assert first.json() == {"remaining": 1}
+    assert first.headers.get_list("X-RateLimit-Remaining") == ["1"]
+    assert statuses(client, "/", "/") == [200, 429]
 
 
 def test_plain_starlette(engine):

@@ -169,6 +169,7 @@ def test_limits_chosen_per_request_count_per_path_unless_a_scope_name_joins_them
     assert [call(app, "/a")[0][:3] for _ in range(4)] == ["200", "200", "200", "429"]
     assert [call(app, "/b")[0][:3] for _ in range(2)] == ["200", "200"]
     assert call(app, "/c")[0] == "200 OK"  # None: unlimited
+    assert call(RateLimitMiddleware(hello, engine, lambda e: []), "/c")[0] == "200 OK"  # so is []
     # A scope name joins them, wherever they are chosen.
     shared = ratewin.parse("3/minute", scope="reports")
     joined = RateLimitMiddleware(hello, engine, lambda e: shared, key=lambda e: "joined")

@@ -220,8 +220,8 @@ class RequestLimits:
             limits = self.fixed
         else:
             chosen = self.limit(request)  # type: ignore[operator]
-            if chosen is None:
-                return None
+            if chosen is None or (isinstance(chosen, (list, tuple)) and not chosen):
+                return None  # no limit this time
             limits = as_limits(chosen)
         client = self.key(request)
         if client is None:

@@ -57,20 +57,25 @@ class RateLimitMiddleware(Middleware[ASGIApp, Scope]):
     (``"10/second; 1000/day"``, see ratewin.parse_many), or a list of them, all counted
     at once (a request is admitted only if every limit admits it, and a refused one
     counts against none); or a function ``(scope) -> limits | None`` that picks them per
-    request; None leaves the request unlimited. Two different limits never share counts,
-    so per-route limits stay apart.
+    request; None (or an empty list) leaves the request
+    unlimited.
 
     ``key(scope)`` names the client (None: unlimited). The default is the peer address;
     a request without one (``uvicorn --uds``: ``scope["client"]`` is None) shares one
     count with all such requests, and a warning is logged once on the ``ratewin``
     logger. ``cost(scope)`` gives the units a request takes (default 1).
 
-    ``per_path`` splits a client's count: ``False`` (the default) gives a client one count
-    for the whole application; a function ``(scope) -> str | None`` gives one count per
-    value it returns (a route name, an API group; None: the client's plain count);
-    ``True`` gives one count per request path, which suits only applications with a
-    fixed set of paths: where paths carry ids (``/users/42``) a client escapes the limit
-    by varying them, and fills the engine with limiters that crowd out other clients'.
+    ``per_path`` says where a client's limits count apart. ``None`` (the default): a
+    limit given here is one count for the whole application, and a limit chosen by a
+    function counts per request path (equal limits chosen for two routes count apart);
+    ``False``: one count per client, whatever the function chooses (tiers by key);
+    ``True``: every limit per request path; a function ``(scope) -> str | None``: per
+    the value it returns (a route name, an API group; None: the client's plain count).
+    A limit with a scope name (``ratewin.parse("3/minute", scope="reports")``) counts in
+    that scope in every case: limits named alike share one count per client. Counting
+    per raw path suits only a fixed set of paths: where paths carry ids (``/users/42``)
+    a client escapes the limit by varying them, and fills the engine with limiters that
+    crowd out other clients'; name a scope, or return the route from ``per_path``.
 
     ``headers``, ``reset`` and ``on_reject(scope, decisions, limits)`` are as in
     ratewin.wsgi.RateLimitMiddleware. Stacked, an outer ratewin middleware gives its count

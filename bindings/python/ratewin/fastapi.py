@@ -100,6 +100,15 @@ _EXEMPT = "__ratewin_exempt__"
 # Where the decision made for this request so far is kept: request.state.ratewin; the
 # charges admitted so far, given back if a later limit refuses the request.
 _CHARGES = "ratewin_charges"
+# On request.state: whether any decision on the request was degraded; what words the
+# headers of the decision shown, and the Response a limit() dependency set them on.
+_DEGRADED = "ratewin_degraded"
+_SHOWN_ON = "ratewin_shown_on"
+# In the scope: the Limiter whose default limits a LimiterMiddleware applied to the
+# request (a second LimiterMiddleware of the same Limiter leaves it alone).
+_DEFAULTS_APPLIED = "ratewin.fastapi.defaults"
+# What words a decision's headers, given whether any decision on the request was degraded.
+_Render = Callable[[bool], List[Tuple[str, str]]]
 
 # Requests without a peer address (uvicorn --uds): one count, and a warning once.
 _unknown_client = UnknownClient()
@@ -257,8 +266,8 @@ class _Rule:
             limits = self.fixed
         else:
             chosen = cast(Callable[[Request], Optional[Limits]], self.value)(request)
-            if chosen is None:
-                return None
+            if chosen is None or (isinstance(chosen, (list, tuple)) and not chosen):
+                return None  # none, or no limits at all: not limited this time
             limits = as_limits(chosen)
         own_key = self.key is not None
         client = (self.key or key)(request)
@@ -286,25 +295,38 @@ class _Rule:
         return Charge(client, counted, cost, limits)
 
     async def decide(self, request: Request, engine: Engine, key: KeyFunc, fallback: bool,
-                     responder: Responder) -> Optional[Tuple[RequestLimit,
-                                                             List[Tuple[str, str]]]]:
-        """Decides the request: its RequestLimit and headers, or None when not limited.
+                     responder: Responder) -> Optional[Tuple[RequestLimit, _Render]]:
+        """Decides the request: its RequestLimit and what words its headers (given
+        whether any decision on the request was degraded), or None when not limited.
         Raises RateLimitExceeded when refused, after giving back what the request's
         earlier limits admitted."""
-        charge = self.charge(request, key, fallback)
-        if charge is None:
-            return None
-        decisions: Decisions = await charge.try_acquire_async(engine)
-        headers = responder.headers(decisions, charge.shown)
-        decided = RequestLimit.of(decisions, charge.shown)
+        try:
+            charge = self.charge(request, key, fallback)
+            if charge is None:
+                return None
+            decisions: Decisions = await charge.try_acquire_async(engine)
+        except BaseException:
+            # A key, cost or limit function raised (or the engine did): all or nothing,
+            # as with a refusal, for what the request's earlier limits admitted.
+            _give_back(request)
+            raise
         state = request.state
+        if decisions.degraded:
+            setattr(state, _DEGRADED, True)
+        shown = charge.shown
+
+        def render(degraded: bool) -> List[Tuple[str, str]]:
+            return responder.headers(decisions, shown, degraded=degraded or None)
+
+        decided = RequestLimit.of(decisions, shown)
         if not decisions.allowed:
+            headers = render(_degraded(request))
             _refused(request)
             state.ratewin = decided
-            answer = responder.refusal(request, decisions, charge.shown, charge.cost)
+            answer = responder.refusal(request, decisions, shown, charge.cost)
             raise RateLimitExceeded(decided, answer, headers)
         _admitted(request, engine, charge)
-        return decided, headers
+        return decided, render
 
 
 def _admitted(request: Request, engine: Engine, charge: Charge) -> Tuple[Engine, Charge]:
@@ -321,10 +343,15 @@ def _admitted(request: Request, engine: Engine, charge: Charge) -> Tuple[Engine,
 def _refused(request: Request) -> None:
     """Gives back what the request's earlier limits admitted, and marks it refused, so
     that an outer ratewin.asgi middleware gives its own count back too."""
+    request.scope[REFUSED_MARK] = True
+    _give_back(request)
+
+
+def _give_back(request: Request) -> None:
+    """Gives back what the request's limits admitted so far."""
     state = request.state
     charges = getattr(state, _CHARGES, [])
     setattr(state, _CHARGES, [])
-    request.scope[REFUSED_MARK] = True
     for engine, charge in charges:
         charge.refund(engine)
 
@@ -337,6 +364,21 @@ def _shown(request: Request, decided: RequestLimit) -> bool:
         return False
     request.state.ratewin = decided
     return True
+
+
+def _degraded(request: Request) -> bool:
+    """Whether any decision on the request was degraded (the headers shown say so, even
+    when the decision they show was not)."""
+    return bool(getattr(request.state, _DEGRADED, False))
+
+
+def _mark_degraded(request: Request) -> None:
+    """A decision not shown was degraded: the headers a limit() dependency set on its
+    Response for the decision shown now say so."""
+    shown_on = getattr(request.state, _SHOWN_ON, None)
+    if shown_on is not None and shown_on[0] is not None and _degraded(request):
+        response, render = shown_on
+        _set_headers(response, render(True))
 
 
 def _set_headers(response: Response, headers: Sequence[Tuple[str, str]]) -> None:
@@ -412,9 +454,12 @@ def _dependency(rule: "_Rule", engine: Optional[Engine], limiter: Optional["Limi
             decided = await (limiter or _limiter_of(request))._decide(request, rule)
         if decided is None:
             return None
-        request_limit, rate_headers = decided
+        request_limit, render = decided
         if _shown(request, request_limit):
-            _set_headers(response, rate_headers)
+            setattr(request.state, _SHOWN_ON, (response, render))
+            _set_headers(response, render(_degraded(request)))
+        else:
+            _mark_degraded(request)
         return request_limit
 
     setattr(ratewin_limit, _LIMITED, True)
@@ -565,7 +610,7 @@ class Limiter:
         return _dependency(rule, None, self, f"Limiter.depends({value!r})")
 
     async def _decide(self, request: Request, rule: _Rule
-                      ) -> Optional[Tuple[RequestLimit, List[Tuple[str, str]]]]:
+                      ) -> Optional[Tuple[RequestLimit, _Render]]:
         if not self.enabled:
             return None
         return await rule.decide(request, self.engine, self.key, self.fallback,
@@ -588,17 +633,22 @@ class Limiter:
                                                 else kwargs.get(response_name))
             decided = await limiter._decide(request, rule)
             if decided is not None:
-                _shown(request, decided[0])
+                if _shown(request, decided[0]):
+                    setattr(request.state, _SHOWN_ON, (None, decided[1]))
+                else:
+                    _mark_degraded(request)
             if is_async:
                 result = await func(*args, **kwargs)
             else:  # as Starlette and FastAPI run a plain function: on a thread
                 result = await run_in_threadpool(func, *args, **kwargs)
-            # Stacked decorators: the headers are those of the decision shown, which an
-            # inner one may have replaced.
-            if decided is not None and getattr(request.state, "ratewin", None) is decided[0]:
+            # The headers are those of the decision shown: this one's, an inner
+            # decorator's, or a limit() dependency's (whose own headers a returned
+            # Response would not get).
+            shown_on = getattr(request.state, _SHOWN_ON, None)
+            if decided is not None and shown_on is not None:
                 target = result if isinstance(result, Response) else sub_response
                 if target is not None:
-                    _set_headers(target, decided[1])
+                    _set_headers(target, shown_on[1](_degraded(request)))
             return result
 
         # FastAPI reads this signature (functools.wraps would point it at func's, through
@@ -699,9 +749,11 @@ class LimiterMiddleware:
         application = scope.get("app")
         limiter = getattr(getattr(application, "state", None), "limiter", None)
         if (application is None or not isinstance(limiter, Limiter)
-                or limiter.default_rule is None):
+                or limiter.default_rule is None or scope.get(_DEFAULTS_APPLIED) is limiter):
             await self.app(scope, receive, send)
             return
+        # Added twice (install(default_limits=...) and add_middleware): counted once.
+        scope[_DEFAULTS_APPLIED] = limiter
         matched = _match(application.router.routes, scope, "")
         if matched is None or self._skipped(matched[1]):
             await self.app(scope, receive, send)

@@ -116,10 +116,13 @@ class _Group(NamedTuple):
             return self.limits
         assert self.choose is not None
         chosen = self.choose()
-        return None if chosen is None else as_limits(chosen)
+        # None, or no limits at all (an empty list): not limited this time.
+        return None if chosen is None or _empty(chosen) else as_limits(chosen)
 
     def applies(self, method: str) -> bool:
-        if self.methods is not None and method not in self.methods:
+        # Flask answers HEAD with the GET view: a limit on GET holds for HEAD too.
+        if (self.methods is not None and method not in self.methods
+                and not (method == "HEAD" and "GET" in self.methods)):
             return False
         return not (self.exempt_when is not None and self.exempt_when())
 
@@ -134,7 +137,9 @@ class _Group(NamedTuple):
             # Route decorators, blueprint limits and defaults of one route count apart
             # from one another, so that equal limits in two of them are two counts.
             where = f"flask route {endpoint}\n{self.kind}"
-        return f"{where}\n{method}" if self.per_method else where
+        if not self.per_method:
+            return where
+        return f"{where}\n{'GET' if method == 'HEAD' else method}"  # HEAD is GET's view
 
 
 def _group(kind: str, limit: LimitChoice, key: Optional[KeyFunction], cost: Cost,
@@ -404,14 +409,16 @@ class Limiter:
         if _STATE_KEY not in environ:
             flask.g.pop("ratewin", None)  # the app context may outlive a request
         endpoint = flask.request.endpoint
-        if not self.enabled or not endpoint or endpoint.rsplit(".", 1)[-1] == "static":
+        if not self.enabled or not endpoint or _serves_static_files(endpoint):
             return
         admitted: list[tuple[Charge, Decisions]] = []
         try:
             for charge in self._charges(endpoint):
                 decisions = charge.try_acquire(self.engine)
                 if not decisions.allowed:
-                    self._refuse(charge, decisions)
+                    # Marked degraded if any decision on the request was.
+                    self._refuse(charge, decisions, decisions.degraded
+                                 or any(d.degraded for _, d in admitted))
                 admitted.append((charge, decisions))
         except BaseException:
             # Refused (RateLimitExceeded), or a later charge failed (the engine closed, a
@@ -429,8 +436,8 @@ class Limiter:
         environ[_STATE_KEY] = _State(headers)
         flask.g.ratewin = RequestLimit.of(decisions, charge.shown)
 
-    def _refuse(self, charge: Charge, decisions: Decisions) -> None:
-        headers = self.responder.headers(decisions, charge.shown)
+    def _refuse(self, charge: Charge, decisions: Decisions, degraded: bool) -> None:
+        headers = self.responder.headers(decisions, charge.shown, degraded=degraded)
         environ = flask.request.environ
         environ[_STATE_KEY] = _State(headers)
         # An outer ratewin.wsgi middleware gives its count back and leaves these headers.
@@ -454,6 +461,18 @@ class Limiter:
 
     def __repr__(self) -> str:
         return f"<ratewin.flask.Limiter engine={self.engine!r}>"
+
+
+def _serves_static_files(endpoint: str) -> bool:
+    """Whether `endpoint` is the static files route of the application or of a blueprint
+    (not a view of the application's own that happens to be named "static")."""
+    owner_name, _, name = endpoint.rpartition(".")
+    if name != "static":
+        return False
+    app = flask.current_app
+    owner: Optional[Union[flask.Flask, flask.Blueprint]] = (
+        app.blueprints.get(owner_name) if owner_name else app)
+    return owner is not None and owner.has_static_folder
 
 
 def _empty(limits: LimitChoice) -> bool:
