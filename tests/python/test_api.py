@@ -232,7 +232,7 @@ def test_resources_by_name_bytes_or_id_share_counts(engine):
         engine.try_acquire(3.0, limit)
     with pytest.raises(ValueError, match="limit: cannot read 'not a limit' as a limit"):
         engine.try_acquire("x", "not a limit")
-    with pytest.raises(TypeError, match="limit must be a ratewin.Limit or a limit string"):
+    with pytest.raises(TypeError, match="limit must be a ratewin.Limit, a limit string"):
         engine.try_acquire("x", 3)
 
 

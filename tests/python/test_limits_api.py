@@ -3,6 +3,7 @@ reset and refund: the everyday patterns of limits / flask-limiter users."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -419,6 +420,44 @@ def test_try_acquire_all_takes_any_iterable_and_refuses_nonsense(engine):
         engine.try_acquire_all("k", ["5/second", "1/fortnight"])
     over = engine.try_acquire_all("k", [ratewin.Limit(2, per=1)], cost=3)
     assert not over and over.retry_after == math.inf
+
+
+def test_every_method_taking_a_limit_takes_limit_strings(engine):
+    """One input language: strings wherever a Limit is taken, several where several can
+    be (all or nothing, as try_acquire_all)."""
+    assert engine.try_acquire("s", "3/minute").remaining == 2
+    assert engine.try_acquire("s", ratewin.parse("3/minute")).remaining == 1  # the same
+    # Several at once: all or nothing; the Decision shown is the outcome's.
+    got = [engine.try_acquire("m", "2/second; 5/day") for _ in range(3)]
+    assert [bool(d) for d in got] == [True, True, False]
+    assert got[2].limit == 2
+    assert engine.try_acquire("m", ["5/day"], 0).remaining == 3  # the refused one: not counted
+    assert engine.try_acquire_all("m", "5/day", 0).decision.remaining == 3
+    # refund and reset under several: each of them.
+    assert engine.refund("m", "2/second; 5/day", 1) == 1
+    assert engine.try_acquire("m", "5/day", 0).remaining == 4
+    assert engine.reset("m", ["2/second", ratewin.parse("5/day")]) is True
+    assert engine.try_acquire("m", "5/day", 0).remaining == 5
+    with engine.limiter("h", "2/minute") as handle:
+        assert handle.try_acquire().remaining == 1
+    assert engine.capacity("2/minute") == engine.capacity(ratewin.parse("2/minute"))
+    assert engine.acquire("w", "1/minute", timeout=0).allowed
+    assert not engine.acquire("w", "1/minute", timeout=0)
+
+    async def waited():
+        first = await engine.try_acquire_async("a", "1/minute; 10/day")
+        second = await engine.acquire_async("a", "1/minute; 10/day", timeout=0)
+        return first, second
+
+    first, second = asyncio.run(waited())
+    assert first and not second
+    # What is not one limit says so, where only one can be.
+    with pytest.raises(ValueError, match="limit: .* names 2 limits; this call takes one"):
+        engine.limiter("h", "1/second; 2/day")
+    with pytest.raises(ValueError, match="limit: unknown unit 'fortnight'"):
+        engine.try_acquire("s", "1/fortnight")
+    with pytest.raises(TypeError, match="limit must be a ratewin.Limit or a limit string"):
+        engine.capacity(60)  # type: ignore[arg-type]
 
 
 # ---- reset and refund -------------------------------------------------------------------

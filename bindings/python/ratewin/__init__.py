@@ -12,8 +12,8 @@ written to Redis synchronously, and rejections never touch the network.
         ...  # answer 429 with decision.headers()
 
 Limits from strings: ``ratewin.parse("10/second")``, ``ratewin.parse_many("10/second;
-1000/day")``; every method that takes a Limit also takes a limit string (and those taking
-several, a list of either). Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
+1000/day")``; every method that takes a Limit also takes a limit string, and most take
+several (a string of several or a list, decided all or nothing). Web applications: see ``ratewin.wsgi`` and ``ratewin.asgi``.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Deque, Dict, Hashable, Optional, Sequence, Union
 
-from ._ratewin import Decision, Decisions, Engine, Limit, _limit, _limits
+from ._ratewin import Decision, Decisions, Engine, Limit, _limits
 
 if TYPE_CHECKING:
-    from ._ratewin import LimitArg, LimitsArg
+    from ._ratewin import LimitsArg
 
 Resource = Union[str, bytes, int]
 
@@ -63,11 +63,11 @@ async def try_acquire_all_async(self: Engine, resource: Resource, limits: Limits
     return await future
 
 
-async def try_acquire_async(self: Engine, resource: Resource, limit: LimitArg,
+async def try_acquire_async(self: Engine, resource: Resource, limit: LimitsArg,
                             cost: int = 1) -> Decision:
     """Engine.try_acquire, awaited on the running asyncio loop (see
     try_acquire_all_async)."""
-    return (await try_acquire_all_async(self, resource, (_limit(limit),), cost)).decision
+    return (await try_acquire_all_async(self, resource, _limits(limit), cost)).decision
 
 
 class _Line:
@@ -144,7 +144,7 @@ def _wait_for(d: Decisions, deadline: Optional[float]) -> Optional[float]:
     return wait
 
 
-def acquire(self: Engine, resource: Resource, limit: LimitArg, cost: int = 1,
+def acquire(self: Engine, resource: Resource, limit: LimitsArg, cost: int = 1,
             timeout: Optional[float] = None) -> Decision:
     """Waits until `cost` units of `resource` fit in `limit` and counts them, or until
     `timeout` seconds pass (None: as long as it takes). Returns the Decision: allowed,
@@ -152,7 +152,7 @@ def acquire(self: Engine, resource: Resource, limit: LimitArg, cost: int = 1,
     can never pass (its cost exceeds max). Blocks the calling thread; the GIL is free
     while it sleeps. Waiters on the same resource and limit are served in turn: only the
     first polls."""
-    return acquire_all(self, resource, (_limit(limit),), cost, timeout).decision
+    return acquire_all(self, resource, _limits(limit), cost, timeout).decision
 
 
 def acquire_all(self: Engine, resource: Resource, limits: LimitsArg, cost: int = 1,
@@ -191,11 +191,11 @@ def acquire_all(self: Engine, resource: Resource, limits: LimitsArg, cost: int =
             _wake(following)
 
 
-async def acquire_async(self: Engine, resource: Resource, limit: LimitArg, cost: int = 1,
+async def acquire_async(self: Engine, resource: Resource, limit: LimitsArg, cost: int = 1,
                         timeout: Optional[float] = None) -> Decision:
     """acquire(), awaited on the running asyncio loop: waits with asyncio.sleep and
     decides with try_acquire_async, so the loop keeps serving."""
-    return (await acquire_all_async(self, resource, (_limit(limit),), cost, timeout)).decision
+    return (await acquire_all_async(self, resource, _limits(limit), cost, timeout)).decision
 
 
 async def acquire_all_async(self: Engine, resource: Resource, limits: LimitsArg,

@@ -1,5 +1,6 @@
 #include <pybind11/functional.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -27,12 +28,14 @@ const char* level_name(LogLevel level) {
   return "error";
 }
 
-// The acquisitions of one resource under several limits (see to_limits).
-std::vector<Acquisition> acquisitions(py::handle resource, py::handle limits, py::handle cost) {
+// The acquisitions of one resource under several limits (see to_limits; `what` names the
+// argument).
+std::vector<Acquisition> acquisitions(py::handle resource, py::handle limits, py::handle cost,
+                                      const char* what = "limits") {
   const std::uint64_t id = to_resource(resource);
   const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
   std::vector<Acquisition> items;
-  for (const Limit& l : to_limits(limits, "limits")) items.push_back({id, l, units});
+  for (const Limit& l : to_limits(limits, what)) items.push_back({id, l, units});
   return items;
 }
 
@@ -93,12 +96,24 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return object_;
   }
 
-  Decision try_acquire(ResourceArg resource, LimitArg limit_arg, IntArg cost) const {
-    const std::uint64_t id = to_resource(resource);
-    const Limit limit = to_limit(limit_arg, "limit");
-    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+  // One limit, or several at once (all or nothing, as try_acquire_all): the Decision that
+  // describes the outcome.
+  Decision try_acquire(ResourceArg resource, LimitsArg limits, IntArg cost) const {
+    if (py::isinstance<Limit>(limits)) {  // (the common case, without a vector)
+      const std::uint64_t id = to_resource(resource);
+      const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+      const Limit& limit = limits.cast<const Limit&>();
+      const std::shared_ptr<Engine> e = engine();
+      return without_gil([&] { return e->try_acquire(id, limit, units); });
+    }
+    const std::vector<Acquisition> items = acquisitions(resource, limits, cost, "limit");
     const std::shared_ptr<Engine> e = engine();
-    return without_gil([&] { return e->try_acquire(id, limit, units); });
+    if (items.size() == 1) {
+      return without_gil([&] { return e->try_acquire(items[0].resource, items[0].limit, items[0].cost); });
+    }
+    std::vector<Decision> out(items.size());
+    const std::size_t refused = without_gil([&] { return e->try_acquire_all(items, out); });
+    return decisions_of(refused, out).shown();
   }
 
   Stats stats() const {
@@ -110,19 +125,26 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return engine()->capacity(to_limit(limit, "limit"));
   }
 
-  bool reset(ResourceArg resource, LimitArg limit_arg) const {
-    const std::uint64_t id = to_resource(resource);
-    const Limit limit = to_limit(limit_arg, "limit");
+  // Each of the limits; true when Redis confirmed every one.
+  bool reset(ResourceArg resource, LimitsArg limits) const {
+    const std::vector<Acquisition> items = acquisitions(resource, limits, py::int_(0), "limit");
     const std::shared_ptr<Engine> e = engine();
-    return without_gil([&] { return e->reset(id, limit); });
+    return without_gil([&] {
+      bool all = true;
+      for (const Acquisition& a : items) all = e->reset(a.resource, a.limit) && all;
+      return all;
+    });
   }
 
-  std::uint64_t refund(ResourceArg resource, LimitArg limit_arg, IntArg cost) const {
-    const std::uint64_t id = to_resource(resource);
-    const Limit limit = to_limit(limit_arg, "limit");
-    const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
+  // Up to `cost` under each of the limits; the least given back under any of them.
+  std::uint64_t refund(ResourceArg resource, LimitsArg limits, IntArg cost) const {
+    const std::vector<Acquisition> items = acquisitions(resource, limits, cost, "limit");
     const std::shared_ptr<Engine> e = engine();
-    return without_gil([&] { return e->refund(id, limit, units); });
+    return without_gil([&] {
+      std::uint64_t least = UINT64_MAX;
+      for (const Acquisition& a : items) least = std::min(least, e->refund(a.resource, a.limit, a.cost));
+      return least;
+    });
   }
 
   Decisions try_acquire_all(ResourceArg resource, LimitsArg limits, IntArg cost) const {
@@ -329,7 +351,9 @@ void init_engine(py::module_& m) {
            py::arg("cost") = 1,
            "Decides whether `cost` units of `resource` (a str, bytes or an int id) fit in "
            "`limit` (a Limit, or a limit string such as '10/second', as ratewin.parse reads "
-           "it; every method taking a limit takes either) now, and counts them if they do. cost=0 asks without counting. Returns a "
+           "it; every method taking a limit takes either) now, and counts them if they do. "
+           "Several limits ('10/second; 1000/day', or a list) are decided all or nothing, as "
+           "try_acquire_all does; the Decision returned is the one that describes the outcome. cost=0 asks without counting. Returns a "
            "Decision. A rejection never touches the network; an admission with Redis makes "
            "one round trip, bounded by command_timeout. Raises ClosedError after close().")
       .def(
@@ -341,14 +365,16 @@ void init_engine(py::module_& m) {
           "A Limiter: `resource` under `limit`, held (never evicted) while the Limiter is "
           "open, without the lookup on every call.")
       .def("reset", &PyEngine::reset, py::arg("resource"), py::arg("limit"),
-           "Forgets what `resource` counted under `limit` (and every limit of its scope and "
-           "window): the shared counts in Redis and this engine's own. Returns False when "
+           "Forgets what `resource` counted under `limit` (a Limit, a limit string, or "
+           "several: each of them; and every limit of its scope and window): the shared counts in Redis and this engine's own. Returns False when "
            "Redis could not be reached (this engine's counts are gone all the same). Other "
            "engines keep what they had already read until it leaves their window.")
       .def("refund", &PyEngine::refund, py::arg("resource"), py::arg("limit"),
            py::arg("cost") = 1,
-           "Gives back up to `cost` units counted for `resource` under `limit`, newest first, "
-           "in Redis and in this engine; never below zero. Returns the units given back.")
+           "Gives back up to `cost` units counted for `resource` under `limit` (a Limit, a "
+           "limit string, or several: under each), newest first, in Redis and in this engine; "
+           "never below zero. Returns the units given back (with several limits, the least "
+           "given back under any of them).")
       .def("try_acquire_all", &PyEngine::try_acquire_all, py::arg("resource"),
            py::arg("limits"), py::arg("cost") = 1,
            "All or nothing: admits `cost` units of `resource` only if every limit in "

@@ -395,9 +395,6 @@ void init_limit(py::module_& m) {
       "Several limits separated by ';', ',' or '|': '10/second; 1000/day' (each as parse "
       "reads it). Raises ValueError naming the part that is wrong, or if there is none.");
   m.def(
-      "_limit", [](LimitArg value) { return to_limit(value, "limit"); }, py::arg("limit"),
-      "The limit an engine method taking one accepts, as a Limit.");
-  m.def(
       "_limits", [](LimitsArg value) { return to_limits(value, "limits"); }, py::arg("limits"),
       "The limits an engine method taking several accepts, as a list of Limit.");
 }
