@@ -17,12 +17,13 @@ struct Unit {
   std::string_view name;
   std::int64_t seconds;
 };
+constexpr std::int64_t kDay = 86400;
 constexpr std::array<Unit, 6> kUnits{{{"second", 1},
                                       {"minute", 60},
                                       {"hour", 3600},
-                                      {"day", 86400},
-                                      {"month", 30 * 86400},
-                                      {"year", 365 * 86400}}};
+                                      {"day", kDay},
+                                      {"month", 30 * kDay},
+                                      {"year", 365 * kDay}}};
 
 constexpr std::string_view kSpaces = " \t\n\r\f\v";
 constexpr std::string_view kSeparators = ";,|";

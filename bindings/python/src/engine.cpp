@@ -99,10 +99,11 @@ class PyEngine : public Owner<PyEngine, Engine> {
   // One limit, or several at once (all or nothing, as try_acquire_all): the Decision that
   // describes the outcome.
   Decision try_acquire(ResourceArg resource, LimitsArg limits, IntArg cost) const {
-    if (py::isinstance<Limit>(limits)) {  // (the common case, without a vector)
+    // The common case, a Limit object: one type lookup, no vector.
+    if (py::detail::make_caster<Limit> caster; caster.load(limits, false)) {
       const std::uint64_t id = to_resource(resource);
       const std::uint64_t units = to_u64(cost, "cost", 0, UINT64_MAX);
-      const Limit& limit = limits.cast<const Limit&>();
+      const Limit& limit = py::detail::cast_op<const Limit&>(caster);
       const std::shared_ptr<Engine> e = engine();
       return without_gil([&] { return e->try_acquire(id, limit, units); });
     }

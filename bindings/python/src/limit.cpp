@@ -211,7 +211,7 @@ Limit to_limit(py::handle value, const char* what) {
     throw py::value_error(std::string(what) + ": " +
                           py::repr(value).cast<std::string>() + " names " +
                           std::to_string(limits.size()) +
-                          " limits; this call takes one (try_acquire_all takes several)");
+                          " limits; this call takes one (try_acquire and try_acquire_all take several)");
   }
   return limits.front();
 }
