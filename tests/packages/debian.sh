@@ -11,6 +11,9 @@ build="$1" source="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 fail() { echo "packages: $*" >&2; exit 1; }
+# grep -q on a pipe quits at the first match; a producer still writing then dies of
+# SIGPIPE and pipefail fails the line (ldd did, in CI). matches reads all input first.
+matches() { local text; text="$(cat)"; grep -q "$@" <<<"$text"; }
 
 (cd "$build" && cpack -G DEB -B "$work/out") >"$work/cpack.log" 2>&1 ||
   { cat "$work/cpack.log"; fail "cpack failed"; }
@@ -28,23 +31,23 @@ field() { dpkg-deb -f "$1" "$2"; }
 control() { dpkg-deb --ctrl-tarfile "$1" | tar -xO "./$2"; }
 [[ "$(field "$dev" Depends)" == "libratewin$major (= $version),"* ]] ||
   fail "libratewin-dev does not depend on its library's version: $(field "$dev" Depends)"
-field "$lib" Depends | grep -q 'libhiredis' || fail "libratewin$major: no shlibs dependencies"
-field "$server" Depends | grep -q 'libyaml-cpp' || fail "ratewin-server: no shlibs dependencies"
-control "$lib" shlibs | grep -qx "libratewin $major libratewin$major (>= $version)" ||
+field "$lib" Depends | matches 'libhiredis' || fail "libratewin$major: no shlibs dependencies"
+field "$server" Depends | matches 'libyaml-cpp' || fail "ratewin-server: no shlibs dependencies"
+control "$lib" shlibs | matches -x "libratewin $major libratewin$major (>= $version)" ||
   fail "libratewin$major's shlibs: $(control "$lib" shlibs)"
-control "$lib" postinst | grep -q ldconfig || fail "libratewin$major does not run ldconfig"
+control "$lib" postinst | matches ldconfig || fail "libratewin$major does not run ldconfig"
 [[ "$(control "$server" conffiles)" == $'/etc/ratewin/rules.yaml\n/etc/default/ratewin-server' ]] ||
   fail "ratewin-server's conffiles: $(control "$server" conffiles)"
 # What each package holds, and nothing of another's.
-contents() { dpkg-deb -c "$1" | awk '{print $6}' | grep -v '/$' | sed 's#^\./#/#' | sort; }
+contents() { local p; for p in "$@"; do dpkg-deb -c "$p"; done | awk '{print $6}' | grep -v '/$' | sed 's#^\./#/#' | sort; }
 [[ "$(contents "$lib")" == "/usr/lib/libratewin.so.$major"$'\n'"/usr/lib/libratewin.so.$version" ]] ||
   fail "libratewin$major holds: $(contents "$lib")"
-contents "$dev" | grep -qx /usr/lib/libratewin.so || fail "libratewin-dev lacks the link libratewin.so"
-contents "$dev" | grep -qx /usr/include/ratewin.h || fail "libratewin-dev lacks ratewin.h"
-contents "$dev" | grep -qx /usr/lib/pkgconfig/ratewin.pc || fail "libratewin-dev lacks ratewin.pc"
-contents "$server" | grep -qx /usr/lib/systemd/system/ratewin-server.service ||
+contents "$dev" | matches -x /usr/lib/libratewin.so || fail "libratewin-dev lacks the link libratewin.so"
+contents "$dev" | matches -x /usr/include/ratewin.h || fail "libratewin-dev lacks ratewin.h"
+contents "$dev" | matches -x /usr/lib/pkgconfig/ratewin.pc || fail "libratewin-dev lacks ratewin.pc"
+contents "$server" | matches -x /usr/lib/systemd/system/ratewin-server.service ||
   fail "ratewin-server lacks its unit"
-if contents "$dev" "$server" | grep -q 'libratewin\.so\.'; then fail "the library is in two packages"; fi
+if contents "$dev" "$server" | matches 'libratewin\.so\.'; then fail "the library is in two packages"; fi
 
 echo "packages: apt resolves their dependencies (simulated)"
 apt-get install --simulate -qq "$lib" "$dev" "$server" >"$work/apt.log" 2>&1 ||
@@ -62,7 +65,7 @@ examples="$work/examples"
 cmake -S "$source/tests/capi/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$root/usr" \
   -DEXAMPLES="$examples" >/dev/null
 cmake --build "$work/consumer" -j"$(nproc)" >/dev/null
-ldd "$work/consumer/example_c" | grep -q "$root/usr/lib/libratewin.so.$major" ||
+ldd "$work/consumer/example_c" | matches "$root/usr/lib/libratewin.so.$major" ||
   fail "example_c does not use the unpacked library: $(ldd "$work/consumer/example_c")"
 "$work/consumer/example_c" >/dev/null
 "$work/consumer/example_cpp" >/dev/null

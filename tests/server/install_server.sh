@@ -59,7 +59,7 @@ if [[ -n $build ]]; then
     fail "a second install did not put the shipped rules beside the operator's (rules.yaml.dist)"
 fi
 
-"$root$bin" --version | grep -q '^ratewin-server [0-9]' || fail "--version"
+[[ "$("$root$bin" --version)" =~ ^ratewin-server\ [0-9] ]] || fail "--version"
 "$root$bin" check "$root$rules" >"$work/rules.json" 2>/dev/null || fail "check of the installed rules"
 grep -q '"tiers"' "$work/rules.json" || fail "check printed no rules"
 
