@@ -61,6 +61,21 @@ struct TlsOptions {
   bool operator==(const TlsOptions&) const = default;
 };
 
+// How admissions reach the shared store (Options::write_mode).
+enum class WriteMode {
+  // Each admitted request writes its cost to the store and reads the shared window back,
+  // one round trip it waits for; it stands only if the shared counts allow it.
+  sync,
+  // Requests are decided and counted in memory, without waiting on the network; the
+  // engine flushes what it admitted every flush interval, one write per limiter carrying
+  // the sum and reading the shared window back. Between flushes each engine admits at
+  // most its budget: a share of what the window had left at its last flush, divided among
+  // the live engines. The limit may then be exceeded by a bounded amount (README,
+  // "Batched mode"). Only sliding_window and fixed_window limits are batched; the
+  // others keep to sync.
+  batched,
+};
+
 // Engine settings. The Engine constructor checks them and throws std::invalid_argument
 // naming the first one out of range.
 struct Options {
@@ -128,6 +143,15 @@ struct Options {
   // count yet (the store was unreachable from the start): FailurePolicy::local (the
   // default) or FailurePolicy::closed.
   FailurePolicy partitioned_unknown = FailurePolicy::local;
+  // How admissions reach the store (see WriteMode; no effect in local mode), and in
+  // batched mode how often the engine flushes: 0 (the default) chooses per window
+  // geometry, a 40th of the interval, between 10 and 50 ms where the resolution allows
+  // (a 20th of it), never below 1 ms; else between 1 ms and 1 s. Engines sharing a key
+  // prefix should flush at the same interval. Flushes are timed by the system clock: an
+  // engine with another clock (Options::clock, in tests) flushes only when flush() is
+  // called.
+  WriteMode write_mode = WriteMode::sync;
+  std::chrono::milliseconds flush_interval{0};
   // Where the engine reports what happens to its connection (warnings and errors by
   // default go to stderr, prefixed "ratewin: "). Called from the engine's threads.
   std::function<void(LogLevel, std::string_view)> logger;
@@ -223,6 +247,13 @@ class Engine {
   // call and keeps the limiter from being evicted while the handle lives.
   LimiterHandle limiter(std::uint64_t resource, const Limit& limit);
   LimiterHandle limiter(std::string_view resource, const Limit& limit);
+
+  // Batched write mode: writes what this engine admitted and has not yet written, reads
+  // those limiters' shared windows back, and renews their budgets, now rather than at the
+  // next flush interval. False when a write failed (its counts are kept, to be written by
+  // a later flush, while they are still in the window). True at once in sync or local mode.
+  // The destructor flushes too.
+  bool flush();
 
   Stats stats() const;
   // The key in the shared store (Redis) that holds `resource`'s counts under `limit`

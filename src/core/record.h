@@ -96,6 +96,25 @@ struct Activity {
   std::int64_t epoch;
 };
 
+// Batched write mode: counts admitted here and not yet written to the store, summed per
+// limiter and epoch until the engine's next flush (EngineCore::flush). `starved`: a
+// request was refused for want of budget, so the flush reads the limiter back (and
+// renews its budget) even with nothing to write.
+struct PendingWrite {
+  LimiterKey key;
+  std::int64_t epoch = 0;
+  std::uint64_t delta = 0;
+  std::uint64_t max = 0;  // the limit's, and how it trails, for the budget after the merge
+  Trailing trailing = Trailing::interpolated;
+  bool first = false;  // this engine's first write to the limiter in `epoch` (StoreWrite)
+  bool starved = false;
+};
+
+// Words a record carries after its buckets: the store mark with a shared store, and the
+// budget and pending reference in batched write mode.
+inline constexpr std::uint32_t kMarkWords = 1;
+inline constexpr std::uint32_t kBatchedWords = 3;
+
 // Fields a lock-free reader reads are SeqlockFields; pins and the LRU links are touched only
 // under the shard's lock.
 struct Record {
@@ -107,11 +126,11 @@ struct Record {
   std::uint32_t lru_older;  // neighbours in the shard's LRU list (kNoRecord at the ends);
   std::uint32_t lru_newer;  // while the record is free, lru_older links the pool's free list
 
-  // The bytes of a record with `subintervals` buckets, and a store mark (below) when
-  // `marked`.
-  static std::size_t bytes_for(std::uint32_t subintervals, bool marked = false) noexcept {
-    return (sizeof(Record) + sizeof(Bucket) * (subintervals + (marked ? 1U : 0U)) + 7) &
-           ~std::size_t{7};
+  // The bytes of a record with `subintervals` buckets and `words` 4-byte words after
+  // them: none in local mode, the store mark (kMarkWords) with a shared store, and the
+  // two of batched write mode after it (kBatchedWords).
+  static std::size_t bytes_for(std::uint32_t subintervals, std::uint32_t words = 0) noexcept {
+    return (sizeof(Record) + sizeof(Bucket) * (subintervals + words) + 7) & ~std::size_t{7};
   }
   Bucket* buckets() noexcept { return reinterpret_cast<Bucket*>(this + 1); }
   // With a shared store, the word after the buckets says in which epoch this engine last
@@ -121,6 +140,15 @@ struct Record {
   std::uint32_t& store_mark() noexcept {
     return *reinterpret_cast<std::uint32_t*>(buckets() + subintervals);
   }
+  // Batched write mode (Options::write_mode; records of a registry made with
+  // kBatchedWords), after the store mark: the units this engine may still admit before
+  // its next flush's merge renews them; and where the limiter's pending counts are in
+  // its shard's list (Shard::pending): the list's round (low 8 bits) above 24 bits of
+  // index + 1 (0: nowhere). Both written under the lock in a write section, both read
+  // by lock-free readers. With `n` the subintervals of the record's key, as lock-free readers
+  // must not trust the stored geometry.
+  Bucket& budget(std::uint32_t n) noexcept { return buckets()[n + 1]; }
+  Bucket& pending_ref(std::uint32_t n) noexcept { return buckets()[n + 2]; }
   static std::uint32_t mark_of(std::int64_t epoch) noexcept {
     const std::int64_t r = epoch % 0xffffffffLL;
     return static_cast<std::uint32_t>(r < 0 ? r + 0xffffffffLL : r) + 1;

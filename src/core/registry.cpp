@@ -186,11 +186,11 @@ Shard::WriteSection::~WriteSection() {
   if (open_) shard_.version.store(version_ + 2, std::memory_order_release);
 }
 
-void Shard::configure(std::size_t records, std::size_t bytes, bool marked) noexcept {
-  marked_ = marked;
+void Shard::configure(std::size_t records, std::size_t bytes, std::uint32_t words) noexcept {
+  words_ = words;
   // Every record takes at least the smallest record's bytes plus its share of the table
   // (8-byte slots at most 3/4 full): the count bound that the bytes imply.
-  const std::size_t least = Record::bytes_for(1, marked) + 11;
+  const std::size_t least = Record::bytes_for(1, words) + 11;
   capacity_ = std::max<std::size_t>(1, std::min(records, bytes / least));
   max_slots_ = std::max<std::size_t>(8, capacity_ * 4 / 3 + 2);
   budget_ = bytes;
@@ -198,7 +198,7 @@ void Shard::configure(std::size_t records, std::size_t bytes, bool marked) noexc
 
 std::size_t Shard::capacity_for(std::uint32_t subintervals) const noexcept {
   // n records and a table of slots for them (at most 3/4 full, in whole pages).
-  const std::size_t record = Record::bytes_for(subintervals, marked_);
+  const std::size_t record = Record::bytes_for(subintervals, words_);
   // The table's slots for n records: it doubles from 8, at most 3/4 full, up to
   // max_slots_ (n never exceeds capacity_, which max_slots_ holds).
   const auto fits = [&](std::size_t n) {
@@ -230,7 +230,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
     if (found.record->moved_on(now_ns)) touch(found);
     return found;
   }
-  const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
+  const std::size_t bytes = Record::bytes_for(key.subintervals, words_);
   // Back within the bounds (a shard over them because of forced records shrinks as they
   // go), by evicting limiters whose windows are empty, else the lightest live one (its
   // counts kept as a ghost in local mode).
@@ -250,7 +250,11 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->subintervals = static_cast<std::uint16_t>(key.subintervals);
   r->pins = 0;
   r->clear(cold ? 0 : now_ns);
-  if (marked_) r->store_mark() = 0;
+  if (words_ >= kMarkWords) r->store_mark() = 0;
+  if (words_ >= kBatchedWords) {
+    r->budget(key.subintervals) = 0;
+    r->pending_ref(key.subintervals) = 0;
+  }
   try {
     lru_of(*r);  // made now, so that linking it cannot throw
     table_.insert(id, hash, max_slots_);
@@ -374,7 +378,7 @@ void Shard::drop(RecordRef ref) noexcept {
   // A geometry no key has: a reference to this record kept across an unlocked stretch
   // (an admission's write to the store) no longer matches its key.
   r->subintervals = 0;
-  const std::size_t bytes = Record::bytes_for(key.subintervals, marked_);
+  const std::size_t bytes = Record::bytes_for(key.subintervals, words_);
   pool_.deallocate(ref.id, bytes);
   record_bytes_ -= bytes;
 }
@@ -451,7 +455,7 @@ bool Shard::evict_live(const LimiterKey& key, std::int64_t now_ns) {
   // (One whose counts have all left its window by now was empty after all.)
   const bool counts = ghost.weight != 0 && !ghost_expired(ghost, victim_key.resolution_ms,
                                                           victim_key.subintervals, now_ns);
-  if (counts && !marked_) {
+  if (counts && words_ == 0) {
     const auto expired = [&](const Ghost& g) {
       return ghost_expired(g, victim_key.resolution_ms, victim_key.subintervals, now_ns);
     };
@@ -489,8 +493,8 @@ void Shard::revive(Record& r, std::uint64_t hash, std::int64_t now_ns) noexcept 
   }
 }
 
-Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, bool marked)
-    : max_limiters_(max_limiters), max_bytes_(max_bytes), marked_(marked) {
+Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, std::uint32_t words)
+    : max_limiters_(max_limiters), max_bytes_(max_bytes), words_(words) {
   if (max_limiters == 0) throw std::invalid_argument("ratewin: max_limiters must be at least 1");
   if (max_bytes < Shard::kMinBytes)
     throw std::invalid_argument("ratewin: max_memory must be at least 16 KiB");
@@ -506,7 +510,7 @@ Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, bool marked)
     const auto share = [&](std::size_t total) {
       return total / shards + (i < total % shards ? 1 : 0);
     };
-    shards_[i].configure(share(max_limiters), share(max_bytes), marked);
+    shards_[i].configure(share(max_limiters), share(max_bytes), words);
   }
 }
 

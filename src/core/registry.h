@@ -116,8 +116,9 @@ class alignas(64) Shard {
   Shard& operator=(const Shard&) = delete;
 
   // `records`: the most it holds; `bytes`: the memory it may use (at least
-  // kMinBytes); `marked`: its records carry a store mark (Record::store_mark).
-  void configure(std::size_t records, std::size_t bytes, bool marked) noexcept;
+  // kMinBytes); `words`: what its records carry after their buckets (kMarkWords,
+  // kBatchedWords or none).
+  void configure(std::size_t records, std::size_t bytes, std::uint32_t words) noexcept;
   static constexpr std::size_t kMinBytes = std::size_t{16} * 1024;
   // How many limiters of `subintervals` buckets fit, alone, in this shard's bounds.
   std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
@@ -197,6 +198,11 @@ class alignas(64) Shard {
 
   // With a store: limiters used in a new epoch since the store last took them.
   std::vector<Activity> activity;
+  // Batched write mode: counts admitted since the engine's last flush took them, and the
+  // flush round they are for (Record::pending_ref names an entry of this round; read by
+  // lock-free readers, to know whether a budget refusal was noted this round).
+  std::vector<PendingWrite> pending;
+  SeqlockField<std::uint32_t> pending_round{1};
 
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
@@ -248,7 +254,7 @@ class alignas(64) Shard {
   std::size_t budget_ = 0;        // most bytes held
   std::size_t record_bytes_ = 0;  // bytes of the records held
   std::size_t ghost_bytes_ = 0;   // bytes of the ghost tables
-  bool marked_ = false;           // records carry a store mark
+  std::uint32_t words_ = 0;       // what records carry after their buckets
   std::size_t max_slots_ = 0;     // table growth stops here
 
   // Read by every lookup, locked or not; written when they grow.
@@ -260,10 +266,11 @@ class alignas(64) Shard {
 // shards, so the totals never exceed them (forced records aside).
 class Registry {
  public:
-  // `marked`: every record carries a store mark (an engine with a shared store).
-  // max_bytes is at least Shard::kMinBytes.
+  // `words`: what every record carries after its buckets (kMarkWords for an engine with
+  // a shared store, kBatchedWords in batched write mode). max_bytes is at least
+  // Shard::kMinBytes.
   explicit Registry(std::size_t max_limiters, std::size_t max_bytes = std::size_t{1} << 40,
-                    bool marked = false);
+                    std::uint32_t words = 0);
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
@@ -276,13 +283,13 @@ class Registry {
   std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
   // The bytes of one record with `subintervals` buckets here.
   std::size_t record_bytes(std::uint32_t subintervals) const noexcept {
-    return Record::bytes_for(subintervals, marked_);
+    return Record::bytes_for(subintervals, words_);
   }
 
  private:
   std::size_t max_limiters_;
   std::size_t max_bytes_;
-  bool marked_;
+  std::uint32_t words_;
   std::size_t shard_mask_;
   std::unique_ptr<Shard[]> shards_;
 };

@@ -23,10 +23,11 @@ bool Admission::begin(RecordRef known, RecordRef read_ref, std::uint64_t version
   decide_locked(known, read_ref, version);
   if (overflowed_) return false;
   d_.degraded = degraded_;
-  if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false};
+  if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false, batched_};
   // An admission is written to the store (while it is unreachable, add() fails at once
-  // and counts a skipped write). A question (cost 0) about a cold limiter reads it.
-  return engine_.store_ != nullptr && fits_ && d_.allowed && (cost_ != 0 || cold_);
+  // and counts a skipped write), unless batched. A question (cost 0) about a cold limiter
+  // reads it.
+  return engine_.store_ != nullptr && !batched_ && fits_ && d_.allowed && (cost_ != 0 || cold_);
 }
 
 Decision Admission::finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
@@ -71,9 +72,28 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     d_.allowed = true;  // not counted: it did not fit
     d_.retry_after = std::chrono::nanoseconds(0);
   }
+  // Batched: decided here, within this engine's budget. (A cold limiter's admission is
+  // written as in sync mode; while the store is unreachable, the failure policies rule
+  // as in sync mode: nothing is queued.)
+  batched_ = engine_.batched(key_, limit_) && !cold_ && !degraded_ && cost_ != 0;
+  Record& record = *ref_.record;
+  if (batched_ && fits_ && cost_ > record.budget(key_.subintervals)) {
+    // Refused until the next flush renews the budget; noted, so that it does (later
+    // refusals this round are decided without the lock).
+    section.open();
+    engine_.queue(shard_, record, key_, limit_, window.epoch(), 0, true);
+    fits_ = false;
+    d_.allowed = false;
+    d_.remaining = record.budget(key_.subintervals);
+    d_.retry_after = engine_.until_flush(now_);
+  }
   if (fits_ && d_.allowed && cost_ != 0) {
     section.open();
     window.add(cost_);
+    if (batched_) {
+      record.budget(key_.subintervals) -= static_cast<std::uint32_t>(cost_);
+      engine_.queue(shard_, record, key_, limit_, window.epoch(), cost_, false);
+    }
   }
   epoch_ = window.epoch();
   if (store != nullptr && cost_ != 0) {
@@ -241,6 +261,15 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     if (record) {
       for (std::size_t k = 0; k < counts.size(); ++k)
         window.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
+      // Batched: a cold limiter's warm start grants its first budget (without the carry,
+      // which only flushes keep).
+      Decision left;
+      if (engine_.batched(key_, limit_) &&
+          window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
+        double carry = 0;
+        record.record->budget(key_.subintervals) =
+            engine_.grant(left.allowed ? left.remaining : 0, carry);
+      }
     }
     if (cost_ == 0) {
       // A question about a cold limiter: answered from the merged counts.

@@ -18,8 +18,11 @@ namespace ratewin::inline v1::detail {
 //     (and the record it found) is reused when no writer came in between; otherwise the
 //     limiter is looked up again and evaluated again.
 //  2. share(): with no lock held, one round trip to the shared store (the cost added,
-//     the whole shared window read back). Skipped in local mode and for what counted
-//     nothing.
+//     the whole shared window read back). Skipped in local mode, for what counted
+//     nothing, and in batched write mode (EngineCore::batched), where step 1 also keeps
+//     to this engine's budget and adds the cost to the limiter's pending counts, which
+//     the engine's next flush writes (unless the limiter is cold: its first admission is
+//     a warm start, as in sync mode, whose merge grants its first budget).
 //  3. Under the lock again, merges the shared window into the limiter (the same record,
 //     unless it was evicted meanwhile: an evicted record no longer matches its key; one
 //     made again for the same key in the same memory is taken for it, which is rare and
@@ -108,6 +111,7 @@ class Admission {
   std::int64_t epoch_ = 0;
   bool fits_ = false;       // what the local counts said
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
+  bool batched_ = false;    // decided in batched write mode: counted, no shared write
   bool first_ = false;      // this engine's first write to the limiter in epoch_
   bool overflowed_ = false;
   Counted counted_;

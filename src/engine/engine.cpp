@@ -20,6 +20,8 @@ Decision Engine::try_acquire(std::uint64_t resource, const Limit& limit, std::ui
   return core_->try_acquire(resource, limit, cost);
 }
 
+bool Engine::flush() { return core_->flush(); }
+
 std::size_t Engine::try_acquire_all(std::span<const Acquisition> items, std::span<Decision> out) {
   return core_->try_acquire_all(items, out);
 }

@@ -52,6 +52,18 @@ void validate(const Options& o) {
   if (o.partitioned_unknown != FailurePolicy::local &&
       o.partitioned_unknown != FailurePolicy::closed)
     fail("partitioned_unknown must be FailurePolicy::local or FailurePolicy::closed");
+  if (o.write_mode != WriteMode::sync && o.write_mode != WriteMode::batched)
+    fail("write_mode must be WriteMode::sync or WriteMode::batched");
+  if (o.flush_interval != std::chrono::milliseconds::zero() &&
+      (o.flush_interval < std::chrono::milliseconds(1) || o.flush_interval > std::chrono::seconds(1)))
+    fail("flush_interval must be 0 (chosen per window) or between 1 ms and 1 s");
+}
+
+// The records' words after their buckets: the store mark with a store, and batched write
+// mode's two.
+std::uint32_t record_words(const Options& o, bool store) noexcept {
+  if (!store && o.redis.empty()) return 0;
+  return o.write_mode == WriteMode::batched ? kBatchedWords : kMarkWords;
 }
 
 // `limit`'s share among `live` nodes, `share` x max / live (at least 1), in its scope and
@@ -90,13 +102,28 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
       // With a shared store, records carry the mark of the epoch last written.
       registry_((validate(options_), options_.max_limiters), options_.max_memory,
-                store != nullptr || !options_.redis.empty()) {
+                record_words(options_, store != nullptr)),
+      flush_period_ns_(options_.flush_interval > std::chrono::milliseconds::zero()
+                           ? options_.flush_interval / std::chrono::nanoseconds(1)
+                           : std::int64_t{50'000'000}) {
   if (!options_.logger) options_.logger = log_to_stderr;
   // Made last: its thread calls back into the registry.
   store_ = store != nullptr ? std::move(store) : make_store(options_, clock_, *this);
+  batched_ = store_ != nullptr && options_.write_mode == WriteMode::batched;
+  if (batched_ && system_clock_) flusher_ = std::thread([this] { flusher_loop(); });
 }
 
 EngineCore::~EngineCore() {
+  if (flusher_.joinable()) {
+    {
+      std::lock_guard lock(flusher_mutex_);
+      flusher_stop_ = true;
+    }
+    flusher_wake_.notify_all();
+    flusher_.join();
+  }
+  // What was admitted and not yet written goes to the store before it closes.
+  if (batched_) (void)flush();
   if (store_ != nullptr) store_->shutdown();
 }
 
@@ -131,6 +158,18 @@ EngineCore::~EngineCore() {
     const SlidingWindow window = ref.record->view(key);
     if (!window.evaluate(now, limit.max(), cost, trailing_of(limit.algorithm()), out)) return 1;
     const std::int64_t epoch = window.epoch();
+    if (out.allowed && cost != 0 && batched(key, limit)) {
+      // Batched: the counts allow it, this engine's budget may not. A refusal for want of
+      // budget is decided here once the limiter is noted for the next flush (which renews
+      // the budget); the first one of a round takes the lock to note it.
+      const std::uint32_t budget = ref.record->budget(key.subintervals).load();
+      if (cost > budget) {
+        if (!noted(shard, ref.record->pending_ref(key.subintervals).load())) return 1;
+        out.allowed = false;
+        out.remaining = budget;
+        out.retry_after = until_flush(now);
+      }
+    }
     if (!shard.read_valid(before)) return 1;
     // Validated: the values are consistent, the arithmetic below cannot overflow.
     epoch_end = (epoch + 1) * key.resolution_ns();
@@ -463,6 +502,35 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
 
 void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit,
                            std::uint64_t cost, const Counted& counted, AsyncWriter* async) {
+  if (counted.pending) {
+    // Batched: what is still pending is taken from there, with the local count and the
+    // budget; what a flush has taken meanwhile, from the store.
+    std::uint64_t flushed = cost;
+    {
+      Shard& shard = registry_.shard_for(hash);
+      std::lock_guard lock(shard.mutex);
+      if (const RecordRef found = shard.find(key, hash)) {
+        Shard::WriteSection section(shard);
+        found.record->take_back(counted.epoch, now_ns(), cost, BucketRule::of(limit));
+        add_budget(*found.record, key, cost);
+        PendingWrite* entry = pending_of(shard, *found.record, key);
+        if (entry != nullptr && entry->epoch == counted.epoch) {
+          const std::uint64_t taken = std::min(entry->delta, cost);
+          entry->delta -= taken;
+          flushed -= taken;
+        }
+      }
+    }
+    if (flushed != 0) {
+      const StoreWrite write = store_write(key, counted.epoch, now_ns(), flushed, false, limit);
+      if (async != nullptr) {
+        async->remove(write);
+      } else {
+        store_->remove(write);
+      }
+    }
+    return;
+  }
   // The store first: a merge racing with this (another thread's write returning the
   // shared counts) then cannot bring the local count back from a stale shared one.
   if (counted.store) {
@@ -523,6 +591,11 @@ bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
   if (const RecordRef found = shard.find(key, hash)) {
     Shard::WriteSection section(shard);
     found.record->clear(now_ns());
+    if (batched_ && key.ring()) {
+      // (Its pending counts are dropped; the budget is renewed by the next flush.)
+      if (PendingWrite* entry = pending_of(shard, *found.record, key)) entry->delta = 0;
+      found.record->budget(key.subintervals) = 0;
+    }
   }
   return shared;
 }
@@ -538,6 +611,7 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
   // out, is left alone); a log's by expiry, from its own entries (a log knows no others).
   std::vector<EpochCount> taken;
   std::uint64_t total = 0;
+  std::uint64_t unwritten = 0;  // batched: of taken's newest, what was still pending
   {
     std::lock_guard lock(shard.mutex);
     const RecordRef found = shard.find(key, hash);
@@ -564,18 +638,27 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
         taken.push_back({e, take});
         total += take;
       }
+      PendingWrite* entry = batched_ ? pending_of(shard, *found.record, key) : nullptr;
+      if (entry != nullptr && !taken.empty() && taken.front().epoch == entry->epoch) {
+        // What this engine admitted and has not written is taken from its pending counts.
+        unwritten = std::min(entry->delta, taken.front().count);
+        entry->delta -= unwritten;
+      }
     }
   }
   // The store first, as give_back() does.
   if (store_ != nullptr) {
-    for (const EpochCount& t : taken)
-      store_->remove(store_write(key, t.epoch, now, t.count, false, limit));
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      const std::uint64_t written = taken[i].count - (i == 0 ? unwritten : 0);
+      if (written != 0) store_->remove(store_write(key, taken[i].epoch, now, written, false, limit));
+    }
   }
   std::lock_guard lock(shard.mutex);
   if (const RecordRef found = shard.find(key, hash)) {
     Shard::WriteSection section(shard);
     for (const EpochCount& t : taken)
       found.record->take_back(t.epoch, now, t.count, BucketRule::of(limit));
+    if (batched_ && key.ring()) add_budget(*found.record, key, total);
   }
   return total;
 }
@@ -637,7 +720,16 @@ void EngineCore::merge(std::span<const SharedCounts> windows) {
     if (!found || !found.record->is_ring()) continue;  // (only rings are read at boundaries)
     Shard::WriteSection section(shard);
     SlidingWindow window = found.record->view();
-    for (const EpochCount& c : windows[i].counts) window.merge(c.epoch, c.count);
+    std::int64_t pending_epoch = 0;
+    std::uint64_t pending = 0;  // batched: admitted here, not yet in the shared counts
+    if (batched_) {
+      if (const PendingWrite* entry = pending_of(shard, *found.record, windows[i].key)) {
+        pending_epoch = entry->epoch;
+        pending = entry->delta;
+      }
+    }
+    for (const EpochCount& c : windows[i].counts)
+      window.merge(c.epoch, c.count + (c.epoch == pending_epoch ? pending : 0));
   }
 }
 

@@ -1,11 +1,16 @@
 // What an Engine is made of; shared with the LimiterHandles it hands out.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "core/counters.h"
@@ -59,6 +64,10 @@ class EngineCore final : public SyncTarget {
   std::pair<Shard*, RecordRef> pin(std::uint64_t resource, const Limit& limit);
   static void unpin(Shard& shard, RecordRef ref) noexcept;
 
+  // Engine::flush: batched write mode's flush (engine/flush.cpp), from the engine's
+  // flusher thread or any caller, one at a time.
+  bool flush();
+
   Stats stats() const;
   // Engine::store_key.
   std::string store_key(std::uint64_t resource, const Limit& limit) const {
@@ -84,9 +93,59 @@ class EngineCore final : public SyncTarget {
   // Where an admission was counted, so that it can be given back.
   struct Counted {
     std::int64_t epoch = 0;
-    bool local = false;  // in the limiter's window, at `epoch`
-    bool store = false;  // in the shared store, at `epoch`
+    bool local = false;    // in the limiter's window, at `epoch`
+    bool store = false;    // in the shared store, at `epoch`
+    bool pending = false;  // batched: in the shard's pending counts, or flushed since
   };
+
+  // ---- Batched write mode (Options::write_mode; engine/flush.cpp).
+  // Whether `key` under `limit` is decided in batched mode: an engine with a store in
+  // that mode, a limit whose local decision it keeps sound (a ring's, but strict_window's,
+  // which promises never more than max in any window), and the number of engines sharing
+  // the store known (their budgets are shares of it: until the first heartbeat's reply,
+  // admissions are written as in sync mode).
+  bool batched(const LimiterKey& key, const Limit& limit) const noexcept {
+    return batched_ && key.ring() && limit.algorithm() != Algorithm::strict_window &&
+           store_->live_nodes() != 0;
+  }
+  // The flush interval of `key`'s geometry (Options::flush_interval).
+  std::int64_t flush_ns(const LimiterKey& key) const noexcept;
+  // How long a request refused for want of budget at `now` should wait: until the next
+  // flush has renewed the budget (the flusher wakes on multiples of its period, on the
+  // store's clock), and a fifth of the period for its round trip.
+  std::chrono::nanoseconds until_flush(std::int64_t now) const noexcept {
+    const std::int64_t p = flush_period_ns_.load(std::memory_order_relaxed);
+    return std::chrono::nanoseconds(p - now % p + p / 5);
+  }
+  // Under the shard's lock, in an open write section: adds `delta` admitted at `epoch` to
+  // the limiter's pending counts, or (`starved`) notes that it refused for want of budget.
+  void queue(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
+             std::int64_t epoch, std::uint64_t delta, bool starved);
+  // Under the shard's lock: the limiter's pending entry of this round, if it has one.
+  static PendingWrite* pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept;
+  // Whether a lock-free reader sees the limiter noted in this round (Record::pending_ref).
+  static bool noted(const Shard& shard, std::uint32_t ref) noexcept {
+    return (ref & kPendingIndex) != 0 &&
+           (ref >> 24) == (shard.pending_round.load() & 0xff);
+  }
+  static constexpr std::uint32_t kPendingIndex = 0xffffff;
+  // Under the shard's lock, in a write section: `units` given back to the budget.
+  static void add_budget(Record& record, const LimiterKey& key, std::uint64_t units) noexcept {
+    Bucket& budget = record.budget(key.subintervals);
+    budget = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::uint64_t{budget.load()} + units, 0xffffffffU));
+  }
+  // The units this engine may admit until its next merge, from what the window has left
+  // (`left`, as just merged): a sixth of its share among the live engines, with `carry`
+  // (the fraction a limiter's earlier grants left over) added and updated.
+  std::uint32_t grant(std::uint64_t left, double& carry) const noexcept;
+  // flush()'s parts: the merge of one written entry, and an entry whose write failed put
+  // back (while its epoch is still in the window).
+  void merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> counts,
+                     std::int64_t now);
+  void requeue(const PendingWrite& entry, std::int64_t now);
+  // The flusher thread (a store, batched mode, the system clock).
+  void flusher_loop();
 
   // try_acquire by resource past reject_again(), at `now` (out of line: the rejection
   // path stays small).
@@ -208,6 +267,23 @@ class EngineCore final : public SyncTarget {
   std::atomic<std::uint64_t> overflowed_{0};
   std::atomic<bool> partition_unknown_logged_{false};
   OutageLedger ledger_;  // partitioned admissions made without the store
+  // Batched write mode.
+  bool batched_ = false;
+  std::atomic<std::int64_t> flush_period_ns_;  // the shortest flush interval queued yet
+  std::mutex flush_mutex_;                     // one flush at a time; guards what follows
+  struct Carry {
+    double carry = 0;
+    std::uint64_t round = 0;  // the flush that last granted it
+  };
+  struct KeyHash {
+    std::size_t operator()(const LimiterKey& key) const noexcept { return key.hash(); }
+  };
+  std::unordered_map<LimiterKey, Carry, KeyHash> carries_;
+  std::uint64_t flush_round_ = 0;
+  std::mutex flusher_mutex_;  // the flusher thread's stop flag
+  std::condition_variable flusher_wake_;
+  bool flusher_stop_ = false;
+  std::thread flusher_;
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 

@@ -1,0 +1,217 @@
+// Batched write mode (Options::write_mode = WriteMode::batched): the engine's side of it
+// apart from the decision itself (engine/admission.cpp, EngineCore::read_without_lock).
+//
+// An admission of a batched limiter is decided and counted under the shard's lock, within
+// the limiter's budget (Record::budget), and its cost added to the shard's pending counts
+// (Shard::pending, one entry per limiter and epoch in a flush round, found again through
+// Record::pending_ref). Every flush interval the flusher thread (or Engine::flush) takes
+// every shard's entries, which starts a new round, writes each as one StoreWrite of the
+// summed cost (the store's ordinary write: the cost added, the whole shared window read
+// back), all in one batch, and merges each window read back into its limiter: the shared
+// counts plus what the limiter admitted since the take (the store lacks those: a plain
+// raise to the larger would lose them). From the merged window it grants the limiter's
+// next budget (grant()). A write that failed is put back for the next flush, until its
+// epoch leaves the window; the budget is then not renewed.
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace ratewin::inline v1::detail {
+namespace {
+
+// The share of what a window has left that the live engines may admit together between
+// two merges. Each sees the others' admissions only at its next flush, one interval
+// late: with the whole of it, K engines could together admit twice the limit; with a
+// sixth, the window can never be driven over (docs/design/batched-mode.md, section 3).
+constexpr double kBudgetShare = 1.0 / 6.0;
+
+// Whether an entry's epoch is still in its limiter's window at `now` (else its counts
+// no longer matter: a failed write's are dropped).
+bool in_window(const PendingWrite& entry, std::int64_t now) noexcept {
+  return entry.epoch > SlidingWindow::epoch_of(now, entry.key.resolution_ns()) -
+                           std::int64_t{entry.key.subintervals};
+}
+
+}  // namespace
+
+std::int64_t EngineCore::flush_ns(const LimiterKey& key) const noexcept {
+  if (options_.flush_interval > std::chrono::milliseconds::zero())
+    return options_.flush_interval / std::chrono::nanoseconds(1);
+  // A 40th of the window (so that a limiter at 80% of its limit is not held back by its
+  // budget), between 10 and 50 ms where a 20th of the resolution allows, at least 1 ms.
+  constexpr std::int64_t kMs = 1'000'000;
+  const std::int64_t r = key.resolution_ns();
+  const std::int64_t w = r * key.subintervals;
+  const std::int64_t f = std::min({50 * kMs, std::max(10 * kMs, r / 20), w / 40});
+  return std::max(kMs, f);
+}
+
+PendingWrite* EngineCore::pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept {
+  const std::uint32_t ref = record.pending_ref(key.subintervals).load();
+  if (!noted(shard, ref)) return nullptr;
+  const std::size_t index = (ref & kPendingIndex) - 1;
+  if (index >= shard.pending.size() || !(shard.pending[index].key == key)) return nullptr;
+  return &shard.pending[index];
+}
+
+void EngineCore::queue(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
+                       std::int64_t epoch, std::uint64_t delta, bool starved) {
+  if (PendingWrite* entry = pending_of(shard, record, key)) {
+    if (entry->epoch == epoch) {
+      entry->delta += delta;
+      entry->starved = entry->starved || starved;
+      return;
+    }
+  }
+  // (A limiter whose counts straddle a boundary has an entry per epoch; the record names
+  // the newest.)
+  shard.pending.push_back({key, epoch, delta, limit.max(), trailing_of(limit.algorithm()),
+                           record.store_mark() != Record::mark_of(epoch), starved});
+  if (shard.pending.size() <= kPendingIndex) {
+    record.pending_ref(key.subintervals) =
+        ((shard.pending_round.load() & 0xff) << 24) | static_cast<std::uint32_t>(shard.pending.size());
+  }
+  // The flusher wakes at the shortest interval of the geometries it has to flush.
+  const std::int64_t f = flush_ns(key);
+  std::int64_t period = flush_period_ns_.load(std::memory_order_relaxed);
+  while (f < period &&
+         !flush_period_ns_.compare_exchange_weak(period, f, std::memory_order_relaxed)) {
+  }
+}
+
+std::uint32_t EngineCore::grant(std::uint64_t left, double& carry) const noexcept {
+  const std::uint32_t live = std::max<std::uint32_t>(store_->live_nodes(), 1);
+  // (Even an engine alone as last read keeps to a sixth: another may have joined since,
+  // unseen until the next heartbeat.)
+  const double share = kBudgetShare / live;
+  if (left == 0) {
+    carry = 0;
+    return 0;
+  }
+  const double exact = static_cast<double>(left) * share + carry;
+  double whole = std::floor(exact);
+  carry = exact - whole;
+  // One unit while the window has room for two per engine: a small limit shared by many
+  // engines would otherwise grant nothing for rounds on end.
+  if (whole < 1 && left >= 2 * std::uint64_t{live}) {
+    whole = 1;
+    carry = 0;
+  }
+  return static_cast<std::uint32_t>(std::min(whole, 4294967295.0));
+}
+
+bool EngineCore::flush() {
+  if (!batched_) return true;
+  std::lock_guard guard(flush_mutex_);
+  ++flush_round_;
+  std::vector<PendingWrite> taken;
+  const std::int64_t start = now_ns();
+  for (std::size_t i = 0; i < registry_.shard_count(); ++i) {
+    Shard& shard = registry_.shard(i);
+    std::lock_guard lock(shard.mutex);
+    std::copy_if(shard.pending.begin(), shard.pending.end(), std::back_inserter(taken),
+                 [start](const PendingWrite& entry) { return in_window(entry, start); });
+    shard.pending.clear();
+    // A new round: the records' references to the entries taken no longer hold.
+    shard.pending_round = shard.pending_round.load() + 1;
+  }
+  bool ok = true;
+  if (!taken.empty()) {
+    std::vector<StoreWrite> writes(taken.size());
+    std::vector<std::span<std::uint64_t>> counts(taken.size());
+    std::size_t total = 0;
+    for (const PendingWrite& entry : taken) total += entry.key.counts_size();
+    std::vector<std::uint64_t> windows(total);
+    const auto written = std::make_unique<bool[]>(taken.size());
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      const PendingWrite& entry = taken[i];
+      // (Only starved: a read, renewing the budget.)
+      writes[i] = StoreWrite{entry.key, entry.epoch, entry.delta, entry.first && entry.delta != 0};
+      counts[i] = std::span<std::uint64_t>(windows).subspan(at, entry.key.counts_size());
+      at += entry.key.counts_size();
+    }
+    store_->add_all(writes, counts, std::span<bool>(written.get(), taken.size()));
+    const std::int64_t now = now_ns();
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      if (written[i]) {
+        merge_flushed(taken[i], counts[i], now);
+      } else {
+        ok = false;
+        requeue(taken[i], now);
+      }
+    }
+  }
+  // Carries of limiters not flushed for a while are forgotten.
+  constexpr std::uint64_t kForget = 256;
+  if (flush_round_ % kForget == 0) {
+    std::erase_if(carries_, [&](const auto& c) { return c.second.round + kForget < flush_round_; });
+  }
+  return ok;
+}
+
+void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> counts,
+                               std::int64_t now) {
+  Carry& carry = carries_[entry.key];
+  carry.round = flush_round_;
+  const std::uint64_t hash = entry.key.hash();
+  Shard& shard = registry_.shard_for(hash);
+  std::lock_guard lock(shard.mutex);
+  const RecordRef found = shard.find(entry.key, hash);
+  if (!found) return;  // evicted: its counts are in the store, which it starts from again
+  Record& record = *found.record;
+  Shard::WriteSection section(shard);
+  SlidingWindow window = record.view();
+  // Its first write in the epoch is done (unless the window moved on: a mark never goes
+  // back).
+  if (entry.first && entry.delta != 0 && window.epoch() == entry.epoch)
+    record.store_mark() = Record::mark_of(entry.epoch);
+  std::int64_t pending_epoch = 0;
+  std::uint64_t pending = 0;
+  if (const PendingWrite* now_pending = pending_of(shard, record, entry.key)) {
+    pending_epoch = now_pending->epoch;
+    pending = now_pending->delta;
+  }
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    const std::int64_t e = entry.epoch - static_cast<std::int64_t>(k);
+    window.merge(e, counts[k] + (e == pending_epoch ? pending : 0));
+  }
+  if (!window.current_at(now)) {
+    window.advance(now);
+    shard.activity.push_back({entry.key, SlidingWindow::epoch_of(now, entry.key.resolution_ns())});
+  }
+  Decision left;
+  window.evaluate(now, entry.max, 0, entry.trailing, left);  // (at now's epoch: cannot fail)
+  record.budget(entry.key.subintervals) = grant(left.allowed ? left.remaining : 0, carry.carry);
+}
+
+void EngineCore::requeue(const PendingWrite& entry, std::int64_t now) {
+  // Nothing to write (a read for a starved limiter), or out of its window by now.
+  if (entry.delta == 0 || !in_window(entry, now)) return;
+  Shard& shard = registry_.shard_for(entry.key.hash());
+  std::lock_guard lock(shard.mutex);
+  shard.pending.push_back(entry);
+}
+
+void EngineCore::flusher_loop() {
+  std::unique_lock lock(flusher_mutex_);
+  while (!flusher_stop_) {
+    // On multiples of the period, on the store's clock: engines flush in step.
+    const std::int64_t period = flush_period_ns_.load(std::memory_order_relaxed);
+    const std::int64_t now = now_ns();
+    const std::int64_t wait = period - now % period;
+    if (flusher_wake_.wait_for(lock, std::chrono::nanoseconds(wait),
+                               [this] { return flusher_stop_; }))
+      break;
+    lock.unlock();
+    (void)flush();
+    lock.lock();
+  }
+}
+
+}  // namespace ratewin::inline v1::detail

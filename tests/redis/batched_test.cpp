@@ -1,0 +1,151 @@
+// Batched write mode against a real redis-server: admissions without round trips, what
+// the flushes carry, close, and K engines sharing one limit within batched mode's bound
+// (scaled down from ratewin-bench accuracy's scenarios).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "eventually.h"
+#include "ratewin/engine.h"
+#include "redis_server.h"
+#include "sliding.h"
+
+namespace ratewin::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+int next_prefix = 0;
+
+Options batched_options(const std::string& url) {
+  Options o;
+  o.redis = url;
+  o.key_prefix = std::string("b").append(std::to_string(++next_prefix));
+  o.connect_timeout = 300ms;
+  o.command_timeout = 100ms;
+  o.sync_settle = 5ms;
+  o.write_mode = WriteMode::batched;
+  o.logger = [](LogLevel, std::string_view) {};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("batched: admissions make no round trip; a flush writes each limiter's sum once") {
+  RedisServer redis;
+  Options options = batched_options(redis.url());
+  options.flush_interval = 1000ms;  // (the test flushes itself)
+  Engine engine(options);
+  REQUIRE(eventually([&] { return engine.stats().live_nodes == 1; }));
+  const Limit limit(1000, 60s, 6s);
+  REQUIRE(engine.try_acquire("a", limit).allowed);  // cold: written at once (a warm start)
+  const long long bitfields = redis.calls("bitfield");
+  const long long before = redis.info_number("stats", "total_commands_processed");
+  for (int i = 0; i < 100; ++i) REQUIRE(engine.try_acquire("a", limit).allowed);
+  const long long after = redis.info_number("stats", "total_commands_processed");
+  // The INFO before, and at most one flush of the thread's (a BITFIELD, a GETEX, a
+  // change-set APPEND and its expiry) or a heartbeat, had they fallen in between.
+  CHECK(after - before <= 6);
+  CHECK(engine.flush());
+  CHECK(redis.calls("bitfield") <= bitfields + 2);
+  // Another node reads the shared count: all 101.
+  Options reader = batched_options(redis.url());
+  reader.key_prefix = options.key_prefix;
+  reader.write_mode = WriteMode::sync;
+  Engine other(reader);
+  CHECK(other.try_acquire("a", limit, 0).remaining == 1000 - 101);
+}
+
+TEST_CASE("batched: closing an engine flushes what it admitted") {
+  RedisServer redis;
+  const Options options = batched_options(redis.url());
+  const Limit limit(1000, 60s, 6s);
+  {
+    Engine engine(options);
+    for (int i = 0; i < 150; ++i) REQUIRE(engine.try_acquire("c", limit).allowed);
+  }
+  Options reader = options;
+  reader.write_mode = WriteMode::sync;
+  Engine other(reader);
+  CHECK(other.try_acquire("c", limit, 0).remaining == 1000 - 150);
+}
+
+// K engines (separate connections, as separate nodes) at 10x overload on one resource,
+// once each has read how many share the store (until then they write as sync mode does).
+// Batched mode's bound (README, "Batched mode"): no window holds more than sync mode's
+// bound (max + the most admitted in one subinterval, see redis_test) plus K - 1 units
+// of rounding. A cold burst from every engine at once stays within a tenth over the limit.
+TEST_CASE("batched: several engines share one limit within the bound") {
+  RedisServer redis;
+  const Options options = batched_options(redis.url());
+  constexpr int kEngines = 4;
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int i = 0; i < 8; ++i) engines.push_back(std::make_unique<Engine>(options));
+  for (const auto& e : engines)
+    REQUIRE(eventually([&] { return e->stats().live_nodes == 8; }));
+
+  SUBCASE("steady overload") {
+    const Limit limit(200, 1s, 100ms);
+    const std::int64_t interval = 1'000'000'000;
+    std::vector<std::vector<std::int64_t>> admitted(kEngines);
+    std::barrier start(kEngines);
+    std::vector<std::thread> threads;
+    const std::int64_t begin = SystemClock::read();
+    for (int i = 0; i < kEngines; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        const auto end = Clock::now() + 3s;
+        while (Clock::now() < end) {
+          if (engines[i]->try_acquire("hot", limit).allowed)
+            admitted[i].push_back(SystemClock::read());
+          std::this_thread::sleep_for(2ms);  // 4 x 500 requests/s for 200/s: 10x
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<std::int64_t> steady;  // after the first window (cold start)
+    for (const auto& a : admitted)
+      for (const auto t : a)
+        if (t >= begin + interval) steady.push_back(t);
+    const std::size_t worst = max_in_window(steady, interval);
+    const std::size_t busiest_epoch = max_in_window(steady, interval / 10);
+    MESSAGE("batched steady overload, " << kEngines << " engines, limit 200/s: max in any 1 s = "
+                                        << worst << ", bound 200 + " << busiest_epoch << " + "
+                                        << kEngines - 1);
+    CHECK(worst <= 200 + busiest_epoch + kEngines - 1);
+#ifndef __SANITIZE_THREAD__
+    // What that comes to here: within a twentieth of the limit (measured: 200). (Under
+    // ThreadSanitizer, stalls bunch the requests; the bound above still holds.)
+    CHECK(worst <= 210);
+#endif
+    CHECK(worst >= 160);  // and it does admit about the limit
+  }
+
+  SUBCASE("cold burst") {
+    const Limit limit(100, 10s, 1s);
+    std::atomic<int> admitted{0};
+    std::barrier start(8);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        int mine = 0;
+        for (int k = 0; k < 100; ++k) mine += engines[i]->try_acquire("burst", limit).allowed ? 1 : 0;
+        admitted += mine;
+      });
+    }
+    for (auto& t : threads) t.join();
+    MESSAGE("batched cold burst, 8 engines offered 100 each: admitted " << admitted.load());
+    CHECK(admitted.load() <= 110);
+    CHECK(admitted.load() >= 8);
+  }
+}
+
+}  // namespace ratewin::test

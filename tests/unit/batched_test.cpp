@@ -1,0 +1,256 @@
+// Batched write mode (Options::write_mode = WriteMode::batched) over the fake store: what
+// reaches the store and when, the budget each engine keeps to between flushes, the merge
+// of a flush's read-back, close, failed flushes, and what gives counts back.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "fake_store.h"
+
+namespace ratewin::test {
+namespace {
+
+struct Batched : Fixture {
+  std::shared_ptr<SharedCounts> shared = std::make_shared<SharedCounts>();
+  Options batched() {
+    Options o = options();
+    o.write_mode = WriteMode::batched;
+    return o;
+  }
+  std::unique_ptr<detail::EngineCore> engine() {
+    return std::make_unique<detail::EngineCore>(batched(), std::make_unique<FakeStore>(shared));
+  }
+};
+
+const Limit kLimit(1000, 1s, 100ms);
+
+}  // namespace
+
+TEST_CASE_FIXTURE(Batched, "admissions reach the store only in flushes, one sum per limiter") {
+  shared->live = 1;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  // A limiter new to the engine is cold: its first admission is written at once, and
+  // reads the whole shared window back (as in sync mode).
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 1);
+  // (Its budget: a sixth of the 999 left, 166.)
+  for (int i = 0; i < 149; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  const Decision question = e->try_acquire(r, kLimit, 0);
+  CHECK(question.remaining == 850);  // decided from the local counts, pending included
+  CHECK(shared->calls == 1);
+  CHECK(shared->total() == 1);
+  CHECK(e->flush());
+  CHECK(shared->calls == 2);  // the 149: one write
+  CHECK(shared->total() == 150);
+  CHECK(e->flush());  // nothing pending: nothing written
+  CHECK(shared->calls == 2);
+}
+
+TEST_CASE_FIXTURE(Batched, "between flushes an engine admits only its budget, then retries after the next") {
+  shared->live = 2;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  // 999 left, two engines: a sixth of each one's half, 83.
+  for (int i = 0; i < 83; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  const Decision refused = e->try_acquire(r, kLimit, 1);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.remaining == 0);
+  CHECK(refused.retry_after > 0ns);
+  CHECK(refused.retry_after <= 12ms);  // the next flush (every 10 ms for this window)
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 1);  // refusals never touch the store
+  CHECK(e->flush());
+  CHECK(shared->total() == 84);
+  // 916 left: 76 more (with the fractions the grants before left over).
+  int admitted = 0;
+  while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
+  CHECK(admitted == 76);
+}
+
+TEST_CASE_FIXTURE(Batched, "a small limit among many engines still grants one unit when there is room") {
+  shared->live = 4;
+  auto e = engine();
+  const Limit small(10, 1s, 100ms);
+  const std::uint64_t r = hash("tenant");
+  CHECK(e->try_acquire(r, small, 1).allowed);
+  // 9 left: a sixth of a quarter is 0.375, but room for two per engine grants one.
+  CHECK(e->try_acquire(r, small, 1).allowed);
+  CHECK_FALSE(e->try_acquire(r, small, 1).allowed);
+  CHECK(e->flush());
+  CHECK(e->try_acquire(r, small, 1).allowed);
+  CHECK(shared->total() == 2);
+}
+
+TEST_CASE_FIXTURE(Batched, "until the live count is read, admissions are written as in sync mode") {
+  // (Budgets are shares among the engines: unknown, they could add up to several times
+  // what is left.)
+  auto e = engine();  // live 0: not read yet
+  const std::uint64_t r = hash("tenant");
+  for (int i = 0; i < 5; ++i) CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 5);
+  shared->live = 1;
+  // The first admission once it is known finds no budget yet: refused until the next
+  // flush grants one.
+  CHECK_FALSE(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(e->flush());
+  int admitted = 0;
+  while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
+  CHECK(admitted == 995 / 6);
+  CHECK(shared->calls == 6);
+}
+
+TEST_CASE_FIXTURE(Batched, "a merge adds what the engine admitted and has not written yet") {
+  // Regression: a raise to the larger of the local and the shared count lost either this
+  // engine's unwritten admissions or the others' counts.
+  shared->live = 1;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  for (int i = 0; i < 6; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);  // 1 written, 5 pending
+  const detail::LimiterKey key = detail::LimiterKey::of(r, kLimit);
+  const std::int64_t epoch = clock->now().count() / (100 * 1'000'000);
+  // A boundary read: the shared count is 20 (this engine's 1 and 19 of others).
+  const std::array<detail::EpochCount, 1> counts{{{epoch, 20}}};
+  const std::array<detail::SharedCounts, 1> windows{{{key, counts}}};
+  e->merge(windows);
+  CHECK(e->try_acquire(r, kLimit, 0).remaining == 1000 - 25);
+  // The flush's own read-back merges the same way: 25 written, others' 19 already in.
+  CHECK(e->flush());
+  CHECK(e->try_acquire(r, kLimit, 0).remaining == 1000 - 25);
+}
+
+TEST_CASE_FIXTURE(Batched, "closing the engine flushes what is pending") {
+  shared->live = 1;
+  {
+    auto e = engine();
+    for (int i = 0; i < 40; ++i) REQUIRE(e->try_acquire(hash("tenant"), kLimit, 1).allowed);
+    CHECK(shared->total() == 1);
+  }
+  CHECK(shared->total() == 40);
+}
+
+TEST_CASE_FIXTURE(Batched, "a failed flush keeps its counts for the next one, while they are in the window") {
+  shared->live = 1;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  for (int i = 0; i < 10; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  shared->down = true;
+  CHECK_FALSE(e->flush());
+  shared->down = false;
+  CHECK(shared->total() == 1);
+  CHECK(e->flush());
+  CHECK(shared->total() == 10);
+  // Counts whose subinterval has left the window by the time a flush succeeds are dropped.
+  for (int i = 0; i < 5; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  shared->down = true;
+  CHECK_FALSE(e->flush());
+  shared->down = false;
+  clock->advance(2s);
+  const int calls = shared->calls;
+  CHECK(e->flush());
+  CHECK(shared->calls == calls);
+  CHECK(shared->total() == 10);
+}
+
+TEST_CASE_FIXTURE(Batched, "a refusal by a later limit gives back what is still pending") {
+  shared->live = 8;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  const Limit wide(1000, 1s, 100ms);
+  const Limit small(10, 2s, 200ms);  // 9 left among 8 engines: no budget at all
+  const std::array<Acquisition, 2> items{{{r, wide, 1}, {r, small, 1}}};
+  std::array<Decision, 2> out;
+  CHECK(e->try_acquire_all(items, out) == 2);  // both cold: written at once
+  CHECK(shared->total() == 2);
+  CHECK(e->try_acquire_all(items, out) == 1);  // the small one's budget refuses
+  CHECK(e->flush());
+  CHECK(shared->total() == 2);  // the wide one's count was given back before it was written
+  CHECK(e->try_acquire(r, wide, 0).remaining == 999);
+}
+
+TEST_CASE_FIXTURE(Batched, "refund takes from the pending counts first; reset drops them") {
+  shared->live = 1;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  for (int i = 0; i < 6; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);  // 1 written, 5 pending
+  CHECK(e->refund(r, kLimit, 3) == 3);
+  CHECK(shared->total() == 1);
+  CHECK(e->flush());
+  CHECK(shared->total() == 3);
+  // The budget got the refunded units back: what is left decides, as before.
+  for (int i = 0; i < 4; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(e->reset(r, kLimit));
+  CHECK(e->flush());
+  CHECK(shared->total() == 0);
+}
+
+TEST_CASE_FIXTURE(Batched, "strict_window stays in sync mode: every admission is written") {
+  shared->live = 1;
+  auto e = engine();
+  const Limit strict = kLimit.with_algorithm(Algorithm::strict_window);
+  for (int i = 0; i < 5; ++i) REQUIRE(e->try_acquire(hash("tenant"), strict, 1).allowed);
+  CHECK(shared->calls == 5);
+  CHECK(shared->total() == 5);
+}
+
+TEST_CASE("flush_interval and write_mode are checked") {
+  const auto message_of = [](std::chrono::milliseconds interval) {
+    Options o;
+    o.write_mode = WriteMode::batched;
+    o.flush_interval = interval;
+    try {
+      Engine engine(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message_of(0ms) == "accepted");
+  CHECK(message_of(1ms) == "accepted");
+  CHECK(message_of(1000ms) == "accepted");
+  CHECK(message_of(1001ms).find("flush_interval") != std::string::npos);
+  CHECK(message_of(-1ms).find("flush_interval") != std::string::npos);
+  Engine local;
+  CHECK(local.flush());  // (local mode: nothing to flush)
+}
+
+TEST_CASE("the flusher thread hands every admission to the store exactly once") {
+  // On the system clock, flushing every millisecond while four threads admit: once the
+  // engine is closed, the store holds exactly what was admitted (ThreadSanitizer watches
+  // the hand-off between the request threads, the flusher and the merges).
+  auto shared = std::make_shared<SharedCounts>();
+  shared->live = 1;
+  Options o;
+  o.write_mode = WriteMode::batched;
+  o.flush_interval = 1ms;
+  const Limit limit(1'000'000'000, 10s, 1s);
+  std::atomic<std::uint64_t> admitted{0};
+  {
+    detail::EngineCore e(o, std::make_unique<FakeStore>(shared));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::uint64_t mine = 0;
+        for (int i = 0; i < 20'000; ++i) {
+          const auto resource = static_cast<std::uint64_t>((i + t) % 8);
+          if (e.try_acquire(resource, limit, 1).allowed) ++mine;
+          if (i % 5000 == 0) (void)e.flush();  // a caller's flush beside the thread's
+        }
+        admitted += mine;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  CHECK(admitted.load() > 0);
+  CHECK(shared->total() == admitted.load());
+}
+
+}  // namespace ratewin::test
