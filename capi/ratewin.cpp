@@ -184,7 +184,10 @@ constexpr std::size_t kFirstSize<ratewin_tls_options> = offsetof(ratewin_tls_opt
 // No struct has padding (the header promises it): a field added later must never land
 // where an older library saw padding it did not check. (A release that adds fields
 // compares sizeof with the end of its new last field.)
-static_assert(sizeof(ratewin_options) == offsetof(ratewin_options, tls) + sizeof(void*));
+static_assert(sizeof(ratewin_options) ==
+              offsetof(ratewin_options, flush_interval_ms) + sizeof(std::uint32_t));
+static_assert(offsetof(ratewin_options, write_mode) ==
+              offsetof(ratewin_options, tls) + sizeof(void*));
 static_assert(offsetof(ratewin_options, tls) ==
               offsetof(ratewin_options, reserved2) + sizeof(std::int32_t));
 static_assert(offsetof(ratewin_options, partition_share) ==
@@ -199,7 +202,7 @@ static_assert(sizeof(ratewin_decision) ==
               offsetof(ratewin_decision, reserved) + sizeof(std::int32_t));
 static_assert(offsetof(ratewin_decision, would_reject) == kFirstSize<ratewin_decision>);
 static_assert(sizeof(ratewin_stats) ==
-              offsetof(ratewin_stats, live_nodes) + sizeof(std::uint64_t));
+              offsetof(ratewin_stats, flushed_units) + sizeof(std::uint64_t));
 static_assert(offsetof(ratewin_stats, would_reject) ==
               offsetof(ratewin_stats, sync_last_change_sets) + sizeof(std::uint64_t));
 static_assert(sizeof(ratewin_acquisition) == kFirstSize<ratewin_acquisition>);
@@ -236,6 +239,8 @@ constexpr CStat kCStatFields[] = {
     RATEWIN_STAT(overflowed),       RATEWIN_STAT(memory),
     RATEWIN_STAT(max_memory),       RATEWIN_STAT(sync_last_change_sets),
     RATEWIN_STAT(would_reject),     RATEWIN_STAT(live_nodes),
+    RATEWIN_STAT(flushes),          RATEWIN_STAT(flush_failures),
+    RATEWIN_STAT(flushed_units),
 };
 #undef RATEWIN_STAT
 
@@ -510,6 +515,13 @@ ratewin::Options to_cxx(const ratewin_options& c, const ratewin_tls_options& tls
         "ratewin_options: partitioned_unknown must be RATEWIN_FAILURE_LOCAL or "
         "RATEWIN_FAILURE_CLOSED");
   }
+  if (c.write_mode == RATEWIN_WRITE_BATCHED) {
+    o.write_mode = ratewin::WriteMode::batched;
+  } else if (c.write_mode != RATEWIN_WRITE_SYNC) {
+    throw std::invalid_argument(
+        "ratewin_options: write_mode must be RATEWIN_WRITE_SYNC or RATEWIN_WRITE_BATCHED");
+  }
+  o.flush_interval = milliseconds(c.flush_interval_ms);
   if (c.redis != nullptr) o.redis = c.redis;
   if (c.key_prefix != nullptr) o.key_prefix = c.key_prefix;
   o.connect_timeout = milliseconds(c.connect_timeout_ms);
@@ -1140,6 +1152,17 @@ int ratewin_engine_store_key(const ratewin_engine* engine, uint64_t resource,
     char* copy = copy_string(engine->rep.store_key(resource, limit->rep));
     if (copy == nullptr) return RATEWIN_ENOMEM;
     *out = copy;
+    return RATEWIN_OK;
+  });
+}
+
+int ratewin_engine_flush(ratewin_engine* engine, char** errmsg) {
+  return guarded(errmsg, [&] {
+    if (engine == nullptr) return fail(errmsg, RATEWIN_EINVAL, "engine is NULL");
+    if (!engine->rep.flush()) {
+      return fail(errmsg, RATEWIN_EUNAVAILABLE,
+                  "ratewin_engine_flush: a write failed; its counts are kept for a later flush");
+    }
     return RATEWIN_OK;
   });
 }

@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 7
+#define RATEWIN_VERSION_MINOR 8
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -124,6 +124,17 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
  * engines x the limit. An engine that never read the count decides as
  * ratewin_options.partitioned_unknown says. */
 #define RATEWIN_FAILURE_PARTITIONED 3
+
+/* Since 1.8. How admissions reach the shared store (ratewin_options.write_mode). */
+/* Each admitted request writes its cost and reads the shared window back, one round trip
+ * it waits for (the default). */
+#define RATEWIN_WRITE_SYNC 0
+/* Requests are decided and counted in memory, without waiting on the network; the engine
+ * flushes what it admitted every flush interval (one write per limiter, reading the
+ * window back), and between flushes admits at most its budget, a share of what the
+ * window had left. A limit may then be exceeded by a bounded amount (README, "Batched
+ * mode"). sliding_window and fixed_window limits only; the others keep to sync. */
+#define RATEWIN_WRITE_BATCHED 1
 
 /* Since 1.4. Whether a limit's refusals take effect (ratewin_limit_options.mode). A limit
  * in shadow decides and counts exactly as if it enforced (what it admits is counted, in
@@ -411,6 +422,15 @@ typedef struct ratewin_options {
    * NULL: the defaults. Settings other than the defaults with an address that is not
    * rediss fail with RATEWIN_EINVAL: TLS is asked for by the URL's scheme. */
   const ratewin_tls_options* tls;
+  /* Since 1.8. RATEWIN_WRITE_SYNC (the default) or RATEWIN_WRITE_BATCHED; no effect in
+   * local mode. */
+  int32_t write_mode;
+  /* Since 1.8. Batched mode's flush interval: 0 (the default) chooses one per window
+   * geometry (a 40th of the interval, 10 to 50 ms where the resolution allows, at least
+   * 1 ms), else 1 to 1000. Engines sharing a key prefix should use the same. Flushes are
+   * timed by the system clock: with a clock of the caller's (clock), the engine flushes
+   * only in ratewin_engine_flush. */
+  uint32_t flush_interval_ms;
 } ratewin_options;
 
 /* Sets options->size and every field to its default. NULL is ignored. */
@@ -613,6 +633,11 @@ typedef struct ratewin_stats {
                             are counted in allowed) */
   uint64_t live_nodes;   /* engines on this key prefix at the last heartbeat's reply, this
                             one included (0: not read yet) */
+  /* Since 1.8. Batched write mode (ratewin_options.write_mode). */
+  uint64_t flushes;        /* flushes that wrote admitted counts to the store */
+  uint64_t flush_failures; /* flushes with a write that failed (its counts are kept for
+                              the next flush while in the window) */
+  uint64_t flushed_units;  /* units admitted here and written by flushes */
 } ratewin_stats;
 
 /* Sets stats->size and zeroes the rest. NULL is ignored. */
@@ -626,6 +651,12 @@ RATEWIN_EXPORT int ratewin_engine_last_error(const ratewin_engine* engine, char*
  * (its window is larger than a shard's share of max_memory). */
 RATEWIN_EXPORT int ratewin_engine_capacity(const ratewin_engine* engine, const ratewin_limit* limit,
                                            uint64_t* out);
+/* Since 1.8. Batched write mode: writes what the engine admitted and has not yet written,
+ * reads those limiters' shared windows back and renews their budgets, now rather than at
+ * the next flush interval (ratewin_engine_close flushes too). RATEWIN_EUNAVAILABLE when a
+ * write failed: its counts are kept for a later flush, while they are in the window.
+ * RATEWIN_OK at once in sync or local mode. Blocks for up to command_timeout_ms. */
+RATEWIN_EXPORT int ratewin_engine_flush(ratewin_engine* engine, char** errmsg);
 /* Since 1.5. The key in the shared store (Redis) that holds `resource`'s counts under
  * `limit` in *out, "" in local mode (resources are hashed into keys: this finds a name's
  * key for redis-cli); the caller frees it with ratewin_free(). */

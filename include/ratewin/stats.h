@@ -52,6 +52,10 @@ struct Stats {
   std::chrono::nanoseconds clock_offset{0};
   std::chrono::nanoseconds clock_rtt{0};
   std::uint64_t live_nodes = 0;
+  // Batched write mode (Options::write_mode).
+  std::uint64_t flushes = 0;
+  std::uint64_t flush_failures = 0;
+  std::uint64_t flushed_units = 0;
   // The latest store failure, empty if none (a text: not one of kStatFields).
   std::string last_error;
   // Store failures so far by reason, in the order first seen: a Redis error code (NOPERM,
@@ -251,6 +255,18 @@ inline constexpr StatField kStatFields[] = {
         "Engines on this key prefix heartbeating to the store at its last reading, this one "
         "included (0: not read yet): what the partitioned failure policy splits a limit by.",
         {"ratewin_store_live_nodes"}, true),
+    stat_fields_detail::counter("flushes", &Stats::flushes,
+                                "Batched mode: flushes that wrote admitted counts to the store.",
+                                {"ratewin_store_flushes_total", "result=\"ok\"",
+                                 "Batched mode's flushes by result."},
+                                true),
+    stat_fields_detail::counter("flush_failures", &Stats::flush_failures,
+                                "Batched mode: flushes with a write that failed (its counts "
+                                "are kept for the next flush while in the window).",
+                                {"ratewin_store_flushes_total", "result=\"failed\""}, true),
+    stat_fields_detail::counter("flushed_units", &Stats::flushed_units,
+                                "Batched mode: units admitted here and written by flushes.",
+                                {"ratewin_store_flushed_units_total"}, true),
     stat_fields_detail::seconds("clock_offset", &Stats::clock_offset,
                                 "The store's clock minus this engine's.",
                                 {"ratewin_store_clock_offset_seconds"}),

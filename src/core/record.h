@@ -111,9 +111,9 @@ struct PendingWrite {
 };
 
 // Words a record carries after its buckets: the store mark with a shared store, and the
-// budget and pending reference in batched write mode.
+// budget and where its pending counts are in batched write mode.
 inline constexpr std::uint32_t kMarkWords = 1;
-inline constexpr std::uint32_t kBatchedWords = 3;
+inline constexpr std::uint32_t kBatchedWords = 4;
 
 // Fields a lock-free reader reads are SeqlockFields; pins and the LRU links are touched only
 // under the shard's lock.
@@ -142,13 +142,16 @@ struct Record {
   }
   // Batched write mode (Options::write_mode; records of a registry made with
   // kBatchedWords), after the store mark: the units this engine may still admit before
-  // its next flush's merge renews them; and where the limiter's pending counts are in
-  // its shard's list (Shard::pending): the list's round (low 8 bits) above 24 bits of
-  // index + 1 (0: nowhere). Both written under the lock in a write section, both read
-  // by lock-free readers. With `n` the subintervals of the record's key, as lock-free readers
-  // must not trust the stored geometry.
+  // its next flush's merge renews them (kNoBudget: none granted yet, the next admission
+  // is written as in sync mode, and its reply grants one); and where the limiter's
+  // pending counts are in its shard's list (Shard::pending): index + 1 (0: nowhere), in
+  // the list of which round. Written under the lock in a write section, read by
+  // lock-free readers too. With `n` the subintervals of the record's key, as lock-free
+  // readers must not trust the stored geometry.
+  static constexpr std::uint32_t kNoBudget = 0xffffffffU;
   Bucket& budget(std::uint32_t n) noexcept { return buckets()[n + 1]; }
-  Bucket& pending_ref(std::uint32_t n) noexcept { return buckets()[n + 2]; }
+  Bucket& pending_index(std::uint32_t n) noexcept { return buckets()[n + 2]; }
+  Bucket& pending_round(std::uint32_t n) noexcept { return buckets()[n + 3]; }
   static std::uint32_t mark_of(std::int64_t epoch) noexcept {
     const std::int64_t r = epoch % 0xffffffffLL;
     return static_cast<std::uint32_t>(r < 0 ? r + 0xffffffffLL : r) + 1;

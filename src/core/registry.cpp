@@ -252,8 +252,9 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->clear(cold ? 0 : now_ns);
   if (words_ >= kMarkWords) r->store_mark() = 0;
   if (words_ >= kBatchedWords) {
-    r->budget(key.subintervals) = 0;
-    r->pending_ref(key.subintervals) = 0;
+    r->budget(key.subintervals) = Record::kNoBudget;
+    r->pending_index(key.subintervals) = 0;
+    r->pending_round(key.subintervals) = 0;
   }
   try {
     lru_of(*r);  // made now, so that linking it cannot throw

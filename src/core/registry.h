@@ -199,8 +199,9 @@ class alignas(64) Shard {
   // With a store: limiters used in a new epoch since the store last took them.
   std::vector<Activity> activity;
   // Batched write mode: counts admitted since the engine's last flush took them, and the
-  // flush round they are for (Record::pending_ref names an entry of this round; read by
-  // lock-free readers, to know whether a budget refusal was noted this round).
+  // flush round they are for (a record's pending_index names an entry of the list of its
+  // pending_round; read by lock-free readers, to know whether a budget refusal was noted
+  // this round).
   std::vector<PendingWrite> pending;
   SeqlockField<std::uint32_t> pending_round{1};
 

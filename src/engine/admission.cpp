@@ -57,6 +57,12 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     // ones. Its first write brings back the whole window: a warm start in the same
     // round trip, and the admission stands only if the shared counts allow it.
     cold_ = store != nullptr && now_epoch - window.epoch() > 1;
+    if (cold_ && engine_.batched_) {
+      // Batched: its budget went stale with its counts; the warm start grants the next,
+      // and until then its admissions are written too.
+      section.open();
+      ref_.record->budget(key_.subintervals) = Record::kNoBudget;
+    }
     if (!window.current_at(now_)) {
       section.open();
       window.advance(now_);
@@ -75,8 +81,12 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   // Batched: decided here, within this engine's budget. (A cold limiter's admission is
   // written as in sync mode; while the store is unreachable, the failure policies rule
   // as in sync mode: nothing is queued.)
-  batched_ = engine_.batched(key_, limit_) && !cold_ && !degraded_ && cost_ != 0;
+  // A limiter without a budget yet, or a request larger than any budget could be, is
+  // written as in sync mode.
   Record& record = *ref_.record;
+  batched_ = engine_.batched(key_, limit_) && !cold_ && !degraded_ && cost_ != 0 &&
+             record.budget(key_.subintervals) != Record::kNoBudget &&
+             (!fits_ || engine_.grantable(cost_, d_.remaining + cost_));
   if (batched_ && fits_ && cost_ > record.budget(key_.subintervals)) {
     // Refused until the next flush renews the budget; noted, so that it does (later
     // refusals this round are decided without the lock).

@@ -103,13 +103,14 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       // With a shared store, records carry the mark of the epoch last written.
       registry_((validate(options_), options_.max_limiters), options_.max_memory,
                 record_words(options_, store != nullptr)),
+      batched_(options_.write_mode == WriteMode::batched &&
+               (store != nullptr || !options_.redis.empty())),
       flush_period_ns_(options_.flush_interval > std::chrono::milliseconds::zero()
                            ? options_.flush_interval / std::chrono::nanoseconds(1)
                            : std::int64_t{50'000'000}) {
   if (!options_.logger) options_.logger = log_to_stderr;
   // Made last: its thread calls back into the registry.
   store_ = store != nullptr ? std::move(store) : make_store(options_, clock_, *this);
-  batched_ = store_ != nullptr && options_.write_mode == WriteMode::batched;
   if (batched_ && system_clock_) flusher_ = std::thread([this] { flusher_loop(); });
 }
 
@@ -163,8 +164,9 @@ EngineCore::~EngineCore() {
       // budget is decided here once the limiter is noted for the next flush (which renews
       // the budget); the first one of a round takes the lock to note it.
       const std::uint32_t budget = ref.record->budget(key.subintervals).load();
-      if (cost > budget) {
-        if (!noted(shard, ref.record->pending_ref(key.subintervals).load())) return 1;
+      if (budget != Record::kNoBudget && cost > budget) {
+        // (Under the lock: a request too large for any budget, or the round's first.)
+        if (!grantable(cost, out.remaining + cost) || !noted(shard, *ref.record, key)) return 1;
         out.allowed = false;
         out.remaining = budget;
         out.retry_after = until_flush(now);
@@ -592,9 +594,10 @@ bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
     Shard::WriteSection section(shard);
     found.record->clear(now_ns());
     if (batched_ && key.ring()) {
-      // (Its pending counts are dropped; the budget is renewed by the next flush.)
+      // (Its pending counts are dropped; its next admission is written and grants a
+      // budget.)
       if (PendingWrite* entry = pending_of(shard, *found.record, key)) entry->delta = 0;
-      found.record->budget(key.subintervals) = 0;
+      found.record->budget(key.subintervals) = Record::kNoBudget;
     }
   }
   return shared;
@@ -771,6 +774,9 @@ Stats EngineCore::stats() const {
   if (store_ != nullptr) {
     store_->add_stats(s);
     s.warm_starts = warm_starts_.load(std::memory_order_relaxed);
+    s.flushes = flushes_.load(std::memory_order_relaxed);
+    s.flush_failures = flush_failures_.load(std::memory_order_relaxed);
+    s.flushed_units = flushed_units_.load(std::memory_order_relaxed);
     s.warm_start_failures = warm_start_failures_.load(std::memory_order_relaxed);
   }
   return s;

@@ -121,20 +121,26 @@ class EngineCore final : public SyncTarget {
   // the limiter's pending counts, or (`starved`) notes that it refused for want of budget.
   void queue(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
              std::int64_t epoch, std::uint64_t delta, bool starved);
+  // Under the shard's lock, in an open write section: appends `entry` to this round's
+  // pending counts as the limiter's own.
+  static void note(Shard& shard, Record& record, const LimiterKey& key, const PendingWrite& entry);
   // Under the shard's lock: the limiter's pending entry of this round, if it has one.
   static PendingWrite* pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept;
-  // Whether a lock-free reader sees the limiter noted in this round (Record::pending_ref).
-  static bool noted(const Shard& shard, std::uint32_t ref) noexcept {
-    return (ref & kPendingIndex) != 0 &&
-           (ref >> 24) == (shard.pending_round.load() & 0xff);
+  // Whether the limiter has an entry in this round's pending counts (read lock-free too).
+  static bool noted(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
+    return record.pending_index(key.subintervals).load() != 0 &&
+           record.pending_round(key.subintervals).load() == shard.pending_round.load();
   }
-  static constexpr std::uint32_t kPendingIndex = 0xffffff;
   // Under the shard's lock, in a write section: `units` given back to the budget.
   static void add_budget(Record& record, const LimiterKey& key, std::uint64_t units) noexcept {
     Bucket& budget = record.budget(key.subintervals);
+    if (budget.load() == Record::kNoBudget) return;
     budget = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(std::uint64_t{budget.load()} + units, 0xffffffffU));
+        std::min<std::uint64_t>(std::uint64_t{budget.load()} + units, Record::kNoBudget - 1));
   }
+  // Whether a grant from a window with `left` units left could admit `cost`: a request
+  // too large for any budget is written as in sync mode (else it would never pass).
+  bool grantable(std::uint64_t cost, std::uint64_t left) const noexcept;
   // The units this engine may admit until its next merge, from what the window has left
   // (`left`, as just merged): a sixth of its share among the live engines, with `carry`
   // (the fraction a limiter's earlier grants left over) added and updated.
@@ -268,7 +274,7 @@ class EngineCore final : public SyncTarget {
   std::atomic<bool> partition_unknown_logged_{false};
   OutageLedger ledger_;  // partitioned admissions made without the store
   // Batched write mode.
-  bool batched_ = false;
+  const bool batched_;
   std::atomic<std::int64_t> flush_period_ns_;  // the shortest flush interval queued yet
   std::mutex flush_mutex_;                     // one flush at a time; guards what follows
   struct Carry {
@@ -280,6 +286,9 @@ class EngineCore final : public SyncTarget {
   };
   std::unordered_map<LimiterKey, Carry, KeyHash> carries_;
   std::uint64_t flush_round_ = 0;
+  std::atomic<std::uint64_t> flushes_{0};
+  std::atomic<std::uint64_t> flush_failures_{0};
+  std::atomic<std::uint64_t> flushed_units_{0};
   std::mutex flusher_mutex_;  // the flusher thread's stop flag
   std::condition_variable flusher_wake_;
   bool flusher_stop_ = false;

@@ -32,9 +32,10 @@ constexpr double kBudgetShare = 1.0 / 6.0;
 
 // Whether an entry's epoch is still in its limiter's window at `now` (else its counts
 // no longer matter: a failed write's are dropped).
+// (The trailing subinterval, N epochs back, still counts in a sliding window.)
 bool in_window(const PendingWrite& entry, std::int64_t now) noexcept {
-  return entry.epoch > SlidingWindow::epoch_of(now, entry.key.resolution_ns()) -
-                           std::int64_t{entry.key.subintervals};
+  return entry.epoch >= SlidingWindow::epoch_of(now, entry.key.resolution_ns()) -
+                            std::int64_t{entry.key.subintervals};
 }
 
 }  // namespace
@@ -52,9 +53,8 @@ std::int64_t EngineCore::flush_ns(const LimiterKey& key) const noexcept {
 }
 
 PendingWrite* EngineCore::pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept {
-  const std::uint32_t ref = record.pending_ref(key.subintervals).load();
-  if (!noted(shard, ref)) return nullptr;
-  const std::size_t index = (ref & kPendingIndex) - 1;
+  if (!noted(shard, record, key)) return nullptr;
+  const std::size_t index = record.pending_index(key.subintervals).load() - 1;
   if (index >= shard.pending.size() || !(shard.pending[index].key == key)) return nullptr;
   return &shard.pending[index];
 }
@@ -65,23 +65,37 @@ void EngineCore::queue(Shard& shard, Record& record, const LimiterKey& key, cons
     if (entry->epoch == epoch) {
       entry->delta += delta;
       entry->starved = entry->starved || starved;
+      // (Limits of one scope and geometry share the limiter: the budget is the least's.)
+      entry->max = std::min(entry->max, limit.max());
       return;
     }
   }
   // (A limiter whose counts straddle a boundary has an entry per epoch; the record names
   // the newest.)
-  shard.pending.push_back({key, epoch, delta, limit.max(), trailing_of(limit.algorithm()),
-                           record.store_mark() != Record::mark_of(epoch), starved});
-  if (shard.pending.size() <= kPendingIndex) {
-    record.pending_ref(key.subintervals) =
-        ((shard.pending_round.load() & 0xff) << 24) | static_cast<std::uint32_t>(shard.pending.size());
-  }
+  note(shard, record, key,
+       {key, epoch, delta, limit.max(), trailing_of(limit.algorithm()),
+        record.store_mark() != Record::mark_of(epoch), starved});
   // The flusher wakes at the shortest interval of the geometries it has to flush.
   const std::int64_t f = flush_ns(key);
   std::int64_t period = flush_period_ns_.load(std::memory_order_relaxed);
   while (f < period &&
          !flush_period_ns_.compare_exchange_weak(period, f, std::memory_order_relaxed)) {
   }
+}
+
+void EngineCore::note(Shard& shard, Record& record, const LimiterKey& key,
+                      const PendingWrite& entry) {
+  shard.pending.push_back(entry);
+  if (shard.pending.size() < 0xffffffffU) {
+    record.pending_index(key.subintervals) = static_cast<std::uint32_t>(shard.pending.size());
+    record.pending_round(key.subintervals) = shard.pending_round.load();
+  }
+}
+
+bool EngineCore::grantable(std::uint64_t cost, std::uint64_t left) const noexcept {
+  const std::uint32_t live = std::max<std::uint32_t>(store_->live_nodes(), 1);
+  const double most = std::floor(static_cast<double>(left) * kBudgetShare / live) + 1;
+  return static_cast<double>(cost) <= most;
 }
 
 std::uint32_t EngineCore::grant(std::uint64_t left, double& carry) const noexcept {
@@ -102,7 +116,7 @@ std::uint32_t EngineCore::grant(std::uint64_t left, double& carry) const noexcep
     whole = 1;
     carry = 0;
   }
-  return static_cast<std::uint32_t>(std::min(whole, 4294967295.0));
+  return static_cast<std::uint32_t>(std::min(whole, double{Record::kNoBudget - 1}));
 }
 
 bool EngineCore::flush() {
@@ -138,14 +152,18 @@ bool EngineCore::flush() {
     }
     store_->add_all(writes, counts, std::span<bool>(written.get(), taken.size()));
     const std::int64_t now = now_ns();
+    std::uint64_t units = 0;
     for (std::size_t i = 0; i < taken.size(); ++i) {
       if (written[i]) {
+        units += taken[i].delta;
         merge_flushed(taken[i], counts[i], now);
       } else {
         ok = false;
         requeue(taken[i], now);
       }
     }
+    flushed_units_.fetch_add(units, std::memory_order_relaxed);
+    (ok ? flushes_ : flush_failures_).fetch_add(1, std::memory_order_relaxed);
   }
   // Carries of limiters not flushed for a while are forgotten.
   constexpr std::uint64_t kForget = 256;
@@ -193,9 +211,26 @@ void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::u
 void EngineCore::requeue(const PendingWrite& entry, std::int64_t now) {
   // Nothing to write (a read for a starved limiter), or out of its window by now.
   if (entry.delta == 0 || !in_window(entry, now)) return;
-  Shard& shard = registry_.shard_for(entry.key.hash());
+  const std::uint64_t hash = entry.key.hash();
+  Shard& shard = registry_.shard_for(hash);
   std::lock_guard lock(shard.mutex);
-  shard.pending.push_back(entry);
+  const RecordRef found = shard.find(entry.key, hash);
+  if (!found) {
+    shard.pending.push_back(entry);  // (flushed all the same: the record is gone)
+    return;
+  }
+  // Into the limiter's entry of this round for that epoch, so that what takes from
+  // pending counts (give-backs, refund, reset, merges) sees it.
+  Shard::WriteSection section(shard);
+  PendingWrite* same = pending_of(shard, *found.record, entry.key);
+  if (same == nullptr) {
+    note(shard, *found.record, entry.key, entry);
+  } else if (same->epoch == entry.epoch) {
+    same->delta += entry.delta;
+    same->first = same->first || entry.first;
+  } else {
+    shard.pending.push_back(entry);  // (older: the record keeps naming the newer entry)
+  }
 }
 
 void EngineCore::flusher_loop() {

@@ -260,8 +260,12 @@ _Static_assert(offsetof(ratewin_limit_options, algorithm) ==
 _Static_assert(sizeof(ratewin_acquisition) ==
                    offsetof(ratewin_acquisition, cost) + sizeof(uint64_t),
                "ratewin_acquisition has trailing padding");
-_Static_assert(sizeof(ratewin_options) == offsetof(ratewin_options, tls) + sizeof(void*),
+_Static_assert(sizeof(ratewin_options) ==
+                   offsetof(ratewin_options, flush_interval_ms) + sizeof(uint32_t),
                "ratewin_options has trailing padding");
+_Static_assert(offsetof(ratewin_options, write_mode) ==
+                   offsetof(ratewin_options, tls) + sizeof(void*),
+               "ratewin_options has padding before write_mode");
 _Static_assert(offsetof(ratewin_options, tls) ==
                    offsetof(ratewin_options, reserved2) + sizeof(int32_t),
                "ratewin_options has padding before tls");
@@ -281,7 +285,7 @@ _Static_assert(offsetof(ratewin_decision, would_reject) ==
                    offsetof(ratewin_decision, retry_after_ns) + sizeof(int64_t),
                "ratewin_decision has padding before would_reject");
 _Static_assert(sizeof(ratewin_stats) ==
-                   offsetof(ratewin_stats, live_nodes) + sizeof(uint64_t),
+                   offsetof(ratewin_stats, flushed_units) + sizeof(uint64_t),
                "ratewin_stats has trailing padding");
 
 /* ---- A local engine on a manual clock -------------------------------------------- */
@@ -411,6 +415,7 @@ static void test_options(void) {
   CHECK(o.require_store == 0 && o.reserved == 0);
   CHECK(o.partition_share == 1.0 && o.partitioned_unknown == RATEWIN_FAILURE_LOCAL);
   CHECK(o.reserved2 == 0);
+  CHECK(o.write_mode == RATEWIN_WRITE_SYNC && o.flush_interval_ms == 0);
   ratewin_options_init(NULL);
 
   /* A caller built against 1.0 passes the options as they were then: max_memory keeps
@@ -441,8 +446,8 @@ static void test_options(void) {
   struct {
     const char* field;
     ratewin_options options;
-  } bad[14];
-  for (size_t i = 0; i < 14; ++i) ratewin_options_init(&bad[i].options);
+  } bad[16];
+  for (size_t i = 0; i < 16; ++i) ratewin_options_init(&bad[i].options);
   bad[0].field = "max_limiters";
   bad[0].options.max_limiters = 0;
   bad[1].field = "command_timeout";
@@ -471,7 +476,11 @@ static void test_options(void) {
   bad[12].options.partitioned_unknown = RATEWIN_FAILURE_OPEN;
   bad[13].field = "reserved2";
   bad[13].options.reserved2 = 1;
-  for (size_t i = 0; i < 14; ++i) {
+  bad[14].field = "write_mode";
+  bad[14].options.write_mode = 2;
+  bad[15].field = "flush_interval";
+  bad[15].options.flush_interval_ms = 1001;
+  for (size_t i = 0; i < 16; ++i) {
     CHECK_ERROR(ratewin_engine_open(&bad[i].options, &out, &message), RATEWIN_EINVAL, message,
                 bad[i].field);
     CHECK(out == sentinel);
@@ -2024,11 +2033,12 @@ static int start_redis(void) {
   return 0;
 }
 
-static ratewin_engine* open_redis_engine_timeout(const char* url, struct log_record* log,
-                                                 uint32_t command_timeout_ms) {
+static ratewin_engine* open_redis_engine_mode(const char* url, struct log_record* log,
+                                              uint32_t command_timeout_ms, int32_t write_mode) {
   ratewin_options o;
   ratewin_options_init(&o);
   o.command_timeout_ms = command_timeout_ms;
+  o.write_mode = write_mode;
   o.redis = url;
   o.key_prefix = "capi";
   o.clock = manual_now;
@@ -2041,6 +2051,11 @@ static ratewin_engine* open_redis_engine_timeout(const char* url, struct log_rec
   char* message = (char*)&o; /* stale: success must set it to NULL */
   CHECK(ratewin_engine_open(&o, &engine, &message) == 0 && engine != NULL && message == NULL);
   return engine;
+}
+
+static ratewin_engine* open_redis_engine_timeout(const char* url, struct log_record* log,
+                                                 uint32_t command_timeout_ms) {
+  return open_redis_engine_mode(url, log, command_timeout_ms, RATEWIN_WRITE_SYNC);
 }
 
 static ratewin_engine* open_redis_engine(const char* url, struct log_record* log) {
@@ -2227,6 +2242,33 @@ static void test_redis_shared(void) {
   ratewin_engine_close(c);
   ratewin_limit_free(roomy);
   ratewin_limit_free(tight);
+
+  /* Since 1.8, batched write mode: admissions are counted in memory, and written by a
+   * flush (here ratewin_engine_flush: a manual clock never flushes on its own), one write
+   * for the lot, once the engine has read how many engines share the store. */
+  ratewin_engine* batched = open_redis_engine_mode(url, &log, 1000, RATEWIN_WRITE_BATCHED);
+  char* message = NULL;
+  ratewin_stats_init(&s);
+  for (int i = 0; i < 200 && s.live_nodes != 3; ++i) {
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    CHECK(ratewin_engine_stats(batched, &s) == 0);
+  }
+  CHECK(s.live_nodes == 3);
+  ratewin_limit* wide = make_limit(1000, 10000, 1000, RATEWIN_FAILURE_LOCAL);
+  for (int i = 0; i < 21; ++i) { /* the first a warm start; a budget of 999 / 6 / 3 then */
+    CHECK(ratewin_engine_try_acquire(batched, 99, wide, 1, &d, NULL) == 0 && d.allowed == 1);
+  }
+  CHECK(ratewin_engine_stats(batched, &s) == 0 && s.flushes == 0 && s.flushed_units == 0);
+  CHECK(ratewin_engine_flush(batched, &message) == 0 && message == NULL);
+  CHECK(ratewin_engine_stats(batched, &s) == 0 && s.flushes == 1 && s.flushed_units == 20);
+  CHECK(s.flush_failures == 0);
+  c = open_redis_engine(url, &log);
+  CHECK(ratewin_engine_try_acquire(c, 99, wide, 0, &d, NULL) == 0 && d.remaining == 979);
+  ratewin_engine_close(c);
+  CHECK(ratewin_engine_flush(a, &message) == 0); /* sync mode: nothing to flush */
+  CHECK_ERROR(ratewin_engine_flush(NULL, &message), RATEWIN_EINVAL, message, "engine is NULL");
+  ratewin_engine_close(batched);
+  ratewin_limit_free(wide);
 
   pthread_mutex_lock(&log.mutex);
   CHECK(log.warnings == 0);

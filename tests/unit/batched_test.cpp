@@ -98,14 +98,54 @@ TEST_CASE_FIXTURE(Batched, "until the live count is read, admissions are written
   for (int i = 0; i < 5; ++i) CHECK(e->try_acquire(r, kLimit, 1).allowed);
   CHECK(shared->calls == 5);
   shared->live = 1;
-  // The first admission once it is known finds no budget yet: refused until the next
-  // flush grants one.
-  CHECK_FALSE(e->try_acquire(r, kLimit, 1).allowed);
-  CHECK(e->flush());
+  // The first admission once it is known finds no budget yet: it is written, and its
+  // reply grants one (a sixth of the 994 left).
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 6);
   int admitted = 0;
   while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
-  CHECK(admitted == 995 / 6);
+  CHECK(admitted == 994 / 6);
   CHECK(shared->calls == 6);
+}
+
+TEST_CASE_FIXTURE(Batched, "a request larger than any budget is written as in sync mode") {
+  // Regression: refused for want of budget at every flush, it never passed.
+  shared->live = 1;
+  auto e = engine();
+  const Limit limit(100, 1s, 100ms);
+  const std::uint64_t r = hash("tenant");
+  CHECK(e->try_acquire(r, limit, 1).allowed);  // a budget of 16
+  CHECK(e->try_acquire(r, limit, 40).allowed);  // more than a sixth of 99 could grant
+  CHECK(shared->calls == 2);
+  CHECK(shared->total() == 41);
+  CHECK(e->try_acquire(r, limit, 60).allowed == false);  // the window refuses it, locally
+  CHECK(shared->calls == 2);
+}
+
+TEST_CASE_FIXTURE(Batched, "a one-subinterval sliding window flushes its trailing epoch") {
+  // Regression: counts of the epoch before now were taken as out of the window and
+  // dropped, though a sliding window still counts that epoch while it slides out.
+  shared->live = 1;
+  auto e = engine();
+  const Limit limit(600, 1s, 1s);
+  const std::uint64_t r = hash("tenant");
+  clock->set(1'700'000'000s + 900ms);
+  for (int i = 0; i < 11; ++i) REQUIRE(e->try_acquire(r, limit, 1).allowed);  // 1 written
+  clock->advance(200ms);  // the next epoch
+  CHECK(e->flush());
+  CHECK(shared->total() == 11);
+}
+
+TEST_CASE_FIXTURE(Batched, "a limiter gone cold writes again before it uses a budget") {
+  shared->live = 1;
+  auto e = engine();
+  const std::uint64_t r = hash("tenant");
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 1);
+  clock->advance(5s);  // idle: cold again
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 2);  // its warm start (the unwritten unit has left the window)
 }
 
 TEST_CASE_FIXTURE(Batched, "a merge adds what the engine admitted and has not written yet") {
