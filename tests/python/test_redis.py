@@ -127,6 +127,34 @@ def test_the_gil_is_free_while_redis_keeps_a_call_waiting(redis):
         assert len(inside) >= 10, "the main thread ran while the call waited"
 
 
+def test_batched_write_mode_counts_in_memory_and_flushes(redis):
+    limit = ratewin.Limit(1000, per=3600)
+    with ratewin.Engine(redis.url, write_mode="batched", flush_interval=1) as batched:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and batched.stats()["live_nodes"] != 1:
+            time.sleep(0.05)
+        assert batched.try_acquire("b", limit)  # a cold limiter's first: written at once
+        writes = redis.cli("INFO", "commandstats")
+        assert all(batched.try_acquire("b", limit) for _ in range(100))
+        assert batched.flush() is True
+        stats = batched.stats()
+        assert stats.flushes >= 1 and stats.flush_failures == 0
+        assert stats.flushed_units == 100
+        assert redis.cli("INFO", "commandstats") != writes
+        with ratewin.Engine(redis.url) as reader:
+            assert reader.try_acquire("b", limit, cost=0).remaining == 1000 - 101
+        # Admitted and not yet flushed when it closes: close() writes them.
+        assert all(batched.try_acquire("b", limit) for _ in range(50))
+    with ratewin.Engine(redis.url) as reader:
+        assert reader.try_acquire("b", limit, cost=0).remaining == 1000 - 151
+    with pytest.raises(ValueError, match="write_mode"):
+        ratewin.Engine(redis.url, write_mode="eventually")
+    with pytest.raises(ValueError, match="flush_interval"):
+        ratewin.Engine(redis.url, write_mode="batched", flush_interval=2)
+    with ratewin.Engine() as local:
+        assert local.flush() is True
+
+
 def test_password_never_shows(tmp_path):
     server = RedisServer(tmp_path, password="s3cret-pw")
     server.start()

@@ -122,6 +122,11 @@ class PyEngine : public Owner<PyEngine, Engine> {
     return without_gil([&] { return e->stats(); });
   }
 
+  bool flush() const {
+    const std::shared_ptr<Engine> e = engine();
+    return without_gil([&] { return e->flush(); });
+  }
+
   std::uint64_t capacity(LimitArg limit) const {
     return engine()->capacity(to_limit(limit, "limit"));
   }
@@ -248,7 +253,7 @@ void init_engine(py::module_& m) {
                        OptionalPathArg tls_ca_file, OptionalPathArg tls_ca_dir,
                        OptionalPathArg tls_cert_file, OptionalPathArg tls_key_file,
                        OptionalStrArg tls_server_name, StrArg tls_verify,
-                       StrArg tls_min_version) {
+                       StrArg tls_min_version, StrArg write_mode, SecondsArg flush_interval) {
              Options o;
              if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
              o.tls = to_tls(tls_ca_file, tls_ca_dir, tls_cert_file, tls_key_file,
@@ -280,6 +285,12 @@ void init_engine(py::module_& m) {
              o.require_store = connect_mode == "require";
              o.partition_share = to_double(partition_share, "partition_share");
              o.partitioned_unknown = to_policy(partitioned_unknown, "partitioned_unknown");
+             const std::string mode = to_utf8(write_mode, "write_mode");
+             if (mode != "sync" && mode != "batched") {
+               throw py::value_error("write_mode must be 'sync' or 'batched', not '" + mode + "'");
+             }
+             o.write_mode = mode == "batched" ? WriteMode::batched : WriteMode::sync;
+             o.flush_interval = to_milliseconds(flush_interval, "flush_interval", true);
              // Without a logger of the caller's, records on the "ratewin" logger.
              py::object sink = logger.is_none()
                                    ? py::module_::import("ratewin._logsink").attr("emit")
@@ -306,13 +317,23 @@ void init_engine(py::module_& m) {
            py::arg("tls_ca_dir") = py::none(), py::arg("tls_cert_file") = py::none(),
            py::arg("tls_key_file") = py::none(), py::arg("tls_server_name") = py::none(),
            py::arg("tls_verify") = "full", py::arg("tls_min_version") = "1.2",
+           py::arg("write_mode") = "sync", py::arg("flush_interval") = 0.0,
            "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
            "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
            "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None, "
            "max_memory=268435456, connect='lazy', partition_share=1.0, "
            "partitioned_unknown='local', tls_ca_file=None, tls_ca_dir=None, "
            "tls_cert_file=None, tls_key_file=None, tls_server_name=None, tls_verify='full', "
-           "tls_min_version='1.2').\n\n"
+           "tls_min_version='1.2', write_mode='sync', flush_interval=0.0).\n\n"
+           "write_mode: 'sync' (the default): each admitted request writes to Redis and "
+           "waits for the reply; 'batched': requests are decided and counted in memory, "
+           "without waiting on the network, and the engine flushes what it admitted every "
+           "flush_interval (seconds; 0 chooses per window, a 40th of it, 10 to 50 ms where "
+           "the resolution allows; else 0.001 to 1), one write per limiter. Between flushes "
+           "each engine admits at most its budget, a share of what the window had left, so "
+           "a limit may be exceeded by a bounded amount (README, 'Batched mode'). "
+           "sliding_window and fixed_window limits only; the others stay sync. close() "
+           "flushes; flush() does at once.\n\n"
            "partition_share, partitioned_unknown: limits with on_failure='partitioned' admit "
            "max x partition_share / live engines on each engine while Redis is unreachable "
            "(0.01 to 1000); an engine that never read the live count decides as "
@@ -403,6 +424,11 @@ void init_engine(py::module_& m) {
       .def("stats", &PyEngine::stats,
            "Counters since the engine started and its state now, as a Stats (durations in "
            "seconds; the store's figures are zero in local mode).")
+      .def("flush", &PyEngine::flush,
+           "Batched write mode: writes what this engine admitted and has not yet written, "
+           "reads those limiters' windows back and renews their budgets, now rather than at "
+           "the next flush interval. False when a write failed (its counts are kept for a "
+           "later flush while they are in the window). True at once in sync or local mode.")
       .def("close", &PyEngine::close,
            "Closes the engine: stops its threads and connections (waiting at most for calls "
            "in flight to finish or time out). Idempotent. Limiters made from it keep working "
