@@ -239,6 +239,15 @@ int run(int argc, char** argv) {
     ("partitioned-unknown", "failure_policy: partitioned before an instance has read the "
                             "live count (Redis unreachable from the start): local or closed",
      cxxopts::value<std::string>()->default_value("local"))
+    ("write-mode", "How admissions reach Redis: sync (each waits for its write) or batched "
+                   "(decided in memory, flushed every --flush-interval-ms; a limit may be "
+                   "exceeded by a bounded amount, see README's Batched mode; sliding_window "
+                   "and fixed_window limits only)",
+     cxxopts::value<std::string>()->default_value("sync"))
+    ("flush-interval-ms", "Batched mode's flush interval: 0 chooses per window (a 40th of it, "
+                          "10 to 50 ms where the resolution allows), else 1 to 1000. The "
+                          "same on every instance",
+     cxxopts::value<std::uint32_t>()->default_value("0"))
     ("rules", "YAML rules file (see cmd/server/rules.example.yaml); reloaded when it "
               "changes and on SIGHUP. Without it no request is limited",
      cxxopts::value<std::string>()->default_value(""))
@@ -550,6 +559,14 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "ratewin-server: --partitioned-unknown must be local or closed\n");
     return 2;
   }
+  if (const std::string write = args["write-mode"].as<std::string>(); write == "batched") {
+    engine_options.write_mode = WriteMode::batched;
+  } else if (write != "sync") {
+    std::fprintf(stderr, "ratewin-server: --write-mode must be sync or batched\n");
+    return 2;
+  }
+  engine_options.flush_interval =
+      std::chrono::milliseconds(args["flush-interval-ms"].as<std::uint32_t>());
 
   // A peer that resets its connection while a response is being written must not end
   // the process (libuv writes without MSG_NOSIGNAL).

@@ -53,6 +53,40 @@ def test_global_limit_is_exact_across_two_instances(start_server, redis, tmp_pat
     assert r.status == 429, r
 
 
+def test_batched_instances_keep_to_a_global_limit_and_write_every_admission(start_server, redis,
+                                                                           tmp_path):
+    """--write-mode batched: admissions are decided in memory, within each instance's
+    budget; what the instances admitted reaches Redis in their flushes, every unit."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: shared
+            path: /shared
+            limits:
+              - {name: everybody, max: 60, window: 60s, per: global}
+        """)
+    a = start_server("--write-mode", "batched", rules=rules, redis=redis)
+    b = start_server("--write-mode", "batched", "--flush-interval-ms", "20", rules=rules,
+                     redis=redis)
+    store_up(a, b)
+    for s in (a, b):
+        assert wait_until(lambda s=s: "ratewin_store_live_nodes 2" in s.metrics(), 5), s.log()
+    with Client(a.port) as ca, Client(b.port) as cb:
+        shared = [(ca if i % 2 == 0 else cb).get("/shared", {"X-API-Key": f"k{i}"})
+                  for i in range(150)]
+    allowed = [i for i, r in enumerate(shared) if r.status == 200]
+    assert all(r.status in (200, 429) for r in shared)
+    assert {i % 2 for i in allowed} == {0, 1}
+    assert 2 <= len(allowed) <= 61, len(allowed)  # the limit, and one unit of rounding
+    # Once both have flushed, a third instance (sync) finds every admission in Redis.
+    time.sleep(0.3)  # (a flushes every 50 ms, the interval chosen for this window; b 20)
+    c = start_server(rules=rules, redis=redis)
+    store_up(c)
+    r = c.get("/shared", {"X-API-Key": "late"})
+    left = max(0, 60 - len(allowed))
+    assert r.status == (200 if left > 0 else 429), r
+    assert int(r.headers["x-ratelimit-remaining"]) == max(0, left - 1), r
+
+
 def test_global_limit_is_exact_under_concurrency(start_server, redis, tmp_path):
     """Concurrent clients on two instances (two event loops each): still exactly the limit."""
     rules = write_rules(tmp_path / "rules.yaml", """
