@@ -78,24 +78,28 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     d_.allowed = true;  // not counted: it did not fit
     d_.retry_after = std::chrono::nanoseconds(0);
   }
-  // Batched: decided here, within this engine's budget. (A cold limiter's admission is
-  // written as in sync mode; while the store is unreachable, the failure policies rule
-  // as in sync mode: nothing is queued.)
-  // A limiter without a budget yet, or a request larger than any budget could be, is
-  // written as in sync mode.
+  // Batched: decided here, within this engine's budget; while the store is unreachable,
+  // the failure policies rule as in sync mode (nothing is queued). Written as in sync
+  // mode instead: a limiter without a budget (cold, new or reset: its write's reply
+  // grants one), a request larger than any budget could be, and, once per flush round,
+  // a request over the budget that the window has room for (so that a budget spent by a
+  // short burst does not refuse what the limit allows).
   Record& record = *ref_.record;
-  batched_ = engine_.batched(key_, limit_) && !cold_ && !degraded_ && cost_ != 0 &&
-             record.budget(key_.subintervals) != Record::kNoBudget &&
-             (!fits_ || engine_.grantable(cost_, d_.remaining + cost_));
+  const bool batchable = engine_.batched(key_, limit_) && !degraded_ && cost_ != 0;
+  grant_ = batchable && (cold_ || record.budget(key_.subintervals) == Record::kNoBudget);
+  batched_ = batchable && !grant_ && (!fits_ || engine_.grantable(cost_, d_.remaining + cost_));
   if (batched_ && fits_ && cost_ > record.budget(key_.subintervals)) {
-    // Refused until the next flush renews the budget; noted, so that it does (later
-    // refusals this round are decided without the lock).
     section.open();
-    engine_.queue(shard_, record, key_, limit_, window.epoch(), 0, true);
-    fits_ = false;
-    d_.allowed = false;
-    d_.remaining = record.budget(key_.subintervals);
-    d_.retry_after = engine_.until_flush(now_);
+    if (engine_.spill(shard_, record, key_, limit_, window.epoch())) {
+      batched_ = false;  // this round's write through
+    } else {
+      // Refused until the next flush renews the budget (the limiter is noted for it:
+      // later refusals this round are decided without the lock).
+      fits_ = false;
+      d_.allowed = false;
+      d_.remaining = record.budget(key_.subintervals);
+      d_.retry_after = engine_.until_flush(now_);
+    }
   }
   if (fits_ && d_.allowed && cost_ != 0) {
     section.open();
@@ -261,6 +265,19 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     // The limiter may have been evicted while the lock was released: then the returned
     // counts are all there is.
     const RecordRef record = live();
+    // Batched: what this engine admitted and has not flushed is in neither count; it
+    // decides with them, and the local window learns them with them.
+    std::int64_t pending_epoch = 0;
+    std::uint64_t pending = 0;
+    if (record && engine_.batched_) {
+      if (const PendingWrite* entry = EngineCore::pending_of(shard_, *record.record, key_)) {
+        pending_epoch = entry->epoch;
+        pending = entry->delta;
+        const std::int64_t k = epoch_ - pending_epoch;
+        if (pending != 0 && k >= 0 && static_cast<std::size_t>(k) < counts.size())
+          own.merge(pending_epoch, counts[static_cast<std::size_t>(k)] + pending);
+      }
+    }
     SlidingWindow window = record ? record.record->view() : own;  // (a view: `own` itself)
     // The first write of epoch_ is done (unless the window has moved on meanwhile: a mark
     // never goes back).
@@ -269,13 +286,14 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     }
     // The local window learns the shared counts, for the decisions to come.
     if (record) {
-      for (std::size_t k = 0; k < counts.size(); ++k)
-        window.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
-      // Batched: a cold limiter's warm start grants its first budget (without the carry,
-      // which only flushes keep).
+      for (std::size_t k = 0; k < counts.size(); ++k) {
+        const std::int64_t e = epoch_ - static_cast<std::int64_t>(k);
+        window.merge(e, counts[k] + (e == pending_epoch ? pending : 0));
+      }
+      // Batched: a limiter without a budget gets its first (without the carry, which
+      // only flushes keep).
       Decision left;
-      if (engine_.batched(key_, limit_) &&
-          window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
+      if (grant_ && window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
         double carry = 0;
         record.record->budget(key_.subintervals) =
             engine_.grant(left.allowed ? left.remaining : 0, carry);

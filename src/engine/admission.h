@@ -112,6 +112,7 @@ class Admission {
   bool fits_ = false;       // what the local counts said
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
   bool batched_ = false;    // decided in batched write mode: counted, no shared write
+  bool grant_ = false;      // batched mode's limiter without a budget: its write grants one
   bool first_ = false;      // this engine's first write to the limiter in epoch_
   bool overflowed_ = false;
   Counted counted_;

@@ -111,7 +111,9 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
   if (!options_.logger) options_.logger = log_to_stderr;
   // Made last: its thread calls back into the registry.
   store_ = store != nullptr ? std::move(store) : make_store(options_, clock_, *this);
-  if (batched_ && system_clock_) flusher_ = std::thread([this] { flusher_loop(); });
+  // (A ManualClock stands still: tests flush when they choose.)
+  if (batched_ && dynamic_cast<const ManualClock*>(clock_.get()) == nullptr)
+    flusher_ = std::thread([this] { flusher_loop(); });
 }
 
 EngineCore::~EngineCore() {
@@ -165,8 +167,9 @@ EngineCore::~EngineCore() {
       // the budget); the first one of a round takes the lock to note it.
       const std::uint32_t budget = ref.record->budget(key.subintervals).load();
       if (budget != Record::kNoBudget && cost > budget) {
-        // (Under the lock: a request too large for any budget, or the round's first.)
-        if (!grantable(cost, out.remaining + cost) || !noted(shard, *ref.record, key)) return 1;
+        // (Under the lock: a request too large for any budget, or the round's first over
+        // it, which is written through.)
+        if (!grantable(cost, out.remaining + cost) || !spilled(shard, *ref.record, key)) return 1;
         out.allowed = false;
         out.remaining = budget;
         out.retry_after = until_flush(now);

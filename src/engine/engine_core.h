@@ -126,11 +126,23 @@ class EngineCore final : public SyncTarget {
   static void note(Shard& shard, Record& record, const LimiterKey& key, const PendingWrite& entry);
   // Under the shard's lock: the limiter's pending entry of this round, if it has one.
   static PendingWrite* pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept;
-  // Whether the limiter has an entry in this round's pending counts (read lock-free too).
+  // Whether the limiter has an entry in this round's pending counts, and whether a
+  // request over its budget was written through this round (read lock-free too).
   static bool noted(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
-    return record.pending_index(key.subintervals).load() != 0 &&
+    return (record.pending_index(key.subintervals).load() & kPendingIndex) != 0 &&
            record.pending_round(key.subintervals).load() == shard.pending_round.load();
   }
+  static bool spilled(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
+    return noted(shard, record, key) &&
+           (record.pending_index(key.subintervals).load() & kSpilled) != 0;
+  }
+  static constexpr std::uint32_t kPendingIndex = 0x7fffffffU;
+  static constexpr std::uint32_t kSpilled = 0x80000000U;
+  // Under the shard's lock, in an open write section: whether a request over the
+  // limiter's budget may be written through (as in sync mode), the first this round;
+  // either way the limiter is noted for the next flush.
+  bool spill(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
+             std::int64_t epoch);
   // Under the shard's lock, in a write section: `units` given back to the budget.
   static void add_budget(Record& record, const LimiterKey& key, std::uint64_t units) noexcept {
     Bucket& budget = record.budget(key.subintervals);

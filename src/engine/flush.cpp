@@ -54,7 +54,7 @@ std::int64_t EngineCore::flush_ns(const LimiterKey& key) const noexcept {
 
 PendingWrite* EngineCore::pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept {
   if (!noted(shard, record, key)) return nullptr;
-  const std::size_t index = record.pending_index(key.subintervals).load() - 1;
+  const std::size_t index = (record.pending_index(key.subintervals).load() & kPendingIndex) - 1;
   if (index >= shard.pending.size() || !(shard.pending[index].key == key)) return nullptr;
   return &shard.pending[index];
 }
@@ -86,10 +86,20 @@ void EngineCore::queue(Shard& shard, Record& record, const LimiterKey& key, cons
 void EngineCore::note(Shard& shard, Record& record, const LimiterKey& key,
                       const PendingWrite& entry) {
   shard.pending.push_back(entry);
-  if (shard.pending.size() < 0xffffffffU) {
+  if (shard.pending.size() <= kPendingIndex) {
     record.pending_index(key.subintervals) = static_cast<std::uint32_t>(shard.pending.size());
     record.pending_round(key.subintervals) = shard.pending_round.load();
   }
+}
+
+bool EngineCore::spill(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
+                       std::int64_t epoch) {
+  queue(shard, record, key, limit, epoch, 0, true);
+  if (!noted(shard, record, key)) return false;  // (no room to note it: refused)
+  Bucket& index = record.pending_index(key.subintervals);
+  if ((index.load() & kSpilled) != 0) return false;
+  index = index.load() | kSpilled;
+  return true;
 }
 
 bool EngineCore::grantable(std::uint64_t cost, std::uint64_t left) const noexcept {

@@ -25,6 +25,7 @@
 #include "redis/reporter.h"
 #include "certificates.h"
 #include "logs.h"
+#include "overload.h"
 #include "eventually.h"
 #include "redis_server.h"
 #include "sliding.h"
@@ -176,28 +177,9 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
     constexpr int kEngines = 4;
     const Limit limit(40, 1s, 100ms);
     const std::int64_t interval = 1'000'000'000;
-    std::vector<std::vector<std::int64_t>> admitted(kEngines);
-    std::barrier start(kEngines);
-    std::vector<std::thread> threads;
-    const std::int64_t begin = SystemClock::read();
-    for (int i = 0; i < kEngines; ++i) {
-      threads.emplace_back([&, i] {
-        start.arrive_and_wait();
-        const auto end = Clock::now() + 4s;
-        while (Clock::now() < end) {
-          if (engines[i]->try_acquire("hot", limit).allowed)
-            admitted[i].push_back(SystemClock::read());
-          std::this_thread::sleep_for(200us);  // about 4 x 5000 requests/s for 40/s: 500x
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    std::vector<std::int64_t> all;
-    for (const auto& a : admitted) all.insert(all.end(), a.begin(), a.end());
-    std::vector<std::int64_t> steady;  // after the first window (cold start)
-    for (const auto t : all) {
-      if (t >= begin + interval) steady.push_back(t);
-    }
+    // About 4 x 5000 requests/s for 40/s: 500x; after the first window (cold start).
+    const std::vector<std::int64_t> steady =
+        steady_admissions(engines, kEngines, "hot", limit, 200us, 4s, 1s);
     const std::size_t worst = max_in_window(steady, interval);
     const std::size_t busiest_epoch = max_in_window(steady, interval / 10);  // one subinterval
     MESSAGE("steady overload, " << kEngines << " engines, limit 40/s: max admitted in any 1 s = "

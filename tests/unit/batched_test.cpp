@@ -54,26 +54,46 @@ TEST_CASE_FIXTURE(Batched, "admissions reach the store only in flushes, one sum 
   CHECK(shared->calls == 2);
 }
 
-TEST_CASE_FIXTURE(Batched, "between flushes an engine admits only its budget, then retries after the next") {
+TEST_CASE_FIXTURE(Batched, "between flushes an engine admits its budget and one write through, then retries after the next") {
   shared->live = 2;
   auto e = engine();
   const std::uint64_t r = hash("tenant");
   CHECK(e->try_acquire(r, kLimit, 1).allowed);
   // 999 left, two engines: a sixth of each one's half, 83.
   for (int i = 0; i < 83; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 1);
+  // Over the budget with room in the window: the round's one write through.
+  CHECK(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(shared->calls == 2);
   const Decision refused = e->try_acquire(r, kLimit, 1);
   CHECK_FALSE(refused.allowed);
   CHECK(refused.remaining == 0);
   CHECK(refused.retry_after > 0ns);
   CHECK(refused.retry_after <= 12ms);  // the next flush (every 10 ms for this window)
   for (int i = 0; i < 10; ++i) CHECK_FALSE(e->try_acquire(r, kLimit, 1).allowed);
-  CHECK(shared->calls == 1);  // refusals never touch the store
+  CHECK(shared->calls == 2);  // refusals never touch the store
   CHECK(e->flush());
-  CHECK(shared->total() == 84);
-  // 916 left: 76 more (with the fractions the grants before left over).
+  CHECK(shared->total() == 85);
+  // 915 left: 76 more, and the next round's write through.
   int admitted = 0;
   while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
-  CHECK(admitted == 76);
+  CHECK(admitted == 77);
+}
+
+TEST_CASE_FIXTURE(Batched, "a write through decides with what the engine has not flushed") {
+  shared->live = 1;
+  auto e = engine();
+  const Limit limit(100, 1s, 100ms);
+  const std::uint64_t r = hash("tenant");
+  CHECK(e->try_acquire(r, limit, 1).allowed);  // written: a budget of 16 (99 / 6)
+  for (int i = 0; i < 16; ++i) REQUIRE(e->try_acquire(r, limit, 1).allowed);  // pending
+  // Another node (sync) takes 83: the store holds 84, this engine has 16 more.
+  detail::EngineCore other(options(), std::make_unique<FakeStore>(shared));
+  for (int i = 0; i < 83; ++i) REQUIRE(other.try_acquire(r, limit, 1).allowed);
+  // Over the budget, written through: 84 + 16 + 1 is over the limit (the store's 85 is not).
+  CHECK_FALSE(e->try_acquire(r, limit, 1).allowed);
+  CHECK(e->flush());
+  CHECK(shared->total() == 100);
 }
 
 TEST_CASE_FIXTURE(Batched, "a small limit among many engines still grants one unit when there is room") {
@@ -84,10 +104,14 @@ TEST_CASE_FIXTURE(Batched, "a small limit among many engines still grants one un
   CHECK(e->try_acquire(r, small, 1).allowed);
   // 9 left: a sixth of a quarter is 0.375, but room for two per engine grants one.
   CHECK(e->try_acquire(r, small, 1).allowed);
+  CHECK(e->try_acquire(r, small, 1).allowed);  // (the round's write through)
   CHECK_FALSE(e->try_acquire(r, small, 1).allowed);
   CHECK(e->flush());
+  CHECK(shared->total() == 3);
+  // 7 left: no unit granted (7 < 2 x 4), but a write through a round.
   CHECK(e->try_acquire(r, small, 1).allowed);
-  CHECK(shared->total() == 2);
+  CHECK_FALSE(e->try_acquire(r, small, 1).allowed);
+  CHECK(shared->total() == 4);
 }
 
 TEST_CASE_FIXTURE(Batched, "until the live count is read, admissions are written as in sync mode") {
@@ -104,8 +128,8 @@ TEST_CASE_FIXTURE(Batched, "until the live count is read, admissions are written
   CHECK(shared->calls == 6);
   int admitted = 0;
   while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
-  CHECK(admitted == 994 / 6);
-  CHECK(shared->calls == 6);
+  CHECK(admitted == 994 / 6 + 1);  // (and the round's write through)
+  CHECK(shared->calls == 7);
 }
 
 TEST_CASE_FIXTURE(Batched, "a request larger than any budget is written as in sync mode") {
@@ -210,9 +234,14 @@ TEST_CASE_FIXTURE(Batched, "a refusal by a later limit gives back what is still 
   std::array<Decision, 2> out;
   CHECK(e->try_acquire_all(items, out) == 2);  // both cold: written at once
   CHECK(shared->total() == 2);
-  CHECK(e->try_acquire_all(items, out) == 1);  // the small one's budget refuses
+  // Another node (sync) fills the small limit, unseen here.
+  Options sync = options();
+  detail::EngineCore other(sync, std::make_unique<FakeStore>(shared));
+  for (int i = 0; i < 9; ++i) REQUIRE(other.try_acquire(r, small, 1).allowed);
+  // The wide limit admits in memory; the small one's write through finds it full.
+  CHECK(e->try_acquire_all(items, out) == 1);
   CHECK(e->flush());
-  CHECK(shared->total() == 2);  // the wide one's count was given back before it was written
+  CHECK(shared->total() == 11);  // the wide one's count was given back before it was written
   CHECK(e->try_acquire(r, wide, 0).remaining == 999);
 }
 
@@ -263,7 +292,7 @@ TEST_CASE("flush_interval and write_mode are checked") {
 }
 
 TEST_CASE("the flusher thread hands every admission to the store exactly once") {
-  // On the system clock, flushing every millisecond while four threads admit: once the
+  // In real time, flushing every millisecond while four threads admit: once the
   // engine is closed, the store holds exactly what was admitted (ThreadSanitizer watches
   // the hand-off between the request threads, the flusher and the merges).
   auto shared = std::make_shared<SharedCounts>();
