@@ -427,9 +427,9 @@ typedef struct ratewin_options {
   int32_t write_mode;
   /* Since 1.8. Batched mode's flush interval: 0 (the default) chooses one per window
    * geometry (a 40th of the interval, 10 to 50 ms where the resolution allows, at least
-   * 1 ms), else 1 to 1000. Engines sharing a key prefix should use the same. Flushes are
-   * timed by the system clock: with a clock of the caller's (clock), the engine flushes
-   * only in ratewin_engine_flush. */
+   * 1 ms), else 1 to 1000. Engines sharing a key prefix should use the same. The engine's
+   * thread flushes in real time (on multiples of the interval by the engine's clock), and
+   * ratewin_engine_flush at once. */
   uint32_t flush_interval_ms;
 } ratewin_options;
 

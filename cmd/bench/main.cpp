@@ -9,6 +9,7 @@
 namespace ratewin::bench {
 int run_local(const cxxopts::ParseResult& args);
 int run_accuracy(const cxxopts::ParseResult& args);
+int run_batched(const cxxopts::ParseResult& args);
 int run_redis(const cxxopts::ParseResult& args);
 int run_capi(const cxxopts::ParseResult& args);
 int run_cluster(const cxxopts::ParseResult& args);
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
   options.add_options()
     ("mode", "what to measure: local (decision path, memory per limiter), redis (the Redis-backed "
              "paths against raw hiredis), accuracy (K engines sharing one Redis against an exact "
-             "sliding window), capi (the C ABI against the C++ calls it wraps), cluster (the store on a "
+             "sliding window; --write-mode), batched (batched write mode's cost against sync: "
+             "latency, Redis commands and CPU), capi (the C ABI against the C++ calls it wraps), cluster (the store on a "
              "local 3-primary Redis Cluster next to one Redis, and the capacity model), rls "
              "(ratewin-server's Envoy rate limit service over gRPC against its HTTP forward-auth "
              "path, in one run)",
@@ -53,6 +55,9 @@ int main(int argc, char** argv) {
      cxxopts::value<double>()->default_value("1"))
     ("steady-seconds", "accuracy: how long scenario (c) runs, before --scale",
      cxxopts::value<double>()->default_value("60"))
+    ("write-mode", "accuracy: sync, batched, or both comma-separated (batched: sliding_window "
+                   "and fixed_window only)",
+     cxxopts::value<std::string>()->default_value("sync"))
     ("algorithm", "accuracy: the limit's algorithm, a comma-separated list of them, or all",
      cxxopts::value<std::string>()->default_value("sliding_window"))
     ("csv", "accuracy: also write the figures as CSV to this file",
@@ -76,6 +81,7 @@ int main(int argc, char** argv) {
     const std::string mode = args["mode"].as<std::string>();
     if (mode == "local") return ratewin::bench::run_local(args);
     if (mode == "accuracy") return ratewin::bench::run_accuracy(args);
+    if (mode == "batched") return ratewin::bench::run_batched(args);
     if (mode == "redis") return ratewin::bench::run_redis(args);
     if (mode == "capi") return ratewin::bench::run_capi(args);
     if (mode == "cluster") return ratewin::bench::run_cluster(args);

@@ -147,9 +147,9 @@ struct Options {
   // batched mode how often the engine flushes: 0 (the default) chooses per window
   // geometry, a 40th of the interval, between 10 and 50 ms where the resolution allows
   // (a 20th of it), never below 1 ms; else between 1 ms and 1 s. Engines sharing a key
-  // prefix should flush at the same interval. Flushes are timed by the system clock: an
-  // engine with another clock (Options::clock, in tests) flushes only when flush() is
-  // called.
+  // prefix should flush at the same interval. The engine's thread flushes, in real time
+  // (on multiples of the interval by the engine's clock), unless that clock is a
+  // ManualClock (tests): then only flush() does.
   WriteMode write_mode = WriteMode::sync;
   std::chrono::milliseconds flush_interval{0};
   // Where the engine reports what happens to its connection (warnings and errors by
