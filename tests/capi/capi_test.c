@@ -2244,8 +2244,8 @@ static void test_redis_shared(void) {
   ratewin_limit_free(tight);
 
   /* Since 1.8, batched write mode: admissions are counted in memory, and written by a
-   * flush (here ratewin_engine_flush: a manual clock never flushes on its own), one write
-   * for the lot, once the engine has read how many engines share the store. */
+   * flush (the engine's thread's, or ratewin_engine_flush), one write per limiter, once
+   * the engine has read how many engines share the store. */
   ratewin_engine* batched = open_redis_engine_mode(url, &log, 1000, RATEWIN_WRITE_BATCHED);
   char* message = NULL;
   ratewin_stats_init(&s);
@@ -2258,9 +2258,8 @@ static void test_redis_shared(void) {
   for (int i = 0; i < 21; ++i) { /* the first a warm start; a budget of 999 / 6 / 3 then */
     CHECK(ratewin_engine_try_acquire(batched, 99, wide, 1, &d, NULL) == 0 && d.allowed == 1);
   }
-  CHECK(ratewin_engine_stats(batched, &s) == 0 && s.flushes == 0 && s.flushed_units == 0);
   CHECK(ratewin_engine_flush(batched, &message) == 0 && message == NULL);
-  CHECK(ratewin_engine_stats(batched, &s) == 0 && s.flushes == 1 && s.flushed_units == 20);
+  CHECK(ratewin_engine_stats(batched, &s) == 0 && s.flushes >= 1 && s.flushed_units == 20);
   CHECK(s.flush_failures == 0);
   c = open_redis_engine(url, &log);
   CHECK(ratewin_engine_try_acquire(c, 99, wide, 0, &d, NULL) == 0 && d.remaining == 979);
