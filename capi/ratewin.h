@@ -132,8 +132,9 @@ RATEWIN_EXPORT uint64_t ratewin_hash(const char* name, size_t length);
 /* Requests are decided and counted in memory, without waiting on the network; the engine
  * flushes what it admitted every flush interval (one write per limiter, reading the
  * window back), and between flushes admits at most its budget, a share of what the
- * window had left. A limit may then be exceeded by a bounded amount (README, "Batched
- * mode"). sliding_window and fixed_window limits only; the others keep to sync. */
+ * window had left (one request a round past it is written through, as in sync mode). A
+ * limit may then be exceeded by a bounded amount (README, "Batched mode").
+ * sliding_window and fixed_window limits only; the others keep to sync. */
 #define RATEWIN_WRITE_BATCHED 1
 
 /* Since 1.4. Whether a limit's refusals take effect (ratewin_limit_options.mode). A limit

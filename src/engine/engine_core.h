@@ -162,7 +162,7 @@ class EngineCore final : public SyncTarget {
   void merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> counts,
                      std::int64_t now);
   void requeue(const PendingWrite& entry, std::int64_t now);
-  // The flusher thread (a store, batched mode, the system clock).
+  // The flusher thread (batched mode; not with a ManualClock, whose time stands still).
   void flusher_loop();
 
   // try_acquire by resource past reject_again(), at `now` (out of line: the rejection

@@ -4,7 +4,9 @@
 // An admission of a batched limiter is decided and counted under the shard's lock, within
 // the limiter's budget (Record::budget), and its cost added to the shard's pending counts
 // (Shard::pending, one entry per limiter and epoch in a flush round, found again through
-// Record::pending_ref). Every flush interval the flusher thread (or Engine::flush) takes
+// the record's pending_index and pending_round). Past the budget, one request a round is
+// written through as in sync mode (spill()). Every flush interval the flusher thread (or
+// Engine::flush) takes
 // every shard's entries, which starts a new round, writes each as one StoreWrite of the
 // summed cost (the store's ordinary write: the cost added, the whole shared window read
 // back), all in one batch, and merges each window read back into its limiter: the shared
@@ -27,7 +29,8 @@ namespace {
 // The share of what a window has left that the live engines may admit together between
 // two merges. Each sees the others' admissions only at its next flush, one interval
 // late: with the whole of it, K engines could together admit twice the limit; with a
-// sixth, the window can never be driven over (docs/design/batched-mode.md, section 3).
+// sixth, that lag cannot drive the window over while flushes complete within a fifth of
+// the interval (docs/design/batched-mode.md, section 3).
 constexpr double kBudgetShare = 1.0 / 6.0;
 
 // Whether an entry's epoch is still in its limiter's window at `now` (else its counts
