@@ -69,8 +69,10 @@ enum class WriteMode {
   // Requests are decided and counted in memory, without waiting on the network; the
   // engine flushes what it admitted every flush interval, one write per limiter carrying
   // the sum and reading the shared window back. Between flushes each engine admits at
-  // most its budget, a share of what the window had left at its last flush divided among
-  // the live engines, and writes one request a round past it through as sync mode does.
+  // most its budget, a share of what the window had left at its last flush among the
+  // live engines, weighted by each engine's part of the limiter's recent counts. Past
+  // it, one request a round is written through as sync mode does (up to three while
+  // budgets round to nothing), and its reply grants half a budget more.
   // The limit may then be exceeded by a bounded amount (README, "Batched mode"). Only
   // sliding_window and fixed_window limits are batched; the others keep to sync.
   batched,

@@ -108,6 +108,8 @@ struct PendingWrite {
   Trailing trailing = Trailing::interpolated;
   bool first = false;  // this engine's first write to the limiter in `epoch` (StoreWrite)
   bool starved = false;
+  std::uint8_t throughs = 0;  // requests over the budget written through this round
+  std::uint32_t through = 0;  // what they admitted in `epoch` (in the store already)
 };
 
 // Words a record carries after its buckets: the store mark with a shared store, and the

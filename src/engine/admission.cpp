@@ -81,8 +81,9 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   // Batched: decided here, within this engine's budget; while the store is unreachable,
   // the failure policies rule as in sync mode (nothing is queued). Written as in sync
   // mode instead: a limiter without a budget (cold, new or reset: its write's reply
-  // grants one), a request larger than any budget could be, and, once per flush round,
-  // a request over the budget that the window has room for (so that a budget spent by a
+  // grants one), a request larger than any budget could be, and, once per flush round
+  // (up to EngineCore::kThroughs times while the budgets round to nothing: share()), a
+  // request over the budget that the window has room for (so that a budget spent by a
   // short burst does not refuse what the limit allows).
   Record& record = *ref_.record;
   const bool batchable = engine_.batched(key_, limit_) && !degraded_ && cost_ != 0;
@@ -92,6 +93,8 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     section.open();
     if (engine_.spill(shard_, record, key_, limit_, window.epoch())) {
       batched_ = false;  // this round's write through
+      through_ = true;
+      through_round_ = shard_.pending_round.load();
     } else {
       // Refused until the next flush renews the budget (the limiter is noted for it:
       // later refusals this round are decided without the lock).
@@ -269,6 +272,8 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     // decides with them, and the local window learns them with them.
     std::int64_t pending_epoch = 0;
     std::uint64_t pending = 0;
+    // (A write through whose round is still the shard's.)
+    const bool this_round = through_ && shard_.pending_round.load() == through_round_;
     if (record && engine_.batched_) {
       if (const PendingWrite* entry = EngineCore::pending_of(shard_, *record.record, key_)) {
         pending_epoch = entry->epoch;
@@ -291,12 +296,31 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
         window.merge(e, counts[k] + (e == pending_epoch ? pending : 0));
       }
       // Batched: a limiter without a budget gets its first (without the carry, which
-      // only flushes keep).
+      // only flushes keep). A write through's reply, as fresh as a flush's, grants half
+      // a budget if that is more than what is left of this round's: a round's burst
+      // past its budget is not refused while the window has room, and an engine admits
+      // at most one and a half budgets a round (engine/flush.cpp, budget_share). Where
+      // that rounds to nothing (a small limit over several engines) and the window still
+      // has room, the next request over the budget may be written through too, up to
+      // kThroughs a round: a Poisson pair at one engine is not refused what the limit
+      // allows, and a full window still costs one write a round. (A reply that comes
+      // after a flush began the next round leaves that round's budget alone.)
       Decision left;
-      if (grant_ && window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
+      if ((grant_ || this_round) &&
+          window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
         double carry = 0;
-        record.record->budget(key_.subintervals) =
-            engine_.grant(left.allowed ? left.remaining : 0, carry);
+        const std::uint64_t room = left.allowed ? left.remaining : 0;
+        const std::uint32_t fresh = engine_.grant(grant_ ? room : room / 2, carry);
+        Bucket& budget = record.record->budget(key_.subintervals);
+        if (grant_ || (budget.load() != Record::kNoBudget && fresh > budget.load()))
+          budget = fresh;
+        PendingWrite* entry = this_round && fresh == 0 && room > 1
+                                  ? EngineCore::pending_of(shard_, *record.record, key_)
+                                  : nullptr;
+        if (entry != nullptr && entry->throughs < EngineCore::kThroughs) {
+          Bucket& index = record.record->pending_index(key_.subintervals);
+          index = index.load() & ~EngineCore::kSpilled;
+        }
       }
     }
     if (cost_ == 0) {
@@ -329,6 +353,13 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       d_.retry_after = merged.allowed ? std::chrono::milliseconds(1) : merged.retry_after;
     }
     counted_ = {epoch_, record && !refused, !refused};
+    // Batched: what the round wrote through is this engine's part of the counts too
+    // (engine/flush.cpp, part_of).
+    if (this_round && !refused && record) {
+      PendingWrite* entry = EngineCore::pending_of(shard_, *record.record, key_);
+      if (entry != nullptr && entry->epoch == epoch_)
+        entry->through += static_cast<std::uint32_t>(cost_);
+    }
   }
   // The shared count took this request although it does not fit: give it back.
   if (refused) {

@@ -113,6 +113,8 @@ class Admission {
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
   bool batched_ = false;    // decided in batched write mode: counted, no shared write
   bool grant_ = false;      // batched mode's limiter without a budget: its write grants one
+  bool through_ = false;    // batched mode's write through of a round
+  std::uint32_t through_round_ = 0;  // the shard's pending round it was made in
   bool first_ = false;      // this engine's first write to the limiter in epoch_
   bool overflowed_ = false;
   Counted counted_;

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/counters.h"
 #include "core/registry.h"
@@ -138,9 +139,11 @@ class EngineCore final : public SyncTarget {
   }
   static constexpr std::uint32_t kPendingIndex = 0x7fffffffU;
   static constexpr std::uint32_t kSpilled = 0x80000000U;
+  static constexpr std::uint8_t kThroughs = 3;
   // Under the shard's lock, in an open write section: whether a request over the
-  // limiter's budget may be written through (as in sync mode), the first this round;
-  // either way the limiter is noted for the next flush.
+  // limiter's budget may be written through (as in sync mode): the first this round, or
+  // the next once a write through's reply has reopened the round (Admission::share, up to
+  // kThroughs a round); either way the limiter is noted for the next flush.
   bool spill(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
              std::int64_t epoch);
   // Under the shard's lock, in a write section: `units` given back to the budget.
@@ -154,9 +157,12 @@ class EngineCore final : public SyncTarget {
   // too large for any budget is written as in sync mode (else it would never pass).
   bool grantable(std::uint64_t cost, std::uint64_t left) const noexcept;
   // The units this engine may admit until its next merge, from what the window has left
-  // (`left`, as just merged): a sixth of its share among the live engines, with `carry`
-  // (the fraction a limiter's earlier grants left over) added and updated.
-  std::uint32_t grant(std::uint64_t left, double& carry) const noexcept;
+  // (`left`, as just merged): its share of what the live engines may admit together in
+  // one flush interval (engine/flush.cpp, budget_share), with `carry` (the fraction a
+  // limiter's earlier grants left over) added and updated. The share is weighted by
+  // `weight`, this engine's part of the limiter's recent counts (0 to 1; negative: not
+  // known, an even share among the live engines).
+  std::uint32_t grant(std::uint64_t left, double& carry, double weight = -1) const noexcept;
   // flush()'s parts: the merge of one written entry, and an entry whose write failed put
   // back (while its epoch is still in the window).
   void merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> counts,
@@ -292,6 +298,9 @@ class EngineCore final : public SyncTarget {
   struct Carry {
     double carry = 0;
     std::uint64_t round = 0;  // the flush that last granted it
+    // What this engine flushed of the limiter, per epoch, for the epochs still in its
+    // window (oldest first): its part of the shared counts weights its share.
+    std::vector<std::pair<std::int64_t, std::uint64_t>> own;
   };
   struct KeyHash {
     std::size_t operator()(const LimiterKey& key) const noexcept { return key.hash(); }

@@ -5,20 +5,23 @@
 // the limiter's budget (Record::budget), and its cost added to the shard's pending counts
 // (Shard::pending, one entry per limiter and epoch in a flush round, found again through
 // the record's pending_index and pending_round). Past the budget, one request a round is
-// written through as in sync mode (spill()). Every flush interval the flusher thread (or
-// Engine::flush) takes
+// written through as in sync mode (spill(); up to kThroughs while budgets round to
+// nothing). Every flush interval the flusher thread (or Engine::flush) takes
 // every shard's entries, which starts a new round, writes each as one StoreWrite of the
 // summed cost (the store's ordinary write: the cost added, the whole shared window read
 // back), all in one batch, and merges each window read back into its limiter: the shared
 // counts plus what the limiter admitted since the take (the store lacks those: a plain
 // raise to the larger would lose them). From the merged window it grants the limiter's
-// next budget (grant()). A write that failed is put back for the next flush, until its
-// epoch leaves the window; the budget is then not renewed.
+// next budget (grant(): a share of what is left, weighted by this engine's part of the
+// limiter's counts, part_of()). A write that failed is put back for the next flush, until
+// its epoch leaves the window; the budget is then not renewed.
 #include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -26,12 +29,26 @@
 namespace ratewin::inline v1::detail {
 namespace {
 
-// The share of what a window has left that the live engines may admit together between
-// two merges. Each sees the others' admissions only at its next flush, one interval
-// late: with the whole of it, K engines could together admit twice the limit; with a
-// sixth, that lag cannot drive the window over while flushes complete within a fifth of
-// the interval (docs/design/batched-mode.md, section 3).
-constexpr double kBudgetShare = 1.0 / 6.0;
+// The least share of its budget's whole an engine is granted, over the live engines: an
+// engine that had little of the recent traffic can still admit some before its part of
+// the counts shows it needs more.
+constexpr double kEvenPart = 0.25;
+
+// The share of what a window has left that `live` engines may admit together between two
+// merges. Each sees its own admissions at once and the others' only at its next flush,
+// one interval late: with the whole of it, K engines could together admit twice the
+// limit. With a share b of it, what the window has left after round k is at least
+// (1 - b) y[k-1] - b^2 (K-1)/K y[k-2]: never below 0 while b <= 1 / (1 + 2 sqrt((K-1)/K))
+// (1 alone, 0.41 for two, 1/3 for many). Budgets are two thirds of that (0.28 for two,
+// 0.23 for eight, 2/9 for many), so that the half budget a write through may add in a
+// round (engine/admission.cpp) stays within it; an engine alone as last read keeps to a
+// third, as another may have joined since, unseen until the next heartbeat
+// (docs/design/batched-mode.md, section 3).
+double budget_share(std::uint32_t live) noexcept {
+  if (live <= 1) return 1.0 / 3.0;
+  const double k = live;
+  return 2.0 / 3.0 / (1.0 + 2.0 * std::sqrt((k - 1) / k));
+}
 
 // Whether an entry's epoch is still in its limiter's window at `now` (else its counts
 // no longer matter: a failed write's are dropped).
@@ -39,6 +56,37 @@ constexpr double kBudgetShare = 1.0 / 6.0;
 bool in_window(const PendingWrite& entry, std::int64_t now) noexcept {
   return entry.epoch >= SlidingWindow::epoch_of(now, entry.key.resolution_ns()) -
                             std::int64_t{entry.key.subintervals};
+}
+
+// This engine's part of a limiter's shared counts, as just read back for `entry`
+// (`counts`, the entry's epoch first), over the window without this round's own counts:
+// engines flush in step, so each reads back its own round but only the rounds of those
+// that wrote before it; counting its own round would let the parts of K engines add up
+// to more than one on a fresh window (1 + 1/2 + ... + 1/K). `own` keeps this engine's
+// counts per epoch (oldest first, for the epochs still in the window): flushed, and
+// written through (PendingWrite::through); the entry's are noted in it after. -1 if
+// nothing is counted.
+double part_of(std::vector<std::pair<std::int64_t, std::uint64_t>>& own, const PendingWrite& entry,
+               std::span<const std::uint64_t> counts) {
+  const std::int64_t oldest = entry.epoch - static_cast<std::int64_t>(counts.size()) + 1;
+  std::erase_if(own, [&](const auto& e) { return e.first < oldest; });
+  std::uint64_t mine = 0;
+  for (const auto& e : own)
+    if (e.first <= entry.epoch) mine += e.second;
+  const std::uint64_t round = entry.delta + entry.through;  // (in counts[0])
+  std::uint64_t all = 0;
+  for (const std::uint64_t count : counts) all += count;
+  all -= std::min(all, round);
+  if (round != 0) {
+    const auto at = std::find_if(own.begin(), own.end(),
+                                 [&](const auto& e) { return e.first >= entry.epoch; });
+    if (at != own.end() && at->first == entry.epoch) {
+      at->second += round;
+    } else {
+      own.insert(at, {entry.epoch, round});
+    }
+  }
+  return all == 0 ? -1 : static_cast<double>(std::min(mine, all)) / static_cast<double>(all);
 }
 
 }  // namespace
@@ -64,6 +112,8 @@ PendingWrite* EngineCore::pending_of(Shard& shard, Record& record, const Limiter
 
 void EngineCore::queue(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
                        std::int64_t epoch, std::uint64_t delta, bool starved) {
+  std::uint8_t throughs = 0;
+  bool was_spilled = false;
   if (PendingWrite* entry = pending_of(shard, record, key)) {
     if (entry->epoch == epoch) {
       entry->delta += delta;
@@ -72,12 +122,20 @@ void EngineCore::queue(Shard& shard, Record& record, const LimiterKey& key, cons
       entry->max = std::min(entry->max, limit.max());
       return;
     }
+    // (The round's writes through so far stay counted.)
+    throughs = entry->throughs;
+    was_spilled = spilled(shard, record, key);
   }
   // (A limiter whose counts straddle a boundary has an entry per epoch; the record names
   // the newest.)
-  note(shard, record, key,
-       {key, epoch, delta, limit.max(), trailing_of(limit.algorithm()),
-        record.store_mark() != Record::mark_of(epoch), starved});
+  PendingWrite entry{key, epoch, delta, limit.max(), trailing_of(limit.algorithm()),
+                     record.store_mark() != Record::mark_of(epoch), starved};
+  entry.throughs = throughs;
+  note(shard, record, key, entry);
+  if (was_spilled && noted(shard, record, key)) {
+    Bucket& index = record.pending_index(key.subintervals);
+    index = index.load() | kSpilled;
+  }
   // The flusher wakes at the shortest interval of the geometries it has to flush.
   const std::int64_t f = flush_ns(key);
   std::int64_t period = flush_period_ns_.load(std::memory_order_relaxed);
@@ -102,20 +160,22 @@ bool EngineCore::spill(Shard& shard, Record& record, const LimiterKey& key, cons
   Bucket& index = record.pending_index(key.subintervals);
   if ((index.load() & kSpilled) != 0) return false;
   index = index.load() | kSpilled;
+  if (PendingWrite* entry = pending_of(shard, record, key)) ++entry->throughs;
   return true;
 }
 
 bool EngineCore::grantable(std::uint64_t cost, std::uint64_t left) const noexcept {
   const std::uint32_t live = std::max<std::uint32_t>(store_->live_nodes(), 1);
-  const double most = std::floor(static_cast<double>(left) * kBudgetShare / live) + 1;
+  const double most = std::floor(static_cast<double>(left) * budget_share(live) / live) + 1;
   return static_cast<double>(cost) <= most;
 }
 
-std::uint32_t EngineCore::grant(std::uint64_t left, double& carry) const noexcept {
+std::uint32_t EngineCore::grant(std::uint64_t left, double& carry, double weight) const noexcept {
   const std::uint32_t live = std::max<std::uint32_t>(store_->live_nodes(), 1);
-  // (Even an engine alone as last read keeps to a sixth: another may have joined since,
-  // unseen until the next heartbeat.)
-  const double share = kBudgetShare / live;
+  const double even = 1.0 / live;
+  const double share =
+      budget_share(live) *
+      (weight >= 0 ? (1 - kEvenPart) * std::min(weight, 1.0) + kEvenPart * even : even);
   if (left == 0) {
     carry = 0;
     return 0;
@@ -190,6 +250,8 @@ void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::u
                                std::int64_t now) {
   Carry& carry = carries_[entry.key];
   carry.round = flush_round_;
+  // (Before the record is looked for: an evicted limiter's counts are still its own.)
+  const double part = part_of(carry.own, entry, counts);
   const std::uint64_t hash = entry.key.hash();
   Shard& shard = registry_.shard_for(hash);
   std::lock_guard lock(shard.mutex);
@@ -218,7 +280,8 @@ void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::u
   }
   Decision left;
   window.evaluate(now, entry.max, 0, entry.trailing, left);  // (at now's epoch: cannot fail)
-  record.budget(entry.key.subintervals) = grant(left.allowed ? left.remaining : 0, carry.carry);
+  record.budget(entry.key.subintervals) =
+      grant(left.allowed ? left.remaining : 0, carry.carry, part);
 }
 
 void EngineCore::requeue(const PendingWrite& entry, std::int64_t now) {
@@ -237,7 +300,9 @@ void EngineCore::requeue(const PendingWrite& entry, std::int64_t now) {
   Shard::WriteSection section(shard);
   PendingWrite* same = pending_of(shard, *found.record, entry.key);
   if (same == nullptr) {
-    note(shard, *found.record, entry.key, entry);
+    PendingWrite again = entry;
+    again.throughs = 0;  // (this round's writes through are counted afresh)
+    note(shard, *found.record, entry.key, again);
   } else if (same->epoch == entry.epoch) {
     same->delta += entry.delta;
     same->first = same->first || entry.first;

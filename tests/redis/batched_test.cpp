@@ -3,9 +3,11 @@
 // (scaled down from ratewin-bench accuracy's scenarios).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -78,11 +80,66 @@ TEST_CASE("batched: closing an engine flushes what it admitted") {
 }
 
 // K engines (separate connections, as separate nodes) at 10x overload on one resource,
-// once each has read how many share the store (until then they write as sync mode does).
-// Batched mode's bound (README, "Batched mode"): no window holds more than sync mode's
-// bound (max + the most admitted in one subinterval, see redis_test) plus 2K - 1 units
-// (rounding, and a write through per engine). A cold burst from every engine at once
-// stays within a tenth over the limit.
+// once each has read how many share the store (until then they write as sync mode does),
+// and engines joining and leaving meanwhile. Batched mode's bound (README, "Batched
+// mode"): no window holds more than sync mode's bound (max + the most admitted in one
+// subinterval, see redis_test) plus 4K - 1 units (rounding, and up to three writes
+// through per engine a round). A cold burst from every engine at once stays within a
+// tenth over the limit.
+TEST_CASE("batched: engines joining and leaving mid-window keep the bound") {
+  RedisServer redis;
+  const Options options = batched_options(redis.url());
+  const Limit limit(200, 1s, 100ms);
+  const std::int64_t interval = 1'000'000'000;
+  // Four engines offer 500 requests/s each for 3 s (10x); a fifth is made 1 s in and
+  // offers as much (counted by the others only once its heartbeat is read, up to a
+  // second later); the first is closed 2 s in (its pending counts flushed).
+  struct Part {
+    std::chrono::milliseconds from, until;
+  };
+  const std::vector<Part> parts = {{0ms, 2000ms}, {0ms, 3000ms}, {0ms, 3000ms}, {0ms, 3000ms},
+                                   {1000ms, 3000ms}};
+  std::vector<std::unique_ptr<Engine>> first;
+  for (int i = 0; i < 4; ++i) first.push_back(std::make_unique<Engine>(options));
+  for (const auto& e : first) REQUIRE(eventually([&] { return e->stats().live_nodes == 4; }));
+  std::vector<std::vector<std::int64_t>> admitted(parts.size());
+  std::barrier start(static_cast<std::ptrdiff_t>(parts.size()));
+  std::vector<std::thread> threads;
+  const auto begin = std::chrono::steady_clock::now() + 50ms;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      std::this_thread::sleep_until(begin + parts[i].from);
+      std::unique_ptr<Engine> engine =
+          i < first.size() ? std::move(first[i]) : std::make_unique<Engine>(options);
+      const auto end = begin + parts[i].until;
+      while (std::chrono::steady_clock::now() < end) {
+        if (engine->try_acquire("hot", limit).allowed) admitted[i].push_back(SystemClock::read());
+        std::this_thread::sleep_for(2ms);
+      }
+      engine.reset();  // leaves: closed, its pending counts flushed
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::int64_t> all;
+  for (const auto& a : admitted) all.insert(all.end(), a.begin(), a.end());
+  // From the first window's end on (its cold start is the steady case's, below).
+  const std::int64_t from = *std::min_element(all.begin(), all.end()) + interval;
+  std::vector<std::int64_t> steady;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(steady),
+               [&](std::int64_t t) { return t >= from; });
+  const std::size_t worst = max_in_window(steady, interval);
+  const std::size_t busiest_epoch = max_in_window(steady, interval / 10);
+  MESSAGE("batched join and leave under overload, limit 200/s: max in any 1 s = "
+          << worst << ", bound 200 + " << busiest_epoch << " + " << 4 * 5 - 1);
+  CHECK(worst <= 200 + busiest_epoch + 4 * 5 - 1);
+#ifndef __SANITIZE_THREAD__
+  CHECK(worst <= 210);  // (a)'s bound: within a twentieth of the limit
+#endif
+  CHECK(worst >= 160);
+  CHECK_FALSE(admitted[4].empty());  // the engine that joined took its part
+}
+
 TEST_CASE("batched: several engines share one limit within the bound") {
   RedisServer redis;
   const Options options = batched_options(redis.url());
@@ -102,8 +159,8 @@ TEST_CASE("batched: several engines share one limit within the bound") {
     const std::size_t busiest_epoch = max_in_window(steady, interval / 10);
     MESSAGE("batched steady overload, " << kEngines << " engines, limit 200/s: max in any 1 s = "
                                         << worst << ", bound 200 + " << busiest_epoch << " + "
-                                        << 2 * kEngines - 1);
-    CHECK(worst <= 200 + busiest_epoch + 2 * kEngines - 1);
+                                        << 4 * kEngines - 1);
+    CHECK(worst <= 200 + busiest_epoch + 4 * kEngines - 1);
 #ifndef __SANITIZE_THREAD__
     // What that comes to here: within a twentieth of the limit (measured: 200). (Under
     // ThreadSanitizer, stalls bunch the requests; the bound above still holds.)

@@ -41,7 +41,7 @@ TEST_CASE_FIXTURE(Batched, "admissions reach the store only in flushes, one sum 
   // reads the whole shared window back (as in sync mode).
   CHECK(e->try_acquire(r, kLimit, 1).allowed);
   CHECK(shared->calls == 1);
-  // (Its budget: a sixth of the 999 left, 166.)
+  // (Its budget: a third of the 999 left, for an engine alone, 333.)
   for (int i = 0; i < 149; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
   const Decision question = e->try_acquire(r, kLimit, 0);
   CHECK(question.remaining == 850);  // decided from the local counts, pending included
@@ -54,17 +54,20 @@ TEST_CASE_FIXTURE(Batched, "admissions reach the store only in flushes, one sum 
   CHECK(shared->calls == 2);
 }
 
-TEST_CASE_FIXTURE(Batched, "between flushes an engine admits its budget and one write through, then retries after the next") {
+TEST_CASE_FIXTURE(Batched, "between flushes an engine admits its budget, a write through and the half budget it grants, then retries after the next") {
   shared->live = 2;
   auto e = engine();
   const std::uint64_t r = hash("tenant");
   CHECK(e->try_acquire(r, kLimit, 1).allowed);
-  // 999 left, two engines: a sixth of each one's half, 83.
-  for (int i = 0; i < 83; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  // 999 left, two engines: together they may admit 0.276 of it in a round
+  // (2/3 / (1 + 2 sqrt(1/2))), an even share of it each, 137.
+  for (int i = 0; i < 137; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
   CHECK(shared->calls == 1);
-  // Over the budget with room in the window: the round's one write through.
+  // Over the budget with room in the window: the round's one write through, whose reply
+  // grants half a budget from what it left (861 / 2 x 0.138: 59).
   CHECK(e->try_acquire(r, kLimit, 1).allowed);
   CHECK(shared->calls == 2);
+  for (int i = 0; i < 59; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
   const Decision refused = e->try_acquire(r, kLimit, 1);
   CHECK_FALSE(refused.allowed);
   CHECK(refused.remaining == 0);
@@ -73,11 +76,50 @@ TEST_CASE_FIXTURE(Batched, "between flushes an engine admits its budget and one 
   for (int i = 0; i < 10; ++i) CHECK_FALSE(e->try_acquire(r, kLimit, 1).allowed);
   CHECK(shared->calls == 2);  // refusals never touch the store
   CHECK(e->flush());
-  CHECK(shared->total() == 85);
-  // 915 left: 76 more, and the next round's write through.
-  int admitted = 0;
-  while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
-  CHECK(admitted == 77);
+  CHECK(shared->total() == 198);
+  // 802 left. The share is weighted by this engine's part of the counts before the round
+  // just flushed (none: the first was a warm start): a quarter of an even share, 27.
+  // Then the write through, and half a budget from the 774 it leaves, 53.
+  const auto round = [&] {
+    int admitted = 0;
+    while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
+    CHECK(e->flush());
+    return admitted;
+  };
+  CHECK(round() == 27 + 1 + 53);
+  // 721 left. Now this engine made 197 of the 198 counted before that round: 0.75 x 0.995
+  // + 0.25 x 1/2 of the 0.276, 174 (an even share would be 99); the write through, and
+  // half a budget from the 546 left, 37.
+  CHECK(round() == 174 + 1 + 37);
+}
+
+TEST_CASE_FIXTURE(Batched, "an engine's share is weighted by its part of the counts, a quarter of an even share at least") {
+  shared->live = 2;
+  auto busy = engine();
+  auto quiet = engine();
+  const std::uint64_t r = hash("tenant");
+  const auto until_written = [&](detail::EngineCore& e) {
+    const int calls = shared->calls;
+    int admitted = 0;
+    while (shared->calls == calls) {
+      REQUIRE(e.try_acquire(r, kLimit, 1).allowed);
+      ++admitted;
+    }
+    return admitted - 1;  // (the last was the write through)
+  };
+  // The busy engine: its warm start, then its even budget (999 x 0.138: 137), flushed.
+  CHECK(busy->try_acquire(r, kLimit, 1).allowed);
+  CHECK(until_written(*busy) == 137);
+  CHECK(busy->flush());
+  // The quiet one: its warm start grants an even budget, of which it admits one, flushed.
+  CHECK(quiet->try_acquire(r, kLimit, 1).allowed);
+  CHECK(quiet->try_acquire(r, kLimit, 1).allowed);
+  CHECK(quiet->flush());
+  CHECK(shared->total() == 141);
+  // 859 left. The quiet engine made none of the 140 counted before its round (its
+  // warm start is not its part): a quarter of an even share of the 0.276, 29 (an even
+  // share would be 118).
+  CHECK(until_written(*quiet) == 29);
 }
 
 TEST_CASE_FIXTURE(Batched, "a write through decides with what the engine has not flushed") {
@@ -85,33 +127,43 @@ TEST_CASE_FIXTURE(Batched, "a write through decides with what the engine has not
   auto e = engine();
   const Limit limit(100, 1s, 100ms);
   const std::uint64_t r = hash("tenant");
-  CHECK(e->try_acquire(r, limit, 1).allowed);  // written: a budget of 16 (99 / 6)
-  for (int i = 0; i < 16; ++i) REQUIRE(e->try_acquire(r, limit, 1).allowed);  // pending
-  // Another node (sync) takes 83: the store holds 84, this engine has 16 more.
+  CHECK(e->try_acquire(r, limit, 1).allowed);  // written: a budget of 33 (99 / 3)
+  for (int i = 0; i < 33; ++i) REQUIRE(e->try_acquire(r, limit, 1).allowed);  // pending
+  // Another node (sync) takes 66: the store holds 67, this engine has 33 more.
   detail::EngineCore other(options(), std::make_unique<FakeStore>(shared));
-  for (int i = 0; i < 83; ++i) REQUIRE(other.try_acquire(r, limit, 1).allowed);
-  // Over the budget, written through: 84 + 16 + 1 is over the limit (the store's 85 is not).
+  for (int i = 0; i < 66; ++i) REQUIRE(other.try_acquire(r, limit, 1).allowed);
+  // Over the budget, written through: 67 + 33 + 1 is over the limit (the store's 68 is not).
   CHECK_FALSE(e->try_acquire(r, limit, 1).allowed);
   CHECK(e->flush());
   CHECK(shared->total() == 100);
 }
 
-TEST_CASE_FIXTURE(Batched, "a small limit among many engines still grants one unit when there is room") {
+TEST_CASE_FIXTURE(Batched, "a small limit among many engines: one unit while there is room, then up to three writes through a round") {
   shared->live = 4;
   auto e = engine();
   const Limit small(10, 1s, 100ms);
   const std::uint64_t r = hash("tenant");
+  const auto round = [&] {
+    int admitted = 0;
+    while (e->try_acquire(r, small, 1).allowed) ++admitted;
+    CHECK(e->flush());
+    return admitted;
+  };
   CHECK(e->try_acquire(r, small, 1).allowed);
-  // 9 left: a sixth of a quarter is 0.375, but room for two per engine grants one.
-  CHECK(e->try_acquire(r, small, 1).allowed);
-  CHECK(e->try_acquire(r, small, 1).allowed);  // (the round's write through)
-  CHECK_FALSE(e->try_acquire(r, small, 1).allowed);
-  CHECK(e->flush());
-  CHECK(shared->total() == 3);
-  // 7 left: no unit granted (7 < 2 x 4), but a write through a round.
-  CHECK(e->try_acquire(r, small, 1).allowed);
-  CHECK_FALSE(e->try_acquire(r, small, 1).allowed);
-  CHECK(shared->total() == 4);
+  // 9 left: 0.244 split four ways is 0.55, but room for two per engine grants one. Then
+  // writes through: while the half budget each reply grants rounds to nothing and the
+  // window has room, another may follow, three a round at most.
+  CHECK(round() == 1 + 3);
+  CHECK(shared->total() == 5);
+  // 5 left: no unit granted (5 < 2 x 4); three writes through.
+  CHECK(round() == 3);
+  CHECK(shared->total() == 8);
+  // 2 left: the first write through leaves room for one, too little to write another.
+  CHECK(round() == 1);
+  CHECK(round() == 1);
+  CHECK(shared->total() == 10);
+  CHECK(round() == 0);  // full: the store refuses the round's write through
+  CHECK(shared->total() == 10);
 }
 
 TEST_CASE_FIXTURE(Batched, "until the live count is read, admissions are written as in sync mode") {
@@ -123,12 +175,13 @@ TEST_CASE_FIXTURE(Batched, "until the live count is read, admissions are written
   CHECK(shared->calls == 5);
   shared->live = 1;
   // The first admission once it is known finds no budget yet: it is written, and its
-  // reply grants one (a sixth of the 994 left).
+  // reply grants one (a third of the 994 left: an engine alone).
   CHECK(e->try_acquire(r, kLimit, 1).allowed);
   CHECK(shared->calls == 6);
   int admitted = 0;
   while (e->try_acquire(r, kLimit, 1).allowed) ++admitted;
-  CHECK(admitted == 994 / 6 + 1);  // (and the round's write through)
+  // (And the round's write through, whose reply grants half a budget from the 662 left.)
+  CHECK(admitted == 994 / 3 + 1 + 662 / 2 / 3);
   CHECK(shared->calls == 7);
 }
 
@@ -138,8 +191,8 @@ TEST_CASE_FIXTURE(Batched, "a request larger than any budget is written as in sy
   auto e = engine();
   const Limit limit(100, 1s, 100ms);
   const std::uint64_t r = hash("tenant");
-  CHECK(e->try_acquire(r, limit, 1).allowed);  // a budget of 16
-  CHECK(e->try_acquire(r, limit, 40).allowed);  // more than a sixth of 99 could grant
+  CHECK(e->try_acquire(r, limit, 1).allowed);  // a budget of 33
+  CHECK(e->try_acquire(r, limit, 40).allowed);  // more than a third of 99 could grant
   CHECK(shared->calls == 2);
   CHECK(shared->total() == 41);
   CHECK(e->try_acquire(r, limit, 60).allowed == false);  // the window refuses it, locally
