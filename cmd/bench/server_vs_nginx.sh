@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # HTTP benchmark: ratewin-server against nginx's limit_req, under the same wrk load.
 #
-# Seven cases, each on its own freshly started server on a free loopback port:
+# Eight cases, each on its own freshly started server on a free loopback port:
 #   nginx-reject          nginx limit_req, 10 r/s per client address, no burst -> ~all 429
 #   nginx-allow           the same with a rate too high to reach (and a burst:
 #                         nginx counts whole milliseconds)                  -> all 200
@@ -11,6 +11,8 @@
 #   ratewin-redis-allow
 #   ratewin-redis-tls-allow  the same, to the same redis-server's TLS port (rediss://,
 #                         certificates made for the run by tests/support/make_certs.sh)
+#   ratewin-redis-batched-allow  ratewin-redis-allow with --write-mode batched (admissions
+#                         counted in memory, flushed every interval)
 # Before each timed run curl checks the claimed status (429 after a few requests, or
 # 200 throughout); after it, wrk's "Non-2xx or 3xx responses" gives the share refused.
 # wrk drives one client (127.0.0.1), with the same options for every case. Also shown:
@@ -42,7 +44,7 @@ duration="${DURATION:-10s}"
 connections="${CONNECTIONS:-50}"
 wrk_threads="${WRK_THREADS:-2}"
 server_threads="${SERVER_THREADS:-2}"
-cases="${CASES:-nginx-reject,ratewin-local-reject,ratewin-redis-reject,nginx-allow,ratewin-local-allow,ratewin-redis-allow,ratewin-redis-tls-allow}"
+cases="${CASES:-nginx-reject,ratewin-local-reject,ratewin-redis-reject,nginx-allow,ratewin-local-allow,ratewin-redis-allow,ratewin-redis-tls-allow,ratewin-redis-batched-allow}"
 ratewin_server="${RATEWIN_SERVER:-$root/build/cmd/ratewin-server}"
 nginx_bin="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
 wrk_bin="${WRK:-$(command -v wrk || echo wrk)}"
@@ -74,7 +76,8 @@ done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || die "--runs must be a positive whole number: $runs"
 
 all_cases=(nginx-reject nginx-allow ratewin-local-reject ratewin-local-allow
-           ratewin-redis-reject ratewin-redis-allow ratewin-redis-tls-allow)
+           ratewin-redis-reject ratewin-redis-allow ratewin-redis-tls-allow
+           ratewin-redis-batched-allow)
 IFS=, read -r -a selected <<<"$cases"
 need_redis=0
 need_tls=0
@@ -189,9 +192,9 @@ start_nginx() {  # rate [burst]
   server_port=$port
 }
 
-start_ratewin() {  # rules-file [redis-url key-prefix]
+start_ratewin() {  # rules-file [redis-url key-prefix [flag...]]
   local rules=$1 extra=()
-  [[ -n ${2:-} ]] && extra=(--redis "$2" --key-prefix "$3")
+  [[ -n ${2:-} ]] && extra=(--redis "$2" --key-prefix "$3" "${@:4}")
   : >"$tmp/ratewin.out"
   "$ratewin_server" --listen 127.0.0.1:0 --rules "$rules" --threads "$server_threads" \
     --log-level warning --drain-timeout-ms 1000 "${extra[@]+"${extra[@]}"}" \
@@ -290,6 +293,8 @@ run_case() {  # case-name run-number
     nginx-allow) start_nginx 100000000r/s 1000000 ;;
     ratewin-local-*) start_ratewin "$templates/rules-$expect.yaml" ;;
     ratewin-redis-tls-*) start_ratewin "$templates/rules-$expect.yaml" "$redis_tls_url" "bench-$name-$run" ;;
+    ratewin-redis-batched-*) start_ratewin "$templates/rules-$expect.yaml" "$redis_url" "bench-$name-$run" \
+                               --write-mode batched ;;
     ratewin-redis-*) start_ratewin "$templates/rules-$expect.yaml" "$redis_url" "bench-$name-$run" ;;
   esac
   local url="http://127.0.0.1:$server_port/"
@@ -414,8 +419,9 @@ ratio "ratewin redis rejecting / nginx rejecting" ratewin-redis-reject nginx-rej
 ratio "ratewin redis allowing  / nginx allowing" ratewin-redis-allow nginx-allow
 ratio "ratewin redis allowing / local allowing" ratewin-redis-allow ratewin-local-allow
 ratio "ratewin redis TLS allowing / redis allowing" ratewin-redis-tls-allow ratewin-redis-allow
+ratio "ratewin batched allowing / local allowing" ratewin-redis-batched-allow ratewin-local-allow
 declare -A redis_cpu_per
-for name in ratewin-redis-allow ratewin-redis-tls-allow; do
+for name in ratewin-redis-allow ratewin-redis-tls-allow ratewin-redis-batched-allow; do
   [[ -n ${req_total[$name]:-} ]] || continue
   redis_cpu_per[$name]="$("$python" -c \
     "print('%.2f' % (1e6 * ${redis_cpu_total[$name]} / $clk_tck / max(1, ${req_total[$name]} - ${rej_total[$name]})))")"
@@ -431,6 +437,13 @@ if [[ -n ${ratio_of[ratewin-redis-allow]:-} && -n ${rps_list[ratewin-local-allow
     echo "target (ratewin redis allowing >= 0.5x ratewin local allowing): met"
   else
     echo "target (ratewin redis allowing >= 0.5x ratewin local allowing): NOT met"
+  fi
+fi
+if [[ -n ${ratio_of[ratewin-redis-batched-allow]:-} ]]; then
+  if "$python" -c "import sys; sys.exit(0 if ${ratio_of[ratewin-redis-batched-allow]} >= 0.9 else 1)"; then
+    echo "target (ratewin redis batched allowing >= 0.9x ratewin local allowing): met"
+  else
+    echo "target (ratewin redis batched allowing >= 0.9x ratewin local allowing): NOT met"
   fi
 fi
 if [[ -n ${ratio_of[ratewin-local-reject]:-} ]]; then
