@@ -317,10 +317,8 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
         PendingWrite* entry = this_round && fresh == 0 && room > 1
                                   ? EngineCore::pending_of(shard_, *record.record, key_)
                                   : nullptr;
-        if (entry != nullptr && entry->throughs < EngineCore::kThroughs) {
-          Bucket& index = record.record->pending_index(key_.subintervals);
-          index = index.load() & ~EngineCore::kSpilled;
-        }
+        if (entry != nullptr && entry->throughs < EngineCore::kThroughs)
+          EngineCore::mark_spilled(*record.record, key_, false);
       }
     }
     if (cost_ == 0) {

@@ -137,6 +137,12 @@ class EngineCore final : public SyncTarget {
     return noted(shard, record, key) &&
            (record.pending_index(key.subintervals).load() & kSpilled) != 0;
   }
+  // Under the shard's lock, in an open write section: marks this round's write through
+  // in the record's pending index (`on`), or reopens the round for another.
+  static void mark_spilled(Record& record, const LimiterKey& key, bool on) noexcept {
+    Bucket& index = record.pending_index(key.subintervals);
+    index = on ? index.load() | kSpilled : index.load() & ~kSpilled;
+  }
   static constexpr std::uint32_t kPendingIndex = 0x7fffffffU;
   static constexpr std::uint32_t kSpilled = 0x80000000U;
   static constexpr std::uint8_t kThroughs = 3;
@@ -298,8 +304,9 @@ class EngineCore final : public SyncTarget {
   struct Carry {
     double carry = 0;
     std::uint64_t round = 0;  // the flush that last granted it
-    // What this engine flushed of the limiter, per epoch, for the epochs still in its
-    // window (oldest first): its part of the shared counts weights its share.
+    // What this engine flushed and wrote through of the limiter, per epoch, for the
+    // epochs still in its window (oldest first): its part of the shared counts weights
+    // its share.
     std::vector<std::pair<std::int64_t, std::uint64_t>> own;
   };
   struct KeyHash {

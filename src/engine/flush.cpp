@@ -132,10 +132,7 @@ void EngineCore::queue(Shard& shard, Record& record, const LimiterKey& key, cons
                      record.store_mark() != Record::mark_of(epoch), starved};
   entry.throughs = throughs;
   note(shard, record, key, entry);
-  if (was_spilled && noted(shard, record, key)) {
-    Bucket& index = record.pending_index(key.subintervals);
-    index = index.load() | kSpilled;
-  }
+  if (was_spilled && noted(shard, record, key)) mark_spilled(record, key, true);
   // The flusher wakes at the shortest interval of the geometries it has to flush.
   const std::int64_t f = flush_ns(key);
   std::int64_t period = flush_period_ns_.load(std::memory_order_relaxed);
@@ -157,9 +154,8 @@ bool EngineCore::spill(Shard& shard, Record& record, const LimiterKey& key, cons
                        std::int64_t epoch) {
   queue(shard, record, key, limit, epoch, 0, true);
   if (!noted(shard, record, key)) return false;  // (no room to note it: refused)
-  Bucket& index = record.pending_index(key.subintervals);
-  if ((index.load() & kSpilled) != 0) return false;
-  index = index.load() | kSpilled;
+  if (spilled(shard, record, key)) return false;
+  mark_spilled(record, key, true);
   if (PendingWrite* entry = pending_of(shard, record, key)) ++entry->throughs;
   return true;
 }
