@@ -68,6 +68,29 @@ void past_next_boundary(std::chrono::milliseconds resolution) {
   std::this_thread::sleep_for(std::chrono::nanoseconds(r - now % r) + 60ms);
 }
 
+// A manual clock for engines whose boundary reads a test steps through: near the
+// machine's clock (keys expire as they would), 10 ms into a subinterval of `resolution`.
+// The options given use it, without measuring it against Redis.
+std::shared_ptr<ManualClock> stepped_clock(std::chrono::milliseconds resolution, Options& options) {
+  const std::int64_t r = std::chrono::nanoseconds(resolution).count();
+  auto clock = std::make_shared<ManualClock>(
+      std::chrono::nanoseconds((SystemClock::read() / r + 1) * r + 10'000'000));
+  options.sync_clock = false;
+  options.clock = clock;
+  return clock;
+}
+
+// Moves `clock` 10 ms past the next boundary of `resolution` (past the settle delay of
+// redis_options) and waits for the boundary round of `reader` there (a tick comes at
+// least every 50 ms). Only the limiters its loop has taken in are read: wait for
+// active_limiters first.
+bool next_round(ManualClock& clock, std::chrono::milliseconds resolution, const Engine& reader) {
+  const std::int64_t r = std::chrono::nanoseconds(resolution).count();
+  const std::uint64_t before = reader.stats().sync_rounds;
+  clock.set(std::chrono::nanoseconds((clock.now().count() / r + 1) * r + 10'000'000));
+  return eventually([&] { return reader.stats().sync_rounds > before; });
+}
+
 // The longest a call may take while Redis is paused: its deadline (command timeout
 // 100 ms); over TLS, a call that must open a connection first waits for the handshake,
 // which a paused server leaves unanswered, up to the connect timeout (300 ms) before it.
@@ -115,18 +138,19 @@ TEST_CASE("an allowed request is written; an engine meeting the resource later w
 
 TEST_CASE("boundary reads bring other nodes' counts to a node that only reads") {
   RedisServer redis;
-  const Options options = redis_options(redis.url());
+  Options options = redis_options(redis.url());
+  const auto clock = stepped_clock(200ms, options);
   const Limit limit(20, 2s, 200ms);
   Engine reader(options);
   Engine writer(options);
-  past_next_boundary(200ms);
   CHECK(reader.try_acquire("r", limit, 0).remaining == 20);  // known, empty
+  REQUIRE(eventually([&] { return reader.stats().active_limiters == 1; }));
   for (int i = 0; i < 7; ++i) REQUIRE(writer.try_acquire("r", limit).allowed);
   CHECK(reader.try_acquire("r", limit, 0).remaining == 20);  // not read yet
-  past_next_boundary(200ms);
+  REQUIRE(next_round(*clock, 200ms, reader));
   CHECK(reader.try_acquire("r", limit, 0).remaining == 13);
   const Stats s = reader.stats();
-  CHECK(s.sync_rounds >= 1);
+  CHECK(s.sync_last_keys == 1);
   CHECK(s.active_limiters == 1);
   CHECK(s.writes_ok == 0);
 }
@@ -222,35 +246,23 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
 
 TEST_CASE("boundary reads fetch the change sets, then only the windows other nodes wrote") {
   RedisServer redis;
-  // Both engines keep one manual clock (near the machine's, so that keys expire as they
-  // would): a boundary is crossed only when the test moves it, so each round below is
-  // the one the test asks for. (With the machine's clock, the whole read after the outage
-  // could be followed within a few milliseconds by the next boundary's round, which
-  // replaced its figures before a poll on a busy machine saw them.)
-  const std::int64_t r = 200'000'000;
-  auto clock = std::make_shared<ManualClock>(
-      std::chrono::nanoseconds((SystemClock::read() / r + 1) * r + 10'000'000));
+  // Both engines keep one manual clock: a boundary is crossed only when the test moves
+  // it, so each round below is the one the test asks for. (With the machine's clock, the
+  // whole read after the outage could be followed within a few milliseconds by the next
+  // boundary's round, which replaced its figures before a poll on a busy machine saw them.)
   Options options = redis_options(redis.url());
-  options.sync_clock = false;
-  options.clock = clock;
+  const auto clock = stepped_clock(200ms, options);
   // A window long enough that the limiters stay active (read at boundaries) however far
   // the clock is moved below.
   const Limit limit(100, 20s, 200ms);
   Engine a(options);
   Engine b(options);
-  // Moves the clock past the next boundary and its settle delay (5 ms), and waits for a's
-  // round there (a tick comes at least every 50 ms).
-  const auto next_round = [&] {
-    const std::uint64_t before = a.stats().sync_rounds;
-    clock->set(std::chrono::nanoseconds((clock->now().count() / r + 1) * r + 10'000'000));
-    return eventually([&] { return a.stats().sync_rounds > before; });
-  };
   for (std::uint64_t resource = 0; resource < 10; ++resource)
     REQUIRE(a.try_acquire(resource, limit).allowed);
   // Once a's loop has taken in the limiters (at the clock's epoch), a boundary is theirs.
   REQUIRE(eventually([&] { return a.stats().active_limiters == 10; }));
   // a wrote alone: at the boundary it reads that epoch's change sets, and no window.
-  REQUIRE(next_round());
+  REQUIRE(next_round(*clock, 200ms, a));
   Stats s = a.stats();
   CHECK(s.sync_last_change_sets >= 1);
   CHECK(s.sync_last_change_sets <= 10);  // only the shards where a is active
@@ -258,7 +270,7 @@ TEST_CASE("boundary reads fetch the change sets, then only the windows other nod
   CHECK(s.active_limiters == 10);
   // b writes one of them: a reads exactly that window, and has b's counts.
   for (int i = 0; i < 5; ++i) REQUIRE(b.try_acquire(3, limit).allowed);
-  REQUIRE(next_round());
+  REQUIRE(next_round(*clock, 200ms, a));
   s = a.stats();
   CHECK(s.sync_last_keys == 1);
   CHECK(a.try_acquire(3, limit, 0).remaining == 100 - 1 - 5);
