@@ -64,8 +64,10 @@ struct LimiterKey {
   bool log() const noexcept { return resolution_ms == 0 && subintervals > 1; }
   std::uint32_t log_capacity() const noexcept { return subintervals / 2; }
   // How many counts the store's reply to a write of this limiter fills (Store::add): a
-  // ring's N + 1 windows, a bucket's BucketReply, a log's LogReply.
-  std::size_t counts_size() const noexcept { return log() ? 4 : std::size_t{subintervals} + 1; }
+  // ring's RingReply (N + 2), a bucket's BucketReply (2), a log's LogReply (4).
+  std::size_t counts_size() const noexcept {
+    return log() ? 4 : bucket() ? 2 : std::size_t{subintervals} + 2;
+  }
   friend bool operator==(const LimiterKey&, const LimiterKey&) = default;
 
   std::int64_t resolution_ns() const noexcept {

@@ -11,7 +11,7 @@ namespace ratewin::inline v1::detail {
 Decision Admission::run(RecordRef known, RecordRef read_ref, std::uint64_t version,
                         const Decision& read) {
   if (!begin(known, read_ref, version, read)) return overflowed_ ? d_ : conclude();
-  Scratch<std::uint64_t, 33> scratch(key_.counts_size());
+  Scratch<std::uint64_t, 34> scratch(key_.counts_size());  // (N <= 32 in place)
   const std::span<std::uint64_t> counts = scratch.span();
   const bool written = engine_.store_->add(write(), counts);
   return finish(written, counts);
@@ -250,6 +250,9 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
   if (key_.bucket()) return share_bucket(counts);
   if (key_.log()) return share_log(counts);
   bool refused = false;
+  const std::span<const std::uint64_t> shared_counts = RingReply::window(counts);
+  // What a node ahead began in epoch_ + 1 (RingReply): epoch_'s in the decision only.
+  const std::uint64_t ahead = RingReply::ahead(counts);
   {
     // What decides: this write's own shared counts, the whole window as of the write
     // (this request included), in the order Redis put every node's writes in. Not the
@@ -260,8 +263,8 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     WindowState own_state;
     SlidingWindow own(own_state, own_buckets.span().data(), key_.subintervals, r);
     own.reset(epoch_ * r);
-    for (std::size_t k = 0; k < counts.size(); ++k)
-      own.merge(epoch_ - static_cast<std::int64_t>(k), counts[k]);
+    for (std::size_t k = 0; k < shared_counts.size(); ++k)
+      own.merge(epoch_ - static_cast<std::int64_t>(k), shared_counts[k] + (k == 0 ? ahead : 0));
 
     std::lock_guard lock(shard_.mutex);
     Shard::WriteSection section(shard_);
@@ -279,8 +282,9 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
         pending_epoch = entry->epoch;
         pending = entry->delta;
         const std::int64_t k = epoch_ - pending_epoch;
-        if (pending != 0 && k >= 0 && static_cast<std::size_t>(k) < counts.size())
-          own.merge(pending_epoch, counts[static_cast<std::size_t>(k)] + pending);
+        if (pending != 0 && k >= 0 && static_cast<std::size_t>(k) < shared_counts.size())
+          own.merge(pending_epoch,
+                    shared_counts[static_cast<std::size_t>(k)] + pending + (k == 0 ? ahead : 0));
       }
     }
     SlidingWindow window = record ? record.record->view() : own;  // (a view: `own` itself)
@@ -289,12 +293,15 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     if (record && first_ && window.epoch() == epoch_) {
       record.record->store_mark() = Record::mark_of(epoch_);
     }
-    // The local window learns the shared counts, for the decisions to come.
+    // The local window learns the shared counts, for the decisions to come: each epoch's
+    // own (epoch_ + 1's only once the window has reached it: RingReply).
     if (record) {
-      for (std::size_t k = 0; k < counts.size(); ++k) {
+      for (std::size_t k = 0; k < shared_counts.size(); ++k) {
         const std::int64_t e = epoch_ - static_cast<std::int64_t>(k);
-        window.merge(e, counts[k] + (e == pending_epoch ? pending : 0));
+        window.merge(e, shared_counts[k] + (e == pending_epoch ? pending : 0));
       }
+      if (ahead != 0 && window.epoch() > epoch_)
+        window.merge(epoch_ + 1, ahead + (epoch_ + 1 == pending_epoch ? pending : 0));
       // Batched: a limiter without a budget gets its first (without the carry, which
       // only flushes keep). A write through's reply, as fresh as a flush's, grants half
       // a budget if that is more than what is left of this round's: a round's burst
@@ -309,7 +316,8 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       if ((grant_ || this_round) &&
           window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
         double carry = 0;
-        const std::uint64_t room = left.allowed ? left.remaining : 0;
+        std::uint64_t room = left.allowed ? left.remaining : 0;
+        if (window.epoch() == epoch_) room -= std::min(room, ahead);  // (not room: RingReply)
         const std::uint32_t fresh = engine_.grant(grant_ ? room : room / 2, carry);
         Bucket& budget = record.record->budget(key_.subintervals);
         if (grant_ || (budget.load() != Record::kNoBudget && fresh > budget.load()))
@@ -345,9 +353,9 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       d_.allowed = false;
       d_.remaining = merged.allowed ? 0 : merged.remaining;
       d_.reset_after = merged.reset_after;
-      // (merged.allowed cannot happen: the merged window holds at least the write's own
-      // counts, over the limit with this request; but never answer "retry now" to a
-      // refusal.)
+      // (merged.allowed is rare: the merged window holds at least the write's own counts,
+      // over the limit with this request, unless what tipped it was a node ahead's count
+      // of epoch_ + 1 (RingReply); never answer "retry now" to a refusal.)
       d_.retry_after = merged.allowed ? std::chrono::milliseconds(1) : merged.retry_after;
     }
     counted_ = {epoch_, record && !refused, !refused};

@@ -171,7 +171,7 @@ class EngineCore final : public SyncTarget {
   std::uint32_t grant(std::uint64_t left, double& carry, double weight = -1) const noexcept;
   // flush()'s parts: the merge of one written entry, and an entry whose write failed put
   // back (while its epoch is still in the window).
-  void merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> counts,
+  void merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> reply,
                      std::int64_t now);
   void requeue(const PendingWrite& entry, std::int64_t now);
   // The flusher thread (batched mode; not with a ManualClock, whose time stands still).

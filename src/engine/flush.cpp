@@ -242,8 +242,12 @@ bool EngineCore::flush() {
   return ok;
 }
 
-void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> counts,
+void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> reply,
                                std::int64_t now) {
+  // The entry's epoch and those before it; what a node ahead began in the next (RingReply)
+  // is learned as that epoch's once the window has reached it, and is no room before.
+  const std::span<const std::uint64_t> counts = RingReply::window(reply);
+  const std::uint64_t ahead = RingReply::ahead(reply);
   Carry& carry = carries_[entry.key];
   carry.round = flush_round_;
   // (Before the record is looked for: an evicted limiter's counts are still its own.)
@@ -274,10 +278,14 @@ void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::u
     window.advance(now);
     shard.activity.push_back({entry.key, SlidingWindow::epoch_of(now, entry.key.resolution_ns())});
   }
+  const bool reached = window.epoch() > entry.epoch;
+  if (ahead != 0 && reached)
+    window.merge(entry.epoch + 1, ahead + (entry.epoch + 1 == pending_epoch ? pending : 0));
   Decision left;
   window.evaluate(now, entry.max, 0, entry.trailing, left);  // (at now's epoch: cannot fail)
-  record.budget(entry.key.subintervals) =
-      grant(left.allowed ? left.remaining : 0, carry.carry, part);
+  std::uint64_t room = left.allowed ? left.remaining : 0;
+  if (!reached) room -= std::min(room, ahead);
+  record.budget(entry.key.subintervals) = grant(room, carry.carry, part);
 }
 
 void EngineCore::requeue(const PendingWrite& entry, std::int64_t now) {

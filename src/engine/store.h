@@ -62,6 +62,23 @@ struct StoreWrite {
 StoreWrite store_write(const LimiterKey& key, std::int64_t counted, std::int64_t now,
                        std::uint64_t cost, bool first, const Limit& limit) noexcept;
 
+// What a ring's write fills in its counts (N + 2 of them): the shared counts of epochs
+// epoch, epoch - 1, ..., epoch - N, each its own (window()), then the count of epoch + 1
+// if some node has begun it, its clock a little ahead at a boundary (ahead()). A decision
+// counts that one as epoch's, so that a node a moment behind never admits past it (it
+// errs high, by what was written in the moment the two disagreed). The local window does
+// not learn it as epoch's: it would count it twice once it reaches epoch + 1, for as long
+// as epoch stays in the window.
+struct RingReply {
+  template <class T>
+  static std::span<T> window(std::span<T> counts) noexcept {
+    return counts.first(counts.size() - 1);
+  }
+  static std::uint64_t ahead(std::span<const std::uint64_t> counts) noexcept {
+    return counts.back();
+  }
+};
+
 // What a token bucket's write fills in its counts (two of them).
 struct BucketReply {
   static constexpr std::size_t kAdmitted = 0;  // 1: counted; 0: it did not fit
@@ -111,10 +128,11 @@ class Store {
   // An allowed request's write, one round trip: adds `cost` to the shared count of
   // `epoch` (unconditionally: the engine decides from the reply whether the request
   // still fits, and gives the cost back with remove() if not), and fills `counts`
-  // (N + 1 entries, at most) with the shared counts of epochs epoch, epoch - 1, ...,
-  // epoch - N after it, so the caller can take in the whole shared window. cost 0 only
-  // reads. False when the store could not be reached in time or refused (a write that
-  // timed out may still land later: the shared counts then err high).
+  // (LimiterKey::counts_size()) as RingReply says: the shared counts of epochs epoch,
+  // epoch - 1, ..., epoch - N after it, so the caller can take in the whole shared window,
+  // and the count of epoch + 1. cost 0 only reads. False when the store could not be
+  // reached in time or refused (a write that timed out may still land later: the shared
+  // counts then err high).
   //
   // A token bucket's write counts only what fits (see StoreWrite) and fills counts[0..1]
   // as BucketReply says; cost 0 only reads its TAT. A log's likewise, with LogReply.

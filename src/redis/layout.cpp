@@ -402,16 +402,15 @@ void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32
       --slot;
     }
   }
-  // The next epoch's count, if another node has begun it (its clock a little ahead, across
-  // a boundary): counted as this one's, so that a node behind never admits past it (it errs
-  // high, by what was written in the moment the two disagreed).
-  if (!counts.empty()) {
-    const std::size_t at = std::size_t{slot_of(epoch + 1, subintervals)} * kSlotBytes;
-    if (at + kSlotBytes <= value.size() &&
-        big_endian(value, at, 2) == tag_of(epoch + 1, subintervals)) {
-      counts[0] += big_endian(value, at + 2, 4);
-    }
-  }
+}
+
+std::uint64_t StoreLayout::next_count(std::string_view value, std::int64_t epoch,
+                                      std::uint32_t subintervals) noexcept {
+  const std::size_t at = std::size_t{slot_of(epoch + 1, subintervals)} * kSlotBytes;
+  return at + kSlotBytes <= value.size() &&
+                 big_endian(value, at, 2) == tag_of(epoch + 1, subintervals)
+             ? big_endian(value, at + 2, 4)
+             : 0;
 }
 
 void StoreLayout::append_bucket(const StoreWrite& w, std::int64_t cost, RespWriter& out,

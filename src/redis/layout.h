@@ -123,10 +123,13 @@ class StoreLayout {
 
   // The shared counts of epochs epoch, epoch - 1, ..., epoch - N (counts.size() of them,
   // at most N + 1) in a window string (empty: no key); a slot tagged for another epoch
-  // counts 0. The count of epoch + 1, if some node has begun it (its clock slightly ahead
-  // at a boundary), is added to epoch's: a node a moment behind still sees it.
+  // counts 0.
   static void decode(std::string_view value, std::int64_t epoch, std::uint32_t subintervals,
                      std::span<std::uint64_t> counts) noexcept;
+  // The count of epoch + 1 in a window string, if some node has begun it (its clock
+  // slightly ahead at a boundary; RingReply::ahead), else 0.
+  static std::uint64_t next_count(std::string_view value, std::int64_t epoch,
+                                  std::uint32_t subintervals) noexcept;
   // The tag and count of the slot of `epoch` in a window string (0, 0 if not there).
   static std::pair<std::uint16_t, std::uint32_t> slot_value(std::string_view value,
                                                             std::int64_t epoch,

@@ -108,7 +108,8 @@ void WriteReplies::take(const StoreWrite& write, std::size_t i, const redisReply
     window_read = true;
     const std::string_view value =
         r.type == REDIS_REPLY_STRING ? std::string_view(r.str, r.len) : std::string_view();
-    StoreLayout::decode(value, write.epoch, write.key.subintervals, counts);
+    StoreLayout::decode(value, write.epoch, write.key.subintervals, RingReply::window(counts));
+    counts.back() = StoreLayout::next_count(value, write.epoch, write.key.subintervals);
     slot = StoreLayout::slot_value(value, write.epoch, write.key.subintervals);
   }
 }

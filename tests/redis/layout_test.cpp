@@ -87,10 +87,13 @@ TEST_CASE("the ring: slots, lap tags, and decoding only what is tagged for its e
   std::vector<std::uint64_t> counts(4);
   StoreLayout::decode(value, e, 3, counts);
   CHECK(counts == std::vector<std::uint64_t>{7, 5, 0, 70000});
-  // As of epoch 101, by a node a moment behind one that has begun 102: 102's count is
-  // counted with 101's.
+  CHECK(StoreLayout::next_count(value, e, 3) == 0);  // 103 not begun
+  // As of epoch 101, by a node a moment behind one that has begun 102: each epoch's own
+  // count, and 102's apart (the decision adds it to 101's; the local window must not).
   StoreLayout::decode(value, e - 1, 3, counts);
-  CHECK(counts == std::vector<std::uint64_t>{5 + 7, 0, 70000, 0});
+  CHECK(counts == std::vector<std::uint64_t>{5, 0, 70000, 0});
+  CHECK(StoreLayout::next_count(value, e - 1, 3) == 7);
+  CHECK(StoreLayout::next_count(value, e - 3, 3) == 0);  // 100's slot holds an earlier lap
   // A shorter string (slots never written) and no string at all.
   StoreLayout::decode(value.substr(0, 4 * StoreLayout::kSlotBytes), e, 3, counts);
   CHECK(counts == std::vector<std::uint64_t>{7, 0, 0, 70000});
@@ -228,7 +231,7 @@ TEST_CASE("the ring native commands keep in Redis matches an exact model on rand
       // Mostly the current epoch; sometimes an earlier one still in the window.
       const std::int64_t epoch = now - (pick(5) == 0 ? static_cast<std::int64_t>(pick(n + 1)) : 0);
       const std::uint64_t kind = pick(12);
-      std::vector<std::uint64_t> counts(std::size_t{n} + 1);
+      std::vector<std::uint64_t> counts(std::size_t{n} + 2);  // (RingReply)
       bool& wrote = written[{node, epoch}];
       if (kind == 0 && model[epoch] > 0) {
         const std::uint64_t cost = 1 + pick(std::min<std::uint64_t>(model[epoch], 3));
@@ -250,11 +253,12 @@ TEST_CASE("the ring native commands keep in Redis matches an exact model on rand
         if (cost != 0) wrote = true;
         model[epoch] += cost;
         // What the write returned: the window as of its epoch, as far as the ring still
-        // holds it (epochs more than N before the newest have left it).
-        // (A write behind the newest epoch reads the next epoch's count with its own.)
+        // holds it (epochs more than N before the newest have left it), and apart, the
+        // next epoch's count (a write behind the newest epoch).
+        CHECK(counts[n + 1] == model[epoch + 1]);
         for (std::uint32_t k = 0; k <= n; ++k) {
           const std::int64_t x = epoch - static_cast<std::int64_t>(k);
-          const std::uint64_t expected = model[x] + (k == 0 ? model[x + 1] : 0);
+          const std::uint64_t expected = model[x];
           if (x >= now - static_cast<std::int64_t>(n) && counts[k] != expected) {
             FAIL_CHECK("write at epoch " << epoch << " (now " << now << ", n " << n << "): epoch "
                                          << x << " reads " << counts[k] << ", model " << expected);
@@ -291,7 +295,7 @@ TEST_CASE("commands a whole ring late never take counts away") {
   std::map<std::int64_t, std::uint64_t> model;
   std::map<std::int64_t, bool> claimed;
   std::int64_t now = 5'000'000;
-  std::vector<std::uint64_t> counts(n + 1);
+  std::vector<std::uint64_t> counts(n + 2);  // (RingReply)
   for (int step = 0; step < 800; ++step) {
     if (pick(4) == 0) ++now;
     const std::uint64_t cost = 1 + pick(3);
@@ -308,11 +312,11 @@ TEST_CASE("commands a whole ring late never take counts away") {
         writers.nodes[1]->remove({key, late, 1 + pick(3), false});
       }
     }
-    counts = writers.read(redis, key, now);
+    const std::vector<std::uint64_t> held = writers.read(redis, key, now);
     for (std::uint32_t k = 0; k <= n; ++k) {
       const std::int64_t x = now - static_cast<std::int64_t>(k);
-      if (counts[k] < model[x]) {
-        FAIL_CHECK("step " << step << ": epoch " << x << " holds " << counts[k] << ", at least "
+      if (held[k] < model[x]) {
+        FAIL_CHECK("step " << step << ": epoch " << x << " holds " << held[k] << ", at least "
                            << model[x] << " were counted");
       }
     }
@@ -330,7 +334,7 @@ TEST_CASE("a claim finds the tag wrapped: the writer tags the slot, keeping the 
   const std::int64_t after = 65535 * m;
   REQUIRE(StoreLayout::tag_of(before, n) == 65535);
   REQUIRE(StoreLayout::tag_of(after, n) == 1);
-  std::vector<std::uint64_t> counts(n + 1);
+  std::vector<std::uint64_t> counts(n + 2);  // (RingReply)
   REQUIRE(writers.nodes[0]->add({key, before, 4, true}, counts));
   CHECK(counts[0] == 4);
   REQUIRE(writers.nodes[0]->add({key, after, 2, true}, counts));

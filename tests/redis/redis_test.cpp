@@ -329,6 +329,41 @@ TEST_CASE("a node a moment behind at a boundary counts what a node ahead began")
   CHECK(a.stats().writes_failed == 0);
 }
 
+TEST_CASE("a node a moment behind at a boundary counts what a node ahead began only once") {
+  // The node behind counts the next epoch's count as its own epoch's in its decision, but
+  // its local window learns each epoch's own count: once it reaches that next epoch, its
+  // window holds it once. (Before, the local window kept the two added together in the
+  // earlier epoch, and counted the next epoch's again once there: for a whole window it
+  // refused what other nodes had begun in the moment the clocks disagreed.)
+  RedisServer redis;
+  const std::int64_t r = 400'000'000;
+  const std::int64_t boundary = (SystemClock::read() / r + 1) * r;
+  auto behind = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary - 2'000'000));
+  auto ahead = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary + 2'000'000));
+  Options a_options = redis_options(redis.url());
+  a_options.sync_clock = false;
+  a_options.clock = behind;
+  Options b_options = a_options;
+  b_options.clock = ahead;
+  Engine a(a_options);
+  Engine b(b_options);
+  const Limit limit(10, 4s, 400ms);
+  for (int i = 0; i < 3; ++i) REQUIRE(b.try_acquire("edge", limit).allowed);
+  // a decides with b's 3: 6 left after its own.
+  const Decision first = a.try_acquire("edge", limit);
+  REQUIRE(first.allowed);
+  CHECK(first.remaining == 6);
+  behind->advance(4ms);  // a reaches b's epoch
+  const Decision second = a.try_acquire("edge", limit);
+  REQUIRE(second.allowed);
+  CHECK(second.remaining == 5);
+  CHECK(a.try_acquire("edge", limit, 0).remaining == 5);  // its window: 1 + 3 + 1, once
+  // What it admits from here to the limit: exactly the 5 left.
+  int admitted = 0;
+  for (int i = 0; i < 8; ++i) admitted += a.try_acquire("edge", limit).allowed ? 1 : 0;
+  CHECK(admitted == 5);
+}
+
 TEST_CASE("a node with a skewed clock agrees on epochs once it measured the offset") {
   RedisServer redis;
   Options plain = redis_options(redis.url());

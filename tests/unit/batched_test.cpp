@@ -244,6 +244,31 @@ TEST_CASE_FIXTURE(Batched, "a merge adds what the engine admitted and has not wr
   CHECK(e->try_acquire(r, kLimit, 0).remaining == 1000 - 25);
 }
 
+TEST_CASE_FIXTURE(Batched, "what a node ahead began in the next epoch is counted once, there") {
+  // Regression: a write read back the next epoch's count (another node's clock a moment
+  // ahead at a boundary) added to its own epoch's, and the local window kept the sum: once
+  // there, the engine counted the next epoch's count twice, for a whole window.
+  shared->live = 2;
+  auto e = engine();
+  const std::uint64_t r = hash("edge");
+  const detail::LimiterKey key = detail::LimiterKey::of(r, kLimit);
+  const std::int64_t res = 100'000'000;
+  clock->advance(std::chrono::nanoseconds(res - 1'000'000));  // 1 ms before a boundary
+  const std::int64_t epoch = clock->now().count() / res;
+  shared->counts[{key.resource, key.resolution_ms, key.subintervals, epoch + 1}] = 30;
+  // Cold: written at once. Its decision counts the 30 with this epoch's.
+  const Decision first = e->try_acquire(r, kLimit, 1);
+  REQUIRE(first.allowed);
+  CHECK(first.remaining == 1000 - 1 - 30);
+  for (int i = 0; i < 4; ++i) REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(e->flush());
+  clock->advance(2ms);  // the next epoch
+  REQUIRE(e->try_acquire(r, kLimit, 1).allowed);
+  CHECK(e->flush());
+  CHECK(shared->total() == 36);
+  CHECK(e->try_acquire(r, kLimit, 0).remaining == 1000 - 36);
+}
+
 TEST_CASE_FIXTURE(Batched, "closing the engine flushes what is pending") {
   shared->live = 1;
   {

@@ -88,8 +88,11 @@ class FakeStore final : public detail::Store {
         return shared_->counts[{key.resource, key.resolution_ms, key.subintervals, e}];
       };
       count(write.epoch) += write.cost;  // cost 0 only reads
-      for (std::size_t k = 0; k < counts.size(); ++k)
-        counts[k] = count(write.epoch - static_cast<std::int64_t>(k));
+      // As detail::RingReply says: the window, then the next epoch's count.
+      const std::span<std::uint64_t> window = detail::RingReply::window(counts);
+      for (std::size_t k = 0; k < window.size(); ++k)
+        window[k] = count(write.epoch - static_cast<std::int64_t>(k));
+      counts.back() = count(write.epoch + 1);
     }
     if (shared_->after_add) shared_->after_add();
     return true;
