@@ -92,6 +92,29 @@ bool next_round(ManualClock& clock, std::chrono::milliseconds resolution, const 
   return eventually([&] { return reader.stats().sync_rounds > before; });
 }
 
+// Two manual clocks 2 ms either side of the next boundary of `resolution` (near the
+// machine's clock), and options for an engine on each, not measured against Redis: a node
+// a moment behind at a boundary (its clock kept, to move it on) and one that has begun the
+// next subinterval.
+struct Straddle {
+  std::shared_ptr<ManualClock> behind;
+  Options behind_options;
+  Options ahead_options;
+};
+Straddle straddle(const std::string& url, std::chrono::milliseconds resolution) {
+  const std::int64_t r = std::chrono::nanoseconds(resolution).count();
+  const std::int64_t boundary = (SystemClock::read() / r + 1) * r;
+  Straddle s;
+  s.behind = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary - 2'000'000));
+  s.behind_options = redis_options(url);
+  s.behind_options.sync_clock = false;
+  s.behind_options.clock = s.behind;
+  s.ahead_options = s.behind_options;
+  s.ahead_options.clock =
+      std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary + 2'000'000));
+  return s;
+}
+
 // The longest a call may take while Redis is paused: its deadline (command timeout
 // 100 ms); over TLS, a call that must open a connection first waits for the handshake,
 // which a paused server leaves unanswered, up to the connect timeout (300 ms) before it.
@@ -318,17 +341,9 @@ TEST_CASE("a node a moment behind at a boundary counts what a node ahead began")
   // one node may have begun epoch e + 1 while another still decides in e. The one behind
   // must count what the other wrote in e + 1 (it errs high), not admit past it.
   RedisServer redis;
-  const std::int64_t r = 400'000'000;
-  const std::int64_t boundary = (SystemClock::read() / r + 1) * r;
-  auto behind = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary - 2'000'000));
-  auto ahead = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary + 2'000'000));
-  Options a_options = redis_options(redis.url());
-  a_options.sync_clock = false;
-  a_options.clock = behind;
-  Options b_options = a_options;
-  b_options.clock = ahead;
-  Engine a(a_options);
-  Engine b(b_options);
+  const Straddle clocks = straddle(redis.url(), 400ms);
+  Engine a(clocks.behind_options);
+  Engine b(clocks.ahead_options);
   const Limit limit(5, 4s, 400ms);
   int admitted = 0;
   for (int i = 0; i < 5; ++i) admitted += b.try_acquire("edge", limit).allowed ? 1 : 0;
@@ -345,24 +360,16 @@ TEST_CASE("a node a moment behind at a boundary counts what a node ahead began o
   // earlier epoch, and counted the next epoch's again once there: for a whole window it
   // refused what other nodes had begun in the moment the clocks disagreed.)
   RedisServer redis;
-  const std::int64_t r = 400'000'000;
-  const std::int64_t boundary = (SystemClock::read() / r + 1) * r;
-  auto behind = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary - 2'000'000));
-  auto ahead = std::make_shared<ManualClock>(std::chrono::nanoseconds(boundary + 2'000'000));
-  Options a_options = redis_options(redis.url());
-  a_options.sync_clock = false;
-  a_options.clock = behind;
-  Options b_options = a_options;
-  b_options.clock = ahead;
-  Engine a(a_options);
-  Engine b(b_options);
+  const Straddle clocks = straddle(redis.url(), 400ms);
+  Engine a(clocks.behind_options);
+  Engine b(clocks.ahead_options);
   const Limit limit(10, 4s, 400ms);
   for (int i = 0; i < 3; ++i) REQUIRE(b.try_acquire("edge", limit).allowed);
   // a decides with b's 3: 6 left after its own.
   const Decision first = a.try_acquire("edge", limit);
   REQUIRE(first.allowed);
   CHECK(first.remaining == 6);
-  behind->advance(4ms);  // a reaches b's epoch
+  clocks.behind->advance(4ms);  // a reaches b's epoch
   const Decision second = a.try_acquire("edge", limit);
   REQUIRE(second.allowed);
   CHECK(second.remaining == 5);
