@@ -27,7 +27,8 @@
 
 #include "ratewin/ratewin.h"
 
-namespace {
+// (Named, not anonymous: ratewin_engine holds one.)
+namespace ratewin_capi {
 
 // The ratewin_engine_try_acquire_all_async calls of one engine, so that closing it is
 // safe for their callbacks: once ratewin_engine_close has begun, no call enters the C++
@@ -93,11 +94,11 @@ class AsyncCalls {
   std::size_t owed_ = 0;     // callbacks not yet returned, of calls entered
 };
 
-}  // namespace
+}  // namespace ratewin_capi
 
 struct ratewin_engine {
   explicit ratewin_engine(ratewin::Options options) : rep(std::move(options)) {}
-  AsyncCalls async;  // first: outlives rep
+  ratewin_capi::AsyncCalls async;  // first: outlives rep
   ratewin::Engine rep;
 };
 struct ratewin_limit {
@@ -1047,7 +1048,7 @@ int ratewin_engine_try_acquire_all_async(ratewin_engine* engine, const ratewin_a
     }
     // Left with the callback owed only once the engine has said the call is pending.
     struct Leave {
-      AsyncCalls& calls;
+      ratewin_capi::AsyncCalls& calls;
       bool pending = false;
       ~Leave() { calls.leave(pending); }
     } leave{engine->async};

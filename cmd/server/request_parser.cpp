@@ -14,14 +14,7 @@ namespace {
 constexpr std::size_t kMaxEmptyLines = 16;
 constexpr std::size_t kMaxChunkLine = 1024;
 
-// RFC 9110 5.6.2.
-bool tchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  constexpr std::string_view kOthers = "!#$%&'*+-.^_`|~";
-  return kOthers.find(c) != std::string_view::npos;
-}
-
-bool token(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), tchar); }
+bool token(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), token_char); }
 
 bool whitespace(char c) { return c == ' ' || c == '\t'; }
 

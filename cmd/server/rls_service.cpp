@@ -12,14 +12,16 @@
 
 namespace ratewin::server::rls {
 
-namespace {
-
+// What decides a descriptor (outside the anonymous namespace: Call, a member type of
+// the service, holds it).
 enum class Kind : std::uint8_t {
   none,       // no limit: OK, nothing counted
   unlimited,  // OK, remaining "unlimited"
   zero,       // requests_per_unit 0: any hit is over
   engine,     // counted by the engine
 };
+
+namespace {
 
 std::uint32_t clamp32(std::uint64_t v) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, UINT32_MAX));

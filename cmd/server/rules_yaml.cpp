@@ -17,6 +17,7 @@
 #include "address.h"
 #include "ratewin/hash.h"
 #include "rules_data.h"
+#include "text.h"
 #include "yaml_reader.h"
 
 namespace ratewin::server {
@@ -39,12 +40,6 @@ std::string duration_text(std::chrono::milliseconds d) {
 }
 
 using Item = YamlItem;
-
-// A character of an HTTP token (RFC 9110 5.6.2): header and cookie names.
-bool tchar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
 
 bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -217,7 +212,7 @@ ClientKeySpec Parser::client_key(const Item& item) const {
       } else if (named && !name.empty() && name.size() <= 64 &&
                  std::all_of(name.begin(), name.end(), [&](char c) {
                    return kind == "query" ? c > ' ' && c < 0x7f && c != '&' && c != '=' && c != '#' && c != '+'
-                                          : tchar(c);
+                                          : token_char(c);
                  })) {
         source.kind = kind == "header" ? K::header : kind == "cookie" ? K::cookie : K::query;
         source.name.assign(name);

@@ -87,6 +87,12 @@ int hex_digit(char c) noexcept {
   return -1;
 }
 
+bool token_char(char c) noexcept {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  constexpr std::string_view kOthers = "!#$%&'*+-.^_`|~";
+  return kOthers.find(c) != std::string_view::npos;
+}
+
 std::string_view trim_ows(std::string_view s) noexcept {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);

@@ -32,6 +32,8 @@ int hex_digit(char c) noexcept;
 // The bytes standard base64 (RFC 4648, with padding) encodes; nullopt if `s` is not
 // that.
 std::optional<std::string> base64_decode(std::string_view s);
+// A character of an HTTP token (RFC 9110 5.6.2): method, header and cookie names.
+bool token_char(char c) noexcept;
 // s without the spaces and tabs around it (HTTP's optional whitespace, RFC 9110 5.6.3).
 std::string_view trim_ows(std::string_view s) noexcept;
 

@@ -10,7 +10,7 @@ namespace {
 
 constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{2000};
-constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
+constexpr std::size_t kLoopReadChunk = std::size_t{64} * 1024;
 
 void free_poll(uv_handle_t* handle) { delete reinterpret_cast<uv_poll_t*>(handle); }
 
@@ -26,7 +26,7 @@ AsyncRedis::AsyncRedis(uv_loop_t* loop, RedisEndpoint endpoint,
       events_(std::move(events)),
       backoff_(kFirstBackoff),
       jitter_(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(this) ^ uv_hrtime())),
-      chunk_(std::make_unique<char[]>(kReadChunk)) {
+      chunk_(std::make_unique<char[]>(kLoopReadChunk)) {
   uv_timer_init(loop_, &timer_);
   timer_.data = this;
   uv_timer_init(loop_, &watchdog_);
@@ -236,7 +236,7 @@ bool AsyncRedis::read_in() {
   // (What TLS read ahead is taken too: the socket will not say it is there.)
   for (int chunks = 0; chunks < 4 || transport_->buffered(); ++chunks) {
     Status status;
-    const Io io = transport_->read(chunk_.get(), kReadChunk, status);
+    const Io io = transport_->read(chunk_.get(), kLoopReadChunk, status);
     if (io.result == Io::Result::want_read || io.result == Io::Result::want_write) {
       // (A TLS read may have to write first.)
       if (io.result == Io::Result::want_write) wants_ = io.result;

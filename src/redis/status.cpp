@@ -1,5 +1,7 @@
 #include "redis/status.h"
 
+#include <cstring>
+
 namespace ratewin::inline v1::detail {
 
 Status Status::of_error_reply(std::string_view text) {
@@ -21,5 +23,7 @@ Status Status::of_error_reply(std::string_view text) {
   }
   return Status(Code::refused, message);
 }
+
+std::string errno_text(int error) { return std::strerror(error); }
 
 }  // namespace ratewin::inline v1::detail

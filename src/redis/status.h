@@ -67,4 +67,7 @@ class Status {
   std::string message_;
 };
 
+// The system's words for an errno value (strerror), for a Status' message.
+std::string errno_text(int error);
+
 }  // namespace ratewin::inline v1::detail

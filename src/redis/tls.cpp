@@ -21,8 +21,6 @@ namespace {
 // The sessions kept to resume, at most (one per server; a Cluster has a few dozen).
 constexpr std::size_t kMaxSessions = 1024;
 
-std::string error_text(int error) { return std::strerror(error); }
-
 // The reason of the oldest error OpenSSL queued on this thread (the root cause), and the
 // queue emptied.
 std::string openssl_reason() {
@@ -30,7 +28,7 @@ std::string openssl_reason() {
   while (const unsigned long e = ERR_get_error()) {
     if (!reason.empty()) continue;
     if (ERR_SYSTEM_ERROR(e)) {  // an errno: a file missing, unreadable
-      reason = error_text(ERR_GET_REASON(e));
+      reason = errno_text(ERR_GET_REASON(e));
       continue;
     }
     const char* text = ERR_reason_error_string(e);
@@ -398,7 +396,7 @@ Io TlsSession::outcome(int code, const std::string& where, bool handshaking, Sta
       ERR_clear_error();
       if (error == 0) return ended();
       status = explained(
-          Status(Status::Code::io, "connection to " + where + " failed: " + error_text(error)));
+          Status(Status::Code::io, "connection to " + where + " failed: " + errno_text(error)));
       return {Io::Result::failed};
     }
     default: {

@@ -20,8 +20,6 @@
 namespace ratewin::inline v1::detail {
 namespace {
 
-std::string error_text(int error) { return std::strerror(error); }
-
 // A socket of `family`, non-blocking, closed on exec.
 int new_socket(int family) {
   return ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -121,7 +119,7 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
     const int fd = start_connect(reinterpret_cast<const sockaddr*>(&address), sizeof address,
                                  connected, error);
     if (fd < 0) {
-      status = Status(Status::Code::connect, "cannot connect to " + where + ": " + error_text(error));
+      status = Status(Status::Code::connect, "cannot connect to " + where + ": " + errno_text(error));
       return nullptr;
     }
     return std::make_unique<SocketTransport>(fd, where, endpoint, std::vector<sockaddr_storage>{},
@@ -156,7 +154,7 @@ std::unique_ptr<Transport> Transport::open(const RedisEndpoint& endpoint, Status
   }
   status = Status(Status::Code::connect,
                   "cannot connect to " + where + ": " +
-                      (addresses.empty() ? std::string("no address") : error_text(error)));
+                      (addresses.empty() ? std::string("no address") : errno_text(error)));
   return nullptr;
 }
 
@@ -190,7 +188,7 @@ Io SocketTransport::handshake(Status& status) {
       if (next_fd < 0) error = next_error;
     }
     if (next_fd < 0) {
-      status = Status(Status::Code::connect, "cannot connect to " + where() + ": " + error_text(error));
+      status = Status(Status::Code::connect, "cannot connect to " + where() + ": " + errno_text(error));
       return {Io::Result::failed};
     }
     replace_fd(next_fd);
@@ -214,7 +212,7 @@ Io SocketTransport::write(const char* data, std::size_t size, Status& status) {
     if (n >= 0) return {Io::Result::done, static_cast<std::size_t>(n)};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return {Io::Result::want_write};
-    status = Status(Status::Code::io, "writing to " + where() + ": " + error_text(errno));
+    status = Status(Status::Code::io, "writing to " + where() + ": " + errno_text(errno));
     return {Io::Result::failed};
   }
 }
@@ -230,7 +228,7 @@ Io SocketTransport::read(char* data, std::size_t size, Status& status) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return {Io::Result::want_read};
-    status = Status(Status::Code::io, "reading from " + where() + ": " + error_text(errno));
+    status = Status(Status::Code::io, "reading from " + where() + ": " + errno_text(errno));
     return {Io::Result::failed};
   }
 }
@@ -254,7 +252,7 @@ Status Transport::wait(int fd, Io::Result wanted, std::chrono::steady_clock::tim
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
     const int rc = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(ms, 1 << 30)));
     if (rc > 0) return {};
-    if (rc < 0 && errno != EINTR) return Status(Status::Code::io, "poll: " + error_text(errno));
+    if (rc < 0 && errno != EINTR) return Status(Status::Code::io, "poll: " + errno_text(errno));
   }
 }
 

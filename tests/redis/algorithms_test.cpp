@@ -19,20 +19,20 @@
 #include "redis/layout.h"
 #include "redis_server.h"
 #include "sliding.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
 
 using namespace std::chrono_literals;
 
-int next_prefix = 0;
 
 // Engines on one machine share its clock: without clock sync they decide on the very
 // time the test records (RecordingClock), so the exact bounds are checked exactly.
 Options shared_clock_options(const std::string& url) {
   Options o;
   o.redis = url;
-  o.key_prefix = "alg" + std::to_string(++next_prefix);
+  o.key_prefix = fresh_prefix("alg");
   o.clock = std::make_shared<RecordingClock>();
   o.sync_clock = false;
   o.connect_timeout = 300ms;

@@ -18,18 +18,18 @@
 #include "ratewin/engine.h"
 #include "redis_server.h"
 #include "sliding.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
 
 using namespace std::chrono_literals;
 
-int next_prefix = 0;
 
 Options batched_options(const std::string& url) {
   Options o;
   o.redis = url;
-  o.key_prefix = std::string("b").append(std::to_string(++next_prefix));
+  o.key_prefix = fresh_prefix("b");
   o.connect_timeout = 300ms;
   o.command_timeout = 100ms;
   o.sync_settle = 5ms;

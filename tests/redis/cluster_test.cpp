@@ -20,6 +20,7 @@
 #include "redis/slot.h"
 #include "certificates.h"
 #include "redis_cluster.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
@@ -33,12 +34,11 @@ RedisCluster& cluster() {
   return c;
 }
 
-int next_prefix = 0;
 
 Options cluster_options(const std::string& url) {
   Options o;
   o.redis = url;
-  o.key_prefix = "c" + std::to_string(++next_prefix);
+  o.key_prefix = fresh_prefix("c");
   o.connect_timeout = 300ms;
   o.command_timeout = 200ms;
   o.sync_settle = 5ms;

@@ -30,6 +30,7 @@
 #include "eventually.h"
 #include "redis_server.h"
 #include "sliding.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
@@ -37,12 +38,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int next_prefix = 0;
 
 Options redis_options(const std::string& url, Logs* logs = nullptr) {
   Options o;
   o.redis = url;
-  o.key_prefix = std::string("t").append(std::to_string(++next_prefix));
+  o.key_prefix = fresh_prefix("t");
   o.connect_timeout = 300ms;
   o.command_timeout = 100ms;
   o.sync_settle = 5ms;

@@ -23,6 +23,7 @@
 #include "logs.h"
 #include "eventually.h"
 #include "redis_server.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
@@ -30,12 +31,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int next_prefix = 0;
 
 Options tls_options(const std::string& url, Logs* logs = nullptr) {
   Options o;
   o.redis = url;
-  o.key_prefix = "tls" + std::to_string(++next_prefix);
+  o.key_prefix = fresh_prefix("tls");
   o.connect_timeout = 500ms;
   o.command_timeout = 200ms;
   o.sync_settle = 5ms;

@@ -19,12 +19,12 @@
 #include "engine/engine_core.h"
 #include "fake_store.h"
 #include "reference_window.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr std::int64_t kMs = 1'000'000;
 
 // The figures a decision reports match the reference's.
 void require_same_figures(const Decision& got, const Decision& want) {

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "test_units.h"
+
 namespace ratewin::test {
 namespace {
 
@@ -16,7 +18,6 @@ using detail::RecordTable;
 using detail::Registry;
 using detail::Shard;
 
-constexpr std::int64_t kSec = 1'000'000'000;
 constexpr std::int64_t kT0 = 1'700'000'000 * kSec;
 
 LimiterKey key(std::uint64_t resource) { return {resource, 1000, 10}; }

@@ -14,6 +14,7 @@
 
 #include "random_cost.h"
 #include "ratewin/limit.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
@@ -24,7 +25,6 @@ using detail::SlidingLog;
 using detail::WindowState;
 using namespace std::chrono_literals;
 
-constexpr std::int64_t kMs = 1'000'000;
 
 // Admission times, each with its cost.
 struct ExactLog {

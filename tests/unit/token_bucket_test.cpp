@@ -12,6 +12,7 @@
 
 #include "random_cost.h"
 #include "ratewin/limit.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
@@ -21,7 +22,6 @@ using detail::TokenBucket;
 using detail::WindowState;
 using namespace std::chrono_literals;
 
-constexpr std::int64_t kMs = 1'000'000;
 
 // The level of a leaky bucket in ns of work: drained 1 ns per ns since the last admission,
 // filled by cost x emission, refusing what would take it over the tolerance.
@@ -41,12 +41,12 @@ struct LeakyBucket {
   }
 };
 
-struct Shape {
+struct BucketShape {
   Limit limit;
   std::int64_t gap;  // typical gap between arrivals
 };
 
-Shape random_shape(std::mt19937_64& rng) {
+BucketShape random_bucket_shape(std::mt19937_64& rng) {
   const auto max = std::uniform_int_distribution<std::uint64_t>(1, 50)(rng);
   const auto interval = std::chrono::milliseconds(std::uniform_int_distribution<int>(1, 5000)(rng));
   const auto burst = std::uniform_int_distribution<std::uint64_t>(1, 80)(rng);
@@ -55,7 +55,7 @@ Shape random_shape(std::mt19937_64& rng) {
   return {limit, std::max<std::int64_t>(1, limit.emission_ns() / 2)};
 }
 
-std::int64_t random_gap(std::mt19937_64& rng, const Shape& s) {
+std::int64_t random_gap(std::mt19937_64& rng, const BucketShape& s) {
   switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
     case 0:
       return 0;
@@ -75,7 +75,7 @@ TEST_CASE("token bucket matches the leaky-bucket model on random traces, field b
   std::uint64_t decisions = 0;
   std::uint64_t allowed = 0;
   for (int trace = 0; trace < 3000; ++trace) {
-    const Shape s = random_shape(rng);
+    const BucketShape s = random_bucket_shape(rng);
     const BucketRule rule = BucketRule::of(s.limit);
     WindowState state;
     TokenBucket bucket(state);
@@ -128,7 +128,7 @@ TEST_CASE("token bucket matches the leaky-bucket model on random traces, field b
 TEST_CASE("token bucket: in any span d, at most burst + d / emission admitted") {
   std::mt19937_64 rng(77);
   for (int trace = 0; trace < 600; ++trace) {
-    const Shape s = random_shape(rng);
+    const BucketShape s = random_bucket_shape(rng);
     const BucketRule rule = BucketRule::of(s.limit);
     WindowState state;
     TokenBucket bucket(state);

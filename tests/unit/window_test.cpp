@@ -9,6 +9,7 @@
 
 #include "ratewin/limit.h"
 #include "reference_window.h"
+#include "test_units.h"
 
 namespace ratewin::test {
 namespace {
@@ -17,8 +18,6 @@ using detail::SlidingWindow;
 using detail::Trailing;
 using detail::WindowState;
 
-constexpr std::int64_t kMs = 1'000'000;
-constexpr std::int64_t kSec = 1'000 * kMs;
 
 // A window with its own storage; copyable, so a test can ask "what if" on a copy.
 struct OwnedWindow {

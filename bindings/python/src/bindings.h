@@ -49,6 +49,8 @@ double to_seconds(std::chrono::nanoseconds d) noexcept;
 // are refused), ValueError outside the range.
 std::uint64_t to_u64(py::handle value, const char* what, std::uint64_t min, std::uint64_t max);
 // A str as UTF-8: TypeError for other types, ValueError if it cannot be encoded.
+// The name of value's type, for a TypeError's message.
+std::string type_name(py::handle value);
 std::string to_utf8(py::handle text, const char* what);
 // A file system path, a str or an os.PathLike (pathlib.Path) naming one, as UTF-8:
 // TypeError for other types (bytes paths too).

@@ -11,11 +11,11 @@ namespace ratewin::python {
 
 PyObject* closed_error = nullptr;
 
-namespace {
-
 std::string type_name(py::handle value) {
   return py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>();
 }
+
+namespace {
 
 bool is_int(py::handle value) {
   return PyLong_Check(value.ptr()) != 0 && PyBool_Check(value.ptr()) == 0;

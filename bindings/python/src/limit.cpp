@@ -193,10 +193,6 @@ const std::vector<Limit>& text_limits(py::handle text, const char* what) {
   return seen->emplace(std::move(key), std::move(limits)).first->second;
 }
 
-std::string type_name(py::handle value) {
-  return py::str(py::type::of(value).attr("__name__")).cast<std::string>();
-}
-
 }  // namespace
 
 Limit to_limit(py::handle value, const char* what) {
