@@ -8,6 +8,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   g++ cmake make pkg-config    # toolchain (present on most machines already)
+  ninja-build                  # the build tool for new build folders (it schedules better than make)
   clang-tidy                   # static analysis in the test command
   libxxhash-dev                # resource hashing
   libhiredis-dev libuv1-dev    # the Redis store: hiredis's reply parser, on a libuv loop
@@ -65,5 +66,8 @@ if ! command -v promtool >/dev/null && [[ ! -x "$promtool_root/usr/bin/promtool"
   rm -rf "$download"
 fi
 
-cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+# Ninja for a new build folder; one made before keeps the generator it was made with.
+generator=()
+[[ -f "$root/build/CMakeCache.txt" ]] || generator=(-G Ninja)
+cmake -S "$root" -B "$root/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build "$root/build" -j"$(nproc)"

@@ -3,12 +3,14 @@ interpreter running this script, and ships it inside the `ratewin` package.
 
 `pip wheel --no-build-isolation ./bindings/python` (or `pip install`) leaves nothing in
 the source tree: setuptools' build folders, its egg-info and CMake's build all go to a
-temporary folder, removed when the build ends."""
+temporary folder, removed when the build ends. $RATEWIN_CMAKE_ARGS, if set, adds its shell
+words to CMake's configure step (a generator, a compiler, a unity build)."""
 
 import atexit
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,7 @@ class CMakeBuild(build_ext):
             "-DRATEWIN_BUILD_SERVER=OFF", "-DRATEWIN_BUILD_GRPC=OFF", "-DRATEWIN_INSTALL=OFF",
             "-DRATEWIN_BUILD_PYTHON=ON",
             f"-DPython_EXECUTABLE={sys.executable}",
+            *shlex.split(os.environ.get("RATEWIN_CMAKE_ARGS", "")),
         ])
         subprocess.check_call([
             "cmake", "--build", str(build_dir), "--target", "_ratewin",

@@ -57,8 +57,13 @@ LD_LIBRARY_PATH="$prefix/$libdir" ./example
 ./example_cpp
 
 echo "install_consumer: add_subdirectory(ratewin) in another project"
-cmake -S "$source/tests/capi/subdirectory" -B "$work/subdirectory" -DRATEWIN_SOURCE="$source" \
-  -DEXAMPLES="$examples" >/dev/null
+# (It compiles the library again: with the generator and the unity-build choice of the
+# build under test, which is what the test command's time depends on.)
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+choices=(-G "$(cache_value CMAKE_GENERATOR)")
+[[ "$(cache_value CMAKE_UNITY_BUILD)" =~ ^(ON|TRUE|1)$ ]] && choices+=(-DCMAKE_UNITY_BUILD=ON)
+cmake -S "$source/tests/capi/subdirectory" -B "$work/subdirectory" "${choices[@]}" \
+  -DRATEWIN_SOURCE="$source" -DEXAMPLES="$examples" >/dev/null
 cmake --build "$work/subdirectory" -j"$(nproc)" --target example_c example_cpp >/dev/null
 "$work/subdirectory/example_c" >/dev/null
 "$work/subdirectory/example_cpp" >/dev/null

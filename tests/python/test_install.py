@@ -17,6 +17,25 @@ def files(tree: pathlib.Path) -> set[pathlib.Path]:
     return {p.relative_to(tree) for p in tree.rglob("*")}
 
 
+def build_choices() -> str:
+    """The CMake generator and unity-build choice of the build under test (the test
+    command's), for the wheel's own CMake build: RATEWIN_CMAKE_ARGS."""
+    build = pathlib.Path(os.environ.get("RATEWIN_PYTHONPATH", ROOT / "build" / "python")).parent
+    cache = build / "CMakeCache.txt"
+    values = {}
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and not line.startswith(("//", "#")):
+                values[key.split(":")[0]] = value
+    args = []
+    if values.get("CMAKE_GENERATOR") == "Ninja":
+        args += ["-G", "Ninja"]
+    if values.get("CMAKE_UNITY_BUILD", "").upper() in {"ON", "TRUE", "1"}:
+        args.append("-DCMAKE_UNITY_BUILD=ON")
+    return " ".join(args)
+
+
 def test_pip_wheel_builds_offline_in_the_tree_and_installs(tmp_path):
     # A copy of the repository (what a clone holds), in which the wheel is built: the build
     # must add no file to it.
@@ -25,7 +44,8 @@ def test_pip_wheel_builds_offline_in_the_tree_and_installs(tmp_path):
         ".git", "build", "build-*", "*.egg-info", "__pycache__"))
     before = files(source)
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "RATEWIN_PYTHONPATH"}}
-    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
+               RATEWIN_CMAKE_ARGS=build_choices())
     wheels = tmp_path / "wheels"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
