@@ -23,7 +23,7 @@ import ratewin
 import ratewin.fastapi
 from ratewin.fastapi import (Limiter, LimiterMiddleware, RateLimitExceeded, RequestLimit,
                              limit, rate_limit_exceeded_handler)
-from conftest import free_port, http_get
+from ratewin_testkit import free_port, http_get
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -20,7 +20,7 @@ import flask.views
 import pytest
 
 import ratewin
-from conftest import free_port, http_get
+from ratewin_testkit import free_port, http_get
 from ratewin.flask import Answer, Limiter, RateLimitExceeded, RequestLimit
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -732,7 +732,7 @@ def test_gunicorn_workers_share_one_limit(redis, tmp_path):
     n = 5
     port = free_port()
     package_root = pathlib.Path(ratewin.__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(package_root), RATEWIN_TEST_REDIS=redis.url,
+    env = dict(os.environ, PYTHONPATH=str(package_root), RATEWIN_REDIS=redis.url,
                RATEWIN_TEST_LIMIT=f"{n}/minute")
     log_path = tmp_path / "gunicorn.log"
     with open(log_path, "wb") as log_file:

@@ -1,4 +1,4 @@
-"""Redis mode from Python, against a redis-server these tests start (conftest.py)."""
+"""Redis mode from Python, against a redis-server these tests start (the support kit)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 import ratewin
-from conftest import RedisServer
+from ratewin_testkit import RedisServer
 
 
 def test_two_engines_share_one_limit_exactly(redis):
@@ -156,7 +156,7 @@ def test_batched_write_mode_counts_in_memory_and_flushes(redis):
 
 
 def test_password_never_shows(tmp_path):
-    server = RedisServer(tmp_path, password="s3cret-pw")
+    server = RedisServer(tmp_path, tcp=False, unix=True, password="s3cret-pw")
     server.start()
     try:
         with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}") as engine:
@@ -208,7 +208,7 @@ def test_a_logger_that_raises_does_not_break_the_engine(redis, monkeypatch):
 def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
     """A missing or wrong password is one clear error (not an outage, not a clock problem),
     store_available is False from the start, and connect='require' fails fast."""
-    server = RedisServer(tmp_path, password="s3cret-pw")
+    server = RedisServer(tmp_path, tcp=False, unix=True, password="s3cret-pw")
     server.start()
     try:
         limit = ratewin.Limit(1, per=60)

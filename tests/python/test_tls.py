@@ -1,5 +1,5 @@
 """TLS to Redis from Python (rediss://), against redis-servers these tests start with
-certificates made by tests/support/make_certs.sh (conftest.py)."""
+certificates made by tests/support/make_certs.sh (the support kit)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 import ratewin
-from conftest import RedisServer, ServerTls
+from ratewin_testkit import RedisServer
 from test_wsgi import call, hello
 from ratewin.wsgi import RateLimitMiddleware
 
@@ -67,7 +67,7 @@ def test_verify_ca_accepts_a_certificate_for_another_name(tls_redis, certificate
 
 
 def test_an_expired_certificate_is_said_plainly(tmp_path, certificates):
-    server = RedisServer(tmp_path, tls=ServerTls(certificates, name="expired"))
+    server = RedisServer(tmp_path, unix=True, tls=certificates.server_args("expired"))
     server.start()
     try:
         with pytest.raises(ratewin.StoreError, match="expired"):
@@ -95,7 +95,7 @@ def test_the_wrong_scheme_for_the_port_fails_fast(tls_redis, certificates):
 
 
 def test_mutual_tls(tmp_path, certificates):
-    server = RedisServer(tmp_path, tls=ServerTls(certificates, auth_clients=True))
+    server = RedisServer(tmp_path, unix=True, tls=certificates.server_args(auth_clients=True))
     server.start()
     try:
         with ratewin.Engine(server.tls_url, tls_ca_file=certificates["ca.crt"],

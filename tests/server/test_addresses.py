@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from server_support import SERVER, Client, RawReader, Reply, raw_connect, raw_get, write_rules
+from ratewin_testkit import SERVER, Client, RawReader, Reply, raw_connect, raw_get, write_rules
 
 # A key's tier shows in the demo backend's body: "marked" for the addresses listed here.
 RULES = """

@@ -7,7 +7,7 @@ import json
 import secrets
 import time
 
-from server_support import Client, RawReader, raw_connect, wait_until, write_rules
+from ratewin_testkit import Client, RawReader, raw_connect, wait_until, write_rules
 
 TOKEN = "admin-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

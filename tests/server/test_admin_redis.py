@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from server_support import RawReader, raw_connect, request, wait_until, write_rules
+from ratewin_testkit import RawReader, raw_connect, request, wait_until, write_rules
 
 TOKEN = "paused-redis-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

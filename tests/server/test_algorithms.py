@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 
-from server_support import Client, write_rules
+from ratewin_testkit import Client, write_rules
 
 KEY = {"X-API-Key": "k"}
 

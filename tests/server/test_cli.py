@@ -8,7 +8,7 @@ import json
 import re
 import subprocess
 
-from server_support import EXAMPLE_RULES, SERVER, wait_until, write_rules
+from ratewin_testkit import EXAMPLE_RULES, SERVER, wait_until, write_rules
 
 
 def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@ not); the same from a forward-auth check, whose query is the original request's.
 
 from __future__ import annotations
 
-from server_support import Client, write_rules
+from ratewin_testkit import Client, write_rules
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

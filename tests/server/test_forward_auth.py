@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from server_support import SERVER, Client, RawReader, raw_connect, write_rules
+from ratewin_testkit import SERVER, Client, RawReader, raw_connect, write_rules
 
 RULES = """
 tiers:

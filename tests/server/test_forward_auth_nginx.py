@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from server_support import ROOT, free_port, wait_until, write_rules
+from ratewin_testkit import ROOT, free_port, wait_until, write_rules
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
 TEMPLATE = ROOT / "cmd" / "server" / "forward-auth" / "nginx.conf.in"

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from server_support import Client, RawReader, raw_connect, raw_get, wait_until, write_rules
+from ratewin_testkit import Client, RawReader, raw_connect, raw_get, wait_until, write_rules
 
 RULES = """
 version: "http-v1"

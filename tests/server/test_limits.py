@@ -8,7 +8,7 @@ import math
 import re
 import time
 
-from server_support import EXAMPLE_RULES, Client, write_rules
+from ratewin_testkit import EXAMPLE_RULES, Client, write_rules
 
 FREE_RULES = """
 version: "limits-v1"

@@ -14,7 +14,7 @@ import socket
 import threading
 import uuid
 
-from server_support import metric_value, raw_connect, wait_until, write_rules
+from ratewin_testkit import metric_value, raw_connect, wait_until, write_rules
 
 
 def rss_kib(pid: int) -> int:

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from server_support import ROOT, Client, store_up, write_rules
+from ratewin_testkit import ROOT, Client, store_up, write_rules
 
 DEPLOY = ROOT / "cmd" / "server" / "deploy"
 ALERTS = DEPLOY / "prometheus-alerts.yml"

@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 
-from server_support import (SERVER, Client, RedisCluster, RedisServer, free_port, store_up,
+from ratewin_testkit import (SERVER, Client, RedisCluster, RedisServer, free_port, store_up,
                             wait_until, write_rules)
 
 TOKEN = "shared-admin-token"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from server_support import SERVER, Client, RedisServer, wait_until, write_rules
+from ratewin_testkit import SERVER, Client, RedisServer, wait_until, write_rules
 
 RULES = """
     endpoints:
@@ -77,7 +77,7 @@ def test_a_certificate_that_does_not_pass_is_logged_plainly(start_server, tls_re
 
 
 def test_mutual_tls_with_the_client_certificate_flags(start_server, certificates, tmp_path):
-    server = RedisServer(tmp_path / "redis", tls_args=certificates.server_args(auth_clients=True))
+    server = RedisServer(tmp_path / "redis", tls=certificates.server_args(auth_clients=True))
     server.start()
     try:
         rules = write_rules(tmp_path / "rules.yaml", RULES)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from server_support import Client, wait_until, write_rules
+from ratewin_testkit import Client, wait_until, write_rules
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

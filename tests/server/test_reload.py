@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 
-from server_support import SERVER, Client, wait_until, write_rules
+from ratewin_testkit import SERVER, Client, wait_until, write_rules
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

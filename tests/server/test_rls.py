@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from server_support import RedisCluster, store_up, wait_until
+from ratewin_testkit import RedisCluster, store_up, wait_until
 
 if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
     pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",

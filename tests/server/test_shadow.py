@@ -5,7 +5,7 @@ defaults.shadow_headers is true, and a reload that enforces them keeps their cou
 
 from __future__ import annotations
 
-from server_support import Client, wait_until, write_rules
+from ratewin_testkit import Client, wait_until, write_rules
 
 KEY = {"X-API-Key": "k"}
 TOKEN = "s3cret-token"

@@ -14,7 +14,7 @@ import pathlib
 import shutil
 import subprocess
 
-from server_support import SERVER, Client, store_up, wait_until, write_rules
+from ratewin_testkit import SERVER, Client, store_up, wait_until, write_rules
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -1,6 +1,6 @@
 """A Flask application for the gunicorn run of test_flask.py: one route limited to
 RATEWIN_TEST_LIMIT (default "5/minute") per client, on an engine sharing its counts in
-the Redis at RATEWIN_TEST_REDIS. Each gunicorn worker imports it and so has its own
+the Redis at RATEWIN_REDIS. Each gunicorn worker imports it and so has its own
 engine; the limit holds across them only through Redis."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def hold() -> None:
     time.sleep(0.02)
 
 
-limiter = Limiter(app, engine=ratewin.Engine(os.environ["RATEWIN_TEST_REDIS"]))
+limiter = Limiter(app, engine=ratewin.Engine(os.environ["RATEWIN_REDIS"]))
 
 
 @app.after_request
