@@ -4,8 +4,8 @@
 #
 #   tests/under_load.sh [--rounds N] [--build DIR] [--hogs K] [SUITE...]
 #
-# SUITE is a ctest test name (`ctest --test-dir DIR -N` lists them); all of DIR's by
-# default. Each round runs every suite once, one at a time, while K busy processes (two by
+# SUITE is a suite (redis: every entry redis.*) or one ctest entry (redis.batched);
+# `ctest --test-dir DIR -N` lists them. Every suite of DIR by default. Each round runs every suite once, one at a time, while K busy processes (two by
 # default, as many as this machine's cores) spin beside them. DIR is build/ by default;
 # build-address or build-thread for the sanitizer builds the test command makes. It ends
 # the hog it started (by PID) however it exits, and exits non-zero if any run failed.
@@ -28,7 +28,8 @@ while (($# > 0)); do
 done
 [[ -f "$build/CTestTestfile.cmake" ]] || { echo "under_load: no ctest suites in $build (build first)" >&2; exit 2; }
 if ((${#suites[@]} == 0)); then
-  mapfile -t suites < <(ctest --test-dir "$build" -N | sed -n 's/^ *Test *#[0-9]*: //p')
+  mapfile -t suites < <(ctest --test-dir "$build" -N | sed -n 's/^ *Test *#[0-9]*: \([^.]*\).*/\1/p' |
+                        awk '!seen[$0]++')
 fi
 
 # The hog: K shell loops that never sleep, each a process of its own.
@@ -52,7 +53,7 @@ for ((round = 1; round <= rounds; round++)); do
   for suite in "${suites[@]}"; do
     log="$logs/$suite.$round.log"
     began=$SECONDS
-    if ctest --test-dir "$build" -R "^${suite}\$" --output-on-failure >"$log" 2>&1 &&
+    if ctest --test-dir "$build" -R "^${suite//./\\.}(\\.|\$)" --output-on-failure >"$log" 2>&1 &&
         grep -q "100% tests passed" "$log"; then
       passed[$suite]=$((passed[$suite] + 1))
       rm -f "$log"
