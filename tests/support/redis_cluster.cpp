@@ -82,13 +82,14 @@ RedisCluster::RedisCluster(int primaries, int replicas_each, int node_timeout_ms
     if (!tls.cert.empty()) args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
     servers_.push_back(std::make_unique<RedisServer>(std::move(args), "", tls));
   }
-  std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
+  const std::string& cli = server_programs().cli;
+  std::vector<std::string> create = {cli, "--cluster", "create"};
   for (const auto& s : servers_) create.push_back("127.0.0.1:" + std::to_string(s->port()));
   create.insert(create.end(),
                 {"--cluster-replicas", std::to_string(replicas_each), "--cluster-yes"});
   std::string output;
   if (run_program(create, output, 60'000) != 0) {
-    throw std::runtime_error("redis-cli --cluster create failed:\n" + output);
+    throw std::runtime_error(cli + " --cluster create failed:\n" + output);
   }
   if (!wait_healthy(30'000)) throw std::runtime_error("the cluster did not become healthy");
 }
@@ -184,13 +185,14 @@ std::string RedisCluster::id(RedisServer& server) const {
 }
 
 bool RedisCluster::reshard(RedisServer& from, RedisServer& to, int count) {
-  // redis-cli refuses to reshard until every node agrees on the configuration (after a
-  // previous reshard, gossip takes a moment).
+  // redis-cli (valkey-cli) refuses to reshard until every node agrees on the configuration
+  // (after a previous reshard, gossip takes a moment).
+  const std::string& cli = server_programs().cli;
+  const std::string node = "127.0.0.1:" + std::to_string(from.port());
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   for (;;) {
     last_output_.clear();
-    if (run_program({"redis-cli", "--cluster", "check", "127.0.0.1:" + std::to_string(from.port())},
-                    last_output_, 20'000) == 0 &&
+    if (run_program({cli, "--cluster", "check", node}, last_output_, 20'000) == 0 &&
         last_output_.find("[ERR]") == std::string::npos) {
       break;
     }
@@ -198,9 +200,9 @@ bool RedisCluster::reshard(RedisServer& from, RedisServer& to, int count) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   last_output_.clear();
-  return run_program({"redis-cli", "--cluster", "reshard", "127.0.0.1:" + std::to_string(from.port()),
-                      "--cluster-from", id(from), "--cluster-to", id(to), "--cluster-slots",
-                      std::to_string(count), "--cluster-yes", "--cluster-pipeline", "10"},
+  return run_program({cli, "--cluster", "reshard", node, "--cluster-from", id(from), "--cluster-to",
+                      id(to), "--cluster-slots", std::to_string(count), "--cluster-yes",
+                      "--cluster-pipeline", "10"},
                      last_output_, 120'000) == 0;
 }
 
