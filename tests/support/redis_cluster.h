@@ -16,7 +16,8 @@ class RedisCluster {
  public:
   // Starts the servers (cluster-enabled, with a short node timeout so that a failover
   // takes a second or two) and creates the cluster; returns once every node agrees that
-  // all 16384 slots are served. Throws std::runtime_error if it cannot.
+  // all 16384 slots are served and every replica has synced. Throws std::runtime_error if
+  // it cannot.
   RedisCluster(int primaries, int replicas_each, int node_timeout_ms = 1000);
   // The same with TLS (`tls` for every node): clients, the cluster bus and replication
   // over TLS (tls-cluster, tls-replication); the cli and the helper's own commands use
@@ -37,6 +38,9 @@ class RedisCluster {
   bool healthy();
   // Waits up to `timeout_ms` for healthy().
   bool wait_healthy(int timeout_ms);
+  // Whether every running replica's link to its primary is up (INFO replication): no
+  // full sync under way.
+  bool replicas_synced();
   // `redis-cli --cluster reshard` (server_programs().cli): moves `count` slots from the
   // primary `from` to `to`. True if the cli succeeded.
   bool reshard(RedisServer& from, RedisServer& to, int count);
