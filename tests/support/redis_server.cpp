@@ -202,8 +202,8 @@ void RedisServer::stop(bool crash) {
   pid_ = -1;
 }
 
-void RedisServer::pause() { ::kill(pid_, SIGSTOP); }
-void RedisServer::resume() { ::kill(pid_, SIGCONT); }
+bool RedisServer::pause() { return pid_ > 0 && ::kill(pid_, SIGSTOP) == 0; }
+bool RedisServer::resume() { return pid_ > 0 && ::kill(pid_, SIGCONT) == 0; }
 
 std::string RedisServer::command(const std::vector<std::string>& args,
                                  const std::string& password) const {

@@ -64,8 +64,9 @@ class RedisServer {
   // Terminates it and waits for it; SIGKILL if asked (an abrupt crash).
   void stop(bool crash = false);
   bool running() const { return pid_ > 0; }
-  void pause();   // SIGSTOP
-  void resume();  // SIGCONT
+  // SIGSTOP and SIGCONT; false if the signal could not be sent (no server running).
+  bool pause();
+  bool resume();
 
   // One command on a fresh connection; the reply as text (arrays joined by newlines,
   // integers in decimal, nil as "(nil)", errors as their text).
