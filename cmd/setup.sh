@@ -169,11 +169,15 @@ if [[ $valkey != "install ok installed "* ]] || dpkg --compare-versions "${valke
       $sudo tee "$policy" >/dev/null
     $sudo chmod 755 "$policy"
     own_policy=1
+    trap '$sudo rm -f "$policy"' EXIT  # however setup ends
   fi
   installed=0
   $sudo apt-get install -y -qq --no-install-recommends -t bookworm-backports valkey-server \
     >/dev/null && installed=1
-  ((own_policy == 0)) || $sudo rm -f "$policy"
+  if ((own_policy == 1)); then
+    $sudo rm -f "$policy"
+    trap - EXIT
+  fi
   ((installed == 1)) || { echo "setup: apt-get install valkey-server failed" >&2; exit 1; }
   $sudo systemctl disable --quiet valkey-server.service 2>/dev/null ||
     $sudo update-rc.d valkey-server disable >/dev/null 2>&1 || true
