@@ -20,7 +20,7 @@ namespace ratewin::test {
 // Sentinel is `<server> --sentinel` either way. Any other value throws std::runtime_error
 // that names the variable, its value and the values it takes.
 struct ServerPrograms {
-  std::string name;    // "redis" or "valkey": the value, as INFO server names the server
+  std::string name;    // "redis" or "valkey"
   std::string server;  // "redis-server" or "valkey-server", run from PATH
   std::string cli;     // "redis-cli" or "valkey-cli", run from PATH
 };
