@@ -558,7 +558,7 @@ void run_outage(const cxxopts::ParseResult& args, double scale, test::RedisServe
       if (pause) {
         redis.resume();
       } else if (!redis.start()) {
-        throw std::runtime_error("redis-server did not start again");
+        throw std::runtime_error(test::server_programs().server + " did not start again");
       }
       const std::int64_t back = SystemClock::read();
       for (auto& t : threads) t.join();

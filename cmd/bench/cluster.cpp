@@ -165,8 +165,9 @@ int run_cluster(const cxxopts::ParseResult& args) {
   const std::vector<Target> targets = {{"one Redis", single.url(), {&single}},
                                        {"cluster, 3 primaries", cluster.url(), primaries}};
   std::printf(
-      "ratewin-bench cluster: one redis-server and a 3-primary Redis Cluster (redis-cli "
-      "--cluster create), all on this machine's loopback\n\n");
+      "ratewin-bench cluster: one %s and a 3-primary Redis Cluster (%s --cluster create), all "
+      "on this machine's loopback\n\n",
+      test::server_programs().server.c_str(), test::server_programs().cli.c_str());
 
   // ---- the model's write constants, on each target: cold and hot loads apart ----
   std::vector<Model> models(targets.size());

@@ -362,8 +362,8 @@ int run_redis(const cxxopts::ParseResult& args) {
   if (with_tls) certs.emplace();
   const std::string tls_ca = with_tls ? certs->path("ca.crt") : "";
   test::RedisServer redis({}, "", with_tls ? certs->server() : test::ServerTls{});
-  std::printf("ratewin-bench redis: a private redis-server on 127.0.0.1:%d (loopback)",
-              redis.port());
+  std::printf("ratewin-bench redis: a private %s on 127.0.0.1:%d (loopback)",
+              test::server_programs().server.c_str(), redis.port());
   if (with_tls)
     std::printf(", TLS on 127.0.0.1:%d (certificates made for this run; the engines verify them)",
                 redis.tls_port());

@@ -1,7 +1,8 @@
 /* The C ABI's own test, in plain C11, linked against libratewin.so: every function and
- * every error path. The Redis part starts its own redis-server on a Unix socket in a
- * fresh temporary directory and stops it by PID; the TLS part another on free loopback
- * ports, with certificates made by tests/support/make_certs.sh. */
+ * every error path. The Redis part reaches a private server of the test kit's
+ * (tests/support/redis_server_c.h: redis-server, or valkey-server with
+ * RATEWIN_TEST_REDIS=valkey) on its Unix socket; the TLS part another on free loopback
+ * ports, with the kit's certificates. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <ratewin.h>
@@ -9,23 +10,15 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-extern char** environ;
+#include "redis_server_c.h"
 
 static int failures = 0;
 static int checks = 0;
@@ -1958,79 +1951,14 @@ static void test_threads(void) {
 
 /* ---- Redis ------------------------------------------------------------------------ */
 
-static pid_t redis_pid = 0;
-static char redis_dir[64];
-static char redis_socket[128];
+/* The private server of the test kit (tests/support/redis_server_c.h): redis-server, or
+ * valkey-server with RATEWIN_TEST_REDIS=valkey. The Redis tests reach it on its Unix
+ * socket. */
+static ratewin_test_redis* redis = NULL;
 
 static void stop_redis(void) {
-  if (redis_pid > 0) {
-    kill(redis_pid, SIGTERM);
-    waitpid(redis_pid, NULL, 0);
-    redis_pid = 0;
-  }
-  if (redis_dir[0] != '\0') {
-    unlink(redis_socket);
-    char log[128];
-    snprintf(log, sizeof log, "%s/log", redis_dir);
-    unlink(log);
-    rmdir(redis_dir);
-    redis_dir[0] = '\0';
-  }
-}
-
-/* 1 when the socket `fd` connects to `address` and the Redis there answers PING with
- * +PONG (inline); closes fd. */
-static int connected_answers_ping(int fd, const struct sockaddr* address, socklen_t length) {
-  int ok = 0;
-  if (connect(fd, address, length) == 0 && write(fd, "PING\r\n", 6) == 6) {
-    char reply[8] = {0};
-    size_t got = 0;
-    while (got < 7) {
-      const ssize_t n = read(fd, reply + got, 7 - got);
-      if (n <= 0) break;
-      got += (size_t)n;
-    }
-    ok = got == 7 && memcmp(reply, "+PONG\r\n", 7) == 0;
-  }
-  close(fd);
-  return ok;
-}
-
-/* 1 when the Redis at redis_socket answers PING with +PONG. (Its socket exists from the
- * moment it listens, before it serves: on a loaded machine that gap can outlast a command
- * timeout, and an engine opened in it starts degraded.) */
-static int redis_answers_ping(void) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  struct sockaddr_un address;
-  memset(&address, 0, sizeof address);
-  address.sun_family = AF_UNIX;
-  if (strlen(redis_socket) >= sizeof address.sun_path) {
-    close(fd);
-    return 0;
-  }
-  memcpy(address.sun_path, redis_socket, strlen(redis_socket) + 1);
-  return connected_answers_ping(fd, (const struct sockaddr*)&address, sizeof address);
-}
-
-/* Starts redis-server (from PATH) on a Unix socket only; 1 once it answers PING. */
-static int start_redis(void) {
-  strcpy(redis_dir, "/tmp/ratewin-capi-XXXXXX");
-  if (mkdtemp(redis_dir) == NULL) return 0;
-  snprintf(redis_socket, sizeof redis_socket, "%s/redis.sock", redis_dir);
-  char log[128];
-  snprintf(log, sizeof log, "%s/log", redis_dir);
-  char* argv[] = {"redis-server", "--port", "0", "--unixsocket", redis_socket,
-                  "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-                  "--dir", redis_dir, "--logfile", log, NULL};
-  if (posix_spawnp(&redis_pid, "redis-server", NULL, NULL, argv, environ) != 0) return 0;
-  atexit(stop_redis);
-  for (int i = 0; i < 500; ++i) {
-    struct stat st;
-    if (stat(redis_socket, &st) == 0 && redis_answers_ping()) return 1;
-    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-  }
-  return 0;
+  ratewin_test_redis_free(redis);
+  redis = NULL;
 }
 
 static ratewin_engine* open_redis_engine_mode(const char* url, struct log_record* log,
@@ -2149,14 +2077,15 @@ static void test_redis_unreachable(void) {
   CHECK(none == NULL);
 }
 
-/* Starts a private redis-server (stopped at exit) and writes its URL in `url`; 0, a
- * failed check, when it cannot start. */
+/* Starts a private server (stopped by stop_redis) and writes its Unix socket's URL in
+ * `url`; 0, a failed check, when it cannot start. */
 static int private_redis_url(char* url, size_t size) {
-  if (!start_redis()) {
+  redis = ratewin_test_redis_start(0);
+  if (redis == NULL) {
     CHECK(!"redis-server started");
     return 0;
   }
-  snprintf(url, size, "unix://%s", redis_socket);
+  snprintf(url, size, "%s", ratewin_test_redis_unix_url(redis));
   return 1;
 }
 
@@ -2491,7 +2420,7 @@ static void test_redis_async(void) {
   nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
   struct async_call nested[kInFlight];
   pending = 0;
-  CHECK(kill(redis_pid, SIGSTOP) == 0);
+  CHECK(ratewin_test_redis_pause(redis));
   for (int i = 0; i < kInFlight; ++i) {
     prepare_call(&in_flight[i], &closing, e, 1001 + (uint64_t)i, roomy, NULL);
     prepare_call(&nested[i], &closing, e, 2001 + (uint64_t)i, roomy, NULL);
@@ -2513,7 +2442,7 @@ static void test_redis_async(void) {
     CHECK(!nested[i].finished);
   }
   pthread_mutex_unlock(&closing.mutex);
-  CHECK(kill(redis_pid, SIGCONT) == 0);
+  CHECK(ratewin_test_redis_resume(redis));
   nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
   CHECK(calls_of(&closing) == 1 + kInFlight); /* nothing after ratewin_engine_close */
   tally_destroy(&closing);
@@ -2617,104 +2546,13 @@ static void test_tls_options(void) {
   ratewin_engine_close(engine);
 }
 
-/* A redis-server with TLS, on free loopback ports (a plain one too, to ask it whether it
- * is up), with the certificates of tests/support/make_certs.sh. */
-static pid_t tls_redis_pid = 0;
-static int tls_redis_port = 0; /* plain */
-static int tls_redis_tls_port = 0;
-static char tls_dir[64]; /* the certificates and the server's log */
-
-static int run_and_wait(char* const argv[]) {
-  pid_t pid = 0;
-  if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) != 0) return 0;
-  int status = 0;
-  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
+/* The kit's server with TLS (a plain port too), with the kit's certificates
+ * (tests/support/make_certs.sh's). */
+static ratewin_test_redis* tls_redis = NULL;
 
 static void stop_tls_redis(void) {
-  if (tls_redis_pid > 0) {
-    kill(tls_redis_pid, SIGTERM);
-    waitpid(tls_redis_pid, NULL, 0);
-    tls_redis_pid = 0;
-  }
-  if (tls_dir[0] != '\0') {
-    char* argv[] = {"rm", "-rf", tls_dir, NULL};
-    run_and_wait(argv);
-    tls_dir[0] = '\0';
-  }
-}
-
-static int free_port(void) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  struct sockaddr_in address;
-  memset(&address, 0, sizeof address);
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  int port = 0;
-  if (bind(fd, (const struct sockaddr*)&address, sizeof address) == 0 &&
-      getsockname(fd, (struct sockaddr*)&address, &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-/* 1 when the plain port at 127.0.0.1:port answers PING with +PONG. */
-static int tcp_answers_ping(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  struct sockaddr_in address;
-  memset(&address, 0, sizeof address);
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons((uint16_t)port);
-  return connected_answers_ping(fd, (const struct sockaddr*)&address, sizeof address);
-}
-
-static void tls_path(char* out, size_t size, const char* name) {
-  snprintf(out, size, "%s/%s", tls_dir, name);
-}
-
-/* Makes the certificates and starts the server; 1 once it answers PING. */
-static int start_tls_redis(void) {
-  strcpy(tls_dir, "/tmp/ratewin-capi-tls-XXXXXX");
-  if (mkdtemp(tls_dir) == NULL) return 0;
-  atexit(stop_tls_redis);
-  {
-    char* argv[] = {"bash", RATEWIN_MAKE_CERTS, tls_dir, NULL};
-    if (!run_and_wait(argv)) return 0;
-  }
-  char cert[128], key[128], ca[128], log[128], port[16], tls_port[16];
-  tls_path(cert, sizeof cert, "server.crt");
-  tls_path(key, sizeof key, "server.key");
-  tls_path(ca, sizeof ca, "ca.crt");
-  tls_path(log, sizeof log, "log");
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    tls_redis_port = free_port();
-    do {
-      tls_redis_tls_port = free_port();
-    } while (tls_redis_tls_port == tls_redis_port);
-    snprintf(port, sizeof port, "%d", tls_redis_port);
-    snprintf(tls_port, sizeof tls_port, "%d", tls_redis_tls_port);
-    char* argv[] = {"redis-server", "--port", port, "--tls-port", tls_port,
-                    "--bind", "127.0.0.1", "--tls-cert-file", cert, "--tls-key-file", key,
-                    "--tls-ca-cert-file", ca, "--tls-auth-clients", "no", "--save", "",
-                    "--appendonly", "no", "--dir", tls_dir, "--logfile", log, NULL};
-    if (posix_spawnp(&tls_redis_pid, "redis-server", NULL, NULL, argv, environ) != 0) return 0;
-    for (int i = 0; i < 500; ++i) {
-      if (tcp_answers_ping(tls_redis_port)) return 1;
-      if (waitpid(tls_redis_pid, NULL, WNOHANG) == tls_redis_pid) break; /* a port taken */
-      nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
-    if (tls_redis_pid > 0) {
-      kill(tls_redis_pid, SIGKILL);
-      waitpid(tls_redis_pid, NULL, 0);
-      tls_redis_pid = 0;
-    }
-  }
-  return 0;
+  ratewin_test_redis_free(tls_redis);
+  tls_redis = NULL;
 }
 
 /* ratewin_engine_open over TLS with require_store: its code, and the engine (or NULL). */
@@ -2736,16 +2574,17 @@ static int open_tls_engine(const char* url, const ratewin_tls_options* tls,
 
 /* Engines over TLS count together; a certificate that does not pass is said plainly. */
 static void test_redis_tls(void) {
-  if (!start_tls_redis()) {
+  char url[64], plain_url[64], ca[256], other_ca[256], url_with_ca[384];
+  tls_redis = ratewin_test_redis_start(RATEWIN_TEST_REDIS_TLS);
+  if (tls_redis == NULL || !ratewin_test_certificate("ca.crt", ca, sizeof ca) ||
+      !ratewin_test_certificate("other-ca.crt", other_ca, sizeof other_ca)) {
     CHECK(!"a TLS redis-server started");
     stop_tls_redis();
     return;
   }
-  char url[64], plain_url[64], ca[128], other_ca[128], url_with_ca[256];
-  snprintf(url, sizeof url, "rediss://127.0.0.1:%d", tls_redis_tls_port);
-  snprintf(plain_url, sizeof plain_url, "rediss://127.0.0.1:%d", tls_redis_port);
-  tls_path(ca, sizeof ca, "ca.crt");
-  tls_path(other_ca, sizeof other_ca, "other-ca.crt");
+  snprintf(url, sizeof url, "%s", ratewin_test_redis_tls_url(tls_redis));
+  snprintf(plain_url, sizeof plain_url, "rediss://127.0.0.1:%d",
+           ratewin_test_redis_port(tls_redis));
   snprintf(url_with_ca, sizeof url_with_ca, "%s?tls_ca_file=%s", url, ca);
   struct log_record log = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
 
@@ -2809,7 +2648,8 @@ static void test_redis_tls(void) {
               message, "TLS");
   CHECK(none == NULL);
   char to_tls_port[64];
-  snprintf(to_tls_port, sizeof to_tls_port, "redis://127.0.0.1:%d", tls_redis_tls_port);
+  snprintf(to_tls_port, sizeof to_tls_port, "redis://127.0.0.1:%d",
+           ratewin_test_redis_tls_port(tls_redis));
   CHECK_ERROR(open_tls_engine(to_tls_port, NULL, &log, &none, &message), RATEWIN_EUNAVAILABLE,
               message, "rediss://");
   CHECK(none == NULL);

@@ -338,7 +338,7 @@ TEST_CASE("resharding under traffic: no call fails, and the shared counts stay r
   std::this_thread::sleep_for(200ms);
   stop = true;
   for (auto& t : threads) t.join();
-  if (!moved) FAIL("redis-cli --cluster reshard failed: " << c.last_output());
+  if (!moved) FAIL(server_programs().cli << " --cluster reshard failed: " << c.last_output());
   CHECK(degraded == 0);
   std::uint64_t writes_failed = looped.stats().writes_failed;
   for (const auto& engine : engines) writes_failed += engine->stats().writes_failed;

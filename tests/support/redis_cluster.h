@@ -1,6 +1,7 @@
 // A private Redis Cluster for a test or a benchmark: redis-server x (primaries x (1 +
 // replicas)) on free loopback ports, joined with `redis-cli --cluster create`, stopped by
-// PID.
+// PID; valkey-server and valkey-cli instead with RATEWIN_TEST_REDIS=valkey
+// (server_programs()).
 #pragma once
 
 #include <memory>
@@ -15,10 +16,11 @@ class RedisCluster {
  public:
   // Starts the servers (cluster-enabled, with a short node timeout so that a failover
   // takes a second or two) and creates the cluster; returns once every node agrees that
-  // all 16384 slots are served. Throws std::runtime_error if it cannot.
+  // all 16384 slots are served and every replica has synced. Throws std::runtime_error if
+  // it cannot.
   RedisCluster(int primaries, int replicas_each, int node_timeout_ms = 1000);
   // The same with TLS (`tls` for every node): clients, the cluster bus and replication
-  // over TLS (tls-cluster, tls-replication); redis-cli and the helper's own commands use
+  // over TLS (tls-cluster, tls-replication); the cli and the helper's own commands use
   // the plain ports, which stay open.
   RedisCluster(int primaries, int replicas_each, int node_timeout_ms, const ServerTls& tls);
 
@@ -36,10 +38,13 @@ class RedisCluster {
   bool healthy();
   // Waits up to `timeout_ms` for healthy().
   bool wait_healthy(int timeout_ms);
-  // `redis-cli --cluster reshard`: moves `count` slots from the primary `from` to `to`.
-  // True if redis-cli succeeded.
+  // Whether every running replica's link to its primary is up (INFO replication): no
+  // full sync under way.
+  bool replicas_synced();
+  // `redis-cli --cluster reshard` (server_programs().cli): moves `count` slots from the
+  // primary `from` to `to`. True if the cli succeeded.
   bool reshard(RedisServer& from, RedisServer& to, int count);
-  // What the last redis-cli run printed.
+  // What the last cli run printed.
   const std::string& last_output() const { return last_output_; }
   // Node ID (CLUSTER MYID).
   std::string id(RedisServer& server) const;

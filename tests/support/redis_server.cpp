@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -24,7 +25,33 @@ int next_id() {
   return ++id;
 }
 
+ServerPrograms programs_named(const char* value) {
+  const std::string name = value == nullptr ? "" : value;
+  if (name.empty() || name == "redis") return {"redis", "redis-server", "redis-cli"};
+  if (name == "valkey") return {"valkey", "valkey-server", "valkey-cli"};
+  throw std::runtime_error("RATEWIN_TEST_REDIS=" + name +
+                           ": the tests run against \"redis\" (the default: redis-server, "
+                           "redis-cli) or \"valkey\" (valkey-server, valkey-cli)");
+}
+
+// The last lines of a server's log file, for an error message.
+std::string log_tail(const std::filesystem::path& log) {
+  std::ifstream in(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string out;
+  for (std::size_t i = lines.size() > 5 ? lines.size() - 5 : 0; i < lines.size(); ++i)
+    out += "\n  " + lines[i];
+  return out;
+}
+
 }  // namespace
+
+const ServerPrograms& server_programs() {
+  // A bad value throws on every call (a static whose initializer throws stays unset).
+  static const ServerPrograms chosen = programs_named(std::getenv("RATEWIN_TEST_REDIS"));
+  return chosen;
+}
 
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -63,6 +90,7 @@ RedisServer::RedisServer(std::vector<std::string> extra_args, const std::string&
 RedisServer::RedisServer(std::vector<std::string> extra_args, const std::string& config,
                          const ServerTls& tls)
     : extra_(std::move(extra_args)), config_(!config.empty()) {
+  const ServerPrograms& programs = server_programs();  // throws before anything is made
   dir_ = std::filesystem::temp_directory_path() /
          ("ratewin-redis-" + std::to_string(::getpid()) + "-" + std::to_string(next_id()));
   std::filesystem::create_directories(dir_);
@@ -80,9 +108,41 @@ RedisServer::RedisServer(std::vector<std::string> extra_args, const std::string&
                      "--tls-key-file", tls.key, "--tls-ca-cert-file", tls.ca,
                      "--tls-auth-clients", tls.auth_clients ? "yes" : "no"});
     }
-    if (start()) return;
+    if (start()) {
+      check_programs();
+      return;
+    }
   }
-  throw std::runtime_error("could not start redis-server");
+  std::string why = "RATEWIN_TEST_REDIS=" + programs.name + ": ";
+  if (not_found_) {
+    why += "cannot run " + programs.server + ": not found on PATH";
+  } else {
+    why += programs.server + " did not start in 5 attempts; the end of its log:";
+    why += log_tail(dir_ / "log");
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+  throw std::runtime_error(why);
+}
+
+void RedisServer::check_programs() {
+  // Once per process, on the first server that answers INFO (a server with a password
+  // answers NOAUTH: the next one is asked). A redis-server that is Valkey under another
+  // name, or the reverse, would run one suite twice against the same server.
+  static std::atomic<bool> checked = false;
+  if (checked) return;
+  const std::string info = command({"INFO", "server"});
+  if (info.find("redis_version:") == std::string::npos) return;
+  const bool valkey = info.find("\nserver_name:valkey") != std::string::npos;
+  if (valkey != (server_programs().name == "valkey")) {
+    stop();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    throw std::runtime_error(
+        server_programs().server + " says it is " + (valkey ? "Valkey" : "not Valkey") +
+        " (RATEWIN_TEST_REDIS=" + server_programs().name + "); its INFO server:\n" + info);
+  }
+  checked = true;
 }
 
 RedisServer::~RedisServer() {
@@ -93,7 +153,7 @@ RedisServer::~RedisServer() {
 
 bool RedisServer::start() {
   if (pid_ > 0) return true;
-  std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
+  std::vector<std::string> args = {server_programs().server, "--port", std::to_string(port_),
                                    "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                    "--dir", dir_.string(), "--unixsocket", socket_path(),
                                    "--unixsocketperm", "700", "--daemonize", "no",
@@ -116,13 +176,14 @@ bool RedisServer::start() {
       ::dup2(null, 1);
       ::dup2(null, 2);
     }
-    ::execvp("redis-server", argv.data());
+    ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // exited: port taken, or no binary
+      not_found_ = WIFEXITED(status) && WEXITSTATUS(status) == 127;
       pid_ = -1;
       return false;
     }
@@ -141,8 +202,8 @@ void RedisServer::stop(bool crash) {
   pid_ = -1;
 }
 
-void RedisServer::pause() { ::kill(pid_, SIGSTOP); }
-void RedisServer::resume() { ::kill(pid_, SIGCONT); }
+bool RedisServer::pause() { return pid_ > 0 && ::kill(pid_, SIGSTOP) == 0; }
+bool RedisServer::resume() { return pid_ > 0 && ::kill(pid_, SIGCONT) == 0; }
 
 std::string RedisServer::command(const std::vector<std::string>& args,
                                  const std::string& password) const {

@@ -1,5 +1,5 @@
-// A private redis-server for a test or a benchmark: started on a free loopback port,
-// stopped by PID.
+// A private redis-server (or valkey-server) for a test or a benchmark: started on a free
+// loopback port, stopped by PID.
 #pragma once
 
 #include <sys/types.h>
@@ -11,6 +11,21 @@
 
 namespace ratewin::test {
 
+// The server the tests and benchmarks run against, chosen by the environment variable
+// RATEWIN_TEST_REDIS. It is read here and nowhere else in the C++ kit (and the C helper,
+// redis_server_c.h, is this kit); tests/support's Python kit reads the same variable with
+// the same values:
+//   unset, empty or "redis"  redis-server and redis-cli (the default)
+//   "valkey"                 valkey-server and valkey-cli
+// Sentinel is `<server> --sentinel` either way. Any other value throws std::runtime_error
+// that names the variable, its value and the values it takes.
+struct ServerPrograms {
+  std::string name;    // "redis" or "valkey"
+  std::string server;  // "redis-server" or "valkey-server", run from PATH
+  std::string cli;     // "redis-cli" or "valkey-cli", run from PATH
+};
+const ServerPrograms& server_programs();
+
 // TLS for a test server (see Certificates): its certificate and key, the CA it trusts for
 // client certificates, and whether it requires one (mutual TLS).
 struct ServerTls {
@@ -20,17 +35,19 @@ struct ServerTls {
   bool auth_clients = false;
 };
 
-// Starts `redis-server` (from PATH) as a child process, with no persistence, bound to
-// 127.0.0.1 on a port the kernel reported free (and a Unix socket in a private
-// directory), and waits until it answers PING. Never touches a system service: it ends
-// only the process it started. Throws std::runtime_error if it cannot start one.
+// Starts server_programs().server (redis-server or valkey-server, from PATH) as a child
+// process, with no persistence, bound to 127.0.0.1 on a port the kernel reported free (and
+// a Unix socket in a private directory), and waits until it answers PING. The first server
+// a process starts must say in INFO server that it is the one RATEWIN_TEST_REDIS names.
+// Never touches a system service: it ends only the process it started. Throws
+// std::runtime_error if it cannot start one.
 class RedisServer {
  public:
-  // `config`, if given, is written to a file that redis-server reads first (Sentinel
-  // needs one, and rewrites it).
+  // `config`, if given, is written to a file that the server reads first (Sentinel needs
+  // one, and rewrites it).
   explicit RedisServer(std::vector<std::string> extra_args = {}, const std::string& config = "");
   // The same, also serving TLS on a second port (tls_port()); the plain port stays, for
-  // the helper's own commands and redis-cli.
+  // the helper's own commands and redis-cli (valkey-cli).
   RedisServer(std::vector<std::string> extra_args, const std::string& config, const ServerTls& tls);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
@@ -47,8 +64,9 @@ class RedisServer {
   // Terminates it and waits for it; SIGKILL if asked (an abrupt crash).
   void stop(bool crash = false);
   bool running() const { return pid_ > 0; }
-  void pause();   // SIGSTOP
-  void resume();  // SIGCONT
+  // SIGSTOP and SIGCONT; false if the signal could not be sent (no server running).
+  bool pause();
+  bool resume();
 
   // One command on a fresh connection; the reply as text (arrays joined by newlines,
   // integers in decimal, nil as "(nil)", errors as their text).
@@ -79,6 +97,8 @@ class RedisServer {
 
  private:
   bool answers() const;
+  // Throws if the server is not the one server_programs() names (see the class comment).
+  void check_programs();
   // The text of `field` in INFO `section` (empty if absent).
   std::string info_field(const std::string& section, const std::string& field) const;
 
@@ -88,6 +108,7 @@ class RedisServer {
   int port_ = 0;
   int tls_port_ = 0;
   pid_t pid_ = -1;
+  bool not_found_ = false;  // the last start could not run the program
 };
 
 // A free loopback TCP port, as the kernel reports one now.
