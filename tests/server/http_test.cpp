@@ -220,11 +220,18 @@ namespace ratewin::server {
 namespace {
 
 // Defers every request whose target starts with "/later" (keeping its Responder and
-// target); answers the others at once.
+// target), and "/own..." likewise as work of the server's own (a reload): waited for
+// `wait_ms`, then answered 202 "going on" in its place; answers the others at once.
 struct Deferring final : RequestHandler {
+  std::uint64_t wait_ms = 5000;
   std::vector<std::pair<std::string, Responder>> held;
   void handle(const Request& request, std::string_view, Reply& reply) override {
-    if (request.target.starts_with("/later")) {
+    if (request.target.starts_with("/own")) {
+      Response late;
+      late.status = 202;
+      late.body = "going on " + request.target;
+      held.emplace_back(request.target, reply.defer(wait_ms, std::move(late)));
+    } else if (request.target.starts_with("/later")) {
       held.emplace_back(request.target, reply.defer());
     } else {
       reply.response().body = "now " + request.target;
@@ -405,34 +412,9 @@ TEST_CASE("an error or a 100 Continue behind a pending answer waits its turn") {
   CHECK(session.closing());
 }
 
-// Defers "/own..." as work of the server's own (a reload): waited for `wait_ms`, then
-// answered 202 "still going" in its place; "/later..." as Deferring does; the others at
-// once.
-struct OwnWork final : RequestHandler {
-  std::uint64_t wait_ms = 5000;
-  std::vector<std::pair<std::string, Responder>> held;
-  void handle(const Request& request, std::string_view, Reply& reply) override {
-    if (request.target.starts_with("/own")) {
-      Response late;
-      late.status = 202;
-      late.body = "going on " + request.target;
-      held.emplace_back(request.target, reply.defer(wait_ms, std::move(late)));
-    } else if (request.target.starts_with("/later")) {
-      held.emplace_back(request.target, reply.defer());
-    } else {
-      reply.response().body = "now " + request.target;
-    }
-  }
-  void answer(std::size_t i) {
-    Response r;
-    r.body = "done " + held.at(i).first;
-    held.at(i).second.respond(std::move(r));
-  }
-};
-
 TEST_CASE("an answer owed to the server's own work has a wait of its own, then a late answer") {
   constexpr std::uint64_t kRequestTimeout = 100;
-  OwnWork handler;
+  Deferring handler;
   HttpSession session(handler, "p");
   CHECK(session.owed_wait_ms(kRequestTimeout) == kRequestTimeout);  // nothing owed
   REQUIRE(session.feed(get("/own/1") + get("/now/2")));
@@ -449,7 +431,7 @@ TEST_CASE("an answer owed to the server's own work has a wait of its own, then a
     handler.answer(1);
     CHECK(session.pending() == 0);
     CHECK(bodies(session.output()) ==
-          std::vector<std::string>{"done /own/1", "now /now/2", "done /own/3"});
+          std::vector<std::string>{"late /own/1", "now /now/2", "late /own/3"});
   }
   SUBCASE("its wait over, the late answer stands in and the connection goes on") {
     int told = 0;
@@ -479,7 +461,7 @@ TEST_CASE("an answer owed to the server's own work has a wait of its own, then a
 
 TEST_CASE("a late answer does not go before an answer owed without one") {
   constexpr std::uint64_t kRequestTimeout = 100;
-  OwnWork handler;
+  Deferring handler;
   SUBCASE("behind it: nothing is written") {
     HttpSession session(handler, "p");
     REQUIRE(session.feed(get("/later/1") + get("/own/2")));
