@@ -451,6 +451,15 @@ TEST_CASE("an answer owed to the server's own work has a wait of its own, then a
     REQUIRE(session.feed(get("/now/4")));
     CHECK(bodies(session.output()) == std::vector<std::string>{"now /now/4"});
   }
+  SUBCASE("draining: the late answers are the last, and the last one closes") {
+    CHECK_FALSE(session.drain());
+    CHECK_FALSE(session.timed_out());
+    CHECK(session.closing());  // (no more input was to be read anyway)
+    const std::string& out = session.output();
+    CHECK(statuses(out) == std::vector<std::string>{"202", "200", "202"});
+    CHECK(out.find("Connection: close") > out.find("going on /own/1"));
+    CHECK(out.find("Connection: close") != std::string::npos);
+  }
   SUBCASE("a request arriving when the time is up: late answers, then 408") {
     REQUIRE(session.feed("GET /half"));
     CHECK(session.timed_out());
