@@ -80,6 +80,8 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
     append_json_string(b, service_.rules_path());
     b += ",\"last_error\":";
     append_json_string(b, service_.last_reload_error());
+    b += ",\"reloading\":";
+    b += service_.reloading() ? "true" : "false";
     b += ",\"rules\":";
     b += rules->describe_json();
     b += "}\n";
@@ -233,6 +235,14 @@ std::optional<AdminWork> AdminApi::reset(const Request& request, Response& respo
     json_error(response, 400, e.what());
     return std::nullopt;
   }
+}
+
+void AdminApi::reload_under_way(Response& response) {
+  response.status = 202;
+  response.headers.emplace_back("Location", "/admin/rules");
+  response.body =
+      "{\"reloading\":true,\"detail\":\"the reload goes on: GET /admin/rules says its "
+      "outcome (version, last_error) once reloading is false\"}\n";
 }
 
 void AdminApi::done(const AdminWork& work, std::string_view error, Response& response) {

@@ -59,6 +59,9 @@ class AdminApi {
                                                 std::string_view path, Response& response);
   // The answer to work handle() returned, made with `error` as the outcome (empty: made).
   static void done(const AdminWork& work, std::string_view error, Response& response);
+  // The answer to a reload whose outcome is not known yet (it outlasted its wait): 202,
+  // the reload goes on, and GET /admin/rules says its outcome once "reloading" is false.
+  static void reload_under_way(Response& response);
 
   const AdminLockout& lockout() const noexcept { return lockout_; }
 

@@ -26,6 +26,7 @@ void Response::clear() noexcept {
 std::string_view reason(int status) noexcept {
   switch (status) {
     case 200: return "OK";
+    case 202: return "Accepted";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
@@ -91,9 +92,26 @@ Responder Reply::defer() {
   return session_.defer(form_);
 }
 
-Responder HttpSession::defer(Reply::Form form) {
-  queue_.push_back(Slot{{}, form, false, false});
+Responder Reply::defer(std::uint64_t wait_ms, Response late) {
+  if (deferred_) throw std::logic_error("Reply::defer() called twice for one request");
+  deferred_ = true;
+  return session_.defer(form_, std::move(late), wait_ms);
+}
+
+Responder HttpSession::defer(Reply::Form form, std::optional<Response> late,
+                             std::uint64_t wait_ms) {
+  queue_.push_back(Slot{{}, form, false, false, std::move(late), wait_ms});
   return Responder(link_, first_sequence_ + queue_.size() - 1);
+}
+
+std::uint64_t HttpSession::owed_wait_ms(std::uint64_t otherwise) const noexcept {
+  std::optional<std::uint64_t> longest;
+  for (const Slot& slot : queue_) {
+    if (slot.answered) continue;
+    const std::uint64_t wait = slot.late ? slot.wait_ms : otherwise;
+    longest = std::max(longest.value_or(0), wait);
+  }
+  return longest.value_or(otherwise);
 }
 
 void HttpSession::answer(std::uint64_t sequence, Response&& response) {
@@ -137,7 +155,7 @@ void HttpSession::dispatch(Reply::Form form) {
   if (queue_.empty()) {
     write(response_, form);
   } else {
-    queue_.push_back(Slot{std::move(response_), form, true, false});
+    queue_.push_back(Slot{std::move(response_), form, true, false, std::nullopt, 0});
   }
 }
 
@@ -190,7 +208,7 @@ bool HttpSession::parse(std::string_view input) {
         if (queue_.empty()) {
           output_ += "HTTP/1.1 100 Continue\r\n\r\n";
         } else {
-          queue_.push_back(Slot{{}, {}, true, true});
+          queue_.push_back(Slot{{}, {}, true, true, std::nullopt, 0});
         }
         continue;
       case RequestParser::Event::error:
@@ -214,16 +232,30 @@ bool HttpSession::parse(std::string_view input) {
   }
 }
 
-void HttpSession::timed_out() {
-  if (closing()) return;
+bool HttpSession::timed_out() {
+  if (closing()) return true;
+  // Work of the server's own that outlasted its wait: its late answer stands in.
+  bool late = false;
+  for (Slot& slot : queue_) {
+    if (slot.answered) continue;
+    if (!slot.late) break;  // (the answers behind it cannot go before it)
+    slot.response = std::move(*slot.late);
+    slot.late.reset();
+    slot.answered = true;
+    late = true;
+  }
+  emit_ready();
   if (!queue_.empty()) {
     // The answers owed did not come in time: none will be written.
     first_sequence_ += queue_.size();
     queue_.clear();
   } else if (parser_.mid_request()) {
     fail(408, "request not received in time");
+  } else if (late) {
+    return false;  // every answer owed is given: the client was not the slow one
   }
   input_done_ = true;
+  return true;
 }
 
 void HttpSession::input_ended() {
@@ -251,7 +283,7 @@ void HttpSession::fail(int status, std::string_view message) {
   if (queue_.empty()) {
     write(response_, form);
   } else {
-    queue_.push_back(Slot{std::move(response_), form, true, false});
+    queue_.push_back(Slot{std::move(response_), form, true, false, std::nullopt, 0});
   }
 }
 

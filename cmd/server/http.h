@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -97,6 +98,13 @@ class Reply {
   // (response() is then ignored). Once per request: a second call throws
   // std::logic_error.
   Responder defer();
+  // The same, for work of the server's own that may outlast the transport's request
+  // timeout (a rules file's reload): the transport waits up to `wait_ms` for this answer
+  // instead (HttpSession::owed_wait_ms), and if it has not come by then, `late` is given
+  // in its place (a 202 saying where to learn the outcome) and the connection goes on;
+  // the Responder's answer after that is dropped. So the answer is never cut by the
+  // request timeout, and never waited for longer than `wait_ms`.
+  Responder defer(std::uint64_t wait_ms, Response late);
   bool deferred() const noexcept { return deferred_; }
 
  private:
@@ -161,9 +169,19 @@ class HttpSession {
   std::size_t buffered() const noexcept {
     return output_.capacity() + held_.capacity() + parser_.buffered();
   }
-  // Called when the client has sent nothing for too long: a partial request is answered
-  // 408 (unless answers are still owed: then nothing more is written). Closing() after.
-  void timed_out();
+  // Called when the connection's time is up (the request timeout, or the longest wait of
+  // the answers owed, owed_wait_ms). The answers owed that have a late answer of their own
+  // (Reply::defer(wait_ms, late)) get it, in request order, up to the first that has none.
+  // Then, if answers are still owed, none is written; else a partial request is answered
+  // 408. True, and closing() after, when something was cut (or the client was idle);
+  // false when late answers stood in for every answer owed and no request was arriving:
+  // the client was not the slow one, and the connection goes on (closing() only if no
+  // more input was to be read anyway).
+  bool timed_out();
+  // How long the transport waits for the answers owed (after the last request received):
+  // the longest of their own waits (Reply::defer(wait_ms, late)), `otherwise` (the
+  // request timeout) for an answer without one.
+  std::uint64_t owed_wait_ms(std::uint64_t otherwise) const noexcept;
   // The client sends no more (end of its stream): a partial request is dropped, and
   // closing() once the answers owed are written.
   void input_ended();
@@ -198,6 +216,9 @@ class HttpSession {
     Reply::Form form;
     bool answered = false;
     bool interim = false;  // "100 Continue" for a request behind pending ones
+    // Deferred with a wait of its own: given in its place once that is over.
+    std::optional<Response> late;
+    std::uint64_t wait_ms = 0;
   };
 
   // Parses `input` until it is all taken, the input is done, or parsing must wait.
@@ -207,7 +228,8 @@ class HttpSession {
   // Hands a complete request to the handler.
   void dispatch(Reply::Form form);
   // A Reply deferred: its place in the queue, as a Responder.
-  Responder defer(Reply::Form form);
+  Responder defer(Reply::Form form, std::optional<Response> late = std::nullopt,
+                  std::uint64_t wait_ms = 0);
   // A Responder's answer.
   void answer(std::uint64_t sequence, Response&& response);
   // Moves the answered responses at the front of the queue to output().

@@ -253,9 +253,12 @@ class LoopWorker final : public Worker {
   }
 
   // The request timeout runs from a connection's accept until its first request is in,
-  // from the first byte of each later request, and while answers are owed; the idle
-  // timeout only between requests, once one has been answered. So a client that sends
-  // nothing holds its slot no longer than one that sends slowly.
+  // from the first byte of each later request, and while answers are owed (unless they
+  // have waits of their own, HttpSession::owed_wait_ms: an answer owed to the server's
+  // own slow work, a reload's parse, is not cut by the request timeout but given late,
+  // see Reply::defer); the idle timeout only between requests, once one has been
+  // answered. So a client that sends nothing holds its slot no longer than one that
+  // sends slowly.
   void arm(Connection& c) {
     if (c.closing || c.session.closing()) return;  // finish() keeps the time left to write
     const HttpSession& s = c.session;
@@ -274,7 +277,10 @@ class LoopWorker final : public Worker {
       c.deadline_of = key;
       c.idle = false;
       set_idle(c, false);
-      uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
+      uv_timer_start(&c.timer, on_timeout,
+                     receiving ? config_.request_timeout_ms
+                               : s.owed_wait_ms(config_.request_timeout_ms),
+                     0);
     } else {
       c.deadline_of.reset();
       c.idle_since = uv_now(&loop_);
@@ -399,14 +405,22 @@ class LoopWorker final : public Worker {
       c->idle = false;
       c->worker.set_idle(*c, false);
     }
-    c->worker.service_.connections().timed_out.fetch_add(1, std::memory_order_relaxed);
+    std::atomic<std::uint64_t>& timed_out = c->worker.service_.connections().timed_out;
     if (c->writes != 0) {
       // Its responses have not been taken for a whole timeout: a client that does not
       // read does not keep a connection (and its buffers).
+      timed_out.fetch_add(1, std::memory_order_relaxed);
       c->worker.close(*c);
       return;
     }
-    c->session.timed_out();
+    if (!c->session.timed_out()) {
+      // Late answers stood in for the answers owed (the server's own work outlasted its
+      // wait): the client was not the slow one, and its connection goes on.
+      c->worker.flush(*c);
+      if (!c->closing) c->worker.pump(*c);
+      return;
+    }
+    timed_out.fetch_add(1, std::memory_order_relaxed);
     c->worker.flush(*c);
   }
 

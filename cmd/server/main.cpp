@@ -352,6 +352,12 @@ int run(int argc, char** argv) {
                          "once it has stood unchanged this long; one renamed into place "
                          "after 100 ms",
      cxxopts::value<std::uint64_t>()->default_value("1000"))
+    ("reload-wait-ms", "POST /admin/reload waits this long for the reload's outcome (200 "
+                       "with the version, 422 with the error), whatever "
+                       "--request-timeout-ms; a reload still under way then is answered "
+                       "202 and goes on: GET /admin/rules says its outcome once "
+                       "\"reloading\" is false",
+     cxxopts::value<std::uint64_t>()->default_value("60000"))
     ("max-buffer-memory", "Memory the client connections' buffers take (answers not taken "
                           "yet, input held back, requests arriving), as --max-memory. A "
                           "connection reads no more while 16K of its answers wait; over this "
@@ -502,6 +508,11 @@ int run(int argc, char** argv) {
   service_options.refusals.interval = std::chrono::seconds(refusal_interval);
   service_options.refusals.log_full_keys = client_keys == "full";
   service_options.reload_settle_ms = args["reload-settle-ms"].as<std::uint64_t>();
+  service_options.reload_wait_ms = args["reload-wait-ms"].as<std::uint64_t>();
+  if (service_options.reload_wait_ms == 0) {
+    std::fprintf(stderr, "ratewin-server: --reload-wait-ms must be above 0\n");
+    return 2;
+  }
   service_options.admin_deadline_ms = args["admin-deadline-ms"].as<std::uint64_t>();
   if (args.count("admin-deadline-ms") == 0) {  // (the default fits a short request timeout)
     service_options.admin_deadline_ms = std::max<std::uint64_t>(

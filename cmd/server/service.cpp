@@ -158,7 +158,7 @@ class Service::Worker final : public RequestHandler {
       back->post([this, number, error = std::move(error)] { changed(number, error); });
     };
     const bool queued =
-        work.reload   ? service_.reloads_.submit([this] { return admin_reload(); }, std::move(done))
+        work.reload   ? submit_reload(std::move(done))
         : work.change ? overrides.submit(std::move(*work.change), deadline, std::move(done))
                       : overrides.submit_job(
                             [this, key = std::move(work.reset_key)] {
@@ -173,12 +173,36 @@ class Service::Worker final : public RequestHandler {
                              : "too many admin changes are waiting for Redis: try later");
       return count(503, "admin");
     }
-    in_flight.responder = reply.defer();
+    if (work.reload) {
+      // The server's own work, which may take longer than the request timeout (a large
+      // file, a busy machine, other reloads ahead of it): its outcome is waited for up to
+      // --reload-wait-ms, then a 202 says where to learn it.
+      Response late;
+      AdminApi::reload_under_way(late);
+      in_flight.responder = reply.defer(service_.options_.reload_wait_ms, std::move(late));
+    } else {
+      in_flight.responder = reply.defer();
+    }
   }
 
   // A reload for the admin API: the error, empty when the file's rules are in force.
   std::string admin_reload() {
     return service_.reload("admin API") ? std::string() : service_.last_reload_error();
+  }
+
+  // Queues an admin reload on the service's reload thread, whose outcome goes to `done`
+  // there; reloading() from now until then. False when too many wait already.
+  bool submit_reload(JobQueue::Done done) {
+    std::atomic<int>& under_way = service_.reloads_under_way_;
+    under_way.fetch_add(1, std::memory_order_relaxed);
+    const bool queued = service_.reloads_.submit(
+        [this] { return admin_reload(); },
+        [&under_way, done = std::move(done)](std::string error) {
+          under_way.fetch_sub(1, std::memory_order_release);
+          done(std::move(error));
+        });
+    if (!queued) under_way.fetch_sub(1, std::memory_order_release);
+    return queued;
   }
 
   // A change's outcome, back on the loop.
@@ -518,6 +542,16 @@ std::string Service::reset_key(std::string_view key) {
 
 bool Service::reload(std::string_view why, ReloadCause cause) {
   if (options_.rules_path.empty()) return true;
+  // Until its outcome is recorded (reloading()).
+  struct UnderWay {
+    std::atomic<int>& count;
+    explicit UnderWay(std::atomic<int>& c) : count(c) {
+      count.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~UnderWay() { count.fetch_sub(1, std::memory_order_release); }
+    UnderWay(const UnderWay&) = delete;
+    UnderWay& operator=(const UnderWay&) = delete;
+  } under_way(reloads_under_way_);
   std::lock_guard one_at_a_time(reloading_);
   std::shared_ptr<const Rules> next;
   std::string error;

@@ -61,6 +61,10 @@ struct ServiceOptions {
   // not at all; its answer comes by then plus Overrides::kAnswerMargin
   // (--admin-deadline-ms).
   std::uint64_t admin_deadline_ms = 2000;
+  // POST /admin/reload waits this long for the reload's outcome, whatever the request
+  // timeout; a reload still under way then is answered 202, and goes on
+  // (--reload-wait-ms).
+  std::uint64_t reload_wait_ms = 60000;
   // Who is being refused: the refusal log and GET /admin/top (refusals.h).
   RefusalOptions refusals;
 };
@@ -130,6 +134,10 @@ class Service {
 
   // The last rules load's error, empty if it succeeded. Thread-safe.
   std::string last_reload_error() const;
+  // A reload is under way, or an admin reload waits its turn. Thread-safe.
+  bool reloading() const noexcept {
+    return reloads_under_way_.load(std::memory_order_acquire) != 0;
+  }
 
   ConnectionCounters& connections() noexcept { return connections_; }
   // The refusals of each key by each rule (the refusal log, GET /admin/top); its roll()
@@ -208,6 +216,8 @@ class Service {
   std::int64_t last_reload_ms_ = 0;
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_failed_{0};
+  // Reloads running, and admin reloads queued (reloading()).
+  std::atomic<int> reloads_under_way_{0};
   ConnectionCounters connections_;
   Refusals refusals_;
   // sample_rates()'s: by rule, requests allowed (200) and refused (429), oldest first.

@@ -81,7 +81,10 @@ struct Deferring final : RequestHandler {
   void handle(const Request& request, std::string_view peer, Reply& reply) override {
     const unsigned bit = count++ % 8;
     if (((pattern >> bit) & 1U) == 0) return inner->handle(request, peer, reply);
-    Responder later = reply.defer();
+    Response going_on;  // (bit 6: the server's own work, with a late answer of its own)
+    going_on.status = 202;
+    going_on.body = "going on";
+    Responder later = bit == 6 ? reply.defer(1000, std::move(going_on)) : reply.defer();
     if (bit == 7) {  // answered before handle() returns
       Response r;
       r.body = request.path;

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -219,11 +220,18 @@ namespace ratewin::server {
 namespace {
 
 // Defers every request whose target starts with "/later" (keeping its Responder and
-// target); answers the others at once.
+// target), and "/own..." likewise as work of the server's own (a reload): waited for
+// `wait_ms`, then answered 202 "going on" in its place; answers the others at once.
 struct Deferring final : RequestHandler {
+  std::uint64_t wait_ms = 5000;
   std::vector<std::pair<std::string, Responder>> held;
   void handle(const Request& request, std::string_view, Reply& reply) override {
-    if (request.target.starts_with("/later")) {
+    if (request.target.starts_with("/own")) {
+      Response late;
+      late.status = 202;
+      late.body = "going on " + request.target;
+      held.emplace_back(request.target, reply.defer(wait_ms, std::move(late)));
+    } else if (request.target.starts_with("/later")) {
       held.emplace_back(request.target, reply.defer());
     } else {
       reply.response().body = "now " + request.target;
@@ -402,6 +410,85 @@ TEST_CASE("an error or a 100 Continue behind a pending answer waits its turn") {
   CHECK(statuses(out) == std::vector<std::string>{"200", "100", "200", "400"});
   CHECK(bodies(out).at(0) == "late /later/1");
   CHECK(session.closing());
+}
+
+TEST_CASE("an answer owed to the server's own work has a wait of its own, then a late answer") {
+  constexpr std::uint64_t kRequestTimeout = 100;
+  Deferring handler;
+  HttpSession session(handler, "p");
+  CHECK(session.owed_wait_ms(kRequestTimeout) == kRequestTimeout);  // nothing owed
+  REQUIRE(session.feed(get("/own/1") + get("/now/2")));
+  // The transport waits for it as long as it says, not the request timeout...
+  CHECK(session.owed_wait_ms(kRequestTimeout) == 5000);
+  handler.wait_ms = 50;  // ...nor longer when it says less
+  REQUIRE(session.feed(get("/own/3")));
+  CHECK(session.owed_wait_ms(kRequestTimeout) == 5000);
+  CHECK(session.output().empty());
+
+  SUBCASE("its answer in time goes out as any other") {
+    handler.answer(0);
+    CHECK(session.owed_wait_ms(kRequestTimeout) == 50);  // /own/3's
+    handler.answer(1);
+    CHECK(session.pending() == 0);
+    CHECK(bodies(session.output()) ==
+          std::vector<std::string>{"late /own/1", "now /now/2", "late /own/3"});
+  }
+  SUBCASE("its wait over, the late answer stands in and the connection goes on") {
+    int told = 0;
+    session.on_answer([&] { ++told; });
+    CHECK_FALSE(session.timed_out());
+    CHECK_FALSE(session.closing());
+    CHECK(told == 0);  // (the transport flushes after timed_out())
+    CHECK(statuses(session.output()) == std::vector<std::string>{"202", "200", "202"});
+    CHECK(bodies(session.output()) ==
+          std::vector<std::string>{"going on /own/1", "now /now/2", "going on /own/3"});
+    CHECK(session.output().find("Connection: close") == std::string::npos);
+    CHECK_FALSE(handler.held[0].second.waiting());
+    session.output().clear();
+    handler.answer(0);  // the outcome, too late: dropped
+    CHECK(session.output().empty());
+    CHECK(told == 0);
+    REQUIRE(session.feed(get("/now/4")));
+    CHECK(bodies(session.output()) == std::vector<std::string>{"now /now/4"});
+  }
+  SUBCASE("draining: the late answers are the last, and the last one closes") {
+    CHECK_FALSE(session.drain());
+    CHECK_FALSE(session.timed_out());
+    CHECK(session.closing());  // (no more input was to be read anyway)
+    const std::string& out = session.output();
+    CHECK(statuses(out) == std::vector<std::string>{"202", "200", "202"});
+    CHECK(out.find("Connection: close") > out.find("going on /own/1"));
+    CHECK(out.find("Connection: close") != std::string::npos);
+  }
+  SUBCASE("a request arriving when the time is up: late answers, then 408") {
+    REQUIRE(session.feed("GET /half"));
+    CHECK(session.timed_out());
+    CHECK(session.closing());
+    CHECK(statuses(session.output()) == std::vector<std::string>{"202", "200", "202", "408"});
+  }
+}
+
+TEST_CASE("a late answer does not go before an answer owed without one") {
+  constexpr std::uint64_t kRequestTimeout = 100;
+  Deferring handler;
+  SUBCASE("behind it: nothing is written") {
+    HttpSession session(handler, "p");
+    REQUIRE(session.feed(get("/later/1") + get("/own/2")));
+    CHECK(session.owed_wait_ms(kRequestTimeout) == 5000);  // the longest
+    CHECK(session.timed_out());
+    CHECK(session.closing());
+    CHECK(session.output().empty());
+    handler.answer(1);
+    CHECK(session.output().empty());
+  }
+  SUBCASE("before it: the late answer, then nothing") {
+    HttpSession session(handler, "p");
+    REQUIRE(session.feed(get("/own/1") + get("/later/2") + get("/now/3")));
+    CHECK(session.timed_out());
+    CHECK(session.closing());
+    CHECK(bodies(session.output()) == std::vector<std::string>{"going on /own/1"});
+    CHECK_FALSE(handler.held[1].second.waiting());
+  }
 }
 
 }  // namespace
