@@ -399,28 +399,26 @@ def test_an_empty_or_ruleless_file_is_refused_unless_allowed(start_server, serve
 
 def test_metrics_and_health_do_not_wait_on_a_reload(start_server, tmp_path):
     """Before: with a 6.8 MB rules file renamed into place and --threads 1, /metrics took
-    1,008 ms and /healthz 908: the reload held the lock they take for its whole parse.
-    Measured against the reload's own duration in the same run."""
+    1,008 ms and /healthz 908: the reload held the lock they take for its whole parse, so
+    one request at most was answered while it parsed. Now requests go on being answered
+    all through the parse: counted, not timed. (A parse cannot be held on an event as a
+    read can: see HeldRules. It is the same machine that parses and answers, so the count
+    does not depend on its speed: a 120,000-glob parse takes thousands of times as long as
+    a request, however busy the machine; the 600 s only bounds a hang.)"""
     path = write_rules(tmp_path / "rules.yaml", rules_text("v1", 2))
     server = start_server(rules=path, admin_token=TOKEN, threads=1)
-    keys = "".join(f'  - {{match: "key-{i:06d}-*", tier: free}}\n' for i in range(120_000))
-    big = tmp_path / "big.yaml"
-    big.write_text(f'version: "big"\ntiers:\n  free:\n    limits:\n'
-                   f'      - {{name: burst, max: 5, window: 1m}}\ndefault_tier: free\nkeys:\n{keys}')
-    latencies = []
-    with Client(server.port) as c:
+    big = write_rules(tmp_path / "big.yaml", big_rules(120_000))
+    answered = 0
+    with Client(server.port, timeout=600) as c:
         c.get("/metrics")
         began = time.monotonic()
         os.replace(big, path)
         while not metrics_version(server).startswith("big@"):
             for target in ("/metrics", "/healthz"):
-                t = time.monotonic()
                 assert c.get(target).status == 200
-                latencies.append(time.monotonic() - t)
-            assert time.monotonic() - began < 60
-        reload_took = time.monotonic() - began
-    assert len(latencies) >= 4, (latencies, reload_took)
-    assert max(latencies) < reload_took / 2, (max(latencies), reload_took)
+                answered += 1
+            assert time.monotonic() - began < 600, "the reload never ended"
+    assert answered >= 6, answered
 
 
 class HeldRules:
