@@ -2584,8 +2584,8 @@ static void test_redis_async(void) {
   }
   pthread_mutex_unlock(&closing.mutex);
   CHECK(kill(redis_pid, SIGCONT) == 0);
-  /* Nothing after ratewin_engine_close (its threads have ended: a moment for a stray
-   * callback to show, which a busy machine can only make shorter, never a failure). */
+  /* Nothing after ratewin_engine_close: its threads have ended, and 50 ms more give a
+   * stray callback time to show (a busy machine could only hide one, never fail this). */
   nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
   CHECK(calls_of(&closing) == kWarm + kInFlight);
   tally_destroy(&closing);

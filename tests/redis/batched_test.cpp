@@ -152,8 +152,8 @@ TEST_CASE("batched: engines joining and leaving mid-window keep the bound") {
           << worst << ", bound 200 + " << busiest_epoch << " + " << 4 * 5 - 1
           << "; the longest a thread went between requests " << gap.count() / 1000 << " us");
   CHECK(worst <= 200 + busiest_epoch + 4 * 5 - 1);
-  // (a)'s bound, within a twentieth of the limit, where the demand was steady (see the
-  // steady overload case below).
+  // (a)'s bound, within a twentieth of the limit, where the threads kept their pace (see
+  // the steady overload case below).
   if (gap < 10ms) CHECK(worst <= 210);
   CHECK(worst >= 160);
   CHECK_FALSE(admitted[4].empty());  // the engine that joined took its part

@@ -4,7 +4,7 @@
 // the deadlines that can apply to it plus kSlack, which is less than one more deadline: a
 // call that waited out one deadline more than it may, or until Redis came back, fails the
 // test; a thread that a busy machine left waiting for its turn (well under kSlack) does
-// not. (With 100 ms deadlines and a 80 ms margin, ThreadSanitizer builds on a busy
+// not. (With 100 ms deadlines and an 80 ms margin, ThreadSanitizer builds on a busy
 // machine failed such tests.)
 #pragma once
 
