@@ -10,6 +10,7 @@
 #include <barrier>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -45,12 +46,44 @@ Options shared_clock_options(const std::string& url) {
   return o;
 }
 
+// What overload() saw: the engines' times of the admissions, of the refusals made with
+// the store (not degraded), and of every request.
+struct Offered {
+  std::vector<std::int64_t> admitted;
+  std::vector<std::int64_t> refused;
+  std::vector<std::int64_t> requests;
+  // The time in [from, to) in which no engine offered a request, beyond a millisecond
+  // after each request (the threads' pace is a request every 50 us between them): what a
+  // busy machine, leaving the threads waiting for their turn or their round trips, took
+  // from the demand. A lower bound on what an overload admits holds only for demand that
+  // was there: it is allowed the limit's rate times this.
+  std::chrono::nanoseconds stalled(std::int64_t from, std::int64_t to) const {
+    std::int64_t idle = 0;
+    std::int64_t last = from;
+    for (const std::int64_t t : requests) {
+      if (t < from) continue;
+      if (t >= to) break;
+      idle += std::max<std::int64_t>(0, t - last - 1'000'000);
+      last = t;
+    }
+    idle += std::max<std::int64_t>(0, to - last - 1'000'000);
+    return std::chrono::nanoseconds(idle);
+  }
+};
+
+// Admissions a limit of `max` per `window` is allowed to have missed for `stalled` time.
+std::size_t missed(std::int64_t max, std::chrono::nanoseconds window,
+                   std::chrono::nanoseconds stalled) {
+  return static_cast<std::size_t>(max * stalled.count() / window.count());
+}
+
 // `engines` threads, one engine each, offer requests on one resource every `gap` for
-// `duration`; returns the engines' times of the admissions.
-std::vector<std::int64_t> overload(std::vector<std::unique_ptr<Engine>>& engines,
-                                   const Limit& limit, std::chrono::microseconds gap,
-                                   std::chrono::milliseconds duration) {
+// `duration`.
+Offered overload(std::vector<std::unique_ptr<Engine>>& engines, const Limit& limit,
+                 std::chrono::microseconds gap, std::chrono::milliseconds duration) {
   std::vector<std::vector<std::int64_t>> admitted(engines.size());
+  std::vector<std::vector<std::int64_t>> refused(engines.size());
+  std::vector<std::vector<std::int64_t>> requests(engines.size());
   std::atomic<int> degraded{0};
   std::barrier start(static_cast<std::ptrdiff_t>(engines.size()));
   std::vector<std::thread> threads;
@@ -60,7 +93,9 @@ std::vector<std::int64_t> overload(std::vector<std::unique_ptr<Engine>>& engines
       const auto end = std::chrono::steady_clock::now() + duration;
       while (std::chrono::steady_clock::now() < end) {
         const Decision d = engines[i]->try_acquire("hot", limit);
+        requests[i].push_back(RecordingClock::last());
         if (d.allowed) admitted[i].push_back(RecordingClock::last());
+        if (!d.allowed && !d.degraded) refused[i].push_back(RecordingClock::last());
         if (d.degraded) ++degraded;
         std::this_thread::sleep_for(gap);
       }
@@ -69,9 +104,13 @@ std::vector<std::int64_t> overload(std::vector<std::unique_ptr<Engine>>& engines
   for (auto& t : threads) t.join();
   // (Decided without the store: refused under the bound tests' closed policy.)
   if (degraded.load() != 0) MESSAGE(degraded.load() << " decisions were degraded");
-  std::vector<std::int64_t> all;
-  for (const auto& a : admitted) all.insert(all.end(), a.begin(), a.end());
-  return all;
+  Offered out;
+  for (const auto& a : admitted) out.admitted.insert(out.admitted.end(), a.begin(), a.end());
+  for (const auto& r : refused) out.refused.insert(out.refused.end(), r.begin(), r.end());
+  for (const auto& r : requests) out.requests.insert(out.requests.end(), r.begin(), r.end());
+  std::sort(out.admitted.begin(), out.admitted.end());
+  std::sort(out.requests.begin(), out.requests.end());
+  return out;
 }
 
 std::vector<std::unique_ptr<Engine>> make_engines(const Options& options, int count) {
@@ -86,13 +125,18 @@ TEST_CASE("strict_window across engines: no sliding window ever holds more than 
   const Limit limit = Limit(40, 1s, 100ms)
                           .with_algorithm(Algorithm::strict_window)
                           .with_failure_policy(FailurePolicy::closed);
-  const std::vector<std::int64_t> times = overload(engines, limit, 200us, 3s);
+  const Offered run = overload(engines, limit, 200us, 3s);
+  const std::vector<std::int64_t>& times = run.admitted;
+  REQUIRE_FALSE(run.requests.empty());
+  const std::chrono::nanoseconds stalled = run.stalled(run.requests.front(), run.requests.back());
   const std::size_t worst = max_in_window(times, 1'000'000'000);
   MESSAGE("strict_window, 4 engines, 40/s under about 500x overload: admitted "
-          << times.size() << ", at most " << worst << " in any 1 s");
+          << times.size() << ", at most " << worst << " in any 1 s; demand stalled "
+          << stalled.count() / 1'000'000 << " ms");
   CHECK(worst <= 40);
-  CHECK(worst >= 36);  // and it does admit about the limit
-  CHECK(times.size() >= 100);
+  CHECK(worst >= 36);  // and it does admit about the limit (in its best second)
+  // And all along, but for what the demand's stalls took.
+  CHECK(times.size() + missed(40, 1s, stalled) >= 100);
 }
 
 TEST_CASE("fixed_window across engines: every whole window admits exactly max") {
@@ -100,17 +144,32 @@ TEST_CASE("fixed_window across engines: every whole window admits exactly max") 
   auto engines = make_engines(shared_clock_options(redis.url()), 4);
   const Limit limit = Limit(25, 200ms).with_algorithm(Algorithm::fixed_window);
   const std::int64_t window = 200'000'000;
-  const std::vector<std::int64_t> times = overload(engines, limit, 200us, 2s);
+  const Offered run = overload(engines, limit, 200us, 2s);
   std::map<std::int64_t, std::uint64_t> per_window;
-  for (const std::int64_t t : times) ++per_window[t / window];
+  for (const std::int64_t t : run.admitted) ++per_window[t / window];
+  std::set<std::int64_t> refusing;  // windows in which a request was refused
+  for (const std::int64_t t : run.refused) refusing.insert(t / window);
   REQUIRE(per_window.size() >= 5);
   // The first and last windows are partial (the run began and ended inside them).
   per_window.erase(per_window.begin());
   per_window.erase(std::prev(per_window.end()));
+  // Exactly 25 in each window that refused a request (not degraded): a fixed window's
+  // count only grows within it, and an engine's own count of it lags the store's, never
+  // leads, so a refusal says it was full. (Before, every whole window had to admit 25,
+  // which a TSan build beside a CPU hog, stalling its threads, did not offer it: 5, 11,
+  // 15, 12 and 5.)
+  std::size_t exact = 0;
   for (const auto& [w, count] : per_window) {
     CAPTURE(w);
-    CHECK(count == 25);
+    CHECK(count <= 25);
+    if (refusing.contains(w)) {
+      CHECK(count == 25);
+      ++exact;
+    }
   }
+  MESSAGE("fixed_window: " << exact << " of " << per_window.size()
+                           << " whole windows refused a request, and admitted exactly 25");
+  CHECK(exact > 0);  // (under 500x overload, most do)
 }
 
 TEST_CASE("a cold burst from 8 engines admits exactly max, for each algorithm") {
@@ -194,15 +253,19 @@ TEST_CASE("sliding_log across engines: exactly max in the windows of an overload
   const Limit limit = Limit(40, 500ms)
                           .with_algorithm(Algorithm::sliding_log)
                           .with_failure_policy(FailurePolicy::closed);
-  std::vector<std::int64_t> times = overload(engines, limit, 200us, 2s);
-  std::sort(times.begin(), times.end());
+  const Offered run = overload(engines, limit, 200us, 2s);
+  const std::vector<std::int64_t>& times = run.admitted;
+  REQUIRE_FALSE(run.requests.empty());
+  const std::chrono::nanoseconds stalled = run.stalled(run.requests.front(), run.requests.back());
   const std::size_t worst = max_in_window(times, 500'000'000);
   MESSAGE("sliding_log, 4 engines, 40 per 0.5 s under about 250x overload: admitted "
-          << times.size() << ", at most " << worst << " in any 0.5 s");
+          << times.size() << ", at most " << worst << " in any 0.5 s; demand stalled "
+          << stalled.count() / 1'000'000 << " ms");
   CHECK(worst == 40);
   // Exact both ways: under overload, each unit's slot is taken again as soon as it leaves
-  // (within a round trip and a request gap), so about 4 windows' worth pass in 2 s.
-  CHECK(times.size() >= 150);
+  // (within a round trip and a request gap), so about 4 windows' worth pass in 2 s, but
+  // for what the demand's stalls took (a slot that leaves in a stall is taken after it).
+  CHECK(times.size() + missed(40, 500ms, stalled) >= 150);
   CHECK(times.size() <= 4 * 40 + 40);
 }
 
@@ -215,8 +278,10 @@ TEST_CASE("token_bucket across engines: at most burst + d / emission in any span
                           .with_burst(20)
                           .with_failure_policy(FailurePolicy::closed);
   const std::int64_t emission = limit.emission_ns();
-  std::vector<std::int64_t> times = overload(engines, limit, 200us, 1500ms);
-  std::sort(times.begin(), times.end());
+  const Offered run = overload(engines, limit, 200us, 1500ms);
+  const std::vector<std::int64_t>& times = run.admitted;
+  REQUIRE_FALSE(run.requests.empty());
+  const std::chrono::nanoseconds stalled = run.stalled(run.requests.front(), run.requests.back());
   std::size_t worst_excess = 0;
   for (std::size_t a = 0; a < times.size(); ++a) {
     for (std::size_t b = a; b < times.size(); ++b) {
@@ -226,9 +291,10 @@ TEST_CASE("token_bucket across engines: at most burst + d / emission in any span
     }
   }
   MESSAGE("token_bucket, 4 engines, 100/s burst 20 under about 200x overload: admitted "
-          << times.size() << " in 1.5 s");
+          << times.size() << " in 1.5 s; demand stalled " << stalled.count() / 1'000'000 << " ms");
   CHECK(worst_excess == 0);
-  CHECK(times.size() >= 150);  // and it admits about burst + rate x 1.5 s = 170
+  // And it admits about burst + rate x 1.5 s = 170, but for what the demand's stalls took.
+  CHECK(times.size() + missed(100, 1s, stalled) >= 150);
   CHECK(times.size() <= 171);
 }
 
@@ -285,6 +351,51 @@ TEST_CASE("token_bucket's script: its SHA, NOSCRIPT after SCRIPT FLUSH and after
 TEST_CASE("sliding_log's script: its SHA, NOSCRIPT after SCRIPT FLUSH and after a restart") {
   script_survives_flush_and_restart(Algorithm::sliding_log, detail::StoreLayout::log_script(),
                                     detail::StoreLayout::log_script_sha());
+}
+
+// Writes reach Redis in another order than their engines decided them, and may reach it
+// well after (a thread stalled between its clock read and its write): one decided before
+// a bucket's last write must find the bucket, even once that write's TAT has passed in
+// Redis. So the key is kept the bucket's span (its tolerance and an emission) past its
+// TAT, counted from when the write ran. (It expired at the TAT: under tests/under_load.sh
+// an AddressSanitizer run admitted 2 more than burst + d / emission in a span d.)
+TEST_CASE("token_bucket's script keeps the bucket a span past its TAT, for writes decided before") {
+  RedisServer redis;
+  const std::string key = "late:{0000000000000001}:tb";
+  // (Slow: one a second, 20 at once. The key lives 21 s or more after each write, so no
+  // stall between the test's commands lets it expire before the checks.)
+  const long long emission = 1'000'000'000;
+  const long long tolerance = 20'000'000'000;
+  const long long second = 1'700'000'000;
+  // A write of `cost` decided `ns` into `second`: the script's reply (the TAT after it
+  // minus now; -1 minus that if it did not fit).
+  const auto write = [&](long long ns, int cost) {
+    return std::atoll(
+        redis
+            .command({"EVAL", detail::StoreLayout::bucket_script(), "1", key,
+                      std::to_string(second), std::to_string(ns), std::to_string(emission),
+                      std::to_string(tolerance), std::to_string(cost)})
+            .c_str());
+  };
+  // Redis's clock, in ms.
+  const auto redis_ms = [&] {
+    const std::string time = redis.command({"TIME"});  // seconds, newline, microseconds
+    return std::atoll(time.c_str()) * 1000 + std::atoll(time.c_str() + time.find('\n') + 1) / 1000;
+  };
+  long long before = 0;
+  long long after = 0;
+  for (int i = 1; i <= 20; ++i) {
+    before = redis_ms();
+    CHECK(write(500'000'000, 1) == i * emission);
+    after = redis_ms();
+  }
+  CHECK(write(500'000'000, 1) < 0);  // full: its TAT 20 s after now
+  CHECK(write(450'000'000, 1) < 0);  // and fuller for a write decided before
+  // It expires 20 s (its TAT) + 20 s + 1 s (its span) + 1 ms (rounding up) after the last
+  // write that counted, whenever between the two readings that ran. (Before, 20 s + 1 ms.)
+  const long long expires = std::atoll(redis.command({"PEXPIRETIME", key}).c_str());
+  CHECK(expires >= before + 41'001);
+  CHECK(expires <= after + 41'001);
 }
 
 // Writes reach Redis in another order than their engines decided them: a write decided

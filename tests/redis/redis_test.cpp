@@ -25,6 +25,7 @@
 #include "redis/redis_store.h"
 #include "redis/reporter.h"
 #include "certificates.h"
+#include "deadlines.h"
 #include "logs.h"
 #include "overload.h"
 #include "eventually.h"
@@ -38,13 +39,15 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-
+// Deadlines long against a busy machine's delays (deadlines.h): a test that expects its
+// writes to reach Redis must not see one time out, and a deadline test bounds its calls by
+// these.
 Options redis_options(const std::string& url, Logs* logs = nullptr) {
   Options o;
   o.redis = url;
   o.key_prefix = fresh_prefix("t");
-  o.connect_timeout = 300ms;
-  o.command_timeout = 100ms;
+  o.connect_timeout = kDeadline;
+  o.command_timeout = kDeadline;
   o.sync_settle = 5ms;
   // Quiet unless a test collects the logs: failures are what these tests provoke.
   o.logger = logs != nullptr ? logs->sink() : [](LogLevel, std::string_view) {};
@@ -59,14 +62,6 @@ std::chrono::nanoseconds timed(F&& f) {
   const auto t0 = Clock::now();
   f();
   return Clock::now() - t0;
-}
-
-// Sleeps until shortly after the next boundary of `resolution` plus the settle delay
-// (the boundary read of the epoch that just closed has then been made).
-void past_next_boundary(std::chrono::milliseconds resolution) {
-  const std::int64_t r = std::chrono::nanoseconds(resolution).count();
-  const std::int64_t now = SystemClock::read();
-  std::this_thread::sleep_for(std::chrono::nanoseconds(r - now % r) + 60ms);
 }
 
 // A manual clock for engines whose boundary reads a test steps through: near the
@@ -115,11 +110,11 @@ Straddle straddle(const std::string& url, std::chrono::milliseconds resolution) 
   return s;
 }
 
-// The longest a call may take while Redis is paused: its deadline (command timeout
-// 100 ms); over TLS, a call that must open a connection first waits for the handshake,
-// which a paused server leaves unanswered, up to the connect timeout (300 ms) before it.
-// (Over TCP a paused server's kernel still accepts connections.)
-std::chrono::milliseconds paused_bound(bool tls) { return tls ? 300ms + 180ms : 180ms; }
+// The longest a call may take while Redis is paused: its deadline (the command timeout);
+// over TLS, a call that must open a connection first waits for the handshake, which a
+// paused server leaves unanswered, up to the connect timeout before it. (Over TCP a
+// paused server's kernel still accepts connections.)
+std::chrono::milliseconds paused_bound(bool tls) { return within_deadlines(tls ? 2 : 1); }
 
 }  // namespace
 
@@ -181,11 +176,13 @@ TEST_CASE("boundary reads bring other nodes' counts to a node that only reads") 
 
 TEST_CASE("rejections never touch the network") {
   RedisServer redis;
-  Engine engine(redis_options(redis.url()));
+  // On a manual clock that stands still: no boundary passes, so no boundary read falls
+  // inside the measured part, however long a busy machine takes over it. (Before, the
+  // test slept to just past a boundary of the 6 s subintervals and had the rest of it.)
+  Options options = redis_options(redis.url());
+  (void)stepped_clock(6s, options);
+  Engine engine(options);
   const Limit limit(10, 60s, 6s);
-  // Start just after a boundary of the 6 s subintervals, so that no boundary read falls
-  // inside the measured part (it takes well under a second).
-  past_next_boundary(6s);
   for (int i = 0; i < 10; ++i) REQUIRE(engine.try_acquire("busy", limit).allowed);
   REQUIRE_FALSE(engine.try_acquire("busy", limit).allowed);
   // Every command Redis has processed, whatever it is, but the engine's background ones,
@@ -234,21 +231,23 @@ TEST_CASE("several engines share one limit: steady overload and a cold burst") {
     const Limit limit(40, 1s, 100ms);
     const std::int64_t interval = 1'000'000'000;
     // About 4 x 5000 requests/s for 40/s: 500x; after the first window (cold start).
-    const std::vector<std::int64_t> steady =
-        steady_admissions(engines, kEngines, "hot", limit, 200us, 4s, 1s);
-    const std::size_t worst = max_in_window(steady, interval);
-    const std::size_t busiest_epoch = max_in_window(steady, interval / 10);  // one subinterval
+    const Overload run = steady_admissions(engines, kEngines, "hot", limit, 200us, 4s, 1s);
+    const std::size_t worst = max_in_window(run.admitted, interval);
+    const std::size_t busiest_epoch =
+        max_in_window(run.admitted, interval / 10);  // one subinterval
     MESSAGE("steady overload, " << kEngines << " engines, limit 40/s: max admitted in any 1 s = "
                                 << worst << " (" << double(worst) / 40 << " x limit), bound 40 + "
-                                << busiest_epoch);
+                                << busiest_epoch << "; the longest a thread went between requests "
+                                << run.longest_gap.count() / 1000 << " us");
     CHECK(worst <= 40 + busiest_epoch);
-#ifndef __SANITIZE_THREAD__
-    // What that comes to under steady overload: 40 + 40 / 10. (ThreadSanitizer stalls the
-    // threads into bursts, once 39 admissions in one subinterval and 48 in a second: still
-    // within the bound above, which is the model's.)
-    CHECK(worst <= 44);
-#endif
-    CHECK(worst >= 36);  // and it does admit about the limit
+    // What that comes to under steady overload: 40 + 40 / 10. Only where the demand was
+    // steady: a machine that stalls the threads (ThreadSanitizer, tests/under_load.sh's
+    // hog) bunches the admissions, once 39 and 48 in one subinterval under TSan and 28
+    // beside the hog, still within the bound above, which is the model's.
+    if (run.longest_gap < 10ms) CHECK(worst <= 44);
+    // And it does admit about the limit: the most in any 1 s, which one stretch of the run
+    // with the threads at work reaches, however slow the rest.
+    CHECK(worst >= 36);
   }
 
   SUBCASE("cold burst") {
@@ -387,32 +386,63 @@ TEST_CASE("a node with a skewed clock agrees on epochs once it measured the offs
   skewed.clock = std::make_shared<SkewedClock>();
   Engine a(plain);
   Engine b(skewed);
+  // The Redis clock is the machine's: b's offset is -3 s, a's 0, each within the error of
+  // its measurement (half the round trip of its best sample), or 50 ms.
+  const auto error = [](const Stats& s) {
+    return std::max<std::chrono::nanoseconds>(50ms, s.clock_rtt / 2 + 1ms);
+  };
+  const Stats sa = a.stats();
   const Stats sb = b.stats();
-  CHECK(sb.clock_offset < -2950ms);  // the Redis clock is the machine's
-  CHECK(sb.clock_offset > -3050ms);
-  CHECK(std::chrono::abs(a.stats().clock_offset) < 50ms);
+  CAPTURE(sb.clock_rtt);
+  CHECK(std::chrono::abs(sb.clock_offset + 3s) < error(sb));
+  CHECK(std::chrono::abs(sa.clock_offset) < error(sa));
 
   // Both write into the same epoch of one resource: with a 3 s skew (7.5 epochs of
-  // 400 ms) uncorrected, b would write into another epoch and not see a's counts.
+  // 400 ms) uncorrected, b would write into another epoch and not see a's counts. The
+  // writes begin 20 ms past a boundary; should a busy machine stretch them to within
+  // 20 ms of the next one, the figures are not this case's, and it goes again on a
+  // fresh resource.
   const Limit limit(5, 4s, 400ms);
   const std::int64_t r = 400'000'000;
-  std::this_thread::sleep_for(std::chrono::nanoseconds(r - SystemClock::read() % r) + 20ms);
-  const std::int64_t epoch = SystemClock::read() / r;
-  for (int i = 0; i < 3; ++i) CHECK(a.try_acquire("skew", limit).allowed);
-  for (int i = 0; i < 2; ++i) CHECK(b.try_acquire("skew", limit).allowed);
-  const Decision da = a.try_acquire("skew", limit, 0);
-  const Decision db = b.try_acquire("skew", limit, 0);
-  CHECK(db.remaining == 0);  // b saw a's 3 (warm start) and its own 2
-  // a and b share the key prefix: one window key, in which one epoch counts all five.
-  const std::string key = detail::StoreLayout(plain.key_prefix, 1)
-                              .window_key(detail::LimiterKey::of(hash("skew"), limit));
-  const std::string value = redis.command({"GET", key});
-  std::vector<std::uint64_t> counts(11);
-  detail::StoreLayout::decode(value, epoch, 10, counts);
-  CHECK(std::accumulate(counts.begin(), counts.end(), std::uint64_t{0}) == 5);
-  CHECK(std::count(counts.begin(), counts.end(), 5) == 1);
-  // Their decisions agree: the same reset time, within the measurement's error.
-  CHECK(std::chrono::abs(da.reset_after - db.reset_after) < 20ms);
+  const std::int64_t margin = 20'000'000;
+  for (int attempt = 0;; ++attempt) {
+    REQUIRE(attempt < 20);
+    const std::string resource = "skew" + std::to_string(attempt);
+    std::this_thread::sleep_for(std::chrono::nanoseconds(r - SystemClock::read() % r + margin));
+    const std::int64_t epoch = SystemClock::read() / r;
+    for (int i = 0; i < 3; ++i) CHECK(a.try_acquire(resource, limit).allowed);
+    for (int i = 0; i < 2; ++i) CHECK(b.try_acquire(resource, limit).allowed);
+    // Each decision's reset time as a time: within the readings either side of it.
+    const std::int64_t before_a = SystemClock::read();
+    const Decision da = a.try_acquire(resource, limit, 0);
+    const std::int64_t after_a = SystemClock::read();
+    const Decision db = b.try_acquire(resource, limit, 0);
+    const std::int64_t after_b = SystemClock::read();
+    CHECK(db.remaining == 0);  // b saw a's 3 (warm start) and its own 2
+    if ((after_b + margin) / r != epoch) {
+      MESSAGE("the writes reached the next boundary; again on a fresh resource");
+      continue;
+    }
+    // a and b share the key prefix: one window key, in which one epoch counts all five.
+    const std::string key = detail::StoreLayout(plain.key_prefix, 1)
+                                .window_key(detail::LimiterKey::of(hash(resource), limit));
+    const std::string value = redis.command({"GET", key});
+    std::vector<std::uint64_t> counts(11);
+    detail::StoreLayout::decode(value, epoch, 10, counts);
+    CHECK(std::accumulate(counts.begin(), counts.end(), std::uint64_t{0}) == 5);
+    CHECK(std::count(counts.begin(), counts.end(), 5) == 1);
+    // Their decisions agree: the same reset time, within the measurements' error (the
+    // offsets', or 20 ms). (Compared as times: the two calls are apart by however long a
+    // busy machine took between them.)
+    const std::int64_t a_from = before_a + da.reset_after.count();
+    const std::int64_t a_to = after_a + da.reset_after.count();
+    const std::int64_t b_from = after_a + db.reset_after.count();
+    const std::int64_t b_to = after_b + db.reset_after.count();
+    const std::int64_t apart = std::max<std::int64_t>({0, a_from - b_to, b_from - a_to});
+    CHECK(std::chrono::nanoseconds(apart) <
+          std::max<std::chrono::nanoseconds>(20ms, (sa.clock_rtt + sb.clock_rtt) / 2 + 1ms));
+    break;
+  }
 }
 
 TEST_CASE("Redis killed under load, over TCP and TLS: deadlines, degraded decisions, recovery") {
@@ -437,6 +467,8 @@ TEST_CASE("Redis killed under load, over TCP and TLS: deadlines, degraded decisi
       if (took.count() > slowest) slowest = took.count();
     }
   });
+  // (The load runs a moment before the kill and after the circuit opened: sleeps that
+  // only give it time; the checks below hold however little it ran.)
   std::this_thread::sleep_for(100ms);
   redis.stop(/*crash=*/true);
   REQUIRE(eventually([&] { return engine.stats().circuit_opens > 0; }));
@@ -444,8 +476,8 @@ TEST_CASE("Redis killed under load, over TCP and TLS: deadlines, degraded decisi
   std::this_thread::sleep_for(200ms);
   stop = true;
   load.join();
-  // No call waited longer than a deadline (command timeout 100 ms, connect 300 ms).
-  CHECK(std::chrono::nanoseconds(slowest.load()) < 400ms);
+  // No call waited longer than a deadline (a connect timeout, then a command timeout).
+  CHECK(std::chrono::nanoseconds(slowest.load()) < within_deadlines(2));
 
   // Circuit open: decisions are local, degraded, and at local speed.
   const Decision d = engine.try_acquire("x", local);
@@ -454,6 +486,8 @@ TEST_CASE("Redis killed under load, over TCP and TLS: deadlines, degraded decisi
   std::vector<std::int64_t> times;
   for (int i = 0; i < 1000; ++i)
     times.push_back(timed([&] { (void)engine.try_acquire("x", local); }).count());
+  // (The median: a busy machine that preempts a thread lengthens the few calls it
+  // preempted, not half of them.)
   std::nth_element(times.begin(), times.begin() + 500, times.end());
   CHECK(std::chrono::nanoseconds(times[500]) < 100us);
   // Failure policies.
@@ -573,7 +607,7 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
       engine = std::make_unique<Engine>(
           redis_options("redis://:wrong@127.0.0.1:" + std::to_string(redis.port()), &logs));
     });
-    CHECK(took < 1s);
+    CHECK(took < within_deadlines(0));  // Redis's answer, not a deadline, ended the wait
     const Stats s = engine->stats();
     CHECK_FALSE(s.store_available);
     CHECK(s.last_error.find("refused the user or password") != std::string::npos);
@@ -595,7 +629,7 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     RedisServer redis({"--requirepass", "right"});
     Logs logs;
     // (Generous timeouts: the error is Redis's answer, which a sanitizer build on a busy
-    // machine could miss within 100 ms, saying "timed out" instead.)
+    // machine could miss within a short one, saying "timed out" instead.)
     Options o = redis_options("redis://127.0.0.1:" + std::to_string(redis.port()), &logs);
     o.connect_timeout = 5s;
     o.command_timeout = 5s;
@@ -618,7 +652,7 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
       engine = std::make_unique<Engine>(
           redis_options("redis://127.0.0.1:" + std::to_string(port), &logs));
     });
-    CHECK(took < 1s);
+    CHECK(took < within_deadlines(0));  // refused at once, not a connect timeout
     CHECK(engine->stats().last_error.find("cannot connect") != std::string::npos);
     CHECK(engine->try_acquire("a", limit).degraded);
     // It connects when Redis comes up.
@@ -631,11 +665,11 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     std::unique_ptr<Engine> engine;
     const auto took = timed(
         [&] { engine = std::make_unique<Engine>(redis_options("redis://192.0.2.1:6379", &logs)); });
-    CHECK(took < 1s);  // the connect deadline (300 ms) bounds it
+    CHECK(took < within_deadlines(1));  // the connect deadline bounds it
     CHECK_FALSE(engine->stats().store_available);
     CHECK_FALSE(engine->stats().last_error.empty());
     const auto call = timed([&] { CHECK(engine->try_acquire("a", limit).degraded); });
-    CHECK(call < 10ms);
+    CHECK(call < within_deadlines(0));  // the circuit is open: no connect timeout waited
   }
 
   SUBCASE("Redis that answers errors") {
@@ -646,7 +680,7 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
       CHECK(d.allowed);   // FailurePolicy::local: the local decision stands
       CHECK(d.degraded);  // but it could not be shared
     });
-    CHECK(took < 200ms);
+    CHECK(took < within_deadlines(0));  // the error reply, not the command timeout
     const Stats s = engine.stats();
     CHECK(s.writes_failed == 1);
     CHECK(s.last_error.find("unknown command") != std::string::npos);
@@ -681,11 +715,11 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     Logs logs;
     std::unique_ptr<Engine> engine;
     const auto took = timed([&] { engine = std::make_unique<Engine>(redis_options(url, &logs)); });
-    CHECK(took < 300ms);  // the command timeout (100 ms) bounds the first round trip
+    CHECK(took < within_deadlines(1));  // the command timeout bounds the first round trip
     CHECK_FALSE(engine->stats().store_available);
     CHECK(engine->stats().last_error.find("timed out") != std::string::npos);
     const auto call = timed([&] { CHECK(engine->try_acquire("a", limit).degraded); });
-    CHECK(call < 10ms);  // the circuit is open: no waiting
+    CHECK(call < within_deadlines(0));  // the circuit is open: no command timeout waited
     engine.reset();
     ::close(listener);
   }
@@ -703,7 +737,9 @@ TEST_CASE("wrong password, unreachable hosts, Redis answering errors: clear erro
     CHECK((error.find("READONLY") != std::string::npos ||
            error.find("ROLE: slave") != std::string::npos));
     // The circuit stays open (probes see a replica), so calls stop paying round trips.
-    std::this_thread::sleep_for(500ms);
+    // (Probes, ROLE every 200 ms while the circuit is open: three of them, before the
+    // test looks. Before, it slept 500 ms.)
+    REQUIRE(eventually([&] { return redis.calls("role") >= 3; }));
     const Stats s = engine.stats();
     CHECK_FALSE(s.store_available);
     CHECK(s.circuit_opens == 1);
@@ -722,12 +758,18 @@ TEST_CASE("Redis closing idle connections (its timeout setting) is not an outage
   SUBCASE("plain TCP") {}
   SUBCASE("TLS") { tls = true; }
   Served served = serve(tls, {"--timeout", "1"});
+  RedisServer& redis = *served.server;
   Engine engine(redis_options(served.url()));
   const Limit closed = Limit(kHuge, 1s, 100ms).with_failure_policy(FailurePolicy::closed);
   REQUIRE(engine.try_acquire("idle", closed).allowed);
-  // Idle long enough for Redis to close the pooled connection (and, with no active
-  // limiter after a window, the background one).
-  std::this_thread::sleep_for(3s);
+  // Idle until Redis has closed the pooled connection (and, with no active limiter after
+  // a window, perhaps the background one): until it holds fewer connections than once the
+  // engine's background connection was up. (Before, the test slept 3 s, and on a busy
+  // machine might have asked before Redis closed any.)
+  REQUIRE(eventually([&] { return engine.stats().connections >= 1; }));
+  const long long connected = redis.info_number("clients", "connected_clients");
+  REQUIRE(
+      eventually([&] { return redis.info_number("clients", "connected_clients") < connected; }));
   const Decision d = engine.try_acquire("idle", closed);
   CHECK(d.allowed);
   CHECK_FALSE(d.degraded);
@@ -873,7 +915,14 @@ TEST_CASE("key layout: one string per resource and geometry, a small ring, expir
   options.key_prefix = "layout";
   Engine engine(options);
   const std::uint64_t resource = 0x1234abcd;
+  // Redis's clock either side of the write that sets the window key's expiry.
+  const auto redis_ms = [&] {
+    const std::string time = redis.command({"TIME"});  // seconds, newline, microseconds
+    return std::atoll(time.c_str()) * 1000 + std::atoll(time.c_str() + time.find('\n') + 1) / 1000;
+  };
+  const long long before = redis_ms();
   (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
+  const long long after = redis_ms();
   (void)engine.try_acquire(resource, Limit(100, 1s, 250ms));  // another geometry: another key
   const std::string keys = redis.command({"KEYS", "layout*"});
   // Named by the resource's counter in the limit's scope.
@@ -890,9 +939,12 @@ TEST_CASE("key layout: one string per resource and geometry, a small ring, expir
   CHECK(keys.find("layout:{" + name(counter) + "}:250x4:w") != std::string::npos);
   CHECK(keys.find(":cs:{") != std::string::npos);  // a change set
   CHECK(keys.find("}:100x10:") != std::string::npos);
-  const long long ttl = std::atoll(redis.command({"PTTL", key}).c_str());
-  CHECK(ttl > 1000);  // (N + 3) x resolution = 1.3 s
-  CHECK(ttl <= 1300);
+  // It expires (N + 3) x resolution = 1.3 s after that write, whenever between the two
+  // readings it was made. (Before, PTTL read after it had to be over 1 s: a busy machine
+  // could take longer than 0.3 s over the write and the KEYS in between.)
+  const long long expires = std::atoll(redis.command({"PEXPIRETIME", key}).c_str());
+  CHECK(expires >= before + 1300);
+  CHECK(expires <= after + 1300);
   // Writes in many epochs: the ring never grows past N + 3 slots of 6 bytes.
   for (int i = 0; i < 30; ++i) {
     (void)engine.try_acquire(resource, Limit(100, 1s, 100ms));
@@ -914,16 +966,21 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
     } target;
     Options options = redis_options(redis.url());
     options.key_prefix = "shut";
+    // A watchdog (the command timeout) far longer than the bound below: a shutdown that
+    // waited for it cannot pass.
+    options.command_timeout = 10 * kDeadline;
     auto store = std::make_unique<detail::RedisStore>(options, system_clock(), target);
     CHECK(eventually([&] { return store->sync_now(); }));  // once connected in the background
     redis.pause();
     std::thread reader([&] { (void)store->sync_now(); });  // stuck on the paused server
+    // (Time for the read to go out: should a busy machine not have sent it yet, the
+    // shutdown below comes first and the case passes without having cut a read short.)
     std::this_thread::sleep_for(20ms);
     const auto took = timed([&] { store->shutdown(); });
     reader.join();
     redis.resume();
-    // Well before the watchdog would have ended the read (100 ms of silence).
-    CHECK(took < 60ms);
+    // Well before the watchdog would have ended the read.
+    CHECK(took < within_deadlines(0));
     CHECK(store->loop_close_result() == 0);
   }
   SUBCASE("an engine, with threads deciding through handles") {
@@ -938,16 +995,18 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
         for (int i = 0; i < 50; ++i) (void)h.try_acquire();
       });
     }
+    // (Time for the threads to be deciding: should a busy machine not have started them
+    // yet, they decide after the reset, which is the point too.)
     std::this_thread::sleep_for(20ms);
     engine.reset();  // the handles keep the engine's state until they are done
     const auto joined = timed([&] {
       for (auto& t : threads) t.join();
     });
-    // 50 calls each: the first times out (100 ms) and opens the circuit; the rest are
-    // local.
-    CHECK(joined < 500ms);
+    // 50 calls each: the first times out (a command timeout) and opens the circuit; the
+    // rest are local.
+    CHECK(joined < within_deadlines(1));
     const auto closed = timed([&] { handles.clear(); });  // the store shuts down here
-    CHECK(closed < 500ms);
+    CHECK(closed < within_deadlines(1));
     redis.resume();
   }
 }
@@ -956,7 +1015,9 @@ TEST_CASE("shutting down with Redis calls in flight: prompt, and the loop closes
 TEST_CASE("a pool lease that is assigned over gives its connection back") {
   RedisServer redis;
   detail::RedisPool pool(detail::RedisEndpoint::parse(redis.url()), 1s, 1s, 1);
-  const auto soon = [] { return std::chrono::steady_clock::now() + 200ms; };
+  // (A connection not given back would have the next acquire wait out this deadline and
+  // fail: it only bounds that wait.)
+  const auto soon = [] { return std::chrono::steady_clock::now() + kHang; };
   detail::Status status;
   detail::RedisPool::Lease lease = pool.acquire(soon(), status);
   REQUIRE(lease);

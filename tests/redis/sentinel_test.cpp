@@ -10,6 +10,7 @@
 
 #include "ratewin/engine.h"
 #include "certificates.h"
+#include "deadlines.h"
 #include "eventually.h"
 #include "redis_server.h"
 
@@ -55,8 +56,8 @@ struct Sentinels {
     }
     // Ready once the replica is in sync and every sentinel knows the replica and the
     // other two sentinels.
-    const bool ready = eventually(
-        [&] {
+    const bool ready =
+        eventually([&] {
           if (primary->command({"INFO", "replication"}).find("state=online") == std::string::npos)
             return false;
           for (const auto& s : sentinels) {
@@ -68,8 +69,7 @@ struct Sentinels {
             }
           }
           return true;
-        },
-        30s);
+        });
     if (!ready) throw std::runtime_error("the sentinels did not get ready");
   }
 
@@ -92,12 +92,14 @@ struct Sentinels {
   }
 };
 
+// Deadlines long against a busy machine's delays (deadlines.h): these cases expect their
+// writes to reach Redis, and bound their calls by them.
 Options sentinel_options(const std::string& url) {
   Options o;
   o.redis = url;
   o.key_prefix = "s";
-  o.connect_timeout = 300ms;
-  o.command_timeout = 200ms;
+  o.connect_timeout = kDeadline;
+  o.command_timeout = kDeadline;
   o.sync_settle = 5ms;
   o.logger = [](LogLevel, std::string_view) {};
   return o;
@@ -130,18 +132,16 @@ TEST_CASE("Sentinel, over TCP and TLS: the engine finds the primary, follows a f
   const int old_port = s.port_of(*s.primary);
   const auto killed = Clock::now();
   s.primary->stop(/*crash=*/true);
-  REQUIRE(eventually([&] { return engine.try_acquire("a", limit).degraded; }, 5s));
+  REQUIRE(eventually([&] { return engine.try_acquire("a", limit).degraded; }));
   // The sentinels' failover ...
-  REQUIRE(eventually([&] { return s.announced_port() == s.port_of(*s.replica); }, 20s));
+  REQUIRE(eventually([&] { return s.announced_port() == s.port_of(*s.replica); }));
   const auto promoted = Clock::now();
-  // ... which the engine follows within a second: writes resume on the new primary.
+  // ... which the engine follows: writes resume on the new primary.
   const std::uint64_t ok_before = engine.stats().writes_ok;
-  REQUIRE(eventually(
-      [&] {
-        const Decision d = engine.try_acquire("a", limit);
-        return !d.degraded && engine.stats().writes_ok > ok_before;
-      },
-      10s));
+  REQUIRE(eventually([&] {
+    const Decision d = engine.try_acquire("a", limit);
+    return !d.degraded && engine.stats().writes_ok > ok_before;
+  }));
   const auto followed = Clock::now();
   stop = true;
   load.join();
@@ -150,8 +150,12 @@ TEST_CASE("Sentinel, over TCP and TLS: the engine finds the primary, follows a f
   };
   MESSAGE("primary killed: the sentinels promoted the replica after "
           << ms(promoted) << " ms, the engine wrote to it after " << ms(followed) << " ms");
-  CHECK(followed - promoted < 1s);
-  CHECK(std::chrono::nanoseconds(slowest.load()) < 600ms);  // deadlines held throughout
+  // It followed the announcement (or its asks every 250 ms while no primary answers: about
+  // 0.1 s after it on a quiet machine), not its periodic ask every 10 s: a bound half that,
+  // which a busy machine's delays do not reach.
+  CHECK(followed - promoted < 5s);
+  // Deadlines held throughout (a connect timeout, then a command timeout).
+  CHECK(std::chrono::nanoseconds(slowest.load()) < within_deadlines(2));
   CHECK(std::atoll(s.replica->command({"DBSIZE"}).c_str()) > 0);
   CHECK(s.announced_port() != old_port);
 
@@ -183,7 +187,7 @@ TEST_CASE("Sentinel: a wrong sentinel password is a clear error; no primary, pol
   const Decision refused = engine.try_acquire("c", closed);
   CHECK_FALSE(refused.allowed);
   CHECK(refused.retry_after > 0ns);
-  CHECK(Clock::now() - t0 < 100ms);  // no primary known: nothing waits
+  CHECK(Clock::now() - t0 < within_deadlines(0));  // no primary known: nothing waits
   const std::string error = engine.stats().last_error;
   INFO(error);
   CHECK(error.find("sentinel") != std::string::npos);

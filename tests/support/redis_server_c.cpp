@@ -55,6 +55,15 @@ int ratewin_test_redis_resume(ratewin_test_redis* server) {
   return server->server->resume() ? 1 : 0;
 }
 
+long long ratewin_test_redis_calls(const ratewin_test_redis* server, const char* command) {
+  try {
+    return server->server->calls(command);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ratewin_test_redis_calls: %s\n", e.what());
+    return -1;
+  }
+}
+
 int ratewin_test_certificate(const char* name, char* path, size_t size) {
   try {
     const std::string made = ratewin::test::certificates().path(name);

@@ -44,6 +44,10 @@ int ratewin_test_redis_tls_port(const ratewin_test_redis* server);
 int ratewin_test_redis_pause(ratewin_test_redis* server);
 int ratewin_test_redis_resume(ratewin_test_redis* server);
 
+/* INFO commandstats' count of calls to `command` (lowercase: "ping", "bitfield"), 0 if it
+ * was never called; -1 if INFO could not be read (the reason on stderr). */
+long long ratewin_test_redis_calls(const ratewin_test_redis* server, const char* command);
+
 /* Writes the path of the kit's certificate file `name` ("ca.crt", "other-ca.crt",
  * "client.crt", ... as tests/support/make_certs.sh names them; made on first use, removed
  * at exit) into `path` of `size` bytes; 1, or 0 if they cannot be made or the path does
