@@ -4,8 +4,9 @@
 #
 #   tests/under_load.sh [--rounds N] [--build DIR] [--hogs K] [SUITE...]
 #
-# SUITE is a ctest test name (`ctest --test-dir DIR -N` lists them); all of DIR's by
-# default. Each round runs every suite once, one at a time, while K busy processes (two by
+# SUITE is a ctest entry's name (`ctest --test-dir DIR -N` lists them) or a suite's
+# (server_e2e: every server_e2e.* entry, in one ctest run); all of DIR's entries by
+# default. Each round runs every SUITE once, one at a time, while K busy processes (two by
 # default, as many as this machine's cores) spin beside them. DIR is build/ by default;
 # build-address or build-thread for the sanitizer builds the test command makes. It ends
 # the hog it started (by PID) however it exits, and exits non-zero if any run failed.
@@ -52,7 +53,7 @@ for ((round = 1; round <= rounds; round++)); do
   for suite in "${suites[@]}"; do
     log="$logs/$suite.$round.log"
     began=$SECONDS
-    if ctest --test-dir "$build" -R "^${suite}\$" --output-on-failure >"$log" 2>&1 &&
+    if ctest --test-dir "$build" -R "^${suite}(\\.|\$)" --output-on-failure >"$log" 2>&1 &&
         grep -q "100% tests passed" "$log"; then
       passed[$suite]=$((passed[$suite] + 1))
       rm -f "$log"
