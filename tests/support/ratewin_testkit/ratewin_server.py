@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from .http_helpers import Reply, metric_value, request
 from .paths import ROOT
-from .waiting import wait_until
+from .waiting import PATIENCE, wait_until
 
 if TYPE_CHECKING:
     from .redis_servers import RedisCluster, RedisSentinel, RedisServer
@@ -42,7 +42,7 @@ class ServerProcess:
         self.banner = ""
         self.returncode: int | None = None
 
-    def start(self, timeout: float = 10.0) -> "ServerProcess":
+    def start(self, timeout: float = PATIENCE) -> "ServerProcess":
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [SERVER, "--listen", "127.0.0.1:0", *self.args],
@@ -118,8 +118,9 @@ class ServerProcess:
             if self.process.stdout is not None:
                 self.process.stdout.close()
 
-    def stop(self, timeout: float = 5.0) -> int | None:
-        """SIGTERM, then SIGKILL if it does not exit in time. The exit code."""
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, then SIGKILL if it does not exit in time (a sanitizer's exit checks
+        take a while). The exit code."""
         if self.process is None:
             return None
         if self.process.poll() is None:
@@ -175,7 +176,7 @@ class ServerLauncher:
         self.started.append(server)
         return server.start()
 
-    def stop_all(self, timeout: float = 5.0) -> None:
+    def stop_all(self, timeout: float = 30.0) -> None:
         for server in self.started:
             server.stop(timeout=timeout)
 
@@ -183,7 +184,7 @@ class ServerLauncher:
 def store_up(*servers: ServerProcess) -> None:
     """Waits until each server's engine is connected to Redis (it starts either way)."""
     for s in servers:
-        assert wait_until(lambda s=s: s.get("/healthz").json()["store"] == "up", 3), s.log()
+        assert wait_until(lambda s=s: s.get("/healthz").json()["store"] == "up"), s.log()
 
 
 def write_rules(path: pathlib.Path, text: str, atomic: bool = False) -> pathlib.Path:
