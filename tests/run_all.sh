@@ -72,10 +72,7 @@ stage_done "the main build"
 ctest --test-dir "$root/build" --output-on-failure -j"$suite_jobs"
 stage_done "the main suites"
 
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-# (tests/tsan.supp: descriptors Debian's libuv closes out of TSan's sight, nothing else.)
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
+ROOT="$root" source "$root/tests/sanitizer_env.sh"
 # Each sanitizer builds what its entries need: ASan+UBSan every suite labelled
 # "sanitized" (C, C++ and the server end to end, against this build's server), TSan those
 # labelled "threaded" (tests/suites.cmake). gRPC (the server's --grpc-listen) under ASan
@@ -87,10 +84,11 @@ targets=(ratewin_unit_tests ratewin_redis_tests ratewin_cluster_tests ratewin_se
 for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
   if [[ $sanitizer == address ]]; then
-    grpc=ON label=sanitized stage_flags=("${address_flags[@]}") extra=(ratewin_rls_python)
+    grpc=ON stage_flags=("${address_flags[@]}") extra=(ratewin_rls_python)
   else
-    grpc=OFF label=threaded stage_flags=("${thread_flags[@]}") extra=()
+    grpc=OFF stage_flags=("${thread_flags[@]}") extra=()
   fi
+  label="$(sanitizer_label "$sanitizer")"
   cmake -S "$root" -B "$dir" "${unity[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${stage_flags[@]}" \
     -DRATEWIN_SANITIZE="$sanitizer" \
     -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF \

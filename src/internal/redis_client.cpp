@@ -141,6 +141,9 @@ std::unique_ptr<RedisClient> RedisClient::open(const RedisTarget& target,
 bool RedisClient::run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
                       std::chrono::milliseconds timeout, std::string& error) {
   replies.clear();
+  // Bounded by `timeout` alone, not by the command timeout the connection was opened with
+  // (a connection kept for later work outlives what it was opened for).
+  connection_->set_command_timeout(timeout);
   for (const Argv& command : commands) connection_->out().command(command);
   const detail::Status status = connection_->round_trip(
       [&](std::size_t, const redisReply& r) { replies.push_back(copy(r)); },

@@ -69,6 +69,10 @@ class RedisConnection {
   bool alive() const noexcept;
   // Marks the connection to be dropped rather than reused.
   void discard() noexcept { broken_ = true; }
+  // The command_timeout from now on.
+  void set_command_timeout(std::chrono::milliseconds timeout) noexcept {
+    command_timeout_ = timeout;
+  }
   bool broken() const noexcept { return broken_; }
 
  private:
@@ -79,7 +83,7 @@ class RedisConnection {
   Status fail(Status status) noexcept;
 
   std::unique_ptr<Transport> transport_;
-  const std::chrono::milliseconds command_timeout_;
+  std::chrono::milliseconds command_timeout_;
   RespWriter out_;
   RespReader in_;
   bool broken_ = false;

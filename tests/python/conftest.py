@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import types
 
 import pytest
 
@@ -17,8 +18,15 @@ sys.path.insert(0, os.environ.get("RATEWIN_PYTHONPATH", str(ROOT / "build" / "py
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import ratewin  # noqa: E402
+from ratewin_testkit import PATIENCE  # noqa: E402
 
 pytest_plugins = ["ratewin_testkit.plugin"]
+
+# The deadlines of an engine on a Redis a test started, which is bound to answer: they
+# only bound a failure (the engine's own, 0.5 s to connect and 0.1 s a command, are a busy
+# machine's ordinary delays, and would make its decisions degraded). A test of what an
+# engine does when Redis is slow or gone gives its own.
+PATIENT = {"connect_timeout": PATIENCE, "command_timeout": PATIENCE}
 
 
 @pytest.fixture
@@ -53,6 +61,30 @@ async def counting_loop_turns(awaitable):
 @pytest.fixture
 def clock() -> ratewin.ManualClock:
     return ratewin.ManualClock(1_700_000_000)
+
+
+@pytest.fixture
+def virtual_waits(clock: ratewin.ManualClock, monkeypatch: pytest.MonkeyPatch):
+    """Engine.acquire and acquire_async wait on `clock` (give it to the engine too): their
+    sleeps advance it instead of taking real time, and their deadlines are read off it.
+    So how long they waited is what they asked to wait, however busy the machine is.
+    (Waiters for their turn in line still wait on events, bounded by the time left.)"""
+    import asyncio
+
+    from ratewin import _waiting
+
+    real_asyncio_sleep = asyncio.sleep
+
+    async def asyncio_sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await real_asyncio_sleep(0)
+
+    monkeypatch.setattr(_waiting, "time", types.SimpleNamespace(
+        monotonic=clock.now, sleep=clock.advance))
+    names = {name: getattr(asyncio, name) for name in asyncio.__all__}
+    monkeypatch.setattr(_waiting, "asyncio", types.SimpleNamespace(**{
+        **names, "sleep": asyncio_sleep}))
+    return clock
 
 
 @pytest.fixture

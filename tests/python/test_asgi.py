@@ -9,7 +9,7 @@ import logging
 import ratewin
 from ratewin._middleware import counted_in
 from ratewin.asgi import RateLimitMiddleware
-from conftest import counting_loop_turns
+from conftest import PATIENT, counting_loop_turns
 
 
 async def hello(scope, receive, send):
@@ -116,7 +116,7 @@ def test_with_redis_the_loop_keeps_serving_and_no_executor_is_used(redis):
     meanwhile, and no thread of the loop's executor is taken."""
     async def main():
         loop = asyncio.get_running_loop()
-        with ratewin.Engine(redis.url, key_prefix="asgi-async") as engine:
+        with ratewin.Engine(redis.url, key_prefix="asgi-async", **PATIENT) as engine:
             app = RateLimitMiddleware(hello, engine, ratewin.Limit(20, per=60))
             assert engine.try_acquire("warm", ratewin.Limit(1, per=60))  # connected
             results, ticks = await counting_loop_turns(

@@ -23,7 +23,7 @@ import ratewin
 import ratewin.fastapi
 from ratewin.fastapi import (Limiter, LimiterMiddleware, RateLimitExceeded, RequestLimit,
                              limit, rate_limit_exceeded_handler)
-from ratewin_testkit import free_port, http_get
+from ratewin_testkit import PATIENCE, free_port, http_get
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -743,7 +743,7 @@ def test_uvicorn_two_workers_admit_exactly_n(redis, tmp_path):
     workers: list[int] = []
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + PATIENCE
         # Ready when both workers have started their application.
         while (tmp_path / "uvicorn.log").read_text().count("Application startup complete") < 2:
             assert server.poll() is None, (tmp_path / "uvicorn.log").read_text()
@@ -763,10 +763,10 @@ def test_uvicorn_two_workers_admit_exactly_n(redis, tmp_path):
         workers = workers or children_of(server.pid)
         server.send_signal(signal.SIGTERM)
         try:
-            server.wait(timeout=10)
+            server.wait(timeout=PATIENCE)
         except subprocess.TimeoutExpired:
             server.kill()
-            server.wait(timeout=10)
+            server.wait(timeout=PATIENCE)
             # Killed: its workers may be left; stopped cleanly, they are gone, and their
             # PIDs may name other processes by now.
             for pid in workers:

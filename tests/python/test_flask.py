@@ -20,7 +20,7 @@ import flask.views
 import pytest
 
 import ratewin
-from ratewin_testkit import free_port, http_get
+from ratewin_testkit import PATIENCE, free_port, http_get
 from ratewin.flask import Answer, Limiter, RateLimitExceeded, RequestLimit
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -741,7 +741,7 @@ def test_gunicorn_workers_share_one_limit(redis, tmp_path):
              "--chdir", str(HERE / "apps"), "flask_app:app"],
             env=env, stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + PATIENCE
         while True:
             assert server.poll() is None, log_path.read_text()
             try:
@@ -770,13 +770,13 @@ def test_gunicorn_workers_share_one_limit(redis, tmp_path):
             for thread in threads:
                 thread.start()
             for thread in threads:
-                thread.join(timeout=60)
+                thread.join(timeout=PATIENCE)
 
         round_of(3, n)
         # Both workers must decide. A worker still loading the application takes no
         # request, and the kernel hands each connection to either: more rounds, bounded,
         # until both have answered.
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE
         while (len({worker for _, worker in results}) < 2 and len(results) < 300
                and time.monotonic() < deadline):
             round_of(3, 1)
@@ -790,10 +790,10 @@ def test_gunicorn_workers_share_one_limit(redis, tmp_path):
         # does not, it is killed, and so are the workers it booted (as its log names them).
         server.send_signal(signal.SIGTERM)
         try:
-            server.wait(timeout=10)
+            server.wait(timeout=PATIENCE)
         except subprocess.TimeoutExpired:
             server.kill()
-            server.wait(timeout=10)
+            server.wait(timeout=PATIENCE)
             for pid in re.findall(r"Booting worker with pid: (\d+)", log_path.read_text()):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)

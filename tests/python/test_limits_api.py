@@ -9,6 +9,7 @@ import math
 import pytest
 
 import ratewin
+from conftest import PATIENT
 
 
 # ---- two limits never share counts unless asked ---------------------------------------
@@ -485,15 +486,16 @@ def test_refund_gives_back_what_did_not_count(engine):
 def test_reset_and_refund_reach_redis(redis):
     redis_url = redis.url
     limit = ratewin.Limit(3, per=60)
-    with ratewin.Engine(redis_url, key_prefix="rr") as a, ratewin.Engine(redis_url, key_prefix="rr") as b:
+    with ratewin.Engine(redis_url, key_prefix="rr", **PATIENT) as a, \
+            ratewin.Engine(redis_url, key_prefix="rr", **PATIENT) as b:
         for _ in range(3):
             assert a.try_acquire("alice", limit)
         assert not b.try_acquire("alice", limit)
         assert a.reset("alice", limit) is True
-        with ratewin.Engine(redis_url, key_prefix="rr") as c:
+        with ratewin.Engine(redis_url, key_prefix="rr", **PATIENT) as c:
             assert c.try_acquire("alice", limit).remaining == 2
             assert c.refund("alice", limit) == 1
-        with ratewin.Engine(redis_url, key_prefix="rr") as d:
+        with ratewin.Engine(redis_url, key_prefix="rr", **PATIENT) as d:
             assert d.try_acquire("alice", limit, 0).remaining == 3
 
 
@@ -550,7 +552,7 @@ def test_limiters_keep_the_name_they_were_given(engine):
 
 def test_redis_key_finds_a_names_key(redis):
     limit = ratewin.Limit(5, per=60)
-    with ratewin.Engine(redis.url, key_prefix="named") as engine:
+    with ratewin.Engine(redis.url, key_prefix="named", **PATIENT) as engine:
         assert engine.try_acquire("alice", limit)
         key = engine.redis_key("alice", limit)
         assert key is not None and key.startswith("named:{") and key.endswith(":w")

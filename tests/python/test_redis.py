@@ -1,4 +1,7 @@
-"""Redis mode from Python, against a redis-server these tests start (the support kit)."""
+"""Redis mode from Python, against a redis-server these tests start (the support kit).
+Engines get deadlines that only bound a failure (conftest.PATIENT) wherever a test counts
+on Redis answering; once a test has stopped Redis, an engine learns it at once (the
+connection is refused), not at a deadline."""
 
 from __future__ import annotations
 
@@ -9,12 +12,14 @@ import time
 import pytest
 
 import ratewin
-from ratewin_testkit import RedisServer
+from conftest import PATIENT
+from ratewin_testkit import RedisServer, wait_until
 
 
 def test_two_engines_share_one_limit_exactly(redis):
     limit = ratewin.Limit(10, per=3600)
-    with ratewin.Engine(redis.url) as a, ratewin.Engine(redis.url) as b:
+    with ratewin.Engine(redis.url, **PATIENT) as a, \
+            ratewin.Engine(redis.url, **PATIENT) as b:
         decisions = [(a if i % 2 else b).try_acquire("shared", limit) for i in range(30)]
         assert sum(1 for d in decisions if d) == 10
         assert not any(d.degraded for d in decisions)
@@ -29,7 +34,8 @@ def test_two_engines_share_one_limit_exactly(redis):
 def test_two_engines_share_one_token_bucket_exactly(redis):
     # One unit back every 6 minutes: the burst is all the two engines admit between them.
     bucket = ratewin.Limit(10, per=3600, algorithm="token_bucket", burst=4)
-    with ratewin.Engine(redis.url) as a, ratewin.Engine(redis.url) as b:
+    with ratewin.Engine(redis.url, **PATIENT) as a, \
+            ratewin.Engine(redis.url, **PATIENT) as b:
         decisions = [(a if i % 2 else b).try_acquire("shared", bucket) for i in range(30)]
         assert sum(1 for d in decisions if d) == 4
         assert not any(d.degraded for d in decisions)
@@ -40,7 +46,8 @@ def test_two_engines_share_one_token_bucket_exactly(redis):
 
 def test_two_engines_share_one_sliding_log_exactly(redis):
     log = ratewin.Limit(5, per=3600, algorithm="sliding_log")
-    with ratewin.Engine(redis.url) as a, ratewin.Engine(redis.url) as b:
+    with ratewin.Engine(redis.url, **PATIENT) as a, \
+            ratewin.Engine(redis.url, **PATIENT) as b:
         decisions = [(a if i % 2 else b).try_acquire("shared", log) for i in range(30)]
         assert sum(1 for d in decisions if d) == 5
         assert not any(d.degraded for d in decisions)
@@ -54,8 +61,8 @@ def test_two_engines_share_one_sliding_log_exactly(redis):
 
 def test_key_prefix_separates_applications(redis):
     limit = ratewin.Limit(3, per=3600)
-    with ratewin.Engine(redis.url, key_prefix="app1") as a, \
-            ratewin.Engine(redis.url, key_prefix="app2") as b:
+    with ratewin.Engine(redis.url, key_prefix="app1", **PATIENT) as a, \
+            ratewin.Engine(redis.url, key_prefix="app2", **PATIENT) as b:
         assert sum(1 for _ in range(5) if a.try_acquire("user", limit)) == 3
         assert sum(1 for _ in range(5) if b.try_acquire("user", limit)) == 3
 
@@ -63,7 +70,7 @@ def test_key_prefix_separates_applications(redis):
 @pytest.mark.parametrize("policy, allowed", [("local", True), ("open", True), ("closed", False)])
 def test_failure_policy_when_redis_is_gone(redis, policy, allowed):
     limit = ratewin.Limit(100, per=3600, on_failure=policy)
-    with ratewin.Engine(redis.url, command_timeout=0.2) as engine:
+    with ratewin.Engine(redis.url, **PATIENT) as engine:
         assert engine.try_acquire("r", limit).degraded is False
         redis.stop()
         decision = engine.try_acquire("r", limit)
@@ -79,13 +86,10 @@ def test_failure_policy_when_redis_is_gone(redis, policy, allowed):
 
 def test_partitioned_splits_the_limit_among_live_engines_while_redis_is_gone(redis):
     limit = ratewin.Limit(20, per=3600, on_failure="partitioned")
-    with ratewin.Engine(redis.url, command_timeout=0.2) as a, \
-            ratewin.Engine(redis.url, command_timeout=0.2) as b:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and \
-                (a.stats()["live_nodes"], b.stats()["live_nodes"]) != (2, 2):
-            time.sleep(0.05)
-        assert a.stats()["live_nodes"] == 2 and b.stats()["live_nodes"] == 2
+    with ratewin.Engine(redis.url, **PATIENT) as a, \
+            ratewin.Engine(redis.url, **PATIENT) as b:
+        assert wait_until(lambda: (a.stats()["live_nodes"], b.stats()["live_nodes"]) == (2, 2),
+                          interval=0.05), (a.stats(), b.stats())
         assert a.try_acquire("warm", limit) and b.try_acquire("warm", limit)
         redis.stop()
         for engine in (a, b):
@@ -97,9 +101,11 @@ def test_partitioned_splits_the_limit_among_live_engines_while_redis_is_gone(red
 
 
 def test_the_gil_is_free_while_redis_keeps_a_call_waiting(redis):
-    """A call blocked on a paused Redis (up to command_timeout) lets other threads run."""
+    """A call blocked on a paused Redis (up to command_timeout) lets other threads run:
+    the main thread ticks while it waits (holding the GIL, it would not tick at all)."""
     limit = ratewin.Limit(100, per=3600)
-    with ratewin.Engine(redis.url, command_timeout=0.6) as engine:
+    timeout = 2.0
+    with ratewin.Engine(redis.url, command_timeout=timeout) as engine:
         engine.try_acquire("warm", limit)  # connections are open
         span: list[float] = []
         ticks: list[float] = []
@@ -122,17 +128,16 @@ def test_the_gil_is_free_while_redis_keeps_a_call_waiting(redis):
         finally:
             redis.resume()
         start, end = span
-        assert end - start >= 0.5, "the call waited for its deadline"
+        assert end - start >= timeout - 0.1, "the call waited for its deadline"
         inside = [t for t in ticks if start + 0.1 < t < end - 0.1]
-        assert len(inside) >= 10, "the main thread ran while the call waited"
+        assert inside, "the main thread ran while the call waited"
 
 
 def test_batched_write_mode_counts_in_memory_and_flushes(redis):
     limit = ratewin.Limit(1000, per=3600)
-    with ratewin.Engine(redis.url, write_mode="batched", flush_interval=1) as batched:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and batched.stats()["live_nodes"] != 1:
-            time.sleep(0.05)
+    with ratewin.Engine(redis.url, write_mode="batched", flush_interval=1,
+                        **PATIENT) as batched:
+        assert wait_until(lambda: batched.stats()["live_nodes"] == 1, interval=0.05)
         assert batched.try_acquire("b", limit)  # a cold limiter's first: written at once
         writes = redis.cli("INFO", "commandstats")
         assert all(batched.try_acquire("b", limit) for _ in range(100))
@@ -141,11 +146,11 @@ def test_batched_write_mode_counts_in_memory_and_flushes(redis):
         assert stats.flushes >= 1 and stats.flush_failures == 0
         assert stats.flushed_units == 100
         assert redis.cli("INFO", "commandstats") != writes
-        with ratewin.Engine(redis.url) as reader:
+        with ratewin.Engine(redis.url, **PATIENT) as reader:
             assert reader.try_acquire("b", limit, cost=0).remaining == 1000 - 101
         # Admitted and not yet flushed when it closes: close() writes them.
         assert all(batched.try_acquire("b", limit) for _ in range(50))
-    with ratewin.Engine(redis.url) as reader:
+    with ratewin.Engine(redis.url, **PATIENT) as reader:
         assert reader.try_acquire("b", limit, cost=0).remaining == 1000 - 151
     with pytest.raises(ValueError, match="write_mode"):
         ratewin.Engine(redis.url, write_mode="eventually")
@@ -159,7 +164,8 @@ def test_password_never_shows(tmp_path):
     server = RedisServer(tmp_path, tcp=False, unix=True, password="s3cret-pw")
     server.start()
     try:
-        with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}") as engine:
+        with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}",
+                            **PATIENT) as engine:
             assert "s3cret-pw" not in repr(engine)
             assert engine.redis is not None and str(server.socket) in engine.redis
             assert "s3cret-pw" not in engine.redis
@@ -181,7 +187,7 @@ def test_logger_hears_about_failures(redis):
             heard.append((level, message))
 
     limit = ratewin.Limit(5, per=3600)
-    with ratewin.Engine(redis.url, command_timeout=0.2, logger=logger) as engine:
+    with ratewin.Engine(redis.url, **PATIENT, logger=logger) as engine:
         engine.try_acquire("a", limit)
         redis.stop()
         engine.try_acquire("a", limit)
@@ -199,7 +205,7 @@ def test_a_logger_that_raises_does_not_break_the_engine(redis, monkeypatch):
     reported: list[object] = []
     monkeypatch.setattr("sys.unraisablehook", lambda u: reported.append(u.exc_value))
     limit = ratewin.Limit(5, per=3600, on_failure="open")
-    with ratewin.Engine(redis.url, command_timeout=0.2, logger=logger) as engine:
+    with ratewin.Engine(redis.url, **PATIENT, logger=logger) as engine:
         redis.stop()
         assert engine.try_acquire("a", limit).allowed
     assert reported and all(isinstance(e, RuntimeError) for e in reported)
@@ -216,7 +222,7 @@ def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
                            (f"unix://:wrong-pw@{server.socket}", "refused the user or password")):
             caplog.clear()
             with caplog.at_level(logging.DEBUG, logger="ratewin"):
-                with ratewin.Engine(url) as engine:
+                with ratewin.Engine(url, **PATIENT) as engine:
                     assert engine.stats()["store_available"] is False
                     assert words in engine.stats()["last_error"]
                     assert engine.try_acquire("x", limit).degraded is True
@@ -225,8 +231,9 @@ def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
             assert words in errors[0].getMessage()
             assert not any("TIME" in r.getMessage() for r in caplog.records)
             with pytest.raises(ratewin.StoreError, match=words):
-                ratewin.Engine(url, connect="require")
-        with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}", connect="require") as engine:
+                ratewin.Engine(url, connect="require", **PATIENT)
+        with ratewin.Engine(f"unix://:s3cret-pw@{server.socket}", connect="require",
+                            **PATIENT) as engine:
             assert engine.stats()["store_available"] is True
     finally:
         server.stop()
@@ -239,7 +246,7 @@ def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
 def test_without_a_logger_records_go_to_the_ratewin_logger(redis, caplog):
     limit = ratewin.Limit(5, per=3600)
     with caplog.at_level(logging.INFO, logger="ratewin"):
-        with ratewin.Engine(redis.url, command_timeout=0.2) as engine:
+        with ratewin.Engine(redis.url, **PATIENT) as engine:
             engine.try_acquire("a", limit)
             redis.stop()
             engine.try_acquire("a", limit)

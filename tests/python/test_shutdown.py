@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import ratewin
+from ratewin_testkit import PATIENCE
 
 PACKAGE_ROOT = pathlib.Path(ratewin.__file__).resolve().parent.parent
 
@@ -21,24 +22,31 @@ def run(code: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "case.py"
     script.write_text(textwrap.dedent(code))
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)), timeout=60)
+                          env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)), timeout=2 * PATIENCE)
 
 
+# (Exit comes once each thread has been round its loop: while they all work.)
 DAEMONS_AT_EXIT = """
-    import threading, time
+    import threading
     import ratewin
     engine = ratewin.Engine()
     limit = ratewin.Limit(10**9, per=60)
     hot = engine.limiter("hot", limit)
+    working = threading.Semaphore(0)
     def work(i):
+        first = True
         while True:
             try:
                 {work}
             except ratewin.ClosedError:
                 pass
+            if first:
+                first = False
+                working.release()
     for i in range(4):
         threading.Thread(target=work, args=(i,), daemon=True).start()
-    time.sleep(0.05)
+    for i in range(4):
+        assert working.acquire(timeout=60)
     print("exiting")
     """
 
@@ -110,14 +118,18 @@ def test_engine_dropped_inside_its_own_logger(tmp_path):
     # A garbage collection on the engine's loop thread (here: forced, inside the logger)
     # frees the engine there; the thread cannot join itself, so another one does.
     code = """
-        import gc, threading, time
+        import gc, os, threading, time
         import ratewin
+        threads = lambda: len(os.listdir("/proc/self/task"))
+        before = threads()
         main = threading.get_ident()
         fired = threading.Event()
+        collected = threading.Event()
         def logger(level, message):
             if threading.get_ident() != main and not fired.is_set():
                 fired.set()
                 gc.collect()
+                collected.set()
         class Holder:
             pass
         h = Holder()
@@ -126,8 +138,13 @@ def test_engine_dropped_inside_its_own_logger(tmp_path):
                                   connect_timeout=0.001)
         gc.disable()
         del h
-        assert fired.wait(10)
-        time.sleep(0.3)
+        assert collected.wait(60)
+        # Freed on its own thread, the engine is joined by another (the reaper, a thread
+        # that stays): its thread ends.
+        deadline = time.monotonic() + 60
+        while threads() != before + 1:
+            assert time.monotonic() < deadline, (threads(), before)
+            time.sleep(0.01)
         print("ok")
         """
     result = run(code, tmp_path)
@@ -150,7 +167,7 @@ def test_closing_the_engine_inside_its_logger(tmp_path):
         engine = ratewin.Engine("unix:///nonexistent/redis.sock", logger=logger,
                                 connect_timeout=0.001)
         engine.try_acquire("x", ratewin.Limit(1, per=1))  # fails: the logger hears of it
-        assert done.wait(10) and engine.closed
+        assert done.wait(60) and engine.closed
         print("ok")
         """
     for _ in range(4):
@@ -179,12 +196,15 @@ ASYNC_AT_EXIT = {
     # while the interpreter finalizes: the engines' threads then still finish writes and
     # must neither call back nor let go of a callback by taking the GIL (which unwinds a
     # thread during finalization: std::terminate).
+    # (Exit comes once each thread has decided: while they all decide.)
     "deciding": """
-        import threading, time
+        import threading
         import ratewin
         limit = ratewin.Limit(10**9, per=60)
+        deciding = threading.Semaphore(0)
         def work(i):
             engine = None
+            first = True
             while True:
                 try:
                     if engine is None or engine.closed:
@@ -192,9 +212,13 @@ ASYNC_AT_EXIT = {
                     engine._try_acquire_all_async(f"k{{i}}", [limit], 1, lambda d: d.allowed)
                 except ratewin.ClosedError:
                     pass
+                if first:
+                    first = False
+                    deciding.release()
         for i in range(3):
             threading.Thread(target=work, args=(i,), daemon=True).start()
-        time.sleep(0.2)
+        for i in range(3):
+            assert deciding.acquire(timeout=60)
         print("exiting")
         """,
 }

@@ -14,6 +14,7 @@ import pytest
 
 import ratewin
 from ratewin.wsgi import Answer, RateLimitMiddleware
+from ratewin_testkit import PATIENCE
 
 
 def hello(environ, start_response):
@@ -112,19 +113,19 @@ class QuietHandler(WSGIRequestHandler):
 def test_behind_wsgiref_server(engine):
     app = RateLimitMiddleware(hello, engine, ratewin.Limit(3, per=60), per_path=True)
     server: WSGIServer = make_server("127.0.0.1", 0, app, handler_class=QuietHandler)
-    server.timeout = 5
+    server.timeout = PATIENCE
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_port}/items"
         for remaining in (2, 1, 0):
-            with urllib.request.urlopen(url, timeout=10) as response:
+            with urllib.request.urlopen(url, timeout=PATIENCE) as response:
                 assert response.status == 200
                 assert response.read() == b"hello /items"
                 assert response.headers["X-RateLimit-Remaining"] == str(remaining)
                 assert response.headers["X-RateLimit-Limit"] == "3"
         with pytest.raises(urllib.error.HTTPError) as rejected:
-            urllib.request.urlopen(url, timeout=10)
+            urllib.request.urlopen(url, timeout=PATIENCE)
         assert rejected.value.code == 429
         assert int(rejected.value.headers["Retry-After"]) >= 1
         assert json.loads(rejected.value.read())["error"] == "rate limited"
@@ -133,7 +134,7 @@ def test_behind_wsgiref_server(engine):
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(timeout=10)
+        thread.join(timeout=PATIENCE)
 
 
 # ---- several limits, strings, per-route limits, stacking, headers and 429 ---------------

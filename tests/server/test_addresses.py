@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from ratewin_testkit import SERVER, Client, RawReader, Reply, raw_connect, raw_get, write_rules
+from ratewin_testkit import (PATIENCE, SERVER, Client, RawReader, Reply, raw_connect, raw_get,
+                            write_rules)
 
 # A key's tier shows in the demo backend's body: "marked" for the addresses listed here.
 RULES = """
@@ -142,7 +143,7 @@ def test_deny_by_address_holds_on_a_dual_stack_listener(start_server, tmp_path):
     assert get_from(server, "127.0.0.1", {}) == "denied"
     assert get_from(server, "127.0.0.3", {}) == "marked"
     assert get_from(server, "127.0.0.2", {}) == "free"
-    conn = http.client.HTTPConnection("::1", server.port, timeout=5)
+    conn = http.client.HTTPConnection("::1", server.port, timeout=PATIENCE)
     try:
         conn.request("GET", "/")
         r = conn.getresponse()
@@ -168,7 +169,7 @@ def test_deny_by_address_holds_on_a_dual_stack_listener(start_server, tmp_path):
 ])
 def test_bad_trust_proxy_ranges_exit_2(value, message):
     done = subprocess.run([SERVER, "--listen", "127.0.0.1:0", "--trust-proxy", value],
-                          stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=PATIENCE)
     assert done.returncode == 2, done
     assert b"--trust-proxy" in done.stderr and message.encode() in done.stderr, done.stderr
 
@@ -176,7 +177,7 @@ def test_bad_trust_proxy_ranges_exit_2(value, message):
 def test_trust_proxy_needs_its_ranges():
     """The old form (a flag that trusted any peer) is refused rather than read as 'none'."""
     done = subprocess.run([SERVER, "--listen", "127.0.0.1:0", "--trust-proxy"],
-                          stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=PATIENCE)
     assert done.returncode == 2, done
     assert b"trust-proxy" in done.stderr
 

@@ -291,11 +291,16 @@ def test_admin_override_below_a_limits_cost_refuses_for_good(start_server, tmp_p
 
 
 def test_admin_override_expires_after_its_ttl(start_server, tmp_path):
+    # (2 s: the request just after the override is set comes before its end, however late
+    # a busy machine makes it.)
     server = start_server(rules=write_rules(tmp_path / "rules.yaml", RULES), admin_token=TOKEN)
-    assert post_override(server, {"key": "eve", "limit": 50, "ttl_s": 0.4}).status == 200
+    set_at = time.monotonic()
+    assert post_override(server, {"key": "eve", "limit": 50, "ttl_s": 2}).status == 200
     assert server.get("/", {"X-API-Key": "eve"}).headers["x-ratelimit-limit"] == "50"
-    time.sleep(0.5)
-    assert server.get("/", {"X-API-Key": "eve"}).headers["x-ratelimit-limit"] == "2"
+    # In force until its time is up, and not after it.
+    assert wait_until(lambda: server.get("/", {"X-API-Key": "eve"})
+                      .headers["x-ratelimit-limit"] == "2", interval=0.05)
+    assert time.monotonic() - set_at >= 2 - 0.01
     assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
 
 
@@ -320,7 +325,7 @@ def test_admin_override_bad_requests(start_server, tmp_path):
         assert r.status == 400, (body, r)
         assert r.json()["error"], r
     assert server.get("/admin/overrides", AUTH).json()["overrides"] == []
-    assert wait_until(lambda: server.alive(), 0.1)
+    assert server.alive()
 
 
 def test_admin_override_body_is_strict_json(start_server, tmp_path):

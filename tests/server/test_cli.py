@@ -8,10 +8,10 @@ import json
 import re
 import subprocess
 
-from ratewin_testkit import EXAMPLE_RULES, SERVER, wait_until, write_rules
+from ratewin_testkit import EXAMPLE_RULES, PATIENCE, SERVER, wait_until, write_rules
 
 
-def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = PATIENCE) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SERVER, *args], capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
@@ -74,7 +74,7 @@ def test_check_fails_with_the_message_a_reload_gives(start_server, tmp_path):
     message = got.stderr.split("rules rejected: ", 1)[1].strip()
     # The running server, given the same bytes at the same path, logs the same message.
     write_rules(good, bad_text, atomic=True)
-    assert wait_until(lambda: "rules rejected" in server.log(), 5), server.log()
+    assert wait_until(lambda: "rules rejected" in server.log()), server.log()
     assert message.replace(str(bad), str(good)) in server.log()
 
     # The memory bound is checked as at a load: not one limiter of an hourly limit with
@@ -108,7 +108,7 @@ def test_a_port_in_use_is_refused_unless_reuse_port(start_server, tmp_path):
     listen = f"127.0.0.1:{first.port}"
     # A second process on the same port: refused, saying why (it would have joined the
     # first's SO_REUSEPORT group, each counting apart).
-    second = run("--listen", listen, "--threads", "1", timeout=30)
+    second = run("--listen", listen, "--threads", "1")
     assert second.returncode == 1, second
     assert f"cannot listen on {listen}: another process listens there" in second.stderr
     assert "--reuse-port" in second.stderr

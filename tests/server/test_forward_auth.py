@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ratewin_testkit import SERVER, Client, RawReader, raw_connect, write_rules
+from ratewin_testkit import PATIENCE, SERVER, Client, RawReader, raw_connect, write_rules
 
 RULES = """
 tiers:
@@ -250,6 +250,6 @@ def test_forward_auth_mode_answers_checks_only(start_server, rules):
 ])
 def test_bad_forward_auth_options_exit_2(flags, message):
     done = subprocess.run([SERVER, "--listen", "127.0.0.1:0", *flags],
-                          stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=PATIENCE)
     assert done.returncode == 2, done
     assert message.encode() in done.stderr, done.stderr

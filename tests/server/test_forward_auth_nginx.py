@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ratewin_testkit import ROOT, free_port, wait_until, write_rules
+from ratewin_testkit import PATIENCE, ROOT, free_port, wait_until, write_rules
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
 TEMPLATE = ROOT / "cmd" / "server" / "forward-auth" / "nginx.conf.in"
@@ -121,7 +121,7 @@ class Nginx:
                  "-g", "daemon off; master_process off;"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=open(self.prefix / "stderr.log", "wb"))
-            if wait_until(lambda: self.process.poll() is not None or self.answers(), 10):
+            if wait_until(lambda: self.process.poll() is not None or self.answers()):
                 if self.process.poll() is None:
                     return self
             self.stop()
@@ -149,16 +149,17 @@ class Nginx:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=PATIENCE)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=PATIENCE)
         self.process = None
 
 
 def call(port: int, method: str, path: str, source: str, headers: dict[str, str] | None = None,
          body: bytes | None = None):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(source, 0))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE,
+                                      source_address=(source, 0))
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()

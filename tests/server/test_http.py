@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import signal
 import socket
 import threading
@@ -14,7 +15,8 @@ import time
 
 import pytest
 
-from ratewin_testkit import Client, RawReader, raw_connect, raw_get, wait_until, write_rules
+from ratewin_testkit import (PATIENCE, Client, RawReader, metric_value, raw_connect, raw_get,
+                            wait_until, write_rules)
 
 RULES = """
 version: "http-v1"
@@ -45,14 +47,14 @@ def test_malformed_request_gets_400_then_close(start_server, rules):
             assert r.status == 400, (garbage, r)
             assert r.headers["connection"] == "close"
             assert "error" in r.json()
-            assert reader.closed(2), garbage
+            assert reader.closed(), garbage
     # A good request on the same connection before the garbage is answered first.
     with raw_connect(server.port) as s:
         s.sendall(raw_get("/ok", [("X-API-Key", "k")]) + b"\x00\x01garbage\r\n\r\n")
         reader = RawReader(s)
         assert reader.response().status == 200
         assert reader.response().status == 400
-        assert reader.closed(2)
+        assert reader.closed()
     assert server.get("/healthz").status == 200
 
 
@@ -69,7 +71,7 @@ def test_oversized_headers_431_and_long_url_414(start_server, rules):
             r = reader.response()
             assert r.status == 431, r
             assert r.headers["connection"] == "close"
-            assert reader.closed(2)
+            assert reader.closed()
     with raw_connect(server.port) as s:  # more than 100 header fields
         s.sendall(raw_get("/", [(f"X-{i}", "v") for i in range(120)]))
         assert RawReader(s).response().status == 431
@@ -78,7 +80,7 @@ def test_oversized_headers_431_and_long_url_414(start_server, rules):
         reader = RawReader(s)
         r = reader.response()
         assert r.status == 414, r
-        assert reader.closed(2)
+        assert reader.closed()
     assert server.get("/" + "u" * 7000, {"X-API-Key": "k2"}).status == 200
 
 
@@ -93,7 +95,7 @@ def test_oversized_body_413(start_server, rules):
         r = reader.response()
         assert r.status == 413, r
         assert r.headers["connection"] == "close"
-        assert reader.closed(2)
+        assert reader.closed()
     # Chunked, growing past the limit.
     with raw_connect(server.port) as s:
         chunk = b"x" * 16384
@@ -109,20 +111,25 @@ def test_oversized_body_413(start_server, rules):
 
 def test_slow_client_gets_408_and_close(start_server, rules):
     server = start_server("--request-timeout-ms", "300", rules=rules)
+    started = time.monotonic()  # (the deadline runs from the accept, after this)
     with raw_connect(server.port) as s:
-        started = time.monotonic()
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
         reader = RawReader(s)
-        # Trickling bytes does not extend the deadline.
-        for _ in range(3):
-            time.sleep(0.08)
-            s.sendall(b"X-Slow: 1\r\n")
+        # Trickling bytes does not extend the deadline: a header line every 50 ms until
+        # the answer comes (were each byte to extend it, none would come while they do).
+        trickled_until = time.monotonic() + PATIENCE
+        while not select.select([s], [], [], 0.05)[0]:
+            assert time.monotonic() < trickled_until, "trickling kept the request alive"
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                break  # closed: its answer is read below
         r = reader.response()
         elapsed = time.monotonic() - started
         assert r.status == 408, r
         assert r.headers["connection"] == "close"
-        assert 0.25 <= elapsed < 1.5, elapsed
-        assert reader.closed(2)
+        assert elapsed >= 0.3 - 0.01, elapsed  # not before the deadline
+        assert reader.closed()
     # A quick request is not affected.
     assert server.get("/", {"X-API-Key": "k"}).status == 200
     assert server.metric('ratewin_server_connections_total{outcome="timed_out"}') >= 1
@@ -130,36 +137,43 @@ def test_slow_client_gets_408_and_close(start_server, rules):
 
 def test_request_deadline_starts_with_each_request(start_server, rules):
     """The 408 deadline runs from a request's first byte: a request that begins in the
-    same read that completes the one before it gets its own full time."""
-    server = start_server("--request-timeout-ms", "500", rules=rules)
+    same read that completes the one before it gets its own full time. (A 4 s deadline:
+    each step below may come a second late, on a busy machine, and still land where it
+    must.)"""
+    server = start_server("--request-timeout-ms", "4000", rules=rules)
+    began = time.monotonic()  # (before /first's deadline starts: at the accept)
     with raw_connect(server.port) as s:
         reader = RawReader(s)
         s.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n")
-        time.sleep(0.35)
-        s.sendall(b"\r\nGET /second HTTP/1.1\r\nHost: x\r\n")  # /second starts at 0.35 s
+        time.sleep(2)
+        second_began = time.monotonic()
+        s.sendall(b"\r\nGET /second HTTP/1.1\r\nHost: x\r\n")  # /second starts ~2 s in
         first = reader.response()
         assert first.status == 200 and first.json()["endpoint"] == "/first", first
-        time.sleep(0.3)  # 0.65 s after /first began, 0.3 s after /second did
+        # Past /first's deadline (and so past any deadline /second could have inherited
+        # from it), well within /second's own.
+        time.sleep(max(0.0, began + 5 - time.monotonic()))
         s.sendall(b"\r\n")
         second = reader.response()
-        assert second.status == 200, f"/second (0.3 s old, timeout 0.5 s) got {second}"
+        assert second.status == 200, (
+            f"/second ({time.monotonic() - second_began:.2f} s old, timeout 4 s) got {second}")
         assert second.json()["endpoint"] == "/second"
 
 
 def test_silent_connection_is_closed_after_the_request_timeout(start_server, rules):
     """A connection that sends nothing gets the request timeout, not the idle timeout
-    (which is for the time between requests): silent clients cannot hold every slot."""
-    server = start_server("--request-timeout-ms", "300", "--idle-timeout-ms", "20000",
+    (which is for the time between requests): silent clients cannot hold every slot.
+    (The idle timeout is longer than any wait here: a close is the request timeout's.)"""
+    server = start_server("--request-timeout-ms", "300", "--idle-timeout-ms", "600000",
                           "--max-connections", "4", rules=rules, threads=1)
+    started = time.monotonic()
     silent = [raw_connect(server.port) for _ in range(4)]
     try:
-        started = time.monotonic()
         for s in silent:
-            assert RawReader(s).closed(3), "a silent connection was kept past the request timeout"
-        elapsed = time.monotonic() - started
-        assert 0.2 <= elapsed < 2, elapsed
+            assert RawReader(s).closed(), "a silent connection was kept past the request timeout"
+        assert time.monotonic() - started >= 0.3 - 0.01
         # The slots are free again.
-        assert wait_until(lambda: server.get("/healthz").status == 200, 2)
+        assert wait_until(lambda: server.get("/healthz").status == 200)
     finally:
         for s in silent:
             s.close()
@@ -171,12 +185,18 @@ def test_silent_connection_is_closed_after_the_request_timeout(start_server, rul
         assert not reader.closed(0.8), "closed after the request timeout between requests"
         s.sendall(raw_get("/", [("X-API-Key", "k")]))
         assert reader.response().status == 200
-    # A request trickled in from the connection's first byte has no more time than that.
+    # A request trickled in from the connection's first byte has no more time than that:
+    # cut (408) by the deadline that ran from the accept. (Should its bytes come after it,
+    # on a busy machine, the connection is closed as a silent one, for the same deadline.)
     with raw_connect(server.port) as s:
         time.sleep(0.2)
-        s.sendall(b"GET / HTTP/1.1\r\n")
-        r = RawReader(s).response()
-        assert r.status == 408, r
+        try:
+            s.sendall(b"GET / HTTP/1.1\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        reader = RawReader(s)
+        if not reader.closed():
+            assert reader.response().status == 408, reader.buffer
 
 
 def test_head_response_has_no_body(start_server, rules):
@@ -185,8 +205,6 @@ def test_head_response_has_no_body(start_server, rules):
     server = start_server(rules=rules)
     with raw_connect(server.port) as s:
         s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + raw_get("/healthz"))
-        time.sleep(0.2)
-        s.settimeout(2)
         data = b""
         while data.count(b"HTTP/1.1 200") < 2 and len(data) < 4096:
             chunk = s.recv(65536)
@@ -204,22 +222,26 @@ def test_head_response_has_no_body(start_server, rules):
 
 
 def test_idle_keep_alive_connection_is_closed(start_server, rules):
-    server = start_server("--idle-timeout-ms", "300", rules=rules)
+    # (A request timeout longer than any wait here: a close is the idle timeout's. Requests
+    # 0.3 s apart keep a connection of a 2 s idle timeout for longer than that: each may
+    # come 1.7 s late on a busy machine.)
+    server = start_server("--idle-timeout-ms", "2000", "--request-timeout-ms", "600000",
+                          rules=rules)
     with raw_connect(server.port) as s:
+        started = time.monotonic()  # (idle from the answer on, after this)
         s.sendall(raw_get("/", [("X-API-Key", "k")]))
         reader = RawReader(s)
         r = reader.response()
         assert r.status == 200 and "connection" not in r.headers
-        started = time.monotonic()
-        assert reader.closed(3), "idle connection not closed"
-        elapsed = time.monotonic() - started
-        assert 0.2 <= elapsed < 1.5, elapsed
+        assert reader.closed(), "idle connection not closed"
+        assert time.monotonic() - started >= 2 - 0.01
     # Idle timeout is not applied while requests keep coming.
     with Client(server.port) as c:
         assert c.get("/healthz").status == 200
         sock = c.conn.sock
-        for _ in range(4):
-            time.sleep(0.15)
+        kept = time.monotonic() + 3
+        while time.monotonic() < kept:
+            time.sleep(0.3)
             assert c.get("/healthz").status == 200
         assert c.conn.sock is sock
 
@@ -244,13 +266,13 @@ def test_keep_alive_reuses_one_connection(start_server, rules):
         reader = RawReader(s)
         r = reader.response()
         assert r.status == 200 and r.headers["connection"] == "close"
-        assert reader.closed(2)
+        assert reader.closed()
     # HTTP/1.0 without keep-alive closes too.
     with raw_connect(server.port) as s:
         s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
         reader = RawReader(s)
         assert reader.response().status == 200
-        assert reader.closed(2)
+        assert reader.closed()
 
 
 def test_pipelined_requests_answered_in_order(start_server, rules):
@@ -278,7 +300,7 @@ def test_a_pipelined_flood_takes_turns_with_the_other_connections_of_its_loop(st
     # requests each time (and under a slow build its request timed out before it was read).
     server = start_server(threads=1)
     request = raw_get("/flood")
-    flood = raw_connect(server.port, timeout=60)
+    flood = raw_connect(server.port)
     stop = False
 
     def drain() -> None:
@@ -293,13 +315,14 @@ def test_a_pipelined_flood_takes_turns_with_the_other_connections_of_its_loop(st
     reader.start()
     def send() -> None:
         try:
-            flood.sendall(request * 400_000)
+            while not stop:
+                flood.sendall(request * 10_000)
         except OSError:
             pass  # (closed below once the test has its counts)
 
     sender = threading.Thread(target=send)
     sender.start()
-    asked = raw_connect(server.port, timeout=60)
+    asked = raw_connect(server.port)
     answers = RawReader(asked)
 
     def answered() -> int:
@@ -310,18 +333,21 @@ def test_a_pipelined_flood_takes_turns_with_the_other_connections_of_its_loop(st
 
     # How many of the flood's requests were served during a round trip of /metrics, for
     # round trips during which the flood was served at all (its sender does not always
-    # keep the socket full).
+    # keep the socket full). A read holds 16 KiB / 35 bytes = 468 of them: with a read per
+    # turn, a round trip sees one or two reads go by, more when this client is slow to ask
+    # again (as a busy machine makes it), never fewer. So round trips are made until one
+    # sees at most three. (Before: 10,000 and more, every time.)
     between: list[int] = []
     try:
-        wait_until(lambda: answered() > 2_000, 30)  # the flood is being served
+        assert wait_until(lambda: answered() > 2_000)  # the flood is being served
         last = answered()
-        for _ in range(200):
+        deadline = time.monotonic() + PATIENCE
+        while not (between and min(between) <= 3 * 469):
+            assert time.monotonic() < deadline, sorted(between)
             now = answered()
             if now - last - 1 > 0:
                 between.append(now - last - 1)
             last = now
-            if len(between) == 9:
-                break
     finally:
         stop = True
         flood.shutdown(socket.SHUT_RDWR)
@@ -329,12 +355,6 @@ def test_a_pipelined_flood_takes_turns_with_the_other_connections_of_its_loop(st
         asked.close()
         sender.join()
         reader.join()
-    assert len(between) == 9, between
-    # A read holds 16 KiB / 35 bytes = 468 of the flood's requests: with a read per turn,
-    # a round trip of /metrics sees one or two reads go by, more when this client is slow
-    # to ask again (a busy machine), never fewer: the fewest seen is the turn's size.
-    # (Before: 10,000 and more, every time.)
-    assert min(between) <= 3 * 469, sorted(between)
 
 
 def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
@@ -346,14 +366,15 @@ def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
     try:
         for s in held:
             s.sendall(b"GET /healthz HTTP/1.1\r\n")  # a request begun
-        time.sleep(0.1)
+        # (Accepted before the next: one loop takes its connections in turn, and a new
+        # connection is busy, not idle, from its accept.)
         extra = raw_connect(server.port)
         try:
             extra.sendall(raw_get("/healthz"))
         except (BrokenPipeError, ConnectionResetError):
             pass
         extra_reader = RawReader(extra)
-        assert extra_reader.closed(2), f"third connection not closed; got {extra_reader.buffer!r}"
+        assert extra_reader.closed(), f"third connection not closed; got {extra_reader.buffer!r}"
         assert extra_reader.buffer == b""
         extra.close()
         # The two held ones still work.
@@ -362,7 +383,6 @@ def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
             assert reader.response().status == 200
         # One goes away: room for another.
         held[0].close()
-        time.sleep(0.1)
         again = raw_connect(server.port)
         held[0] = again
         again.sendall(raw_get("/healthz"))
@@ -370,21 +390,20 @@ def test_connections_over_the_limit_are_closed_at_once(start_server, rules):
     finally:
         for s in held:
             s.close()
-    time.sleep(0.05)
     assert server.metric('ratewin_server_connections_total{outcome="refused"}') >= 1
 
 
 def test_at_the_bound_the_longest_idle_connection_makes_room(start_server, rules):
     """Before: 200 keep-alive connections asking once every 4 s (idle timeout 5 s) held
-    every slot of --max-connections 200, and every new client was closed at once."""
-    server = start_server("--max-connections", "20", "--idle-timeout-ms", "5000", rules=rules,
-                          threads=1)
+    every slot of --max-connections 200, and every new client was closed at once. (Here
+    the idle timeout is longer than the test: what closes a connection is the bound.)"""
+    server = start_server("--max-connections", "20", "--idle-timeout-ms", "600000",
+                          rules=rules, threads=1)
     held = [raw_connect(server.port) for _ in range(20)]
     try:
         for s in held:
             s.sendall(raw_get("/healthz"))
             assert RawReader(s).response().status == 200
-        time.sleep(0.05)
         held[0].sendall(raw_get("/healthz"))  # the first is now the most recently busy
         assert RawReader(held[0]).response().status == 200
         newcomers = []
@@ -394,12 +413,12 @@ def test_at_the_bound_the_longest_idle_connection_makes_room(start_server, rules
             s.sendall(raw_get("/healthz"))
             assert RawReader(s).response().status == 200
         for i in range(1, 6):  # the longest idle were closed, in order
-            assert RawReader(held[i]).closed(1), i
+            assert RawReader(held[i]).closed(), i
         assert not RawReader(held[0]).closed(0.2)  # busy since: still open
         assert not RawReader(held[6]).closed(0.2)
         for s in newcomers:
             s.close()
-        time.sleep(0.1)
+        # (This scrape, at the bound, makes room by closing the longest idle.)
         assert server.metric('ratewin_server_connections_total{outcome="idle_closed"}') >= 5
         assert server.metric('ratewin_server_connections_total{outcome="refused"}') == 0
     finally:
@@ -419,12 +438,20 @@ def test_connections_per_address_are_bounded(start_server, rules):
             extra.sendall(raw_get("/healthz"))
         except (BrokenPipeError, ConnectionResetError):
             pass
-        assert RawReader(extra).closed(2)
+        assert RawReader(extra).closed()
         extra.close()
         with Client(server.port, source="127.0.0.2") as other:  # another address
             assert other.get("/healthz").status == 200
         mine.pop().close()
-        time.sleep(0.1)
+
+        def open_connections() -> float | None:
+            with Client(server.port, source="127.0.0.2") as scrape:
+                return metric_value(scrape.get("/metrics").text,
+                                    "ratewin_server_open_connections")
+
+        # Room for one more once the server has closed it: two of this address and the
+        # scrape's own are open.
+        assert wait_until(lambda: open_connections() == 3)
         with Client(server.port) as again:
             assert again.get("/healthz").status == 200
         assert server.metric(
@@ -442,12 +469,18 @@ def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
     assert idle_reader.response().status == 200
     busy = raw_connect(server.port)
     busy.sendall(b"GET /in-flight HTTP/1.1\r\nHost: x\r\nX-API-Key: k\r\n")  # half a request
-    time.sleep(0.1)
+
+    def open_connections() -> float | None:  # (asked on the idle connection)
+        idle.sendall(raw_get("/metrics"))
+        return metric_value(idle_reader.response().text, "ratewin_server_open_connections")
+
+    # The busy one accepted (from then on SIGTERM drains it rather than refusing it).
+    assert wait_until(lambda: open_connections() == 2)
     server.signal(signal.SIGTERM)
     try:
-        assert wait_until(lambda: "SIGTERM: draining" in server.log(), 2), server.log()
+        assert wait_until(lambda: "SIGTERM: draining" in server.log()), server.log()
         # The idle keep-alive connection is closed, new connections are refused.
-        assert idle_reader.closed(2)
+        assert idle_reader.closed()
 
         def refused() -> bool:
             try:
@@ -457,13 +490,13 @@ def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
             except OSError as e:
                 return e.errno in (errno.ECONNREFUSED, errno.ECONNRESET)
 
-        assert wait_until(refused, 2)
+        assert wait_until(refused)
         assert server.alive(), "exited with a request in flight"
         # A second signal (Ctrl-C twice, a supervisor signalling the group and the PID)
-        # does not cut the drain short.
+        # does not cut the drain short: the server answers the rest of the request after
+        # them (a fatal signal ends a process before it runs again).
         server.signal(signal.SIGTERM)
         server.signal(signal.SIGINT)
-        time.sleep(0.2)
         assert server.alive(), "a repeated signal ended the drain"
         # The rest of the request: answered, with Connection: close, then the server exits.
         busy.sendall(b"\r\n")
@@ -472,8 +505,8 @@ def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
         assert r.status == 200, r
         assert r.json()["endpoint"] == "/in-flight"
         assert r.headers["connection"] == "close"
-        assert reader.closed(2)
-        assert server.wait(5) == 0, server.log()
+        assert reader.closed()
+        assert server.wait(PATIENCE) == 0, server.log()
         assert "drained; exiting" in server.log()
     finally:
         idle.close()
@@ -481,16 +514,21 @@ def test_sigterm_drains_in_flight_request_and_exits_0(start_server, rules):
 
 
 def test_sigterm_drain_deadline_closes_stuck_connections(start_server, rules):
-    server = start_server("--drain-timeout-ms", "300", rules=rules)
+    # (A request timeout longer than any wait here: only the drain deadline can close the
+    # stuck connection and let the server exit.)
+    server = start_server("--drain-timeout-ms", "300", "--request-timeout-ms", "600000",
+                          rules=rules, threads=1)
     busy = raw_connect(server.port)
     try:
         busy.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished
-        time.sleep(0.1)
+        # Accepted (one loop takes its connections in turn): drained, not refused.
+        assert server.get("/healthz").status == 200
         started = time.monotonic()
         server.signal(signal.SIGTERM)
-        assert server.wait(5) == 0, server.log()
-        assert time.monotonic() - started < 2
-        assert RawReader(busy).closed(1)
+        assert server.wait(PATIENCE) == 0, server.log()
+        assert time.monotonic() - started >= 0.3 - 0.01
+        assert "drain deadline" in server.log()
+        assert RawReader(busy).closed()
     finally:
         busy.close()
 
@@ -598,7 +636,9 @@ def test_peer_reset_while_responses_are_queued_does_not_kill_the_server(start_se
     # libuv writes without MSG_NOSIGNAL: a write to a reset connection raises SIGPIPE,
     # which the server must ignore. Deterministically first:
     server.signal(signal.SIGPIPE)
-    time.sleep(0.1)
+    # (Answered after it, it was not ended by it: a fatal signal ends a process before it
+    # runs again.)
+    assert server.get("/healthz").status == 200
     assert server.alive(), "SIGPIPE ended the server"
     # Then the way it happens.
     burst = raw_get("/x") * 20000
@@ -607,10 +647,12 @@ def test_peer_reset_while_responses_are_queued_does_not_kill_the_server(start_se
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(("127.0.0.1", server.port))
         s.sendall(burst)
-        time.sleep(0.2)  # responses pile up: the client reads none
+        # Responses pile up: the client reads none.
+        assert wait_until(lambda: server.metric("ratewin_server_connection_buffer_bytes") > 0)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         s.close()  # RST
-    time.sleep(0.2)
+    # Each reset connection closed (the scrape's own is the one open), and the server runs.
+    assert wait_until(lambda: server.metric("ratewin_server_open_connections") == 1), server.log()
     assert server.alive(), server.log()
     assert server.get("/healthz").status == 200
 
@@ -618,7 +660,7 @@ def test_peer_reset_while_responses_are_queued_does_not_kill_the_server(start_se
 def test_client_that_never_reads_is_bounded_and_closed(start_server, rules):
     """Pipelining without reading: parsing stops once a connection's output is full, and
     the connection is closed after a request timeout without progress."""
-    server = start_server("--request-timeout-ms", "500", "--idle-timeout-ms", "500",
+    server = start_server("--request-timeout-ms", "2000", "--idle-timeout-ms", "2000",
                           "--max-connections", "4", rules=rules, threads=1)
     def rss_kib() -> int:
         with open(f"/proc/{server.pid}/status") as f:
@@ -637,14 +679,16 @@ def test_client_that_never_reads_is_bounded_and_closed(start_server, rules):
             except BlockingIOError:
                 pass
             socks.append(s)
-        time.sleep(0.3)
+        # Their answers pile up (or, on a busy machine, they have been closed already).
+        assert wait_until(lambda: server.metric("ratewin_server_connection_buffer_bytes") > 0
+                          or server.metric("ratewin_server_open_connections") == 1)
         # Each connection holds at most its capped output and one read of input (not
         # measurable under a sanitizer, whose allocator keeps freed memory aside).
         if not os.environ.get("RATEWIN_SANITIZE"):
             assert rss_kib() - before < 3 * 2048, (before, rss_kib())
         # They make no progress: closed after the timeout, and their slots come back.
         # (The scrape's own connection is the one left.)
-        assert wait_until(lambda: server.metric("ratewin_server_open_connections") == 1, 5)
+        assert wait_until(lambda: server.metric("ratewin_server_open_connections") == 1)
         assert server.get("/healthz").status == 200
     finally:
         for s in socks:
@@ -657,7 +701,6 @@ def test_expect_100_continue_and_http10_keep_alive(start_server, rules):
     try:
         s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
                   b"Expect: 100-continue\r\n\r\n")
-        s.settimeout(2)
         assert s.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
         s.sendall(b"hello")
         reader = RawReader(s)
@@ -667,7 +710,7 @@ def test_expect_100_continue_and_http10_keep_alive(start_server, rules):
         assert r.status == 200 and r.headers["connection"].lower() == "keep-alive", r
         s.sendall(b"GET /b HTTP/1.0\r\n\r\n")
         assert reader.response().status == 200
-        assert reader.closed(2)  # HTTP/1.0 without keep-alive: closed after the response
+        assert reader.closed()  # HTTP/1.0 without keep-alive: closed after the response
     finally:
         s.close()
 
@@ -740,7 +783,7 @@ def test_strict_framing_refuses_what_could_pass_as_something_else(start_server, 
         r = reader.response()
         assert r.status == status, (why, r)
         assert r.headers["connection"] == "close"
-        assert reader.closed(2)
+        assert reader.closed()
 
 
 def test_trailers_never_supply_the_client_key_or_address(start_server, tmp_path):

@@ -39,7 +39,10 @@ def named(server, event: str) -> list[dict]:
 
 def test_refusals_are_logged_as_json_and_the_most_refused_are_listed(start_server, tmp_path):
     path = write_rules(tmp_path / "rules.yaml", RULES)
-    server = start_server("--log-format", "json", "--refusal-log-interval", "1",
+    # (A key is followed until an interval has passed without its refusal: the refusals
+    # below are listed by GET /admin/top at least one interval, 3 s, after they were
+    # made, however late a busy machine makes the request.)
+    server = start_server("--log-format", "json", "--refusal-log-interval", "3",
                           rules=path, admin_token=TOKEN)
     with Client(server.port) as c:
         by_key = [c.get("/", {"X-API-Key": SECRET_KEY}).status for _ in range(6)]
@@ -49,7 +52,7 @@ def test_refusals_are_logged_as_json_and_the_most_refused_are_listed(start_serve
 
     # One "refusing" line per key, when it starts being refused; the API key by its
     # fingerprint, never whole.
-    starts = wait_until(lambda: len(named(server, "refusing")) == 2 and named(server, "refusing"), 10)
+    starts = wait_until(lambda: len(named(server, "refusing")) == 2 and named(server, "refusing"))
     keys = {e["key"]: e for e in starts}
     assert "ip:127.0.0.1" in keys, starts
     (fingerprint,) = [k for k in keys if k.startswith("key#")]
@@ -62,7 +65,7 @@ def test_refusals_are_logged_as_json_and_the_most_refused_are_listed(start_serve
     # GET /admin/top: the keys, whole, most refused first, with counts and rates.
     assert server.get("/admin/top").status == 401
     top = server.get("/admin/top", AUTH).json()
-    assert top["interval_s"] == 1
+    assert top["interval_s"] == 3
     (rule,) = top["rules"]
     assert rule["rule"] == "tier:free/per-key"
     assert [k["key"] for k in rule["keys"]] == [SECRET_KEY, "ip:127.0.0.1"]
@@ -74,9 +77,10 @@ def test_refusals_are_logged_as_json_and_the_most_refused_are_listed(start_serve
 
     # Each interval, a count for each key still refused; then, an interval without a
     # refusal, the end (and the key is forgotten).
-    counted = wait_until(lambda: named(server, "refused"), 10)
+    counted = wait_until(lambda: named(server, "refused"))
     assert {(e["key"], e["refusals"]) for e in counted[:2]} == {(fingerprint, 4), ("ip:127.0.0.1", 1)}
-    ended = wait_until(lambda: len(named(server, "refusals_ended")) == 2 and named(server, "refusals_ended"), 10)
+    ended = wait_until(lambda: len(named(server, "refusals_ended")) == 2 and
+                       named(server, "refusals_ended"))
     assert {e["key"]: e["refusals"] for e in ended} == {fingerprint: 4, "ip:127.0.0.1": 1}
     assert server.get("/admin/top", AUTH).json()["rules"] == []
     # Not logged again while nothing is refused.

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ratewin_testkit import RedisCluster, store_up, wait_until
+from ratewin_testkit import PATIENCE, RedisCluster, store_up, wait_until
 
 if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
     pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
@@ -69,7 +69,7 @@ class Rls:
             request_serializer=lambda name: (b"\n" + bytes([len(name)]) + name.encode()) if name else b"",
             response_deserializer=lambda data: data[1] if len(data) >= 2 and data[0] == 0x08 else 0)
 
-    def ask(self, domain: str, *descriptors, hits: int = 0, timeout: float = 5.0):
+    def ask(self, domain: str, *descriptors, hits: int = 0, timeout: float = PATIENCE):
         request = rls_pb2.RateLimitRequest(domain=domain, hits_addend=hits)
         for d in descriptors:
             entries, extra = (d, {}) if isinstance(d, list) else (d[0], d[1])
@@ -84,7 +84,7 @@ class Rls:
         return self._call(request, timeout=timeout)
 
     def health(self, service: str = "") -> int:
-        return self._health(service, timeout=5)
+        return self._health(service, timeout=PATIENCE)
 
     def close(self) -> None:
         self.channel.close()
@@ -254,10 +254,10 @@ def test_hot_reload_and_a_bad_edit_keeps_the_last_good_config(rls_server):
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 1}
 """)
-    assert wait_until(lambda: rls.ask("edge", [("user", "u2")]).statuses[0].HasField("current_limit"), 5)
+    assert wait_until(lambda: rls.ask("edge", [("user", "u2")]).statuses[0].HasField("current_limit"))
     (folder / "config.yaml").write_text(CONFIG + "  - key: user\n    rate_limit: {unit: fortnight}\n")
     server.signal(signal.SIGHUP)
-    assert wait_until(lambda: "fortnight" in server.log(), 5)
+    assert wait_until(lambda: "fortnight" in server.log())
     assert "config.yaml:" in server.log()
     # The last good configuration still serves: user's limit of 1.
     assert [rls.ask("edge", [("user", "u3")]).overall_code for _ in range(2)] == [OK, OVER]
@@ -266,7 +266,7 @@ def test_hot_reload_and_a_bad_edit_keeps_the_last_good_config(rls_server):
     (folder / "other.yaml").write_text("domain: other\ndescriptors:\n  - key: k\n"
                                        "    rate_limit: {unit: second, requests_per_unit: 1}\n")
     (folder / "config.yaml").write_text(CONFIG)
-    assert wait_until(lambda: rls.ask("other", [("k", "v")]).statuses[0].HasField("current_limit"), 5)
+    assert wait_until(lambda: rls.ask("other", [("k", "v")]).statuses[0].HasField("current_limit"))
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -278,7 +278,7 @@ def test_hot_reload_and_a_bad_edit_keeps_the_last_good_config(rls_server):
 def test_bad_config_is_refused_at_start(server_binary, tmp_path, text, problem):
     (tmp_path / "config.yaml").write_text(text)
     done = subprocess.run([server_binary, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                           "--rls-config", str(tmp_path)], capture_output=True, timeout=20)
+                           "--rls-config", str(tmp_path)], capture_output=True, timeout=PATIENCE)
     assert done.returncode != 0
     assert problem in done.stderr.decode(), done.stderr.decode()
 
@@ -287,7 +287,7 @@ def test_duplicate_domains_across_files_are_refused(server_binary, tmp_path):
     for name in ("a.yaml", "b.yaml"):
         (tmp_path / name).write_text("domain: same\n")
     done = subprocess.run([server_binary, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                           "--rls-config", str(tmp_path)], capture_output=True, timeout=20)
+                           "--rls-config", str(tmp_path)], capture_output=True, timeout=PATIENCE)
     assert done.returncode != 0
     assert "duplicate domain \"same\"" in done.stderr.decode()
 
@@ -306,7 +306,7 @@ def test_health_checks_and_metrics(rls_server):
     assert server.metric('ratewin_rls_over_limit_total{domain="edge",key="edge.remote_address"}') == 1
     # Draining: health turns NOT_SERVING (or the listener is gone) and the server exits.
     server.signal(signal.SIGTERM)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + PATIENCE
     status = SERVING
     while time.monotonic() < deadline and status == SERVING:
         try:
@@ -314,14 +314,14 @@ def test_health_checks_and_metrics(rls_server):
         except grpc.RpcError:
             status = NOT_SERVING
     assert status == NOT_SERVING
-    assert server.wait(10) == 0
+    assert server.wait(PATIENCE) == 0
 
 
 def test_grpc_port_in_use_is_refused(rls_server, server_binary, tmp_path):
     server, _, folder = rls_server()
     done = subprocess.run([server_binary, "--listen", "127.0.0.1:0",
                            "--grpc-listen", f"127.0.0.1:{server.grpc_port}", "--rls-config", str(folder)],
-                          capture_output=True, timeout=20)
+                          capture_output=True, timeout=PATIENCE)
     assert done.returncode != 0
     assert "--grpc-listen" in done.stderr.decode()
 
@@ -340,4 +340,4 @@ def test_grpc_only(server_binary, tmp_path):
         rls.close()
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(10) == 0
+        assert process.wait(PATIENCE) == 0

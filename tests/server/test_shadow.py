@@ -5,6 +5,8 @@ defaults.shadow_headers is true, and a reload that enforces them keeps their cou
 
 from __future__ import annotations
 
+import time
+
 from ratewin_testkit import Client, wait_until, write_rules
 
 KEY = {"X-API-Key": "k"}
@@ -31,22 +33,30 @@ def test_a_shadow_limit_counts_never_refuses_and_enforces_from_its_counts(start_
     described = server.get("/admin/rules", AUTH).json()["rules"]["tiers"]["free"]["limits"]
     assert [limit["mode"] for limit in described] == ["shadow", "enforce"]
     with Client(server.port) as c:
-        got = [c.get("/", KEY) for _ in range(5)]
+        got = []
+        for _ in range(5):
+            if len(got) == 2:  # (the limit in shadow refuses from the third on)
+                shadow_began = time.monotonic()
+            got.append(c.get("/", KEY))
+        shadow_span = time.monotonic() - shadow_began
         assert [r.status for r in got] == [200] * 5, got
         # The headers describe the enforcing limit only.
         assert [r.headers["x-ratelimit-remaining"] for r in got] == ["99", "98", "97", "96", "95"]
         assert got[0].headers["ratelimit-policy"] == '"tier:free/old";q=100;w=60'
         assert all("retry-after" not in r.headers for r in got)
-        # Three would have been refused: counted per rule, and logged once (within a second).
+        # Three would have been refused: counted per rule, and logged at most once a second
+        # (so once, when the three come within a second, as they do but on a machine busy
+        # enough to spread them further apart).
         assert server.metric('ratewin_server_shadow_refusals_total{rule="tier:free/new"}') == 3
         assert server.metric('ratewin_server_requests_total{status="200",rule="tier:free/old"}') == 5
-        assert wait_until(lambda: 'shadow: limit "tier:free/new"' in server.log(), 3)
-        assert server.log().count('shadow: limit "tier:free/new"') == 1, server.log()
+        assert wait_until(lambda: 'shadow: limit "tier:free/new"' in server.log())
+        assert 1 <= server.log().count('shadow: limit "tier:free/new"') <= 1 + int(shadow_span), \
+            (shadow_span, server.log())
 
         # Enforced: the two it admitted in shadow count, so the next request is refused.
         write_rules(path, rules_text("v2", "mode: enforce"), atomic=True)
         assert wait_until(
-            lambda: server.get("/admin/rules", AUTH).json()["version"].startswith("v2@"), 3)
+            lambda: server.get("/admin/rules", AUTH).json()["version"].startswith("v2@"))
         refused = c.get("/", KEY)
         assert refused.status == 429, refused
         assert refused.json()["limit"] == "tier:free/new"

@@ -68,8 +68,9 @@ class RedisClient {
   RedisClient& operator=(const RedisClient&) = delete;
 
   // The commands in one round trip, their replies in order (error replies included),
-  // within `timeout`. False (with `error`) on a network failure or timeout; the client
-  // is then broken().
+  // within `timeout` (whatever command timeout it was opened with; receive() then reads
+  // the rest of a message within it too). False (with `error`) on a network failure or
+  // timeout; the client is then broken().
   bool run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
            std::chrono::milliseconds timeout, std::string& error);
   // For a subscribed connection: waits up to `wait` for one message.

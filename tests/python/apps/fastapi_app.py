@@ -13,7 +13,10 @@ import ratewin
 import ratewin.fastapi
 
 app = FastAPI()
-ratewin.fastapi.install(app, ratewin.Engine(os.environ["RATEWIN_REDIS"]))
+# Deadlines that only bound a failure (the kit's PATIENCE): a Redis reply late on a busy
+# machine must not make a decision degraded (decided on the worker's own counts).
+engine = ratewin.Engine(os.environ["RATEWIN_REDIS"], connect_timeout=60, command_timeout=60)
+ratewin.fastapi.install(app, engine)
 
 
 @app.middleware("http")

@@ -23,7 +23,10 @@ def hold() -> None:
     time.sleep(0.02)
 
 
-limiter = Limiter(app, engine=ratewin.Engine(os.environ["RATEWIN_REDIS"]))
+# Deadlines that only bound a failure (the kit's PATIENCE): a Redis reply late on a busy
+# machine must not make a decision degraded (decided on the worker's own counts).
+engine = ratewin.Engine(os.environ["RATEWIN_REDIS"], connect_timeout=60, command_timeout=60)
+limiter = Limiter(app, engine=engine)
 
 
 @app.after_request

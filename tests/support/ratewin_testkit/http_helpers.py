@@ -9,6 +9,8 @@ import json
 import socket
 from typing import Iterable, Mapping
 
+from .waiting import PATIENCE
+
 
 class Reply:
     def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
@@ -29,7 +31,7 @@ class Reply:
 
 
 def request(port: int, method: str = "GET", path: str = "/", headers: Mapping[str, str] | None = None,
-            body: bytes | str | None = None, timeout: float = 5.0) -> Reply:
+            body: bytes | str | None = None, timeout: float = PATIENCE) -> Reply:
     """One request to 127.0.0.1:port on a fresh connection."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -44,7 +46,7 @@ def request(port: int, method: str = "GET", path: str = "/", headers: Mapping[st
 class Client:
     """Requests on one keep-alive connection."""
 
-    def __init__(self, port: int, timeout: float = 5.0, source: str | None = None) -> None:
+    def __init__(self, port: int, timeout: float = PATIENCE, source: str | None = None) -> None:
         # `source`: another loopback address (127.0.0.x) to connect from.
         self.conn = http.client.HTTPConnection(
             "127.0.0.1", port, timeout=timeout,
@@ -70,7 +72,7 @@ class Client:
         self.close()
 
 
-def raw_connect(port: int, timeout: float = 5.0) -> socket.socket:
+def raw_connect(port: int, timeout: float = PATIENCE) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
@@ -109,8 +111,9 @@ class RawReader:
         body, self.buffer = self.buffer[:length], self.buffer[length:]
         return Reply(int(status), headers, body)
 
-    def closed(self, timeout: float = 2.0) -> bool:
-        """True if the peer closes (EOF or reset) within timeout with nothing more sent."""
+    def closed(self, timeout: float = PATIENCE) -> bool:
+        """True if the peer closes (EOF or reset) within timeout with nothing more sent.
+        (A test that checks a connection stays open gives the time it must stay open.)"""
         self.sock.settimeout(timeout)
         try:
             chunk = self.sock.recv(65536)
@@ -129,7 +132,7 @@ def raw_get(path: str, headers: Iterable[tuple[str, str]] = (), host: str = "tes
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def http_get(url: str, timeout: float = 30) -> tuple[int, "http.client.HTTPMessage", bytes]:
+def http_get(url: str, timeout: float = PATIENCE) -> tuple[int, "http.client.HTTPMessage", bytes]:
     """A GET's status, headers and body, whatever the status (urllib raises for 4xx)."""
     import urllib.error
     import urllib.request

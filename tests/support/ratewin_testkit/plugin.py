@@ -107,4 +107,4 @@ def start_server(server_binary: str, tmp_path: pathlib.Path):
     try:
         yield start
     finally:
-        launcher.stop_all(timeout=5)
+        launcher.stop_all()

@@ -17,7 +17,7 @@ import time
 from typing import BinaryIO
 
 from .ports import free_port
-from .waiting import wait_until
+from .waiting import PATIENCE, wait_until
 
 VARIABLE = "RATEWIN_TEST_REDIS"
 
@@ -198,7 +198,7 @@ class RedisServer:
                 self._pick_ports()
             self.process = subprocess.Popen(self._command_line(), stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + PATIENCE
             while self.process.poll() is None and time.monotonic() < deadline:
                 if self.ping():
                     return
@@ -234,11 +234,11 @@ class RedisServer:
                     return raw, value
             return read_reply(stream)
 
-    def command(self, *args: str, timeout: float = 1.0) -> bytes:
+    def command(self, *args: str, timeout: float = PATIENCE) -> bytes:
         """One command in RESP on a fresh connection; the raw reply."""
         return self._exchange(args, timeout)[0]
 
-    def query(self, *args: str, timeout: float = 1.0) -> object:
+    def query(self, *args: str, timeout: float = PATIENCE) -> object:
         """One command in RESP on a fresh connection; the reply's value (see read_reply)."""
         return self._exchange(args, timeout)[1]
 
@@ -247,13 +247,13 @@ class RedisServer:
         where = ["-s", str(self.socket)] if self.unix else ["-h", "127.0.0.1", "-p", str(self.port)]
         auth = ["--no-auth-warning", "-a", self.password] if self.password is not None else []
         result = subprocess.run([self.flavour.cli, *where, *auth, *args],
-                                capture_output=True, text=True, timeout=10)
+                                capture_output=True, text=True, timeout=PATIENCE)
         return result.stdout.strip()
 
     def ping(self) -> bool:
         """True if it answers PING (after AUTH, with a password)."""
         try:
-            return self.command("PING", timeout=0.2).startswith(b"+PONG")
+            return self.command("PING", timeout=1.0).startswith(b"+PONG")
         except OSError:
             return False
 
@@ -306,12 +306,12 @@ class RedisCluster:
             [self.nodes[0].flavour.cli, "--cluster", "create",
              *(f"127.0.0.1:{n.port}" for n in self.nodes),
              "--cluster-replicas", "0", "--cluster-yes"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=PATIENCE, check=False)
         if create.returncode != 0:
             raise RuntimeError(f"{self.nodes[0].flavour.cli} --cluster create failed: "
                                + create.stdout.decode())
         ok = wait_until(lambda: all(b"cluster_state:ok" in n.command("CLUSTER", "INFO")
-                                    for n in self.nodes), 30)
+                                    for n in self.nodes))
         if not ok:
             raise RuntimeError("the cluster did not become healthy")
 
@@ -357,7 +357,7 @@ class RedisSentinel:
                                    config=config, extra_args=["--sentinel"])
             self.sentinels.append(sentinel)
             sentinel.start()
-        if not wait_until(self._ready, 30):
+        if not wait_until(self._ready):
             raise RuntimeError("the sentinels did not get ready: "
                                + "; ".join(s.log()[-500:] for s in self.sentinels))
 
