@@ -64,6 +64,9 @@ def test_instances_share_a_limit_through_the_primary_and_follow_a_failover(
     admitted = admitted_across(a, b, "/after")
     assert {i % 2 for i in admitted} == {0, 1}, admitted
     assert redis_sentinel.replica.query("ROLE")[0] == b"master"
+    # Health says up again once every connection of each engine has followed (the
+    # background reads' connection may find the old primary gone after the writes have
+    # moved: a TSan-built server takes seconds to).
+    store_up(a, b)
     for server in (a, b):
-        assert server.get("/healthz").json()["store"] == "up"
         assert server.alive()
