@@ -190,6 +190,17 @@ struct WritePath::Exchange {
     if (failure.ok()) failure = std::move(why);
   }
 
+  // Where split_write_hook cuts a leg's commands: after `which[p]` when it is the BITFIELD
+  // that counts a ring write and more of that write's commands follow it.
+  bool cut_after(std::span<const std::uint32_t> which, std::size_t p) const noexcept {
+    const CommandState& item = items[which[p]];
+    if (item.index != 0 || item.give_back || item.write >= writes.size() || p + 1 >= which.size())
+      return false;
+    const StoreWrite& w = writes[item.write];
+    const CommandState& next = items[which[p + 1]];
+    return w.key.ring() && w.cost != 0 && next.write == item.write && !next.give_back;
+  }
+
   void run(FunctionRef<void(std::size_t, const redisReply&)> on_reply) {
     struct Leg {
       RedisNode* node = nullptr;
@@ -202,6 +213,92 @@ struct WritePath::Exchange {
     Scratch<std::uint32_t, 8> order_space(items.size());
     const std::span<Leg> legs_all = leg_space.span();
     const std::span<std::uint32_t> order = order_space.span();
+    void (*const split)() = split_write_hook.load(std::memory_order_relaxed);
+    // A leg's connection, leased within the deadline: false (its items failed or
+    // skipped) if there is none or the node's circuit is open.
+    auto open = [&](Leg& leg, std::span<const std::uint32_t> which) {
+      RedisNode& node = *leg.node;
+      if (!node.circuit().available()) {
+        fail(node, which, CommandEnd::kSkipped,
+             Status(Status::Code::closed, node.name() + " unavailable"));
+        return false;
+      }
+      Status acquired;
+      leg.lease = node.pool().acquire(deadline, acquired);
+      if (!leg.lease) {
+        fail(node, which, CommandEnd::kFailed, std::move(acquired));
+        return false;
+      }
+      if (!node.circuit().available()) {
+        // The circuit opened while this call waited for a connection: no round trip.
+        leg.lease.reset();
+        fail(node, which, CommandEnd::kSkipped,
+             Status(Status::Code::closed, node.name() + " unavailable"));
+        return false;
+      }
+      if (leg.lease.fresh()) {
+        // Opening the connection took up to the connect timeout: the round trip still
+        // gets its own.
+        deadline =
+            std::max(deadline, std::chrono::steady_clock::now() + path.options_.command_timeout);
+      }
+      return true;
+    };
+    // Sends `part` of a leg's items on its connection; false (they failed) if it could not.
+    auto send = [&](Leg& leg, std::span<const std::uint32_t> part) {
+      RespWriter& out = leg.lease->out();
+      for (const std::uint32_t i : part) {
+        if (items[i].asking) out.command({"ASKING"});
+        out.copy_command(plan.command_bytes(items[i].command));
+        ++items[i].sends;
+      }
+      leg.replies = out.commands();
+      if (Status sent = leg.lease->send(deadline); !sent.ok()) {
+        leg.lease.reset();
+        fail(*leg.node, part, CommandEnd::kFailed, sent.within(leg.node->name()));
+        return false;
+      }
+      return true;
+    };
+    // Reads the replies to `part`, sent; false (those not answered failed) on a failure.
+    auto receive = [&](Leg& leg, std::span<const std::uint32_t> part) {
+      RedisNode& node = *leg.node;
+      std::size_t next = 0;  // the item whose reply comes next
+      bool asked = false;    // its ASKING has been answered
+      bool unavailable = false;
+      const Status received = leg.lease->receive(
+          leg.replies,
+          [&](std::size_t, const redisReply& r) {
+            CommandState& item = items[part[next]];
+            if (item.asking && !asked) {
+              asked = true;
+              return;
+            }
+            asked = false;
+            const std::size_t index = part[next++];
+            Status why;
+            const CommandEnd end = path.route(r, item, plan, writes, why);
+            if (end == CommandEnd::kPending) return;  // sent again in the next round
+            item.end = end;
+            if (end == CommandEnd::kAnswered) {
+              on_reply(index, r);
+            } else {
+              unavailable = unavailable || why.code() == Status::Code::unavailable;
+              if (failure.ok()) failure = std::move(why);
+            }
+          },
+          deadline);
+      if (!received.ok()) {
+        for (const std::uint32_t i : part)
+          if (items[i].end == CommandEnd::kPending && items[i].node == &node)
+            items[i].end = CommandEnd::kFailed;
+        fail(node, {}, CommandEnd::kFailed, received.within(node.name()));
+        return false;
+      }
+      if (unavailable)
+        leg.lease->discard();  // (its server cannot serve: made again after the outage)
+      return true;
+    };
     for (int round = 0; round < kMostSends; ++round) {
       // The nodes of the pending items, and each node's items in order.
       std::size_t legs = 0;
@@ -224,84 +321,38 @@ struct WritePath::Exchange {
             order[ordered++] = static_cast<std::uint32_t>(i);
         leg.end = ordered;
       }
+      auto which_of = [&](const Leg& leg) {
+        return std::span<const std::uint32_t>(order).subspan(leg.begin, leg.end - leg.begin);
+      };
+      if (split != nullptr) {
+        // (Tests: each leg in turn, a round trip up to each cut, the hook after it.)
+        for (std::size_t l = 0; l < legs; ++l) {
+          Leg& leg = legs_all[l];
+          const std::span<const std::uint32_t> which = which_of(leg);
+          if (!open(leg, which)) continue;
+          std::size_t from = 0;
+          for (std::size_t p = 0; p < which.size(); ++p) {
+            const bool cut = cut_after(which, p);
+            if (!cut && p + 1 < which.size()) continue;
+            const std::span<const std::uint32_t> part = which.subspan(from, p + 1 - from);
+            from = p + 1;
+            if (!send(leg, part) || !receive(leg, part)) break;
+            if (cut) split();
+          }
+          for (const std::uint32_t i : which.subspan(from))  // (after a failure)
+            if (items[i].end == CommandEnd::kPending) items[i].end = CommandEnd::kFailed;
+          leg.lease.reset();
+        }
+        continue;
+      }
       for (std::size_t l = 0; l < legs; ++l) {
         Leg& leg = legs_all[l];
-        RedisNode& node = *leg.node;
-        const std::span<const std::uint32_t> which = order.subspan(leg.begin, leg.end - leg.begin);
-        if (!node.circuit().available()) {
-          fail(node, which, CommandEnd::kSkipped,
-               Status(Status::Code::closed, node.name() + " unavailable"));
-          continue;
-        }
-        Status acquired;
-        leg.lease = node.pool().acquire(deadline, acquired);
-        if (!leg.lease) {
-          fail(node, which, CommandEnd::kFailed, std::move(acquired));
-          continue;
-        }
-        if (!node.circuit().available()) {
-          // The circuit opened while this call waited for a connection: no round trip.
-          leg.lease.reset();
-          fail(node, which, CommandEnd::kSkipped,
-               Status(Status::Code::closed, node.name() + " unavailable"));
-          continue;
-        }
-        if (leg.lease.fresh()) {
-          // Opening the connection took up to the connect timeout: the round trip still
-          // gets its own.
-          deadline =
-              std::max(deadline, std::chrono::steady_clock::now() + path.options_.command_timeout);
-        }
-        RespWriter& out = leg.lease->out();
-        for (const std::uint32_t i : which) {
-          if (items[i].asking) out.command({"ASKING"});
-          out.copy_command(plan.command_bytes(items[i].command));
-          ++items[i].sends;
-        }
-        leg.replies = out.commands();
-        if (Status sent = leg.lease->send(deadline); !sent.ok()) {
-          leg.lease.reset();
-          fail(node, which, CommandEnd::kFailed, sent.within(node.name()));
-        }
+        if (open(leg, which_of(leg))) (void)send(leg, which_of(leg));
       }
       for (std::size_t l = 0; l < legs; ++l) {
         Leg& leg = legs_all[l];
         if (!leg.lease) continue;
-        RedisNode& node = *leg.node;
-        const std::span<const std::uint32_t> which = order.subspan(leg.begin, leg.end - leg.begin);
-        std::size_t next = 0;  // the item whose reply comes next
-        bool asked = false;    // its ASKING has been answered
-        bool unavailable = false;
-        const Status received = leg.lease->receive(
-            leg.replies,
-            [&](std::size_t, const redisReply& r) {
-              CommandState& item = items[which[next]];
-              if (item.asking && !asked) {
-                asked = true;
-                return;
-              }
-              asked = false;
-              const std::size_t index = which[next++];
-              Status why;
-              const CommandEnd end = path.route(r, item, plan, writes, why);
-              if (end == CommandEnd::kPending) return;  // sent again in the next round
-              item.end = end;
-              if (end == CommandEnd::kAnswered) {
-                on_reply(index, r);
-              } else {
-                unavailable = unavailable || why.code() == Status::Code::unavailable;
-                if (failure.ok()) failure = std::move(why);
-              }
-            },
-            deadline);
-        if (!received.ok()) {
-          for (const std::uint32_t i : which)
-            if (items[i].end == CommandEnd::kPending && items[i].node == &node)
-              items[i].end = CommandEnd::kFailed;
-          fail(node, {}, CommandEnd::kFailed, received.within(node.name()));
-        } else if (unavailable) {
-          leg.lease->discard();  // (its server cannot serve: made again after the outage)
-        }
+        (void)receive(leg, which_of(leg));
         leg.lease.reset();
       }
     }

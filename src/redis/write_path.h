@@ -61,6 +61,15 @@ struct WriteReplies {
             std::span<std::uint64_t> counts);
 };
 
+// For tests only (tests/redis/exact_test.cpp), never set in a program: when set, the
+// commands of a ring write that counts are not sent together. The blocking path sends
+// the BITFIELD that counts it alone and reads its reply, calls the hook, then sends the
+// rest (the window read back, the change set); the asynchronous path writes the BITFIELD
+// to the socket, calls the hook on the loop's thread, then queues the rest. So a test
+// can have other clients' commands run between the two, as Redis does whenever a
+// pipeline reaches it in two reads. Unset, it costs one relaxed load per call.
+inline std::atomic<void (*)()> split_write_hook{nullptr};
+
 // One round trip per admitted request, of native commands (see StoreLayout): the cost
 // added to the shared count of its epoch and the whole shared window read back, from
 // which the engine decides (the write itself is unconditional). A first write of this
