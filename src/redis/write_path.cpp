@@ -20,8 +20,8 @@ constexpr int kMostSends = 4;
 
 // The integers of a BITFIELD reply (nil: an operation that OVERFLOW FAIL skipped).
 struct BitfieldReply {
-  std::array<std::int64_t, 4> values{};
-  std::array<bool, 4> present{};
+  std::array<std::int64_t, 8> values{};
+  std::array<bool, 8> present{};
   std::size_t size = 0;
   bool read(const redisReply& r) {
     if (r.type != REDIS_REPLY_ARRAY || r.elements > values.size()) return false;
@@ -439,7 +439,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
     reporter_.note_error("write: recording a change: " + failure.message());
     break;
   }
-  const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
+  const std::size_t expected = write.first && counted ? 6 : counted ? 3 : 0;
   if (!call.refused.ok() || !call.window_read || call.bitfield_size != expected) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
     reporter_.note_error("write refused by Redis: " + (call.refused.ok()
@@ -450,19 +450,28 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
   if (!counted) return true;
 
   const std::int64_t e = write.epoch;
-  const std::uint16_t tag = StoreLayout::tag_of(e, write.key.subintervals);
-  // The tag e's slot has now (a first write's BITFIELD answers [the slot after the first
-  // half of the claim, after the claim, the ring's last byte, e's count]; a later write's,
-  // [e's count], and its GETEX the window).
+  const std::uint32_t n = write.key.subintervals;
+  const std::uint16_t tag = StoreLayout::tag_of(e, n);
+  // A first write's BITFIELD answers [the slot after the first half of the claim, after
+  // the claim, the ring's last byte, e's count, the slots of e - 1 and e + 1]; a later
+  // write's the last three; its GETEX, the window.
+  const std::size_t at = write.first ? 3 : 0;
+  // The tag e's slot has now.
   const auto found =
       write.first ? static_cast<std::uint16_t>(call.bitfield[1] >> 32) : call.slot.first;
+  // The window as of this write, in Redis' order (StoreLayout): e's count as this write's
+  // addition left it, and its neighbours' as the same command read them, not as the GETEX
+  // read them after it (other clients' writes may have come in between).
+  if (found == tag || StoreLayout::earlier(found, tag))
+    counts[0] = static_cast<std::uint64_t>(call.bitfield[at]);
+  counts[1] = StoreLayout::slot_count(call.bitfield[at + 1], e - 1, n);
+  counts.back() = StoreLayout::slot_count(call.bitfield[at + 2], e + 1, n);
   if (found != tag && StoreLayout::earlier(found, tag)) {
     // Not e's slot, and not a later lap's: the tag wrapped (a claim cannot lift 65535 to
     // 1), or the key was deleted or expired since this node's first write in e and made
     // again by this one. Tag it, keeping what it counts (for one epoch, perhaps an old
     // lap's count too: it errs high).
     repairs_.fetch_add(1, std::memory_order_relaxed);
-    counts[0] = call.slot.second;
     layout_.append_adjust(write.key, e, 0, tag, repair);
   }
   // (A later lap's tag: this write reached Redis a whole ring late, and counted in that

@@ -44,8 +44,8 @@ struct CommandState {
 // back is decoded into the write's counts as it arrives (nothing is copied).
 struct WriteReplies {
   Status refused;                          // the first error reply, or an unexpected one
-  std::array<std::int64_t, 4> bitfield{};  // the BITFIELD's integers (nil: 0, absent)
-  std::array<bool, 4> present{};
+  std::array<std::int64_t, 8> bitfield{};  // the BITFIELD's integers (nil: 0, absent)
+  std::array<bool, 8> present{};
   std::size_t bitfield_size = 0;
   bool window_read = false;  // the window was read back (and decoded)
   // e's slot in the window read back: its tag and count.
