@@ -129,10 +129,14 @@ class Store {
   // `epoch` (unconditionally: the engine decides from the reply whether the request
   // still fits, and gives the cost back with remove() if not), and fills `counts`
   // (LimiterKey::counts_size()) as RingReply says: the shared counts of epochs epoch,
-  // epoch - 1, ..., epoch - N after it, so the caller can take in the whole shared window,
-  // and the count of epoch + 1. cost 0 only reads. False when the store could not be
-  // reached in time or refused (a write that timed out may still land later: the shared
-  // counts then err high).
+  // epoch - 1, ..., epoch - N, so the caller can take in the whole shared window, and the
+  // count of epoch + 1. Those of epoch - 1, epoch and epoch + 1 (the epochs nodes write to
+  // around a boundary) are as of this write, in the store's order of every node's writes:
+  // with this one and those before it, never one after it, so that a write that fits is
+  // not refused for one that came after it (two writes that took the last unit would
+  // both refuse). cost 0 only reads. False when the store could not be reached in time or
+  // refused (a write that timed out may still land later: the shared counts then err
+  // high).
   //
   // A token bucket's write counts only what fits (see StoreWrite) and fills counts[0..1]
   // as BucketReply says; cost 0 only reads its TAT. A log's likewise, with LogReply.

@@ -76,7 +76,18 @@ void AsyncWritePath::add_all(std::span<const StoreWrite> writes,
   b.open = b.items.size();
   if (b.open == 0) return finish(b);
   // (The items vector is complete: sends may now refer to its elements.)
-  for (std::size_t k = 0; k < b.items.size(); ++k) send(b, k);
+  void (*const split)() = split_write_hook.load(std::memory_order_relaxed);
+  for (std::size_t k = 0; k < b.items.size(); ++k) {
+    send(b, k);
+    if (split == nullptr || k + 1 == b.items.size()) continue;
+    // (Tests: the BITFIELD that counts a ring write goes out before the rest of it.)
+    const CommandState& s = b.items[k].state;
+    const CommandState& next = b.items[k + 1].state;
+    const StoreWrite& w = writes[s.write];
+    if (s.index != 0 || next.write != s.write || !w.key.ring() || w.cost == 0) continue;
+    if (AsyncRedis* c = connection(*s.node); c != nullptr && c->ready()) c->flush();
+    split();
+  }
 }
 
 void AsyncWritePath::send(Batch& b, std::size_t k) {

@@ -409,6 +409,13 @@ void StoreLayout::decode(std::string_view value, std::int64_t epoch, std::uint32
   }
 }
 
+std::uint64_t StoreLayout::slot_count(std::int64_t slot, std::int64_t epoch,
+                                      std::uint32_t subintervals) noexcept {
+  return static_cast<std::uint16_t>(slot >> 32) == tag_of(epoch, subintervals)
+             ? static_cast<std::uint64_t>(slot & 0xffffffff)
+             : 0;
+}
+
 std::uint64_t StoreLayout::next_count(std::string_view value, std::int64_t epoch,
                                       std::uint32_t subintervals) noexcept {
   const std::size_t at = std::size_t{slot_of(epoch + 1, subintervals)} * kSlotBytes;
@@ -462,8 +469,8 @@ void StoreLayout::append_write(const StoreWrite& w, RespWriter& out, Script scri
   const std::uint32_t n = w.key.subintervals;
   const std::uint32_t s = slot_of(w.epoch, n);
   // BITFIELD <key> OVERFLOW SAT, two claims and the last byte (four words each) on a first
-  // write, and the count's addition.
-  out.command(w.first ? 20 : 8);
+  // write, the count's addition, and the slots either side read (three words each).
+  out.command(w.first ? 26 : 14);
   out.arg("BITFIELD");
   append_window_key(w.key, out);
   out.arg("OVERFLOW");
@@ -488,6 +495,12 @@ void StoreLayout::append_write(const StoreWrite& w, RespWriter& out, Script scri
   out.arg("u32");
   arg_count_field(out, s);
   out.arg(w.cost);
+  // The slots of e - 1 and e + 1 as this command leaves them, atomically with the count.
+  for (const std::int64_t e : {w.epoch - 1, w.epoch + 1}) {
+    out.arg("GET");
+    out.arg("u48");
+    arg_marked(out, '#', slot_of(e, n));
+  }
   out.command(4);
   out.arg("GETEX");
   append_window_key(w.key, out);

@@ -40,8 +40,15 @@ inline std::string marked(char mark, std::uint64_t n) {
 //
 // Writes are native commands (BITFIELD, GETEX), not scripts, so nothing in Redis
 // decides: a node adds its cost, reads the window back in the same round trip, and
-// decides from it with the engine's own arithmetic. The ring stays right without a
-// compare-and-set:
+// decides from it with the engine's own arithmetic. It decides from the window as of its
+// own addition, in Redis' order of every node's writes: the count of e that the BITFIELD
+// returns, and the slots of e - 1 and e + 1 that the same command reads (the epochs that
+// nodes write to around a boundary); only the older epochs, which no node writes to any
+// more, come from the GETEX after it. Redis runs other clients' commands between two of
+// one pipeline whenever the pipeline reaches it in two reads (a long one, or a slow
+// sender): a GETEX may then read writes made after this one, and two writes that took the
+// last unit each saw the other's, and both refused (a cold burst over two engines admitted
+// 149 of 150). The ring stays right without a compare-and-set:
 // - A node's first write to a window in epoch e (Write::first) claims e's slot before
 //   adding to it: two saturating additions, -tag(e) x 2^32 then +tag(e) x 2^32, leave
 //   max(slot, tag(e) x 2^32). A slot still holding an older lap (or never written)
@@ -126,6 +133,10 @@ class StoreLayout {
   // counts 0.
   static void decode(std::string_view value, std::int64_t epoch, std::uint32_t subintervals,
                      std::span<std::uint64_t> counts) noexcept;
+  // The count a slot read as one 48-bit number (a BITFIELD GET u48) holds for `epoch`: 0
+  // unless it carries epoch's tag.
+  static std::uint64_t slot_count(std::int64_t slot, std::int64_t epoch,
+                                  std::uint32_t subintervals) noexcept;
   // The count of epoch + 1 in a window string, if some node has begun it (its clock
   // slightly ahead at a boundary; RingReply::ahead), else 0.
   static std::uint64_t next_count(std::string_view value, std::int64_t epoch,
@@ -147,6 +158,7 @@ class StoreLayout {
   //                                     INCRBY u48 <slot of e> +tag(e)<<32
   //                                     INCRBY u8 <the ring's last byte> 0]
   //                       INCRBY u32 <count of e> <cost>
+  //                       GET u48 <slot of e - 1>  GET u48 <slot of e + 1>
   //     GETEX <window> PX <ttl>
   //     [APPEND <change set> <entry>  PEXPIREAT <change set> <expiry>]
   //   the bracketed parts on a first write (write.first, with a cost); cost 0 reads only:

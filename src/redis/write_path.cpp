@@ -20,8 +20,8 @@ constexpr int kMostSends = 4;
 
 // The integers of a BITFIELD reply (nil: an operation that OVERFLOW FAIL skipped).
 struct BitfieldReply {
-  std::array<std::int64_t, 4> values{};
-  std::array<bool, 4> present{};
+  std::array<std::int64_t, 8> values{};
+  std::array<bool, 8> present{};
   std::size_t size = 0;
   bool read(const redisReply& r) {
     if (r.type != REDIS_REPLY_ARRAY || r.elements > values.size()) return false;
@@ -190,6 +190,17 @@ struct WritePath::Exchange {
     if (failure.ok()) failure = std::move(why);
   }
 
+  // Where split_write_hook cuts a leg's commands: after `which[p]` when it is the BITFIELD
+  // that counts a ring write and more of that write's commands follow it.
+  bool cut_after(std::span<const std::uint32_t> which, std::size_t p) const noexcept {
+    const CommandState& item = items[which[p]];
+    if (item.index != 0 || item.give_back || item.write >= writes.size() || p + 1 >= which.size())
+      return false;
+    const StoreWrite& w = writes[item.write];
+    const CommandState& next = items[which[p + 1]];
+    return w.key.ring() && w.cost != 0 && next.write == item.write && !next.give_back;
+  }
+
   void run(FunctionRef<void(std::size_t, const redisReply&)> on_reply) {
     struct Leg {
       RedisNode* node = nullptr;
@@ -202,6 +213,92 @@ struct WritePath::Exchange {
     Scratch<std::uint32_t, 8> order_space(items.size());
     const std::span<Leg> legs_all = leg_space.span();
     const std::span<std::uint32_t> order = order_space.span();
+    void (*const split)() = split_write_hook.load(std::memory_order_relaxed);
+    // A leg's connection, leased within the deadline: false (its items failed or
+    // skipped) if there is none or the node's circuit is open.
+    auto open = [&](Leg& leg, std::span<const std::uint32_t> which) {
+      RedisNode& node = *leg.node;
+      if (!node.circuit().available()) {
+        fail(node, which, CommandEnd::kSkipped,
+             Status(Status::Code::closed, node.name() + " unavailable"));
+        return false;
+      }
+      Status acquired;
+      leg.lease = node.pool().acquire(deadline, acquired);
+      if (!leg.lease) {
+        fail(node, which, CommandEnd::kFailed, std::move(acquired));
+        return false;
+      }
+      if (!node.circuit().available()) {
+        // The circuit opened while this call waited for a connection: no round trip.
+        leg.lease.reset();
+        fail(node, which, CommandEnd::kSkipped,
+             Status(Status::Code::closed, node.name() + " unavailable"));
+        return false;
+      }
+      if (leg.lease.fresh()) {
+        // Opening the connection took up to the connect timeout: the round trip still
+        // gets its own.
+        deadline =
+            std::max(deadline, std::chrono::steady_clock::now() + path.options_.command_timeout);
+      }
+      return true;
+    };
+    // Sends `part` of a leg's items on its connection; false (they failed) if it could not.
+    auto send = [&](Leg& leg, std::span<const std::uint32_t> part) {
+      RespWriter& out = leg.lease->out();
+      for (const std::uint32_t i : part) {
+        if (items[i].asking) out.command({"ASKING"});
+        out.copy_command(plan.command_bytes(items[i].command));
+        ++items[i].sends;
+      }
+      leg.replies = out.commands();
+      if (Status sent = leg.lease->send(deadline); !sent.ok()) {
+        leg.lease.reset();
+        fail(*leg.node, part, CommandEnd::kFailed, sent.within(leg.node->name()));
+        return false;
+      }
+      return true;
+    };
+    // Reads the replies to `part`, sent; false (those not answered failed) on a failure.
+    auto receive = [&](Leg& leg, std::span<const std::uint32_t> part) {
+      RedisNode& node = *leg.node;
+      std::size_t next = 0;  // the item whose reply comes next
+      bool asked = false;    // its ASKING has been answered
+      bool unavailable = false;
+      const Status received = leg.lease->receive(
+          leg.replies,
+          [&](std::size_t, const redisReply& r) {
+            CommandState& item = items[part[next]];
+            if (item.asking && !asked) {
+              asked = true;
+              return;
+            }
+            asked = false;
+            const std::size_t index = part[next++];
+            Status why;
+            const CommandEnd end = path.route(r, item, plan, writes, why);
+            if (end == CommandEnd::kPending) return;  // sent again in the next round
+            item.end = end;
+            if (end == CommandEnd::kAnswered) {
+              on_reply(index, r);
+            } else {
+              unavailable = unavailable || why.code() == Status::Code::unavailable;
+              if (failure.ok()) failure = std::move(why);
+            }
+          },
+          deadline);
+      if (!received.ok()) {
+        for (const std::uint32_t i : part)
+          if (items[i].end == CommandEnd::kPending && items[i].node == &node)
+            items[i].end = CommandEnd::kFailed;
+        fail(node, {}, CommandEnd::kFailed, received.within(node.name()));
+        return false;
+      }
+      if (unavailable)
+        leg.lease->discard();  // (its server cannot serve: made again after the outage)
+      return true;
+    };
     for (int round = 0; round < kMostSends; ++round) {
       // The nodes of the pending items, and each node's items in order.
       std::size_t legs = 0;
@@ -224,84 +321,38 @@ struct WritePath::Exchange {
             order[ordered++] = static_cast<std::uint32_t>(i);
         leg.end = ordered;
       }
+      auto which_of = [&](const Leg& leg) {
+        return std::span<const std::uint32_t>(order).subspan(leg.begin, leg.end - leg.begin);
+      };
+      if (split != nullptr) {
+        // (Tests: each leg in turn, a round trip up to each cut, the hook after it.)
+        for (std::size_t l = 0; l < legs; ++l) {
+          Leg& leg = legs_all[l];
+          const std::span<const std::uint32_t> which = which_of(leg);
+          if (!open(leg, which)) continue;
+          std::size_t from = 0;
+          for (std::size_t p = 0; p < which.size(); ++p) {
+            const bool cut = cut_after(which, p);
+            if (!cut && p + 1 < which.size()) continue;
+            const std::span<const std::uint32_t> part = which.subspan(from, p + 1 - from);
+            from = p + 1;
+            if (!send(leg, part) || !receive(leg, part)) break;
+            if (cut) split();
+          }
+          for (const std::uint32_t i : which.subspan(from))  // (after a failure)
+            if (items[i].end == CommandEnd::kPending) items[i].end = CommandEnd::kFailed;
+          leg.lease.reset();
+        }
+        continue;
+      }
       for (std::size_t l = 0; l < legs; ++l) {
         Leg& leg = legs_all[l];
-        RedisNode& node = *leg.node;
-        const std::span<const std::uint32_t> which = order.subspan(leg.begin, leg.end - leg.begin);
-        if (!node.circuit().available()) {
-          fail(node, which, CommandEnd::kSkipped,
-               Status(Status::Code::closed, node.name() + " unavailable"));
-          continue;
-        }
-        Status acquired;
-        leg.lease = node.pool().acquire(deadline, acquired);
-        if (!leg.lease) {
-          fail(node, which, CommandEnd::kFailed, std::move(acquired));
-          continue;
-        }
-        if (!node.circuit().available()) {
-          // The circuit opened while this call waited for a connection: no round trip.
-          leg.lease.reset();
-          fail(node, which, CommandEnd::kSkipped,
-               Status(Status::Code::closed, node.name() + " unavailable"));
-          continue;
-        }
-        if (leg.lease.fresh()) {
-          // Opening the connection took up to the connect timeout: the round trip still
-          // gets its own.
-          deadline =
-              std::max(deadline, std::chrono::steady_clock::now() + path.options_.command_timeout);
-        }
-        RespWriter& out = leg.lease->out();
-        for (const std::uint32_t i : which) {
-          if (items[i].asking) out.command({"ASKING"});
-          out.copy_command(plan.command_bytes(items[i].command));
-          ++items[i].sends;
-        }
-        leg.replies = out.commands();
-        if (Status sent = leg.lease->send(deadline); !sent.ok()) {
-          leg.lease.reset();
-          fail(node, which, CommandEnd::kFailed, sent.within(node.name()));
-        }
+        if (open(leg, which_of(leg))) (void)send(leg, which_of(leg));
       }
       for (std::size_t l = 0; l < legs; ++l) {
         Leg& leg = legs_all[l];
         if (!leg.lease) continue;
-        RedisNode& node = *leg.node;
-        const std::span<const std::uint32_t> which = order.subspan(leg.begin, leg.end - leg.begin);
-        std::size_t next = 0;  // the item whose reply comes next
-        bool asked = false;    // its ASKING has been answered
-        bool unavailable = false;
-        const Status received = leg.lease->receive(
-            leg.replies,
-            [&](std::size_t, const redisReply& r) {
-              CommandState& item = items[which[next]];
-              if (item.asking && !asked) {
-                asked = true;
-                return;
-              }
-              asked = false;
-              const std::size_t index = which[next++];
-              Status why;
-              const CommandEnd end = path.route(r, item, plan, writes, why);
-              if (end == CommandEnd::kPending) return;  // sent again in the next round
-              item.end = end;
-              if (end == CommandEnd::kAnswered) {
-                on_reply(index, r);
-              } else {
-                unavailable = unavailable || why.code() == Status::Code::unavailable;
-                if (failure.ok()) failure = std::move(why);
-              }
-            },
-            deadline);
-        if (!received.ok()) {
-          for (const std::uint32_t i : which)
-            if (items[i].end == CommandEnd::kPending && items[i].node == &node)
-              items[i].end = CommandEnd::kFailed;
-          fail(node, {}, CommandEnd::kFailed, received.within(node.name()));
-        } else if (unavailable) {
-          leg.lease->discard();  // (its server cannot serve: made again after the outage)
-        }
+        (void)receive(leg, which_of(leg));
         leg.lease.reset();
       }
     }
@@ -388,7 +439,7 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
     reporter_.note_error("write: recording a change: " + failure.message());
     break;
   }
-  const std::size_t expected = write.first && counted ? 4 : counted ? 1 : 0;
+  const std::size_t expected = write.first && counted ? 6 : counted ? 3 : 0;
   if (!call.refused.ok() || !call.window_read || call.bitfield_size != expected) {
     if (counted) writes_failed_.fetch_add(1, std::memory_order_relaxed);
     reporter_.note_error("write refused by Redis: " + (call.refused.ok()
@@ -399,19 +450,28 @@ bool WritePath::conclude(const StoreWrite& write, const WriteReplies& call,
   if (!counted) return true;
 
   const std::int64_t e = write.epoch;
-  const std::uint16_t tag = StoreLayout::tag_of(e, write.key.subintervals);
-  // The tag e's slot has now (a first write's BITFIELD answers [the slot after the first
-  // half of the claim, after the claim, the ring's last byte, e's count]; a later write's,
-  // [e's count], and its GETEX the window).
+  const std::uint32_t n = write.key.subintervals;
+  const std::uint16_t tag = StoreLayout::tag_of(e, n);
+  // A first write's BITFIELD answers [the slot after the first half of the claim, after
+  // the claim, the ring's last byte, e's count, the slots of e - 1 and e + 1]; a later
+  // write's the last three; its GETEX, the window.
+  const std::size_t at = write.first ? 3 : 0;
+  // The tag e's slot has now.
   const auto found =
       write.first ? static_cast<std::uint16_t>(call.bitfield[1] >> 32) : call.slot.first;
+  // The window as of this write, in Redis' order (StoreLayout): e's count as this write's
+  // addition left it, and its neighbours' as the same command read them, not as the GETEX
+  // read them after it (other clients' writes may have come in between).
+  if (found == tag || StoreLayout::earlier(found, tag))
+    counts[0] = static_cast<std::uint64_t>(call.bitfield[at]);
+  counts[1] = StoreLayout::slot_count(call.bitfield[at + 1], e - 1, n);
+  counts.back() = StoreLayout::slot_count(call.bitfield[at + 2], e + 1, n);
   if (found != tag && StoreLayout::earlier(found, tag)) {
     // Not e's slot, and not a later lap's: the tag wrapped (a claim cannot lift 65535 to
     // 1), or the key was deleted or expired since this node's first write in e and made
     // again by this one. Tag it, keeping what it counts (for one epoch, perhaps an old
     // lap's count too: it errs high).
     repairs_.fetch_add(1, std::memory_order_relaxed);
-    counts[0] = call.slot.second;
     layout_.append_adjust(write.key, e, 0, tag, repair);
   }
   // (A later lap's tag: this write reached Redis a whole ring late, and counted in that

@@ -44,8 +44,8 @@ struct CommandState {
 // back is decoded into the write's counts as it arrives (nothing is copied).
 struct WriteReplies {
   Status refused;                          // the first error reply, or an unexpected one
-  std::array<std::int64_t, 4> bitfield{};  // the BITFIELD's integers (nil: 0, absent)
-  std::array<bool, 4> present{};
+  std::array<std::int64_t, 8> bitfield{};  // the BITFIELD's integers (nil: 0, absent)
+  std::array<bool, 8> present{};
   std::size_t bitfield_size = 0;
   bool window_read = false;  // the window was read back (and decoded)
   // e's slot in the window read back: its tag and count.
@@ -60,6 +60,15 @@ struct WriteReplies {
   void take(const StoreWrite& write, std::size_t i, const redisReply& r,
             std::span<std::uint64_t> counts);
 };
+
+// For tests only (tests/redis/exact_test.cpp), never set in a program: when set, the
+// commands of a ring write that counts are not sent together. The blocking path sends
+// the BITFIELD that counts it alone and reads its reply, calls the hook, then sends the
+// rest (the window read back, the change set); the asynchronous path writes the BITFIELD
+// to the socket, calls the hook on the loop's thread, then queues the rest. So a test
+// can have other clients' commands run between the two, as Redis does whenever a
+// pipeline reaches it in two reads. Unset, it costs one relaxed load per call.
+inline std::atomic<void (*)()> split_write_hook{nullptr};
 
 // One round trip per admitted request, of native commands (see StoreLayout): the cost
 // added to the shared count of its epoch and the whole shared window read back, from

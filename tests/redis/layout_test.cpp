@@ -134,7 +134,11 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
                                     "INCRBY",   "u8",
                                     "#41",      "0",  // the ring's size
                                     "INCRBY",   "u32",
-                                    "16",       "3"});
+                                    "16",       "3",
+                                    // 776's slot and 778's, read with the count
+                                    "GET",      "u48",
+                                    "#6",       "GET",
+                                    "u48",      "#1"});
   CHECK(first[1] == Command{"GETEX", layout.window_key(key), "PX", "1750"});
   CHECK(first[2][0] == "APPEND");
   CHECK(first[3] == Command{"PEXPIREAT", first[2][1], "194750"});
@@ -149,7 +153,11 @@ TEST_CASE("key names, change-set entries and the commands of a write") {
   const auto hot = write_commands(layout, key, 778, 2, false);
   REQUIRE(hot.size() == 2);
   CHECK(hot[0] == Command{"BITFIELD", layout.window_key(key), "OVERFLOW", "SAT", "INCRBY",
-                                  "u32", "64", "2"});
+                                  "u32", "64", "2", "GET", "u48", "#0", "GET", "u48", "#2"});
+  // A slot read whole: its count for an epoch only under that epoch's tag.
+  CHECK(StoreLayout::slot_count((std::int64_t{112} << 32) + 9, 777, 4) == 9);
+  CHECK(StoreLayout::slot_count((std::int64_t{112} << 32) + 9, 777 + 7, 4) == 0);
+  CHECK(StoreLayout::slot_count(9, 777, 4) == 0);
   CHECK(write_commands(layout, key, 778, 0, false) ==
         std::vector<Command>{{"GET", layout.window_key(key)}});
 }
