@@ -259,14 +259,17 @@ def test_non_reading_clients_are_shed_over_max_buffer_memory(start_server, tmp_p
     try:
         # (100 such connections hold about 660 KB, most of their answers being in the
         # kernel's socket buffers.)
-        # (A sanitizer build may take many seconds to reach what they sent.)
+        # (The first is shed once the server has answered enough of what they sent to fill
+        # their kernel send buffers, autotuned up to megabytes each: hundreds of thousands
+        # of answers, which a sanitizer build beside a CPU hog takes minutes to make. The
+        # bound only ends a hang: 60 s, PATIENCE, ran out in such a run.)
         def shed() -> bool:
             try:
                 text = server.get("/metrics", timeout=120).text
             except ConnectionError:  # (this scrape was shed, read too slowly: ask again)
                 return False
             return metric_value(text, 'ratewin_server_connections_total{outcome="shed"}') > 0
-        assert wait_until(shed)
+        assert wait_until(shed, timeout=5 * PATIENCE)
         assert server.metric("ratewin_server_open_connections") < 100
     finally:
         for s in socks:
