@@ -86,13 +86,13 @@ bool Responder::waiting() const noexcept {
          !s.queue_[sequence_ - s.first_sequence_].answered;
 }
 
-Responder Reply::defer() {
-  if (deferred_) throw std::logic_error("Reply::defer() called twice for one request");
-  deferred_ = true;
-  return session_.defer(form_);
-}
+Responder Reply::defer() { return defer_as(std::nullopt, 0); }
 
 Responder Reply::defer(std::uint64_t wait_ms, Response late) {
+  return defer_as(std::move(late), wait_ms);
+}
+
+Responder Reply::defer_as(std::optional<Response> late, std::uint64_t wait_ms) {
   if (deferred_) throw std::logic_error("Reply::defer() called twice for one request");
   deferred_ = true;
   return session_.defer(form_, std::move(late), wait_ms);

@@ -116,6 +116,8 @@ class Reply {
   };
   Reply(HttpSession& session, Response& response, Form form) noexcept
       : session_(session), response_(response), form_(form) {}
+  // Both defer()s: once per request, then the session's slot.
+  Responder defer_as(std::optional<Response> late, std::uint64_t wait_ms);
 
   HttpSession& session_;
   Response& response_;
