@@ -50,6 +50,7 @@ void AsyncRedis::arm(TimerAction action, std::chrono::milliseconds delay) {
 void AsyncRedis::connect_now() {
   state_ = State::kConnecting;
   login_failed_ = false;
+  credentials_refused_ = false;
   Status status;
   transport_ = Transport::open(endpoint_, status);
   if (transport_ == nullptr) {
@@ -130,6 +131,8 @@ void AsyncRedis::log_in() {
       if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) return;
       if (login_failed_) return;
       login_failed_ = true;
+      credentials_refused_ =
+          reply != nullptr && status_of(*reply).code() == Status::Code::auth;
       last_error_ = std::string(what) + " on " + endpoint_.describe() + ": " +
                     (reply != nullptr ? reply_text(*reply) : error);
       // Ended from the timer, not inside the reply's own handling.

@@ -55,6 +55,9 @@ class AsyncRedis {
 
   void start();
   bool ready() const noexcept { return state_ == State::kReady; }
+  // The latest attempt failed because Redis refused this client's credentials (a password
+  // missing or wrong, or revoked since): as `lost` reports it.
+  bool credentials_refused() const noexcept { return credentials_refused_; }
   // Sends a command; `done` gets its reply, or an error if not connected or the
   // connection is lost before the reply.
   void command(std::initializer_list<std::string_view> args, ReplyFn done);
@@ -147,6 +150,7 @@ class AsyncRedis {
   std::uint64_t ready_since_ms_ = 0;
   std::chrono::milliseconds backoff_;
   bool login_failed_ = false;
+  bool credentials_refused_ = false;
   RawFn raw_handler_ = nullptr;
   std::minstd_rand jitter_;
   std::unique_ptr<char[]> chunk_;  // read buffer

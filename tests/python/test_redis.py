@@ -224,11 +224,19 @@ def test_store_misconfiguration_is_said_plainly(tmp_path, caplog):
             with caplog.at_level(logging.DEBUG, logger="ratewin"):
                 with ratewin.Engine(url, **PATIENT) as engine:
                     assert engine.stats()["store_available"] is False
+                    # The start's report, then the background connection's (its login
+                    # refused too): the error stays the plain one, not the PING's.
+                    assert wait_until(lambda: sum(("NOAUTH" in r.getMessage() or
+                                                   "WRONGPASS" in r.getMessage())
+                                                  for r in list(caplog.records)) >= 2)
+                    assert engine.stats()["store_available"] is False
                     assert words in engine.stats()["last_error"]
                     assert engine.try_acquire("x", limit).degraded is True
             errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
             assert errors and errors[0].levelno == logging.ERROR, errors
             assert words in errors[0].getMessage()
+            assert all(words in r.getMessage() for r in caplog.records
+                       if "NOAUTH" in r.getMessage() or "WRONGPASS" in r.getMessage())
             assert not any("TIME" in r.getMessage() for r in caplog.records)
             with pytest.raises(ratewin.StoreError, match=words):
                 ratewin.Engine(url, connect="require", **PATIENT)
