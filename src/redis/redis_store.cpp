@@ -342,32 +342,26 @@ void RedisStore::on_ready(RedisNode& node) {
 }
 
 void RedisStore::on_lost(RedisNode& node, const std::string& error, bool dropped) {
-  if (connection_for(node).credentials_refused()) {
-    // Redis refused this client's credentials on the background connection too: said as
-    // the start says it (what to fix, not the PING or AUTH that met the refusal), and kept
-    // as the last error rather than replaced by that command's (the start has logged it
-    // as an error once; an outage that begins with it is logged by the circuit).
-    const std::string said = credentials_problem(
-        reporter_.where(), topology_.address().login.authenticates(),
-        Status(Status::Code::auth, error));
-    reporter_.note_error(said, /*aside=*/true);
-    if (node.circuit().available() && topology_.serves(node.index())) {
-      node.circuit().open(said);
-    } else {
-      reporter_.log(LogLevel::debug, said);
-    }
-    return;
-  }
-  reporter_.note_error(error);
-  if (!topology_.address().kind_single()) topology_.want_refresh();
+  // Redis refused this client's credentials (on a login: never a dropped connection): said
+  // as the start says it (what to fix, not the PING or AUTH that met the refusal), and kept
+  // as the last error rather than replaced by that command's. The start has logged it as an
+  // error once; an outage that begins with it is logged by the circuit.
+  const bool credentials = connection_for(node).credentials_refused();
+  const std::string said =
+      credentials ? credentials_problem(reporter_.where(),
+                                        topology_.address().login.authenticates(),
+                                        Status(Status::Code::auth, error))
+                  : error;
+  reporter_.note_error(said, /*aside=*/credentials);
+  if (!credentials && !topology_.address().kind_single()) topology_.want_refresh();
   if (dropped) {
     // Redis closed a working connection (its idle timeout, a restart): the background
     // connection is being made again at once. Only if that fails is Redis unreachable.
-    reporter_.log(LogLevel::debug, error + "; reconnecting");
+    reporter_.log(LogLevel::debug, said + "; reconnecting");
   } else if (node.circuit().available() && topology_.serves(node.index())) {
-    node.circuit().open(error);
+    node.circuit().open(said);
   } else {
-    reporter_.log(LogLevel::debug, error);
+    reporter_.log(LogLevel::debug, said);
   }
 }
 
