@@ -3,7 +3,9 @@
 #include <bitset>
 #include <mutex>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 constexpr std::size_t kShared = DecisionCounters::kSlots - 1;
@@ -59,4 +61,6 @@ std::uint64_t DecisionCounters::total(Kind kind) const noexcept {
   return sum;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Counts per kind, spread over per-thread cache lines: a thread adds to a line no other
 // live thread writes (a plain load and store, no locked instruction), so deciding on
@@ -49,4 +51,6 @@ class DecisionCounters {
   std::array<Line, kSlots> lines_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // The counts of a limiter evicted while its window still held some (a flood of new keys
 // filled the registry with live limiters), kept so that its key, back, is decided on
@@ -98,4 +100,6 @@ class GhostTable {
   std::size_t set_mask_ = 0;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // g++ and clang support 128-bit integers on every 64-bit target this project builds
 // for; __extension__ keeps -Wpedantic quiet about it.
@@ -40,4 +42,6 @@ inline std::int64_t wrapping_mul(std::int64_t a, std::int64_t b) noexcept {
   return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b));
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 constexpr std::uint64_t fmix64(std::uint64_t x) noexcept {
   x ^= x >> 33;
@@ -14,4 +16,6 @@ constexpr std::uint64_t fmix64(std::uint64_t x) noexcept {
   return x;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -11,7 +11,9 @@
 #include "core/window.h"
 #include "ratewin/limit.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Identity of a limiter: a counter under one window geometry. The counter is the
 // caller's resource in the limit's scope (Limit::scope): limits of one scope and
@@ -234,4 +236,6 @@ static_assert(sizeof(Record) == 48, "the per-limiter memory target depends on th
 static_assert(alignof(Record) == 8);
 inline constexpr std::size_t kRecordFreeLinkOffset = offsetof(Record, lru_older);
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -7,7 +7,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 RecordId load_link(const std::byte* p) {
@@ -98,4 +100,6 @@ void RecordPool::deallocate(RecordId id, std::size_t bytes) noexcept {
   c.free = id;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

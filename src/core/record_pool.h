@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 using RecordId = std::uint32_t;
 inline constexpr RecordId kNoRecord = 0xffffffffU;
@@ -82,4 +84,6 @@ class RecordPool {
   std::atomic<Directory*> directory_{nullptr};
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

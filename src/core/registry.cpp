@@ -9,7 +9,9 @@
 #include <new>
 #include <stdexcept>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 std::size_t home(std::uint64_t hash, std::size_t slot_count) noexcept {
@@ -521,4 +523,6 @@ std::size_t Registry::capacity_for(std::uint32_t subintervals) const noexcept {
   return total;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

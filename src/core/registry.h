@@ -14,7 +14,9 @@
 #include "core/record_pool.h"
 #include "ratewin/decision.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // A record found in (or added to) a shard.
 struct RecordRef {
@@ -295,4 +297,6 @@ class Registry {
   std::unique_ptr<Shard[]> shards_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 
 #include <atomic>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // A value guarded by a shard's seqlock (see Shard): written only by the lock holder,
 // read by anyone. Stores are release and loads acquire (std::atomic_ref), so a reader
@@ -50,4 +52,6 @@ class SeqlockField {
   alignas(std::atomic_ref<T>::required_alignment) T value_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

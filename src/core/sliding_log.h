@@ -11,7 +11,9 @@
 #include "ratewin/decision.h"
 #include "ratewin/limit.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // What a log's decisions need of its limit.
 struct LogRule {
@@ -225,4 +227,6 @@ inline bool SlidingLog::newest_before(std::int64_t t, std::int64_t before, std::
   return true;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

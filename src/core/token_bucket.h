@@ -10,7 +10,9 @@
 #include "ratewin/decision.h"
 #include "ratewin/limit.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // What a token bucket's decisions need of its limit.
 struct BucketRule {
@@ -120,4 +122,6 @@ inline void TokenBucket::decide(std::int64_t tat, std::int64_t t, const BucketRu
   out.retry_after = std::chrono::nanoseconds(wrapping_sub(wrapping_add(backlog, need), tolerance));
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <limits>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 void SlidingWindow::reset(std::int64_t t) noexcept {
   state_.epoch = epoch_of(t, resolution_);
@@ -121,4 +123,6 @@ std::uint32_t SlidingWindow::count_for_epoch(std::int64_t epoch) const noexcept 
   return in_order(n_ - static_cast<std::uint32_t>(age));
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

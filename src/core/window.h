@@ -9,7 +9,9 @@
 #include "ratewin/decision.h"
 #include "ratewin/limit.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // How the trailing subinterval (the one sliding out of the window) counts: what sets the
 // ring's algorithms apart (ratewin::Algorithm).
@@ -347,4 +349,6 @@ inline std::int64_t SlidingWindow::retry_at(std::int64_t at, std::uint64_t allow
   return std::max(at, wrapping_sub(end, static_cast<std::int64_t>(slack)));
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

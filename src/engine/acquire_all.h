@@ -12,7 +12,9 @@
 #include "engine/engine_core.h"
 #include "engine/scratch.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // All or nothing (see Engine::try_acquire_all). begin() decides every limit locally; if
 // shared writes are due, they are writes(), to be made with the store (add_all) into
@@ -63,4 +65,6 @@ class AcquireAll {
   std::span<bool> written_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

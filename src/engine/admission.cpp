@@ -6,7 +6,9 @@
 
 #include "engine/scratch.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 Decision Admission::run(RecordRef known, RecordRef read_ref, std::uint64_t version,
                         const Decision& read) {
@@ -377,4 +379,6 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
   }
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

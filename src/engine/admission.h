@@ -8,7 +8,9 @@
 #include "core/registry.h"
 #include "engine/engine_core.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // An admission: what EngineCore::decide hands over once the lock-free read could not
 // settle the request as a rejection. It lives for one call, on the caller's stack:
@@ -120,4 +122,6 @@ class Admission {
   Counted counted_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -8,7 +8,8 @@
 #include "engine/acquire_all.h"
 #include "engine/engine_core.h"
 
-namespace ratewin::inline v1 {
+namespace ratewin {
+inline namespace v1 {
 namespace detail {
 
 // AsyncAcquirer's state: the calls whose writes are in flight, and the store's writer
@@ -105,4 +106,5 @@ std::size_t AsyncAcquirer::pending() const noexcept { return impl_->pending(); }
 
 void AsyncAcquirer::close() { impl_->close(); }
 
-}  // namespace ratewin::inline v1
+}  // namespace v1
+}  // namespace ratewin

@@ -18,7 +18,9 @@
 #include "engine/last_read.h"
 #include "engine/scratch.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 std::atomic<std::uint64_t> next_engine_id{1};
@@ -785,4 +787,6 @@ Stats EngineCore::stats() const {
   return s;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

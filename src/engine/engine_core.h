@@ -21,7 +21,9 @@
 #include "engine/store.h"
 #include "ratewin/engine.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class AcquireAll;
 class Admission;
@@ -324,4 +326,6 @@ class EngineCore final : public SyncTarget {
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

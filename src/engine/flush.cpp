@@ -26,7 +26,9 @@
 
 #include "engine/engine_core.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // The least share of its budget's whole an engine is granted, over the live engines: an
@@ -331,4 +333,6 @@ void EngineCore::flusher_loop() {
   }
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

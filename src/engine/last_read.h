@@ -12,7 +12,9 @@
 #include "ratewin/decision.h"
 #include "ratewin/limit.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 static_assert(std::is_trivially_copyable_v<Limit> && std::has_unique_object_representations_v<Limit>,
               "a limit is compared by its bytes");
@@ -79,4 +81,6 @@ struct LastLimit {
 };
 inline constinit thread_local LastLimit last_limit;
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 
 #include "engine/store.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 std::unique_ptr<Store> make_store(const Options& options, std::shared_ptr<const Clock>,
                                   SyncTarget&) {
@@ -13,4 +15,6 @@ std::unique_ptr<Store> make_store(const Options& options, std::shared_ptr<const 
   return nullptr;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

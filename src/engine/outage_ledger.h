@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <utility>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class OutageLedger {
  public:
@@ -89,4 +91,6 @@ class OutageLedger {
   std::atomic<bool> empty_{true};
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

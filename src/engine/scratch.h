@@ -6,7 +6,9 @@
 #include <span>
 #include <vector>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // `n` values: on the stack when at most N (the common case), else on the heap.
 template <class T, std::size_t N>
@@ -25,4 +27,6 @@ class Scratch {
   std::span<T> values_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

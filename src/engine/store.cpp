@@ -3,7 +3,9 @@
 #include <functional>
 #include <utility>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // The writer of a store without connections of its own: each batch is written
@@ -45,4 +47,6 @@ void Store::write_async(std::span<const StoreWrite> writes,
   finish(writer);
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

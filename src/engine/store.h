@@ -15,7 +15,9 @@
 
 struct uv_loop_s;  // libuv's uv_loop_t
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // A limiter's shared counts, read back from the store.
 struct SharedCounts {
@@ -199,4 +201,6 @@ class Store {
 std::unique_ptr<Store> make_store(const Options& options, std::shared_ptr<const Clock> clock,
                                   SyncTarget& target);
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 #include "core/record.h"
 #include "redis/layout.h"
 
-namespace ratewin::inline v1::internal {
+namespace ratewin {
+inline namespace v1 {
+namespace internal {
 
 StoreWriteCommands store_write_commands(std::string_view prefix, std::uint64_t resource,
                                         const Limit& limit, std::int64_t epoch,
@@ -20,4 +22,6 @@ std::size_t limiter_record_bytes(std::uint32_t subintervals, bool with_store) {
   return detail::Record::bytes_for(subintervals, with_store);
 }
 
-}  // namespace ratewin::inline v1::internal
+}  // namespace internal
+}  // namespace v1
+}  // namespace ratewin

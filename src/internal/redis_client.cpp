@@ -10,7 +10,9 @@
 #include "redis/tls.h"
 #include "redis/topology.h"
 
-namespace ratewin::inline v1::internal {
+namespace ratewin {
+inline namespace v1 {
+namespace internal {
 namespace {
 
 RedisReply copy(const redisReply& r) {
@@ -168,4 +170,6 @@ std::string RedisClient::describe(std::string_view url) {
   return detail::RedisAddress::parse(url).describe();
 }
 
-}  // namespace ratewin::inline v1::internal
+}  // namespace internal
+}  // namespace v1
+}  // namespace ratewin

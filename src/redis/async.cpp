@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <utility>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 constexpr std::chrono::milliseconds kFirstBackoff{50};
@@ -400,4 +402,6 @@ void AsyncRedis::close() {
   uv_close(reinterpret_cast<uv_handle_t*>(&watchdog_), nullptr);
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

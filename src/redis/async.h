@@ -20,7 +20,9 @@
 
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // A connection on the given loop, over the same transport as the blocking connections
 // (redis/transport.h) and the same RESP (commands written once, replies parsed into
@@ -156,4 +158,6 @@ class AsyncRedis {
   std::unique_ptr<char[]> chunk_;  // read buffer
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

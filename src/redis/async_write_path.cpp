@@ -6,7 +6,9 @@
 
 #include "redis/steady_ns.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
@@ -233,4 +235,6 @@ void AsyncWritePath::close() {
   for (Link& l : links_) l.redis->close();
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

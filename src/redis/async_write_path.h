@@ -16,7 +16,9 @@
 #include "redis/resp.h"
 #include "redis/write_path.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // WritePath's writes, made from a libuv loop without blocking it: the same commands,
 // written once into the batch's RESP (WritePath::plan), to the same nodes, sent as they
@@ -105,4 +107,6 @@ class AsyncWritePath final : public AsyncWriter {
   bool closed_ = false;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

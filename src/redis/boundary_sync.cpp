@@ -10,7 +10,9 @@
 #include "redis/slot.h"
 #include "redis/steady_ns.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // A reply saying that the key's slot is served elsewhere, or is moving: MOVED, ASK,
@@ -453,4 +455,6 @@ void BoundarySync::add_stats(Stats& s) const {
   s.live_nodes = live_nodes();
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -19,7 +19,9 @@
 
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class AsyncRedis;
 
@@ -124,4 +126,6 @@ class BoundarySync {
   std::atomic<std::uint32_t> live_nodes_{0};
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -2,7 +2,9 @@
 
 #include "redis/steady_ns.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 void CircuitBreaker::start(const Status& failure, const std::string& why) {
   if (failure.ok() || !available_.exchange(false, std::memory_order_acq_rel)) return;
   const bool credentials_refused = failure.code() == Status::Code::auth;
@@ -47,4 +49,6 @@ void CircuitBreaker::retire() {
   }
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -11,7 +11,9 @@
 #include "redis/reporter.h"
 #include "redis/steady_ns.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Whether writes go to Redis. Closed (available) while Redis answers; a network failure,
 // a timeout or a server that says it cannot serve opens it, and while it is open writes
@@ -67,4 +69,6 @@ class CircuitBreaker {
   std::atomic<std::int64_t> back_since_ns_{INT64_MIN};  // steady clock; INT64_MIN: never
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

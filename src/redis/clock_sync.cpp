@@ -8,7 +8,9 @@
 #include "redis/async.h"
 #include "redis/connection.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 Status ClockSync::measure(RedisConnection& connection, int samples) {
   for (int i = 0; i < samples; ++i) {
@@ -91,4 +93,6 @@ void ClockSync::refused(const std::string& reply) {
   }
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -15,7 +15,9 @@
 
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class AsyncRedis;
 class RedisConnection;
@@ -62,4 +64,6 @@ class ClockSync {
   std::vector<std::pair<std::int64_t, std::int64_t>> samples_;  // (rtt, offset)
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <vector>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 using std::chrono::milliseconds;
@@ -177,4 +179,6 @@ Status RedisConnection::receive_message(OnReply on_reply, milliseconds wait) {
   }
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -15,7 +15,9 @@
 
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // One connection whose calls wait: connects and logs in (AUTH with the ACL user if any,
 // SELECT) within connect_timeout, then each round trip is bounded by the caller's
@@ -89,4 +91,6 @@ class RedisConnection {
   bool broken_ = false;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

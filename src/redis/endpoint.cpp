@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <utility>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // The URL with its password (or lone token) replaced by "***": error messages end up in
@@ -363,9 +365,13 @@ std::string RedisEndpoint::describe() const {
   return out;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 RedisAddress RedisAddress::parse(std::string_view url) {
   RedisAddress a;
@@ -470,4 +476,6 @@ std::string RedisAddress::describe() const {
   return out;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -11,7 +11,9 @@
 #include "ratewin/engine.h"
 #include "redis/status.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class TlsContext;
 
@@ -104,4 +106,6 @@ struct RedisAddress {
   std::string describe() const;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Log-linear buckets (8 per power of two, so within 12.5%) over nanoseconds, counted
 // with relaxed atomic additions: cheap next to the network round trip it measures.
@@ -58,4 +60,6 @@ class LatencyHistogram {
   std::atomic<std::uint64_t> max_{0};
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

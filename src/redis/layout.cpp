@@ -11,7 +11,9 @@
 #include "engine/store.h"
 #include "redis/slot.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 constexpr char kHexDigits[] = "0123456789abcdef";
@@ -586,4 +588,6 @@ void StoreLayout::append_reset(const LimiterKey& key, RespWriter& out) const {
   append_window_key(key, out);
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -14,7 +14,9 @@
 #include "engine/store.h"
 #include "redis/resp.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // `mark` followed by `n` in decimal ("#12", "*3", "$40"): built by appending, as
 // "#" + std::to_string(n) makes GCC 12 at -O3 warn (-Wrestrict, a false positive,
@@ -249,4 +251,6 @@ class StoreLayout {
   std::uint32_t node_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -3,7 +3,9 @@
 #include <string>
 #include <system_error>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 namespace {
 // libuv's codes are negated errno values.
@@ -70,4 +72,6 @@ int LoopThread::stop(const std::function<void()>& close_handles) {
   return close_result_;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -8,7 +8,9 @@
 #include <thread>
 #include <vector>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Owns a uv_loop_t and the thread that runs it. Other threads hand it work with
 // post(), the only thread-safe entry (it uses uv_async_send, which coalesces, so the
@@ -44,4 +46,6 @@ class LoopThread {
   std::thread thread_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -1,6 +1,8 @@
 #include "redis/pool.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 RedisPool::RedisPool(RedisEndpoint endpoint, std::chrono::milliseconds connect_timeout,
                      std::chrono::milliseconds command_timeout, std::size_t max_connections)
@@ -68,4 +70,6 @@ void RedisPool::drop_idle() {
   released_.notify_all();
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

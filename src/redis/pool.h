@@ -11,7 +11,9 @@
 
 #include "redis/connection.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // A connection per concurrent caller: a thread takes an idle connection (or opens one),
 // makes its round trip with no lock held, and gives it back. So N threads writing at once
@@ -78,4 +80,6 @@ class RedisPool {
   std::size_t open_ = 0;  // idle + lent
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -13,7 +13,9 @@
 #include "redis/steady_ns.h"
 #include "redis/tls.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // This engine's id in the change sets: random, so that engines need not agree on ids
@@ -528,4 +530,6 @@ void RedisStore::schedule_tick() {
   uv_timer_start(&tick_timer_, &RedisStore::on_tick, ms, 0);
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -25,7 +25,9 @@
 #include "redis/topology.h"
 #include "redis/write_path.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Store on Redis, made of parts with one job each:
 // - StoreLayout: the keys and commands (redis/layout.h);
@@ -165,4 +167,6 @@ class RedisStore final : public Store, private ReadRouter {
   std::unique_ptr<SentinelWatch> sentinel_;  // last: its thread stops first
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -4,7 +4,9 @@
 #include <array>
 #include <cctype>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 std::string credentials_problem(const std::string& where, bool given, const Status& failure) {
   if (failure.code() != Status::Code::auth) return failure.message();
@@ -96,4 +98,6 @@ void Reporter::recovered() {
   log(LogLevel::info, "Redis at " + where_ + ": commands succeed again");
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -13,7 +13,9 @@
 #include "ratewin/engine.h"
 #include "redis/status.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // What to fix when Redis refused this client's credentials (an auth status): the
 // password is missing (none was `given`) or wrong. The status's own message otherwise.
@@ -79,4 +81,6 @@ class Reporter {
   std::atomic<bool> failing_{false};
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

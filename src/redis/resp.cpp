@@ -10,7 +10,9 @@
 #include <new>
 #include <stdexcept>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class ReplyPool {
  public:
@@ -237,4 +239,6 @@ Status status_of(const redisReply& reply) {
   return Status::of_error_reply(std::string_view(reply.str, reply.len));
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

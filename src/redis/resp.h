@@ -19,7 +19,9 @@
 struct redisReader;
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // Commands in RESP (an array of bulk strings each), appended to one buffer that clear()
 // empties without giving its memory back. It remembers where each command starts, so
@@ -157,4 +159,6 @@ std::string reply_text(const redisReply& reply);
 // The status of a reply: ok, or the error reply's (Status::of_error_reply).
 Status status_of(const redisReply& reply);
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -6,7 +6,9 @@
 
 #include "redis/connection.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 SentinelWatch::SentinelWatch(RedisAddress address, std::chrono::milliseconds connect_timeout,
                              std::chrono::milliseconds command_timeout, Reporter& reporter,
@@ -173,4 +175,6 @@ bool SentinelWatch::watch(RedisConnection& sentinel, std::chrono::milliseconds a
   return true;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -13,7 +13,9 @@
 #include "redis/reporter.h"
 #include "redis/status.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class RedisConnection;
 
@@ -71,4 +73,6 @@ class SentinelWatch {
   std::thread thread_;
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

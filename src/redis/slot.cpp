@@ -2,7 +2,9 @@
 
 #include <array>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
@@ -46,4 +48,6 @@ std::uint16_t resource_slot(std::uint64_t resource) noexcept {
   return static_cast<std::uint16_t>(crc16(std::string_view(digits, 16)) % kClusterSlots);
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string_view>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 inline constexpr std::uint32_t kClusterSlots = 16384;
 
@@ -17,4 +19,6 @@ std::uint16_t key_slot(std::string_view key) noexcept;
 // building a key.
 std::uint16_t resource_slot(std::uint64_t resource) noexcept;
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

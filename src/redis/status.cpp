@@ -2,7 +2,9 @@
 
 #include <cstring>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 Status Status::of_error_reply(std::string_view text) {
   const std::string message(text);
@@ -26,4 +28,6 @@ Status Status::of_error_reply(std::string_view text) {
 
 std::string errno_text(int error) { return std::strerror(error); }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -5,7 +5,9 @@
 #include <string_view>
 #include <utility>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // One small value for every internal call that can fail (leveldb's Status): a code that
 // callers branch on, and a message for people. An ok status holds no message and costs no
@@ -70,4 +72,6 @@ class Status {
 // The system's words for an errno value (strerror), for a Status' message.
 std::string errno_text(int error);
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdint>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 inline std::int64_t steady_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -12,4 +14,6 @@ inline std::int64_t steady_ns() noexcept {
       .count();
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

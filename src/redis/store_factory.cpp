@@ -2,7 +2,9 @@
 #include "engine/store.h"
 #include "redis/redis_store.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 std::unique_ptr<Store> make_store(const Options& options, std::shared_ptr<const Clock> clock,
                                   SyncTarget& target) {
@@ -10,4 +12,6 @@ std::unique_ptr<Store> make_store(const Options& options, std::shared_ptr<const 
   return std::make_unique<RedisStore>(options, std::move(clock), target);
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -15,7 +15,9 @@
 #include <stdexcept>
 #include <utility>
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // The sessions kept to resume, at most (one per server; a Cluster has a few dozen).
@@ -474,4 +476,6 @@ RedisAddress secured(RedisAddress address, const TlsOptions& options, TlsContext
   return address;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -22,7 +22,9 @@ typedef struct ssl_session_st SSL_SESSION;
 typedef struct x509_st X509;
 typedef struct evp_pkey_st EVP_PKEY;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class TlsSession;
 
@@ -117,4 +119,6 @@ class TlsSession {
 // address.
 RedisAddress secured(RedisAddress address, const TlsOptions& options, TlsContext::Logger log);
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -6,7 +6,9 @@
 
 #include "redis/resp.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 bool is_int(const redisReply* r) { return r != nullptr && r->type == REDIS_REPLY_INTEGER; }
@@ -177,4 +179,6 @@ void Topology::retire_unused() {
     if (!serves(i) && !node(i).circuit().available()) node(i).circuit().retire();
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

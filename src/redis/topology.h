@@ -21,7 +21,9 @@
 
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // One Redis primary (or the one server outside a cluster): its address, the blocking
 // connections the application threads write on, and its circuit breaker. Failure handling
@@ -138,4 +140,6 @@ class Topology {
   std::atomic<bool> refresh_{false};
 };
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

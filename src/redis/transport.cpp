@@ -17,7 +17,9 @@
 
 #include "redis/tls.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 // A socket of `family`, non-blocking, closed on exec.
@@ -256,4 +258,6 @@ Status Transport::wait(int fd, Io::Result wanted, std::chrono::steady_clock::tim
   }
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

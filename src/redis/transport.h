@@ -11,7 +11,9 @@
 #include "redis/endpoint.h"
 #include "redis/status.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 class TlsSession;
 
@@ -74,4 +76,6 @@ class Transport {
 Status connect_timed_out(const Transport* transport, const std::string& where,
                          std::chrono::milliseconds timeout);
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -9,7 +9,9 @@
 #include "engine/scratch.h"
 #include "redis/steady_ns.h"
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 namespace {
 
 using std::chrono::nanoseconds;
@@ -602,4 +604,6 @@ void WritePath::add_stats(Stats& s) const {
   s.write_max = latency_.max();
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

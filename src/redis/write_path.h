@@ -20,7 +20,9 @@
 
 struct redisReply;
 
-namespace ratewin::inline v1::detail {
+namespace ratewin {
+inline namespace v1 {
+namespace detail {
 
 // How one command of a write ended.
 enum class CommandEnd { kPending, kAnswered, kSkipped, kFailed };
@@ -183,4 +185,6 @@ bool WritePath::plan(const StoreWrite& w, std::uint32_t index, RespWriter& out, 
   return true;
 }
 
-}  // namespace ratewin::inline v1::detail
+}  // namespace detail
+}  // namespace v1
+}  // namespace ratewin

@@ -12,7 +12,9 @@
 
 #include "ratewin/limit.h"
 
-namespace ratewin::inline v1::internal {
+namespace ratewin {
+inline namespace v1 {
+namespace internal {
 
 // The commands one write of the Redis store sends, as one pipeline, in RESP (the very bytes
 // the store sends), and how many there are: an engine with key prefix `prefix` admitting
@@ -30,4 +32,6 @@ StoreWriteCommands store_write_commands(std::string_view prefix, std::uint64_t r
 // engine with a shared store or without.
 std::size_t limiter_record_bytes(std::uint32_t subintervals, bool with_store);
 
-}  // namespace ratewin::inline v1::internal
+}  // namespace internal
+}  // namespace v1
+}  // namespace ratewin

@@ -12,7 +12,8 @@
 
 #include "ratewin/engine.h"
 
-namespace ratewin::inline v1 {
+namespace ratewin {
+inline namespace v1 {
 namespace detail {
 class RedisConnection;
 struct RedisAddress;
@@ -89,4 +90,5 @@ class RedisClient {
 };
 
 }  // namespace internal
-}  // namespace ratewin::inline v1
+}  // namespace v1
+}  // namespace ratewin
