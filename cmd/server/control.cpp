@@ -153,7 +153,7 @@ void Control::on_rls_change(uv_fs_event_t* handle, const char* name, int events,
 void Control::on_rls_settled(uv_timer_t* t) {
   auto* self = static_cast<Control*>(t->data);
   self->rls_in_place_ = false;
-  self->rls_->reload("file changed");
+  self->rls_->reload("file changed", ReloadCause::watch);
 }
 
 }  // namespace ratewin::server

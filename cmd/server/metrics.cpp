@@ -186,26 +186,26 @@ void Service::write_request_metrics(PrometheusText& out) const {
 }
 
 void Service::write_rules_metrics(PrometheusText& out) const {
-  {
-    const std::shared_ptr<const Rules> rules = rules_.get();
-    std::lock_guard lock(reload_mutex_);
-    out.family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
-    std::string labels;
-    append_label(labels, "version", rules->version());
-    out.sample(labels, 1);
-    out.single("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.",
-               u(rules->limit_count()));
-    out.family("ratewin_server_rules_reloads_total", "counter",
-               "Rules loads by result (a rejected file leaves the last good rules active).");
-    out.sample("result=\"ok\"", u(reloads_ok_));
-    out.sample("result=\"rejected\"", u(reloads_failed_));
-    out.single("ratewin_server_rules_last_error", "gauge",
-               "1 when the last load of the rules file was rejected.",
-               last_reload_error_.empty() ? 0 : 1);
-    out.single("ratewin_server_rules_loaded_timestamp_seconds", "gauge",
-               "When the rules file was last loaded successfully.",
-               static_cast<double>(last_reload_ms_) / 1e3);
-  }
+  const std::shared_ptr<const Rules> rules = rules_.get();
+  out.family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
+  std::string labels;
+  append_label(labels, "version", rules->version());
+  out.sample(labels, 1);
+  out.single("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.",
+             u(rules->limit_count()));
+  write_reload_metrics(
+      out,
+      ReloadMetricNames{
+          .loads = "ratewin_server_rules_reloads_total",
+          .outcome_label = "result",
+          .loads_help =
+              "Rules loads by result (a rejected file leaves the last good rules active).",
+          .failing = "ratewin_server_rules_last_error",
+          .failing_help = "1 when the last load of the rules file was rejected.",
+          .loaded_at = "ratewin_server_rules_loaded_timestamp_seconds",
+          .loaded_at_help = "When the rules file was last loaded successfully.",
+      },
+      rules_.figures());
   const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
   const std::int64_t now = unix_ms();
   out.single(

@@ -323,7 +323,22 @@ Config Config::parse(std::string_view yaml, const std::string& source,
   return config;
 }
 
+std::string ConfigFiles::joined() const {
+  std::string all;
+  for (const File& f : files) {
+    all += f.name;
+    all += '\0';
+    all += f.bytes;
+    all += '\0';
+  }
+  return all;
+}
+
 Config Config::load(const std::string& folder, const ConfigOptions& options) {
+  return parse(read(folder), options);
+}
+
+ConfigFiles Config::read(const std::string& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<fs::path> paths;
@@ -337,18 +352,21 @@ Config Config::load(const std::string& folder, const ConfigOptions& options) {
   }
   if (ec) throw RulesError(folder, 0, 0, "cannot read the folder: " + ec.message());
   std::sort(paths.begin(), paths.end());
-  Config config;
-  std::string all;
+  ConfigFiles found;
   for (const fs::path& p : paths) {
-    const std::string bytes = read_config_file(p.string(), kMaxFileBytes);
-    ConfigParser(p.string(), options, config).run(bytes);
-    config.files_.push_back(p.string());
-    all += p.filename().string();
-    all += '\0';
-    all += bytes;
-    all += '\0';
+    found.files.push_back(ConfigFiles::File{p.string(), p.filename().string(),
+                                            read_config_file(p.string(), kMaxFileBytes)});
   }
-  config.version_ = version_of("rls", all);
+  return found;
+}
+
+Config Config::parse(const ConfigFiles& files, const ConfigOptions& options) {
+  Config config;
+  for (const ConfigFiles::File& f : files.files) {
+    ConfigParser(f.path, options, config).run(f.bytes);
+    config.files_.push_back(f.path);
+  }
+  config.version_ = version_of("rls", files.joined());
   return config;
 }
 

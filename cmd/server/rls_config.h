@@ -151,12 +151,28 @@ struct ConfigOptions {
   HitStats* stats = nullptr;  // where rules' counters live (none: private ones)
 };
 
+// A configuration folder's files as read, not parsed yet.
+struct ConfigFiles {
+  struct File {
+    std::string path;
+    std::string name;  // in the folder
+    std::string bytes;
+  };
+  std::vector<File> files;  // in name order
+  // Each file's name and bytes, one after the other: what the version hashes.
+  std::string joined() const;
+};
+
 class Config {
  public:
   Config() = default;
   // Every *.yaml and *.yml file of `folder` (not hidden ones), in name order. Throws
-  // RulesError naming the file, the line and the problem.
+  // RulesError naming the file, the line and the problem. read() then parse().
   static Config load(const std::string& folder, const ConfigOptions& options);
+  // load()'s two steps: the files read (throws RulesError naming the folder or the file
+  // that cannot be read), then parsed (throws RulesError naming the file and the line).
+  static ConfigFiles read(const std::string& folder);
+  static Config parse(const ConfigFiles& files, const ConfigOptions& options);
   // One file's text (for tests and the fuzz target): as load() for a folder of it.
   static Config parse(std::string_view yaml, const std::string& source,
                       const ConfigOptions& options);

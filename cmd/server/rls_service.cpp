@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "ratewin/hash.h"
 #include "text.h"
 
 namespace ratewin::server::rls {
@@ -79,12 +80,34 @@ struct RateLimitService::Call {
   }
 };
 
+Reloader<Config>::Hooks RateLimitService::config_hooks() {
+  options_.config.stats = &stats_;
+  Reloader<Config>::Hooks hooks;
+  if (options_.folder.empty()) return hooks;  // no configuration: nothing to read
+  hooks.read = [this] {
+    ConfigFiles files = Config::read(options_.folder);
+    const std::uint64_t fingerprint = hash(files.joined());
+    return Reloader<Config>::Input{fingerprint, [this, files = std::move(files)] {
+                                     return Config::parse(files, options_.config);
+                                   }};
+  };
+  hooks.refused = [this](std::string_view why, const std::string& error, const Config&,
+                         bool same_error) {
+    if (same_error) return;  // logged once
+    log_(LogLevel::error, "rls: configuration not reloaded (" + std::string(why) +
+                              "), the last good one stays: " + error);
+  };
+  hooks.changed = [this](std::string_view why, const Config& next) {
+    log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) +
+                             "): " + std::to_string(next.domain_count()) + " domains, " +
+                             std::to_string(next.rule_count()) + " rate limits (" + next.version() +
+                             ")");
+  };
+  return hooks;
+}
+
 RateLimitService::RateLimitService(Engine& engine, ServiceOptions options, Log log)
-    : engine_(engine), options_(std::move(options)), log_(std::move(log)), config_([&] {
-        options_.config.stats = &stats_;
-        return std::make_shared<const Config>(
-            options_.folder.empty() ? Config() : Config::load(options_.folder, options_.config));
-      }()) {
+    : engine_(engine), options_(std::move(options)), log_(std::move(log)), config_(config_hooks()) {
   const std::shared_ptr<const Config> c = config_.get();
   if (options_.folder.empty()) {
     log_(LogLevel::warning, "rls: no --rls-config: every domain is unknown, every call OK");
@@ -96,43 +119,6 @@ RateLimitService::RateLimitService(Engine& engine, ServiceOptions options, Log l
 }
 
 RateLimitService::~RateLimitService() = default;
-
-bool RateLimitService::reload(std::string_view why) {
-  if (options_.folder.empty()) return true;
-  std::lock_guard one_at_a_time(reloading_);
-  std::shared_ptr<const Config> next;
-  std::string error;
-  try {
-    next = std::make_shared<const Config>(Config::load(options_.folder, options_.config));
-  } catch (const RulesError& e) {
-    error = e.what();
-  }
-  std::lock_guard lock(reload_mutex_);
-  if (next == nullptr) {
-    ++reloads_failed_;
-    if (last_reload_error_ != error) {
-      log_(LogLevel::error, std::string("rls: configuration not reloaded (") + std::string(why) +
-                                "), the last good one stays: " + error);
-    }
-    last_reload_error_ = error;
-    return false;
-  }
-  last_reload_error_.clear();
-  // (A save is often several events; unchanged files are no reload.)
-  if (next->version() == config_.get()->version()) return true;
-  ++reloads_ok_;
-  log_(LogLevel::info, "rls: configuration reloaded (" + std::string(why) +
-                           "): " + std::to_string(next->domain_count()) + " domains, " +
-                           std::to_string(next->rule_count()) + " rate limits (" +
-                           next->version() + ")");
-  config_.publish(std::move(next));
-  return true;
-}
-
-std::string RateLimitService::last_reload_error() const {
-  std::lock_guard lock(reload_mutex_);
-  return last_reload_error_;
-}
 
 std::optional<std::string> RateLimitService::decide(const Request& request, Done done) {
   if (request.domain.empty()) return "rate limit domain must not be empty";
@@ -377,14 +363,20 @@ void RateLimitService::write_metrics(PrometheusText& out) const {
       out.sample(labels(s),
                  static_cast<double>(((*s.counters).*field).load(std::memory_order_relaxed)));
   }
-  std::lock_guard lock(reload_mutex_);
-  out.family("ratewin_rls_config_reloads_total", "counter",
-             "Loads of the --rls-config folder after the first that changed it, or failed");
-  out.sample("outcome=\"ok\"", static_cast<double>(reloads_ok_));
-  out.sample("outcome=\"rejected\"", static_cast<double>(reloads_failed_));
-  out.single("ratewin_rls_config_error", "gauge",
-             "1 while the last load of --rls-config failed (the last good one serves)",
-             last_reload_error_.empty() ? 0 : 1);
+  write_reload_metrics(
+      out,
+      ReloadMetricNames{
+          .loads = "ratewin_rls_config_reloads_total",
+          .outcome_label = "outcome",
+          .loads_help = "Loads of the --rls-config folder by outcome: every good one (the first, "
+                        "at start, and those of unchanged files included) and every rejected "
+                        "one (the last good configuration then serves)",
+          .failing = "ratewin_rls_config_error",
+          .failing_help = "1 while the last load of --rls-config failed (the last good one serves)",
+          .loaded_at = {},
+          .loaded_at_help = {},
+      },
+      config_.figures());
 }
 
 }  // namespace ratewin::server::rls

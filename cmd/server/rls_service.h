@@ -9,14 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "published.h"
 #include "ratewin/engine.h"
+#include "reloader.h"
 #include "rls_config.h"
 
 namespace ratewin::server {
@@ -103,9 +102,12 @@ class RateLimitService {
   RateLimitService(const RateLimitService&) = delete;
   RateLimitService& operator=(const RateLimitService&) = delete;
 
-  // Reads the folder again; a bad file keeps the last good configuration serving, and
-  // is logged. Unchanged files are not a new version. Thread-safe. True if in force.
-  bool reload(std::string_view why);
+  // Reads the folder again (Reloader::reload); a bad file keeps the last good
+  // configuration serving, and is logged (once while its error stays the same).
+  // Unchanged files are not a new version. Thread-safe. True if in force.
+  bool reload(std::string_view why, ReloadCause cause = ReloadCause::request) {
+    return config_.reload(why, cause);
+  }
 
   // Decides `request`. A request the protocol forbids (empty domain, no descriptors, an
   // override with an unknown unit) is refused: the reason is returned (INVALID_ARGUMENT)
@@ -118,25 +120,22 @@ class RateLimitService {
   void write_metrics(PrometheusText& out) const;
   std::shared_ptr<const Config> config() const { return config_.get(); }
   const std::string& folder() const noexcept { return options_.folder; }
-  std::string last_reload_error() const;
+  std::string last_reload_error() const { return config_.last_error(); }
 
   static constexpr double kNearLimitRatio = 0.8;
 
  private:
   struct Call;
   void finish(Call& call);
+  // How the folder is read and parsed (its rules' counters in stats_), and its reloads
+  // logged.
+  Reloader<Config>::Hooks config_hooks();
 
   Engine& engine_;
   ServiceOptions options_;
   Log log_;
   HitStats stats_;
-  Published<Config> config_;
-  // As Service's: reloads one at a time, the outcome recorded under reload_mutex_ only.
-  std::mutex reloading_;
-  mutable std::mutex reload_mutex_;
-  std::string last_reload_error_;
-  std::uint64_t reloads_ok_ = 0;
-  std::uint64_t reloads_failed_ = 0;
+  Reloader<Config> config_;  // loaded by the constructor (after the above, which it uses)
 };
 
 }  // namespace ratewin::server::rls

@@ -26,7 +26,7 @@ class Service::Worker final : public RequestHandler {
  public:
   Worker(Service& service, uv_loop_s* loop)
       : service_(service),
-        rules_(service.rules_),
+        rules_(service.rules_.published()),
         overrides_(service.overrides_.current()),
         step_(service.engine_),
         clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix) {
@@ -193,15 +193,15 @@ class Service::Worker final : public RequestHandler {
   // Queues an admin reload on the service's reload thread, whose outcome goes to `done`
   // there; reloading() from now until then. False when too many wait already.
   bool submit_reload(JobQueue::Done done) {
-    std::atomic<int>& under_way = service_.reloads_under_way_;
-    under_way.fetch_add(1, std::memory_order_relaxed);
-    const bool queued = service_.reloads_.submit(
-        [this] { return admin_reload(); },
-        [&under_way, done = std::move(done)](std::string error) {
-          under_way.fetch_sub(1, std::memory_order_release);
-          done(std::move(error));
-        });
-    if (!queued) under_way.fetch_sub(1, std::memory_order_release);
+    ReloadRecord& record = service_.rules_;
+    record.queued();
+    const bool queued =
+        service_.reloads_.submit([this] { return admin_reload(); },
+                                 [&record, done = std::move(done)](std::string error) {
+                                   record.unqueued();
+                                   done(std::move(error));
+                                 });
+    if (!queued) record.unqueued();
     return queued;
   }
 
@@ -500,11 +500,25 @@ Rules checked_rules(std::string_view text, const std::string& path, const Engine
   return rules;
 }
 
-Rules Service::load_rules() {
-  if (options_.rules_path.empty()) return Rules();
-  const std::string bytes = Rules::read(options_.rules_path);
-  last_read_ = hash(bytes);
-  return checked_rules(bytes, options_.rules_path, engine_, options_.allow_empty_rules, log_);
+Reloader<Rules>::Hooks Service::rules_hooks() {
+  Reloader<Rules>::Hooks hooks;
+  if (options_.rules_path.empty()) return hooks;  // no rules: nothing to read
+  hooks.read = [this] {
+    std::string bytes = Rules::read(options_.rules_path);
+    const std::uint64_t fingerprint = hash(bytes);
+    return Reloader<Rules>::Input{fingerprint, [this, bytes = std::move(bytes)] {
+                                    return checked_rules(bytes, options_.rules_path, engine_,
+                                                         options_.allow_empty_rules, log_);
+                                  }};
+  };
+  hooks.refused = [this](std::string_view why, const std::string& error, const Rules& kept, bool) {
+    log_(LogLevel::error,
+         "rules rejected (" + std::string(why) + "), keeping " + kept.version() + ": " + error);
+  };
+  hooks.changed = [this](std::string_view why, const Rules& next) {
+    log_(LogLevel::info, "rules " + next.version() + " active (" + std::string(why) + ")");
+  };
+  return hooks;
 }
 
 Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log,
@@ -513,10 +527,8 @@ Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, L
       overrides_(overrides),
       options_(std::move(options)),
       log_(std::move(log)),
-      rules_(std::make_shared<const Rules>(load_rules())),
+      rules_(rules_hooks()),
       refusals_(options_.refusals, std::move(events)) {
-  last_reload_ms_ = unix_ms();
-  reloads_ok_ = 1;
   if (!options_.admin_token.empty())
     admin_ = std::make_unique<AdminApi>(*this, overrides_, options_.admin_token,
                                         options_.admin_lockout_capacity);
@@ -538,63 +550,6 @@ std::string Service::reset_key(std::string_view key) {
            "not have been (then they leave with their window)";
   }
   return {};
-}
-
-bool Service::reload(std::string_view why, ReloadCause cause) {
-  if (options_.rules_path.empty()) return true;
-  // Until its outcome is recorded (reloading()).
-  struct UnderWay {
-    std::atomic<int>& count;
-    explicit UnderWay(std::atomic<int>& c) : count(c) {
-      count.fetch_add(1, std::memory_order_relaxed);
-    }
-    ~UnderWay() { count.fetch_sub(1, std::memory_order_release); }
-    UnderWay(const UnderWay&) = delete;
-    UnderWay& operator=(const UnderWay&) = delete;
-  } under_way(reloads_under_way_);
-  std::lock_guard one_at_a_time(reloading_);
-  std::shared_ptr<const Rules> next;
-  std::string error;
-  std::string bytes;
-  try {
-    bytes = Rules::read(options_.rules_path);
-  } catch (const RulesError& e) {
-    error = e.what();
-  }
-  // A read error is remembered apart from bytes that hash the same.
-  const std::uint64_t seen = hash(error.empty() ? bytes : error) ^ (error.empty() ? 0 : 1);
-  // The watch sees every file of the folder: unchanged bytes (or the same read error)
-  // are not a load.
-  if (cause == ReloadCause::watch && seen == last_read_) return last_reload_error().empty();
-  last_read_ = seen;
-  if (error.empty()) {
-    try {
-      next = std::make_shared<const Rules>(checked_rules(
-          bytes, options_.rules_path, engine_, options_.allow_empty_rules, log_));
-    } catch (const RulesError& e) {
-      error = e.what();
-    }
-  }
-  std::lock_guard lock(reload_mutex_);
-  if (next == nullptr) {
-    last_reload_error_ = error;
-    reloads_failed_.fetch_add(1, std::memory_order_relaxed);
-    log_(LogLevel::error, "rules rejected (" + std::string(why) + "), keeping " +
-                              rules_.get()->version() + ": " + error);
-    return false;
-  }
-  last_reload_ms_ = unix_ms();
-  last_reload_error_.clear();
-  reloads_ok_.fetch_add(1, std::memory_order_relaxed);
-  if (next->version() == rules_.get()->version()) return true;  // the same bytes
-  log_(LogLevel::info, "rules " + next->version() + " active (" + std::string(why) + ")");
-  rules_.publish(std::move(next));
-  return true;
-}
-
-std::string Service::last_reload_error() const {
-  std::lock_guard lock(reload_mutex_);
-  return last_reload_error_;
 }
 
 void Service::add_worker(WorkerStats* stats) {

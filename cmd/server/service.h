@@ -29,6 +29,7 @@
 #include "published.h"
 #include "refusals.h"
 #include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
+#include "reloader.h"
 #include "rules.h"
 
 namespace ratewin::server {
@@ -104,12 +105,6 @@ std::optional<std::string> store_down_reason(const Stats& s);
 Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
                     bool allow_empty, const std::function<void(LogLevel, std::string_view)>& log);
 
-// What asked for a reload. The watch (a change anywhere in the rules file's folder, where
-// a symlink may be swapped) loads only bytes other than the last ones it read, good or
-// bad: files beside the rules file, and a bad edit seen again, are not new loads (neither
-// counted nor logged). SIGHUP and the admin API always load.
-enum class ReloadCause { watch, request };
-
 class Service {
  public:
   using Log = std::function<void(LogLevel, std::string_view)>;
@@ -121,10 +116,12 @@ class Service {
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
-  // Reads the rules file again. If it fails validation the error is logged (naming the
-  // line) and kept for /admin/rules and /metrics, and the last good rules stay active.
-  // Unchanged bytes are not a new version. Thread-safe.
-  bool reload(std::string_view why, ReloadCause cause = ReloadCause::request);
+  // Reads the rules file again (Reloader::reload). If it fails validation the error is
+  // logged (naming the line) and kept for /admin/rules and /metrics, and the last good
+  // rules stay active. Unchanged bytes are not a new version. Thread-safe.
+  bool reload(std::string_view why, ReloadCause cause = ReloadCause::request) {
+    return rules_.reload(why, cause);
+  }
   // Forgets every count `key` has under the rules in force (LimitStep::key_counters), in
   // Redis and in this server's engine. Waits on Redis: off the loops. The error (empty: done).
   std::string reset_key(std::string_view key);
@@ -133,11 +130,9 @@ class Service {
   std::uint64_t reload_settle_ms() const noexcept { return options_.reload_settle_ms; }
 
   // The last rules load's error, empty if it succeeded. Thread-safe.
-  std::string last_reload_error() const;
+  std::string last_reload_error() const { return rules_.last_error(); }
   // A reload is under way, or an admin reload waits its turn. Thread-safe.
-  bool reloading() const noexcept {
-    return reloads_under_way_.load(std::memory_order_acquire) != 0;
-  }
+  bool reloading() const noexcept { return rules_.reloading(); }
 
   ConnectionCounters& connections() noexcept { return connections_; }
   // The refusals of each key by each rule (the refusal log, GET /admin/top); its roll()
@@ -196,28 +191,16 @@ class Service {
   // metrics_text()'s parts.
   void write_request_metrics(PrometheusText& out) const;
   void write_rules_metrics(PrometheusText& out) const;
-  // The first load: the rules file read and checked (checked_rules(); throws RulesError),
-  // its bytes' hash kept in last_read_.
-  Rules load_rules();
+  // How the rules file is read and checked (checked_rules()), and its reloads logged.
+  Reloader<Rules>::Hooks rules_hooks();
 
   Engine& engine_;
   Overrides& overrides_;
   ServiceOptions options_;
   Log log_;
-  // The bytes (or read error) last loaded, hashed; under reloading_. Before rules_, whose
-  // first load sets it.
-  std::uint64_t last_read_ = 0;
-  Published<Rules> rules_;
-  // Reloads one at a time (held while a file is read and parsed); reload_mutex_ only
-  // while the outcome is recorded, so /metrics and the admin API never wait on a parse.
-  std::mutex reloading_;
-  mutable std::mutex reload_mutex_;
-  std::string last_reload_error_;
-  std::int64_t last_reload_ms_ = 0;
-  std::atomic<std::uint64_t> reloads_ok_{0};
-  std::atomic<std::uint64_t> reloads_failed_{0};
-  // Reloads running, and admin reloads queued (reloading()).
-  std::atomic<int> reloads_under_way_{0};
+  // The rules in force, loaded by the constructor (after log_, which their checks use),
+  // and their reloads; admin reloads queued count as under way (reloading()).
+  Reloader<Rules> rules_;
   ConnectionCounters connections_;
   Refusals refusals_;
   // sample_rates()'s: by rule, requests allowed (200) and refused (429), oldest first.

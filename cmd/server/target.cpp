@@ -11,7 +11,7 @@ namespace {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-bool name_char(char c) {
+bool host_label_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' || c == '_';
 }
 
@@ -23,7 +23,7 @@ bool valid_name(std::string_view host) {
     if (c == '.') {
       if (label == 0) return false;
       label = 0;
-    } else if (!name_char(c) || ++label > 63) {
+    } else if (!host_label_char(c) || ++label > 63) {
       return false;
     }
   }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -337,12 +338,24 @@ struct Fixture {
     std::filesystem::create_directories(dir);
     write(yaml);
     options.folder = dir;
-    service =
-        std::make_unique<RateLimitService>(*engine, options, [](LogLevel, std::string_view) {});
+    service = std::make_unique<RateLimitService>(
+        *engine, options, [this](LogLevel, std::string_view line) { logged.emplace_back(line); });
   }
   ~Fixture() { std::filesystem::remove_all(dir); }
   void write(std::string_view yaml) const {
     REQUIRE(static_cast<bool>(std::ofstream(dir + "/config.yaml", std::ios::binary) << yaml));
+  }
+  // The lines logged that hold `text`.
+  std::size_t log_count(std::string_view text) const {
+    return static_cast<std::size_t>(std::count_if(
+        logged.begin(), logged.end(),
+        [text](const std::string& line) { return line.find(text) != std::string::npos; }));
+  }
+  // Whether /metrics has `line` (whole).
+  bool metric_line(std::string_view line) const {
+    PrometheusText out;
+    service->write_metrics(out);
+    return ("\n" + out.take()).find("\n" + std::string(line) + "\n") != std::string::npos;
   }
 
   // Decides at once (local mode answers before decide() returns).
@@ -360,6 +373,7 @@ struct Fixture {
     return std::move(*out);
   }
   std::string dir;
+  std::vector<std::string> logged;  // by the service (its reloads), on this thread
 };
 
 RequestDescriptor one(std::string_view k, std::string_view v) {
@@ -623,11 +637,56 @@ TEST_CASE(
   CHECK(f.service->config()->version() != v1);
   CHECK(f.service->last_reload_error().empty());
   CHECK(f.ask("d", {one("a", "x")}).statuses[0].current_limit->requests_per_unit == 7);
-  PrometheusText out;
-  f.service->write_metrics(out);
-  const std::string text = out.take();
-  CHECK(text.find("ratewin_rls_config_reloads_total{outcome=\"ok\"} 1") != std::string::npos);
-  CHECK(text.find("ratewin_rls_config_reloads_total{outcome=\"rejected\"} 1") != std::string::npos);
+  // Counted as the rules' loads are: every good load (the first, at start, and the
+  // unchanged one included: 3; before, only loads that changed the version, 1) and every
+  // rejected one.
+  CHECK(f.metric_line("ratewin_rls_config_reloads_total{outcome=\"ok\"} 3"));
+  CHECK(f.metric_line("ratewin_rls_config_reloads_total{outcome=\"rejected\"} 1"));
+  CHECK(f.metric_line("ratewin_rls_config_error 0"));
+}
+
+TEST_CASE(
+    "reload by the watch: unchanged files are no load; a bad edit is counted and logged once") {
+  Fixture f(kTwo);
+  const std::string v1 = f.service->config()->version();
+  const auto counted = [&f](int ok, int rejected) {
+    return f.metric_line("ratewin_rls_config_reloads_total{outcome=\"ok\"} " + std::to_string(ok)) &&
+           f.metric_line("ratewin_rls_config_reloads_total{outcome=\"rejected\"} " +
+                         std::to_string(rejected));
+  };
+  REQUIRE(counted(1, 0));  // the first load
+  // The files read at start, unchanged; then a file beside them that is not read.
+  CHECK(f.service->reload("file changed", ReloadCause::watch));
+  REQUIRE(static_cast<bool>(std::ofstream(f.dir + "/notes.txt") << "not configuration\n"));
+  CHECK(f.service->reload("file changed", ReloadCause::watch));
+  CHECK(counted(1, 0));
+  CHECK(f.log_count("configuration reloaded") == 0);
+
+  // A bad edit: one load, however often the watch sees the folder change after it.
+  f.write("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight}\n");
+  for (int i = 0; i < 3; ++i) CHECK_FALSE(f.service->reload("file changed", ReloadCause::watch));
+  CHECK(counted(1, 1));
+  CHECK(f.log_count("configuration not reloaded (file changed)") == 1);
+  CHECK(f.metric_line("ratewin_rls_config_error 1"));
+  // SIGHUP always loads: counted again; the same error is not logged again.
+  CHECK_FALSE(f.service->reload("SIGHUP"));
+  CHECK(counted(1, 2));
+  CHECK(f.log_count("configuration not reloaded") == 1);
+
+  // Fixed: the watch loads it, once.
+  f.write(
+      "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: "
+      "7}\n");
+  CHECK(f.service->reload("file changed", ReloadCause::watch));
+  CHECK(f.service->reload("file changed", ReloadCause::watch));
+  CHECK(counted(2, 2));
+  CHECK(f.service->config()->version() != v1);
+  CHECK(f.log_count("configuration reloaded (file changed)") == 1);
+  CHECK(f.metric_line("ratewin_rls_config_error 0"));
+  // SIGHUP of the same files: a good load, no new version (nothing logged).
+  CHECK(f.service->reload("SIGHUP"));
+  CHECK(counted(3, 2));
+  CHECK(f.log_count("configuration reloaded") == 1);
 }
 
 }  // namespace
