@@ -69,15 +69,6 @@ std::string_view trim_ows(std::string_view s) noexcept {
   return s;
 }
 
-void append_sf_string(std::string& out, std::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  out += '"';
-}
-
 std::optional<std::string> base64_decode(std::string_view s) {
   if (s.size() % 4 != 0) return std::nullopt;
   const auto value = [](char c) -> int {
