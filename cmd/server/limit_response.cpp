@@ -5,21 +5,12 @@
 #include <chrono>
 #include <utility>
 
+#include "ratewin_internal/rate_limit_headers.h"
 #include "text.h"
 
 namespace ratewin::server {
 
 namespace {
-
-// RateLimit-Policy's w, in whole seconds rounded up (at least 1): a window's length, or
-// the time a token bucket takes to refill its whole burst (its q), so that q / w is the
-// bucket's rate.
-std::uint64_t policy_seconds(const Limit& limit) {
-  if (limit.algorithm() == Algorithm::token_bucket)
-    return std::max<std::uint64_t>(1, ceil_seconds(std::chrono::nanoseconds(limit.tolerance_ns())));
-  const auto ms = static_cast<std::uint64_t>(limit.interval().count());
-  return std::max<std::uint64_t>(1, (ms + 999) / 1000);
-}
 
 // Seconds with millisecond precision, rounded up, in the shortest form ("0.91", "2").
 void append_seconds(std::string& out, std::chrono::nanoseconds d) {
@@ -45,10 +36,8 @@ const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
   last_text_ = &it->second;  // (a map's elements stay where they are)
   RuleText& t = it->second;
   if (!added) return t;
-  append_sf_string(t.policy_head, rule.name);
-  t.state_head = t.policy_head;
-  t.policy_head += ";q=";
-  t.state_head += ";r=";
+  internal::append_policy_head(t.policy_head, rule.name);
+  internal::append_rate_limit_head(t.state_head, rule.name);
   t.refusal_head = "{\"error\":\"rate limited\",\"limit\":";
   append_json_string(t.refusal_head, rule.name);
   t.refusal_head += ",\"retry_after_s\":";
@@ -92,16 +81,14 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
     // From the limit asked for, which a multiplier may have scaled: q is the most it
     // admits at once (a token bucket's burst, else max), per w seconds.
     h += t.policy_head;
-    append_number(h, items[i].limit.burst());
-    h += ";w=";
-    append_number(h, policy_seconds(items[i].limit));
+    internal::append_policy_quota(h, items[i].limit.burst(),
+                                  internal::policy_window_seconds(items[i].limit));
   }
   const RuleText& shown = text(*match.limits[outcome.shown]);
   h += "\r\nRateLimit: ";
   h += shown.state_head;
-  append_number(h, d.remaining);
-  h += ";t=";
-  append_number(h, ceil_seconds(d.reset_after));
+  // (A degraded decision is said in X-RateLimit-Policy, below.)
+  internal::append_rate_limit_state(h, d.remaining, ceil_seconds(d.reset_after), false);
   if (outcome.degraded) h += "\r\nX-RateLimit-Policy: degraded";
   if (outcome.allowed) return;
 

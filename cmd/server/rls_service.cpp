@@ -9,6 +9,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "ratewin/hash.h"
+#include "ratewin_internal/rate_limit_headers.h"
 #include "text.h"
 
 namespace ratewin::server::rls {
@@ -30,15 +31,13 @@ std::uint32_t clamp32(std::uint64_t v) {
 
 void append_u64(std::string& out, std::uint64_t v) { out += std::to_string(v); }
 
-// A limit's name in the IETF headers: its rule's name, else "d<its descriptor's index>".
-void append_limit_name(std::string& out, const CurrentLimit& limit, std::size_t index) {
-  if (!limit.name.empty()) {
-    append_sf_string(out, limit.name);
-    return;
-  }
-  std::string name(1, 'd');
-  append_u64(name, index);
-  append_sf_string(out, name);
+// A limit's name in the IETF headers: its rule's name, else "d<its descriptor's index>"
+// (written in `scratch`).
+std::string_view limit_name(const CurrentLimit& limit, std::size_t index, std::string& scratch) {
+  if (!limit.name.empty()) return limit.name;
+  scratch.assign(1, 'd');
+  append_u64(scratch, index);
+  return scratch;
 }
 
 }  // namespace
@@ -307,23 +306,19 @@ void RateLimitService::finish(Call& call) {
       h.push_back({"RateLimit-Reset", std::to_string(reset)});
     } else {
       std::string policy;
+      std::string scratch;
       for (std::size_t i = 0; i < response.statuses.size(); ++i) {
         const DescriptorStatus& p = response.statuses[i];
         if (!p.current_limit) continue;
         if (!policy.empty()) policy += ", ";
-        append_limit_name(policy, *p.current_limit, i);
-        policy += ";q=";
-        append_u64(policy, p.current_limit->requests_per_unit);
-        policy += ";w=";
-        append_u64(policy, static_cast<std::uint64_t>(unit_length(p.current_limit->unit).count()));
+        internal::append_policy_item(
+            policy, limit_name(*p.current_limit, i, scratch), p.current_limit->requests_per_unit,
+            static_cast<std::uint64_t>(unit_length(p.current_limit->unit).count()));
       }
       h.push_back({"RateLimit-Policy", std::move(policy)});
       std::string state;
-      append_limit_name(state, *s.current_limit, shown);
-      state += ";r=";
-      append_u64(state, s.limit_remaining);
-      state += ";t=";
-      append_u64(state, reset);
+      internal::append_rate_limit(state, limit_name(*s.current_limit, shown, scratch),
+                                  s.limit_remaining, reset, false);
       h.push_back({"RateLimit", std::move(state)});
     }
     if (response.overall_code == Code::over_limit) {

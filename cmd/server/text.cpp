@@ -6,36 +6,6 @@
 
 namespace ratewin::server {
 
-// Length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none (stray
-// continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
-std::size_t utf8_length(std::string_view s, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char b = byte(i);
-  if (b < 0x80) return 1;
-  std::size_t n = 0;
-  unsigned char lo = 0x80;  // bounds of the second byte, which rule out the bad forms
-  unsigned char hi = 0xbf;
-  if (b >= 0xc2 && b <= 0xdf) {
-    n = 2;
-  } else if (b >= 0xe0 && b <= 0xef) {
-    n = 3;
-    if (b == 0xe0) lo = 0xa0;
-    if (b == 0xed) hi = 0x9f;
-  } else if (b >= 0xf0 && b <= 0xf4) {
-    n = 4;
-    if (b == 0xf0) lo = 0x90;
-    if (b == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (s.size() - i < n) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
-  }
-  return n;
-}
-
 // Appends s as a JSON string. Bytes that are not UTF-8 become U+FFFD, so the output is
 // valid JSON whatever s holds (the parser rejects such strings anyway).
 void append_json_string(std::string& out, std::string_view s) {
@@ -97,15 +67,6 @@ std::string_view trim_ows(std::string_view s) noexcept {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-void append_sf_string(std::string& out, std::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  out += '"';
 }
 
 std::optional<std::string> base64_decode(std::string_view s) {

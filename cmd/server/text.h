@@ -8,17 +8,15 @@
 #include <string>
 #include <string_view>
 
+#include "ratewin_internal/utf8.h"
+
 namespace ratewin::server {
 
-// Length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none (stray
-// continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
-std::size_t utf8_length(std::string_view s, std::size_t i);
+// Length of the well-formed UTF-8 sequence starting at s[i], 0 if there is none.
+using internal::utf8_length;
 // Appends s as a quoted JSON string. Bytes that are not UTF-8 become U+FFFD, so the
 // output is valid JSON whatever s holds (keys and paths come from clients).
 void append_json_string(std::string& out, std::string_view s);
-// A structured-field string (RFC 8941): printable ASCII (others become "?"), with the
-// quote and the backslash escaped.
-void append_sf_string(std::string& out, std::string_view text);
 void append_number(std::string& out, std::uint64_t value);
 // x rounded to the thousandth (figures shown in seconds or milliseconds, to the
 // millisecond or microsecond).

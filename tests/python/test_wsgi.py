@@ -274,3 +274,31 @@ def test_token_bucket_headers_describe_its_burst_and_refill(engine):
     _, _, too_big = call(RateLimitMiddleware(hello, engine, bucket, cost=lambda request: 4),
                          addr="10.0.0.8")
     assert json.loads(too_big)["max"] == 3
+
+
+def test_token_bucket_w_is_its_whole_refill_computed_exactly(engine):
+    # burst x per / max seconds, rounded up, in integers (the extension formats the headers
+    # as ratewin-server does): 50 refill in exactly 5 s at 11 per 1.1 s, where floating
+    # point made it 5.000000000000001 and w=6 before.
+    bucket = ratewin.Limit(11, per=1.1, algorithm="token_bucket", burst=50)
+    headers = call(RateLimitMiddleware(hello, engine, bucket), addr="10.0.0.10")[1]
+    assert headers["RateLimit-Policy"] == '"11/1.1s";q=50;w=5'
+    # 3 per second with a burst of 3: 1 s (ratewin-server wrote 2: its engine's refill,
+    # rounded up to whole nanoseconds, takes 1,000,000,002 ns).
+    bucket = ratewin.Limit(3, per=1, algorithm="token_bucket", burst=3)
+    headers = call(RateLimitMiddleware(hello, engine, bucket), addr="10.0.0.11")[1]
+    assert headers["RateLimit-Policy"] == '"3/1s";q=3;w=1'
+
+
+def test_ietf_headers_write_a_name_outside_printable_ascii_one_character_at_a_time(engine):
+    # é (2 bytes in UTF-8), € (3), 😀 (4): one "?" each, as ratewin-server writes them; the
+    # quote and the backslash escaped. The refusal's JSON body keeps the name as it is.
+    name = 'caf\u00e9 \u20ac\U0001f600 "q\\'
+    limit = ratewin.parse("1/minute", scope=name)
+    app = RateLimitMiddleware(hello, engine, limit)
+    headers = call(app, addr="10.0.0.12")[1]
+    assert headers["RateLimit-Policy"] == '"caf? ?? \\"q\\\\";q=1;w=60'
+    assert headers["RateLimit"].startswith('"caf? ?? \\"q\\\\";r=0;t=')
+    status, headers, body = call(app, addr="10.0.0.12")
+    assert status.startswith("429") and json.loads(body)["limit"] == name
+    assert headers["RateLimit"].startswith('"caf? ?? \\"q\\\\";r=0;t=')

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <string>
 
+#include "ratewin_internal/rate_limit_headers.h"
+
 namespace ratewin::server {
 namespace {
 
@@ -158,11 +160,52 @@ TEST_CASE("RateLimit-Policy gives a token bucket's burst per the time it takes t
         std::string::npos);
   CHECK(policy(bucket(10, seconds(1), 25), bucket(10, seconds(1), 25)).find(";q=25;w=3\r\n") !=
         std::string::npos);
+  // w is the limit's own, burst x interval / max, computed exactly: 3 per second with a
+  // burst of 3 refill in 1 s, though the engine's refill (interval / max rounded up to a
+  // whole nanosecond) takes 1,000,000,002 ns. (w was 2 here before the headers were
+  // formatted once, as the Python middleware had it.)
+  CHECK(policy(bucket(3, seconds(1), 3), bucket(3, seconds(1), 3)).find(";q=3;w=1\r\n") !=
+        std::string::npos);
   // The limit asked for, as a multiplier scaled it, not the rule's.
   const Limit doubled = with_scaled_max(api, 1200);
   fields = policy(api, doubled);
   CHECK(fields.find(";q=100;w=5\r\n") != std::string::npos);
   CHECK(fields.find("\r\nX-RateLimit-Limit: 100\r\n") != std::string::npos);
+}
+
+TEST_CASE("w is exact where interval x burst exceeds 64 bits") {
+  // (A year's interval with the largest max: 3.2e10 ms x 4.3e9.)
+  const auto year = std::chrono::duration_cast<milliseconds>(std::chrono::days(366));
+  CHECK(internal::policy_window_seconds(Limit(Limit::kMaxCount, year)) == 366U * 86'400U);
+  CHECK(internal::policy_window_seconds(
+            Limit(Limit::kMaxCount, year).with_algorithm(Algorithm::token_bucket, 4'294'967)) ==
+        31'623U);  // 366 days x 4,294,967 / 4,294,967,295, rounded up
+  CHECK(internal::policy_window_seconds(Limit(1, milliseconds(1))) == 1U);  // at least 1
+}
+
+TEST_CASE("a name's characters outside printable ASCII are one ? each in the IETF headers") {
+  // é (2 bytes), € (3), 😀 (4): one "?" per character, as the Python middleware writes
+  // them (each byte was one before the headers were formatted once); a byte that is not
+  // UTF-8 (a stray 0xff, a sequence cut short) one each; the quote and the backslash
+  // escaped. The JSON body keeps the name as it is.
+  const LimitRule rule{"caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80 \"q\\ \xff\xe2\x82",
+                       Limit(5, seconds(1)), Scope::key, 1, true};
+  Match match;
+  match.limits = {&rule};
+  const std::array<Acquisition, 1> items{Acquisition{42, rule.limit, 1}};
+  Decision d;
+  d.limit = 5;
+  d.reset_after = milliseconds(992);
+  d.retry_after = milliseconds(912);
+  LimitOutcome outcome;
+  LimitResponses responses;
+  Response r;
+  responses.write(1, match, items, std::span<const Decision>(&d, 1), outcome, r);
+  CHECK(r.fields.find("\r\nRateLimit-Policy: \"caf? ?? \\\"q\\\\ ???\";q=5;w=1\r\n") !=
+        std::string::npos);
+  CHECK(r.fields.find("\r\nRateLimit: \"caf? ?? \\\"q\\\\ ???\";r=0;t=1") != std::string::npos);
+  CHECK(r.body.find("\"limit\":\"caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80 \\\"q\\\\ ") !=
+        std::string::npos);
 }
 
 TEST_CASE("a request costing more than a token bucket's burst is told the burst") {

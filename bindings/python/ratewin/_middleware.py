@@ -12,7 +12,7 @@ import time
 from typing import (Any, Callable, ClassVar, Generic, Iterable, NamedTuple, Optional, Sequence,
                     TypeVar, Union)
 
-from ._ratewin import Decisions, Engine, Limit, _limits
+from ._ratewin import Decisions, Engine, Limit, _limits, _rate_limit_headers
 
 log = logging.getLogger("ratewin")
 
@@ -125,20 +125,6 @@ def limit_name(limit: Limit) -> str:
         return limit.scope
     per = limit.per
     return f"{limit.max}/{int(per) if per.is_integer() else per}s"
-
-
-def _policy(limit: Limit) -> str:
-    """A limit as IETF RateLimit-Policy describes it: a quota q per window w, in seconds. A
-    token bucket's quota is its burst, and its window the refill of the whole burst, so
-    that q / w is its rate."""
-    window = limit.per * limit.burst / limit.max  # the interval, but for a token bucket
-    return f"{_sf_string(limit_name(limit))};q={limit.burst};w={max(1, math.ceil(window))}"
-
-
-def _sf_string(text: str) -> str:
-    """A structured-field string (RFC 8941)."""
-    safe = "".join(c if " " <= c <= "~" else "?" for c in text)
-    return '"' + safe.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class Charge(NamedTuple):
@@ -283,11 +269,14 @@ class Responder:
             if retry is not None:
                 out.append(("Retry-After", retry))
         if self.style in ("both", "ietf"):
-            out.append(("RateLimit-Policy", ", ".join(_policy(lim) for lim in limits)))
-            shown = limits[decisions.index]
-            out.append(("RateLimit", f"{_sf_string(limit_name(shown))};r={d.remaining};"
-                                     f"t={math.ceil(d.reset_after)}"
-                                     + (";degraded" if degraded else "")))
+            # Formatted by the extension, as ratewin-server formats them: each limit a quota
+            # q (its burst) per w seconds (a token bucket's whole refill), the shown one's
+            # state.
+            policy, state = _rate_limit_headers(limits, [limit_name(lim) for lim in limits],
+                                                decisions.index, d.remaining,
+                                                math.ceil(d.reset_after), degraded)
+            out.append(("RateLimit-Policy", policy))
+            out.append(("RateLimit", state))
         return out
 
     def refusal(self, request: Request, decisions: Decisions, limits: Sequence[Limit],

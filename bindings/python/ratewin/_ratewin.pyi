@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Optional, Sequence, Union
 
 Seconds = Union[int, float, datetime.timedelta]
 Resource = Union[str, bytes, int]
@@ -332,6 +332,14 @@ def parse(
 ) -> Limit: ...
 def parse_many(text: str, *, on_failure: Union[FailurePolicy, str] = "local") -> list[Limit]: ...
 def _limits(limits: LimitsArg) -> list[Limit]: ...
+def _rate_limit_headers(
+    limits: Sequence[Limit],
+    names: Sequence[str],
+    shown: int,
+    remaining: int,
+    reset: int,
+    degraded: bool,
+) -> tuple[str, str]: ...
 def _close_all() -> None: ...
 def _at_exit() -> None: ...
 def _cxx_loop(engine: Engine, resource: Resource, limit: Limit, calls: int) -> float: ...

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "ratewin_internal/rate_limit_headers.h"
 
 namespace ratewin::python {
 
@@ -148,6 +149,32 @@ void init_decision(py::module_& m) {
         text += ", decision=" + repr(d.shown()) + ")";
         return text;
       });
+
+  // For the middleware (ratewin/_middleware.py): the IETF headers, formatted as
+  // ratewin-server formats them.
+  m.def(
+      "_rate_limit_headers",
+      [](const py::sequence& limits, const py::sequence& names, std::size_t shown,
+         std::uint64_t remaining, std::uint64_t reset, bool degraded) {
+        if (names.size() != limits.size() || shown >= limits.size())
+          throw py::value_error("_rate_limit_headers: one name per limit, and shown among them");
+        std::string policy;
+        std::string state;
+        for (std::size_t i = 0; i < limits.size(); ++i) {
+          const auto limit = limits[i].cast<Limit>();
+          const std::string name = to_utf8(py::object(names[i]), "names");
+          if (i != 0) policy += ", ";
+          internal::append_policy_item(policy, name, limit.burst(),
+                                       internal::policy_window_seconds(limit));
+          if (i == shown) internal::append_rate_limit(state, name, remaining, reset, degraded);
+        }
+        return py::make_tuple(policy, state);
+      },
+      py::arg("limits"), py::arg("names"), py::arg("shown"), py::arg("remaining"), py::arg("reset"),
+      py::arg("degraded"),
+      "RateLimit-Policy (every limit, each as q=burst per w seconds, named as `names` "
+      "says) and RateLimit (limit `shown`: `remaining`, `reset` seconds, and ';degraded' "
+      "when `degraded`), as a tuple of two str.");
 }
 
 }  // namespace ratewin::python
