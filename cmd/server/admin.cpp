@@ -11,7 +11,6 @@
 #include "client.h"
 #include "json.h"
 #include "service.h"
-#include "text.h"
 
 namespace ratewin::server {
 
@@ -72,19 +71,14 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
   lockout_.succeeded(client);
   const std::string_view method = request.method;
   if (path == "/admin/rules" && method == "GET") {
-    std::string& b = response.body;
     const std::shared_ptr<const Rules> rules = service_.rules();
-    b = "{\"version\":";
-    append_json_string(b, rules->version());
-    b += ",\"path\":";
-    append_json_string(b, service_.rules_path());
-    b += ",\"last_error\":";
-    append_json_string(b, service_.last_reload_error());
-    b += ",\"reloading\":";
-    b += service_.reloading() ? "true" : "false";
-    b += ",\"rules\":";
-    b += rules->describe_json();
-    b += "}\n";
+    json_body(response, [&](JsonWriter& w) {
+      w.key("version").string(rules->version());
+      w.key("path").string(service_.rules_path());
+      w.key("last_error").string(service_.last_reload_error());
+      w.key("reloading").boolean(service_.reloading());
+      w.key("rules").raw(rules->describe_json());
+    });
     return std::nullopt;
   }
   if (status) {
@@ -124,12 +118,10 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
     return work;
   }
   if (path == "/admin/overrides" && method == "GET") {
-    std::string& b = response.body;
-    b = "{\"shared\":";
-    b += overrides_.shared() ? "true" : "false";
-    b += ",\"overrides\":";
-    b += overrides_.active_json(unix_ms());
-    b += "}\n";
+    json_body(response, [&](JsonWriter& w) {
+      w.key("shared").boolean(overrides_.shared());
+      w.key("overrides").raw(overrides_.active_json(unix_ms()));
+    });
     return std::nullopt;
   }
   if (path == "/admin/overrides" && (method == "POST" || method == "DELETE")) {
@@ -240,29 +232,29 @@ std::optional<AdminWork> AdminApi::reset(const Request& request, Response& respo
 void AdminApi::reload_under_way(Response& response) {
   response.status = 202;
   response.headers.emplace_back("Location", "/admin/rules");
-  response.body =
-      "{\"reloading\":true,\"detail\":\"the reload goes on: GET /admin/rules says its "
-      "outcome (version, last_error) once reloading is false\"}\n";
+  json_body(response, [](JsonWriter& w) {
+    w.key("reloading").boolean(true);
+    w.key("detail").string(
+        "the reload goes on: GET /admin/rules says its outcome (version, last_error) once "
+        "reloading is false");
+  });
 }
 
 void AdminApi::done(const AdminWork& work, std::string_view error, Response& response) {
   if (work.reload) {
     if (!error.empty()) return json_error(response, 422, error);
-    response.body = "{\"version\":";
-    append_json_string(response.body, work.version);
-    response.body += "}\n";
-    return;
+    return json_body(response, [&](JsonWriter& w) { w.key("version").string(work.version); });
   }
   if (!error.empty()) return json_error(response, 503, error);
-  if (!work.change) {
-    response.body = "{\"reset\":";
-    append_json_string(response.body, work.reset_key);
-    response.body += "}\n";
-    return;
-  }
-  const OverrideChange& change = *work.change;
-  response.body = change.value ? "{\"override\":" + change.value->to_json(change.key) + "}\n"
-                               : std::string("{\"removed\":true}\n");
+  json_body(response, [&](JsonWriter& w) {
+    if (!work.change) {
+      w.key("reset").string(work.reset_key);
+    } else if (const std::optional<Override>& value = work.change->value) {
+      value->to_json(w.key("override"), work.change->key);
+    } else {
+      w.key("removed").boolean(true);
+    }
+  });
 }
 
 }  // namespace ratewin::server

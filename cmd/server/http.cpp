@@ -10,9 +10,7 @@ namespace ratewin::server {
 
 void json_error(Response& response, int status, std::string_view message) {
   response.status = status;
-  response.body = "{\"error\":";
-  append_json_string(response.body, message);
-  response.body += "}\n";
+  json_body(response, [&](JsonWriter& w) { w.key("error").string(message); });
 }
 
 void Response::clear() noexcept {

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "json_writer.h"
 #include "request_parser.h"
 
 namespace ratewin::server {
@@ -143,6 +144,18 @@ class RequestHandler {
 
 // Sets an error response: the status and {"error": message}.
 void json_error(Response& response, int status, std::string_view message);
+
+// Sets the body (what it held goes) to one JSON object, whose members `members` writes
+// with the writer it is given, and a newline.
+template <typename Members>
+void json_body(Response& response, Members&& members) {
+  response.body.clear();
+  JsonWriter w(response.body);
+  w.begin_object();
+  members(w);
+  w.end_object();
+  response.body += '\n';
+}
 
 // The reason phrase of a status this server sends.
 std::string_view reason(int status) noexcept;

@@ -6,7 +6,7 @@
 #include <ctime>
 #include <string>
 
-#include "text.h"
+#include "json_writer.h"
 
 namespace ratewin::server {
 
@@ -30,19 +30,31 @@ std::string stamp() {
   return text;
 }
 
+bool json_format() { return log_format.load(std::memory_order_relaxed) == LogFormat::json; }
+
 // One line, written whole (one call, so lines of several threads do not mix).
-void write(LogLevel level, std::string_view text_body, std::string_view json_members) {
-  std::string line;
-  if (log_format.load(std::memory_order_relaxed) == LogFormat::json) {
-    line = "{\"time\":\"" + stamp() + "\",\"level\":\"" + kNames[static_cast<int>(level)] + "\",";
-    line += json_members;
-    line += "}\n";
-  } else {
-    line = stamp() + " ratewin-server " + kNames[static_cast<int>(level)] + ": ";
-    line += text_body;
-    line += '\n';
-  }
+void write(std::string& line) {
+  line += '\n';
   std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+void write_text(LogLevel level, std::string_view body) {
+  std::string line = stamp() + " ratewin-server " + kNames[static_cast<int>(level)] + ": ";
+  line += body;
+  write(line);
+}
+
+// {"time":...,"level":..., then the members `members` writes}.
+template <typename Members>
+void write_json(LogLevel level, Members&& members) {
+  std::string line;
+  JsonWriter w(line);
+  w.begin_object();
+  w.key("time").string(stamp());
+  w.key("level").string(kNames[static_cast<int>(level)]);
+  members(w);
+  w.end_object();
+  write(line);
 }
 
 }  // namespace
@@ -55,20 +67,16 @@ void set_log_format(LogFormat format) { log_format.store(format, std::memory_ord
 
 void log(LogLevel level, std::string_view message) {
   if (dropped(level)) return;
-  if (log_format.load(std::memory_order_relaxed) == LogFormat::json) {
-    std::string members = "\"message\":";
-    append_json_string(members, message);
-    return write(level, {}, members);
-  }
-  write(level, message, {});
+  if (json_format())
+    return write_json(level, [&](JsonWriter& w) { w.key("message").string(message); });
+  write_text(level, message);
 }
 
 void log_event(LogLevel level, std::string_view event, std::span<const LogField> fields) {
   if (dropped(level)) return;
-  const LogFormat format = log_format.load(std::memory_order_relaxed);
-  const std::string body = format_event(format, event, fields);
-  write(level, format == LogFormat::text ? body : std::string_view(),
-        format == LogFormat::json ? body : std::string_view());
+  if (json_format())
+    return write_json(level, [&](JsonWriter& w) { write_event(w, event, fields); });
+  write_text(level, format_event(LogFormat::text, event, fields));
 }
 
 }  // namespace ratewin::server

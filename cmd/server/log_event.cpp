@@ -1,5 +1,6 @@
 #include "log_event.h"
 
+#include "json_writer.h"
 #include "text.h"
 
 namespace ratewin::server {
@@ -17,28 +18,36 @@ bool needs_quotes(std::string_view s) noexcept {
 
 }  // namespace
 
+void write_event(JsonWriter& w, std::string_view event, std::span<const LogField> fields) {
+  w.key("event").string(event);
+  for (const LogField& f : fields) {
+    w.key(f.name);
+    if (const auto* text = std::get_if<std::string_view>(&f.value)) {
+      w.string(*text);
+    } else if (const auto* n = std::get_if<std::int64_t>(&f.value)) {
+      w.number(*n);
+    } else {
+      w.number(std::get<double>(f.value));
+    }
+  }
+}
+
 std::string format_event(LogFormat format, std::string_view event, std::span<const LogField> fields) {
   std::string out;
   if (format == LogFormat::json) {
-    out = "\"event\":";
-    append_json_string(out, event);
-  } else {
-    out.assign(event);
-    out += ':';
+    JsonWriter w(out);
+    write_event(w, event, fields);
+    return out;
   }
+  out.assign(event);
+  out += ':';
   for (const LogField& f : fields) {
-    if (format == LogFormat::json) {
-      out += ',';
-      append_json_string(out, f.name);
-      out += ':';
-    } else {
-      out += ' ';
-      out += f.name;
-      out += '=';
-    }
+    out += ' ';
+    out += f.name;
+    out += '=';
     if (const auto* text = std::get_if<std::string_view>(&f.value)) {
-      // JSON's escaping keeps a text value on one line in either format.
-      if (format == LogFormat::json || needs_quotes(*text)) {
+      // JSON's escaping keeps a text value on one line.
+      if (needs_quotes(*text)) {
         append_json_string(out, *text);
       } else {
         out += *text;

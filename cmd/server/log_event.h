@@ -29,4 +29,9 @@ enum class LogFormat { text, json };
 // (`"event":...,"name":value,...`).
 std::string format_event(LogFormat format, std::string_view event, std::span<const LogField> fields);
 
+class JsonWriter;
+// The JSON members alone, written by `w` into the object it is in (or as a list of
+// members when it is in none).
+void write_event(JsonWriter& w, std::string_view event, std::span<const LogField> fields);
+
 }  // namespace ratewin::server

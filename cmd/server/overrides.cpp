@@ -5,6 +5,7 @@
 #include <exception>
 #include <vector>
 
+#include "json_writer.h"
 #include "rules.h"
 #include "text.h"
 
@@ -53,15 +54,11 @@ std::optional<Override> Override::decode(std::string_view text) {
   return o;
 }
 
-std::string Override::to_json(std::string_view key) const {
-  std::string out = "{\"key\":";
-  append_json_string(out, key);
-  out += kind == Kind::limit ? ",\"limit\":" : ",\"multiplier\":";
-  append_double(out, value);
-  out += ",\"expires_in_s\":";
-  out += std::to_string(std::max<std::int64_t>(0, expires_ms - unix_ms()) / 1000);
-  out += '}';
-  return out;
+void Override::to_json(JsonWriter& w, std::string_view key) const {
+  w.begin_object().key("key").string(key);
+  w.key(kind == Kind::limit ? "limit" : "multiplier").number(value);
+  w.key("expires_in_s").number(std::max<std::int64_t>(0, expires_ms - unix_ms()) / 1000);
+  w.end_object();
 }
 
 Overrides::Overrides(RedisTarget redis, std::string key_prefix, Log log)
@@ -335,12 +332,11 @@ std::string Overrides::active_json(std::int64_t now_ms) const {
   for (const auto& [k, o] : *all)
     if (o.active(now_ms)) sorted.emplace_back(k, &o);
   std::sort(sorted.begin(), sorted.end());
-  std::string b = "[";
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    if (i != 0) b += ',';
-    b += sorted[i].second->to_json(sorted[i].first);
-  }
-  b += ']';
+  std::string b;
+  JsonWriter w(b);
+  w.begin_array();
+  for (const auto& [key, o] : sorted) o->to_json(w, key);
+  w.end_array();
   return b;
 }
 

@@ -29,6 +29,8 @@ namespace ratewin::server {
 
 using internal::RedisTarget;
 
+class JsonWriter;
+
 struct Override {
   enum class Kind { limit, multiplier };
   Kind kind = Kind::multiplier;
@@ -41,7 +43,9 @@ struct Override {
   // "limit 100 1700000000000" / "multiplier 2.5 1700000000000", as stored in Redis.
   std::string encode() const;
   static std::optional<Override> decode(std::string_view text);
-  std::string to_json(std::string_view key) const;
+  // {"key": key, "limit" or "multiplier": value, "expires_in_s": whole seconds left, 0
+  // once expired}, as the next value `w` writes.
+  void to_json(JsonWriter& w, std::string_view key) const;
 };
 
 using OverrideMap = std::unordered_map<std::string, Override>;

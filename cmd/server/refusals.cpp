@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "json_writer.h"
 #include "ratewin/hash.h"
 #include "text.h"
 
@@ -199,44 +200,33 @@ std::vector<Refusals::RuleFigures> Refusals::top(std::size_t n, Clock::time_poin
 }
 
 std::string Refusals::top_json(std::size_t n, Clock::time_point now) const {
-  std::string b = "{\"interval_s\":";
-  append_number(b, static_cast<std::uint64_t>(options_.interval.count()));
-  b += ",\"tracked_keys_max\":";
-  append_number(b, options_.max_keys);
-  b += ",\"rules\":[";
-  bool first_rule = true;
+  std::string b;
+  JsonWriter w(b);
+  w.begin_object();
+  w.key("interval_s").number(static_cast<std::uint64_t>(options_.interval.count()));
+  w.key("tracked_keys_max").number(options_.max_keys);
+  w.key("rules").begin_array();
   for (const RuleFigures& rule : top(n, now)) {
-    if (!first_rule) b += ',';
-    first_rule = false;
-    b += "{\"rule\":";
-    append_json_string(b, rule.rule);
-    b += ",\"keys\":[";
-    for (std::size_t i = 0; i < rule.keys.size(); ++i) {
-      const KeyFigures& k = rule.keys[i];
-      if (i != 0) b += ',';
-      b += "{\"key\":";
-      append_json_string(b, k.key);
-      b += ",\"fingerprint\":";
-      append_json_string(b, k.fingerprint);
-      b += ",\"endpoint\":";
-      append_json_string(b, k.endpoint);
-      b += ",\"refusals\":";
-      append_number(b, k.refusals);
-      b += ",\"recent\":";
-      append_number(b, k.recent);
-      b += ",\"per_second\":";
-      append_double(b, k.per_second);
-      b += ",\"refused_for_s\":";
-      append_double(b, k.refused_for_s);
-      b += '}';
+    w.begin_object().key("rule").string(rule.rule);
+    w.key("keys").begin_array();
+    for (const KeyFigures& k : rule.keys) {
+      w.begin_object();
+      w.key("key").string(k.key);
+      w.key("fingerprint").string(k.fingerprint);
+      w.key("endpoint").string(k.endpoint);
+      w.key("refusals").number(k.refusals);
+      w.key("recent").number(k.recent);
+      w.key("per_second").number(k.per_second);
+      w.key("refused_for_s").number(k.refused_for_s);
+      w.end_object();
     }
-    b += "],\"other\":{\"refusals\":";
-    append_number(b, rule.other_refusals);
-    b += ",\"recent\":";
-    append_number(b, rule.other_recent);
-    b += "}}";
+    w.end_array();
+    w.key("other").begin_object();
+    w.key("refusals").number(rule.other_refusals);
+    w.key("recent").number(rule.other_recent);
+    w.end_object().end_object();
   }
-  b += "]}";
+  w.end_array().end_object();
   return b;
 }
 

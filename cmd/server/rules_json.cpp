@@ -1,4 +1,5 @@
 // The active rules as JSON, for GET /admin/rules.
+#include "json_writer.h"
 #include "rules_data.h"
 
 namespace ratewin::server {
@@ -13,123 +14,90 @@ std::string_view name_of(const std::array<std::pair<std::string_view, T>, N>& ta
   return "?";
 }
 
-void append_strings(std::string& out, const std::vector<std::string>& strings) {
-  out += '[';
-  for (const std::string& s : strings) {
-    if (out.back() != '[') out += ',';
-    append_json_string(out, s);
-  }
-  out += ']';
+JsonWriter& write_strings(JsonWriter& w, const std::vector<std::string>& strings) {
+  w.begin_array();
+  for (const std::string& s : strings) w.string(s);
+  return w.end_array();
 }
 
-void append_limits(std::string& out, const std::vector<const LimitRule*>& rules) {
-  out += '[';
+JsonWriter& write_limits(JsonWriter& w, const std::vector<const LimitRule*>& rules) {
+  w.begin_array();
   for (const LimitRule* r : rules) {
-    if (out.back() != '[') out += ',';
-    out += "{\"name\":";
-    append_json_string(out, r->name);
-    out += ",\"max\":" + std::to_string(r->limit.max());
-    out += ",\"window_ms\":" + std::to_string(r->limit.interval().count());
-    out += ",\"subintervals\":" + std::to_string(r->limit.subintervals());
-    out += ",\"algorithm\":\"" + std::string(name_of(kAlgorithms, r->limit.algorithm())) + "\"";
-    if (r->limit.algorithm() == Algorithm::token_bucket)
-      out += ",\"burst\":" + std::to_string(r->limit.burst());
-    out += ",\"per\":\"" + std::string(name_of(kScopes, r->scope)) + "\"";
-    out += ",\"failure_policy\":\"" + std::string(name_of(kPolicies, r->limit.failure_policy())) +
-           "\"";
-    out += ",\"cost\":" + std::to_string(r->cost);
-    out += ",\"mode\":\"" + std::string(name_of(kModes, r->limit.mode())) + "\"";
-    out += ",\"limit\":";
-    append_json_string(out, r->limit.to_string());
-    if (r->client_key != nullptr) {
-      out += ",\"client_key\":";
-      append_strings(out, r->client_key->describe());
-    }
-    out += '}';
+    const Limit& limit = r->limit;
+    w.begin_object().key("name").string(r->name);
+    w.key("max").number(limit.max());
+    w.key("window_ms").number(limit.interval().count());
+    w.key("subintervals").number(limit.subintervals());
+    w.key("algorithm").string(name_of(kAlgorithms, limit.algorithm()));
+    if (limit.algorithm() == Algorithm::token_bucket) w.key("burst").number(limit.burst());
+    w.key("per").string(name_of(kScopes, r->scope));
+    w.key("failure_policy").string(name_of(kPolicies, limit.failure_policy()));
+    w.key("cost").number(r->cost);
+    w.key("mode").string(name_of(kModes, limit.mode()));
+    w.key("limit").string(limit.to_string());
+    if (r->client_key != nullptr) write_strings(w.key("client_key"), r->client_key->describe());
+    w.end_object();
   }
-  out += ']';
+  return w.end_array();
 }
 }  // namespace
 
 std::string Rules::describe_json() const {
   const Data& d = *data_;
-  std::string out = "{\"version\":";
-  append_json_string(out, d.version);
-  out += ",\"defaults\":{\"failure_policy\":\"" +
-         std::string(name_of(kPolicies, d.default_policy)) + "\",\"algorithm\":\"" +
-         std::string(name_of(kAlgorithms, d.default_algorithm)) + "\",\"mode\":\"" +
-         std::string(name_of(kModes, d.default_mode)) + "\",\"shadow_headers\":" +
-         (d.shadow_headers ? "true" : "false") + ",\"client_key\":";
-  append_strings(out, d.client_key.describe());
-  out += '}';
-  out += ",\"tiers\":{";
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object().key("version").string(d.version);
+  w.key("defaults").begin_object();
+  w.key("failure_policy").string(name_of(kPolicies, d.default_policy));
+  w.key("algorithm").string(name_of(kAlgorithms, d.default_algorithm));
+  w.key("mode").string(name_of(kModes, d.default_mode));
+  w.key("shadow_headers").boolean(d.shadow_headers);
+  write_strings(w.key("client_key"), d.client_key.describe());
+  w.end_object();
+  w.key("tiers").begin_object();
   for (const Data::Tier& t : d.tiers) {
-    if (out.back() != '{') out += ',';
-    append_json_string(out, t.name);
-    out += ":{\"limits\":";
-    append_limits(out, t.limits);
-    out += '}';
+    w.key(t.name).begin_object();
+    write_limits(w.key("limits"), t.limits);
+    w.end_object();
   }
-  out += "},\"default_tier\":";
-  if (d.default_tier) {
-    append_json_string(out, d.tiers[*d.default_tier].name);
-  } else {
-    out += "null";
-  }
-  out += ",\"keys\":[";
+  w.end_object();
+  w.key("default_tier");
+  d.default_tier ? w.string(d.tiers[*d.default_tier].name) : w.null();
+  w.key("keys").begin_array();
   for (std::size_t i = 0; i < d.keys.size(); ++i) {
-    if (out.back() != '[') out += ',';
-    out += "{\"match\":";
-    append_json_string(out, d.keys.globs()[i]);
-    out += ",\"tier\":";
-    append_json_string(out, d.tiers[d.key_tiers[i]].name);
-    out += '}';
+    w.begin_object().key("match").string(d.keys.globs()[i]);
+    w.key("tier").string(d.tiers[d.key_tiers[i]].name);
+    w.end_object();
   }
-  out += "],\"endpoints\":[";
+  w.end_array();
+  w.key("endpoints").begin_array();
   for (const Data::Endpoint& e : d.endpoints) {
-    if (out.back() != '[') out += ',';
-    out += "{\"name\":";
-    append_json_string(out, e.name);
-    out += ",\"path\":";
-    append_json_string(out, e.path);
-    out += e.glob ? ",\"match\":\"glob\"" : ",\"match\":\"prefix\"";
-    out += e.loose ? ",\"path_match\":\"loose\"" : ",\"path_match\":\"exact\"";
-    out += ",\"methods\":";
-    if (e.methods.empty()) {
-      out += "null";
-    } else {
-      append_strings(out, e.methods);
-    }
-    out += ",\"limits\":";
-    append_limits(out, e.limits);
-    out += '}';
+    w.begin_object().key("name").string(e.name);
+    w.key("path").string(e.path);
+    w.key("match").string(e.glob ? "glob" : "prefix");
+    w.key("path_match").string(e.loose ? "loose" : "exact");
+    w.key("methods");
+    e.methods.empty() ? w.null() : write_strings(w, e.methods);
+    write_limits(w.key("limits"), e.limits);
+    w.end_object();
   }
-  out += "],\"overrides\":[";
+  w.end_array();
+  w.key("overrides").begin_array();
   for (const Data::Override& o : d.overrides) {
-    if (out.back() != '[') out += ',';
-    out += "{\"key\":";
-    append_json_string(out, o.key);
-    out += ",\"tier\":";
-    if (o.tier) {
-      append_json_string(out, d.tiers[*o.tier].name);
-    } else {
-      out += "null";
-    }
-    out +=
-        ",\"multiplier\":" + (o.multiplier ? to_json_number(*o.multiplier) : std::string("null"));
-    out += ",\"limits\":";
-    if (o.limits) {
-      append_limits(out, *o.limits);
-    } else {
-      out += "null";
-    }
-    out += '}';
+    w.begin_object().key("key").string(o.key);
+    w.key("tier");
+    o.tier ? w.string(d.tiers[*o.tier].name) : w.null();
+    w.key("multiplier");
+    o.multiplier ? w.number(*o.multiplier) : w.null();
+    w.key("limits");
+    o.limits ? write_limits(w, *o.limits) : w.null();
+    w.end_object();
   }
-  out += "],\"allow\":";
-  append_strings(out, d.allow.globs());
-  out += ",\"deny\":";
-  append_strings(out, d.deny.globs());
-  out += ",\"limit_count\":" + std::to_string(d.rules.size()) + "}";
+  w.end_array();
+  write_strings(w.key("allow"), d.allow.globs());
+  write_strings(w.key("deny"), d.deny.globs());
+  w.key("limit_count").number(d.rules.size());
+  w.end_object();
   return out;
 }
 }  // namespace ratewin::server

@@ -210,6 +210,24 @@ TEST_CASE("/admin/top: most refused first, per rule, with rates over the recent 
   CHECK(refusals.top(1, t0 + 30s)[0].keys.size() == 1);
 }
 
+TEST_CASE("/admin/top's JSON, byte for byte") {
+  RefusalOptions options;
+  options.max_keys = 1;  // the second key of "a" and "b"'s only one are in their rule's other
+  options.interval = 30s;
+  Refusals refusals(options, {});
+  const Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < 3; ++i) refusals.refused("a", kLimit, "ip:10.0.0.1", "e\"1", 1, t0);
+  for (int i = 0; i < 2; ++i) refusals.refused("a", kLimit, "ip:10.0.0.2", "e", 1, t0);
+  refusals.refused("b", kLimit, "ip:10.0.0.3", "", 1, t0);
+  CHECK(refusals.top_json(10, t0 + 2s) ==
+        R"({"interval_s":30,"tracked_keys_max":1,"rules":[{"rule":"a","keys":[)"
+        R"({"key":"ip:10.0.0.1","fingerprint":"ip:10.0.0.1","endpoint":"e\"1","refusals":3,)"
+        R"("recent":3,"per_second":1.5,"refused_for_s":2}],"other":{"refusals":2,"recent":2}},)"
+        R"({"rule":"b","keys":[],"other":{"refusals":1,"recent":1}}]})");
+  CHECK(Refusals(RefusalOptions{}, {}).top_json(10, t0) ==
+        R"({"interval_s":60,"tracked_keys_max":1000,"rules":[]})");
+}
+
 TEST_CASE("structured lines: text with quoted values where needed, JSON members") {
   const LogField fields[] = {{"rule", std::string_view("per key")},
                              {"key", std::string_view("ip:10.0.0.1")},
@@ -218,6 +236,9 @@ TEST_CASE("structured lines: text with quoted values where needed, JSON members"
                              {"odd", std::string_view("a\"b\nc")}};
   CHECK(format_event(LogFormat::text, "refusing", fields) ==
         "refusing: rule=\"per key\" key=ip:10.0.0.1 n=7 rate=1.5 odd=\"a\\\"b\\u000ac\"");
+  CHECK(format_event(LogFormat::json, "refusing", fields) ==
+        R"("event":"refusing","rule":"per key","key":"ip:10.0.0.1","n":7,"rate":1.5,)"
+        R"("odd":"a\"b\u000ac")");
   const std::string json = "{" + format_event(LogFormat::json, "refusing", fields) + "}";
   std::string error;
   const std::optional<JsonValue> parsed = JsonValue::parse(json, error);

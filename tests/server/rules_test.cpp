@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "text.h"
+
 #ifndef RATEWIN_RULES_EXAMPLE
 #error "define RATEWIN_RULES_EXAMPLE as the path of cmd/server/rules.example.yaml"
 #endif
@@ -1172,6 +1174,63 @@ TEST_CASE("describe_json is valid JSON with every section") {
   CHECK(empty["tiers"].IsMap());
   CHECK(empty["default_tier"].IsNull());
   CHECK(empty["endpoints"].size() == 0);
+}
+
+TEST_CASE("describe_json, byte for byte: key order, number forms, nulls, no spaces") {
+  const Rules rules = Rules::parse(
+      "version: v1\n"
+      "defaults: {failure_policy: open, algorithm: token_bucket, mode: shadow, "
+      "shadow_headers: true, client_key: [bearer, address]}\n"
+      "tiers:\n"
+      "  free:\n"
+      "    limits:\n"
+      "      - {name: a, max: 5, window: 1s, burst: 8}\n"
+      "      - {name: b, max: 3, window: 1m, subintervals: 6, algorithm: sliding_window, "
+      "per: endpoint, failure_policy: closed, cost: 2, mode: enforce, "
+      "client_key: [header:X-User]}\n"
+      "  pro: {limits: []}\n"
+      "default_tier: free\n"
+      "keys: [{match: \"p*\", tier: pro}]\n"
+      "endpoints:\n"
+      "  - {name: e, path: \"/a/*\", methods: [GET, POST], path_match: loose, limits: []}\n"
+      "  - {name: f, path: /b, limits: []}\n"
+      "overrides:\n"
+      "  - {key: 'q\"k', multiplier: 1.5}\n"
+      "  - {key: o, tier: pro, limits: []}\n"
+      "allow: [\"in*\"]\n"
+      "deny: [bad, worse]\n");
+  std::string version;
+  append_json_string(version, rules.version());
+  CHECK(rules.describe_json() ==
+        "{\"version\":" + version +
+            R"(,"defaults":{"failure_policy":"open","algorithm":"token_bucket","mode":"shadow",)"
+            R"("shadow_headers":true,"client_key":["bearer","address"]},)"
+            R"("tiers":{"free":{"limits":[)"
+            R"({"name":"tier:free/a","max":5,"window_ms":1000,"subintervals":1,)"
+            R"("algorithm":"token_bucket","burst":8,"per":"key","failure_policy":"open","cost":1,)"
+            R"("mode":"shadow","limit":"5/1s@1s token_bucket burst 8 shadow"},)"
+            R"({"name":"tier:free/b","max":3,"window_ms":60000,"subintervals":6,)"
+            R"("algorithm":"sliding_window","per":"endpoint","failure_policy":"closed","cost":2,)"
+            R"("mode":"enforce","limit":"3/1m@10s","client_key":["header:x-user"]}]},)"
+            R"("pro":{"limits":[]}},"default_tier":"free","keys":[{"match":"p*","tier":"pro"}],)"
+            R"("endpoints":[{"name":"e","path":"/a/*","match":"glob","path_match":"loose",)"
+            R"("methods":["GET","POST"],"limits":[]},)"
+            R"({"name":"f","path":"/b","match":"prefix","path_match":"exact","methods":null,)"
+            R"("limits":[]}],)"
+            R"("overrides":[{"key":"q\"k","tier":null,"multiplier":1.5,"limits":null},)"
+            R"({"key":"o","tier":"pro","multiplier":null,"limits":[]}],)"
+            R"("allow":["in*"],"deny":["bad","worse"],"limit_count":2})");
+
+  const Rules none;
+  version.clear();
+  append_json_string(version, none.version());
+  CHECK(none.describe_json() ==
+        "{\"version\":" + version +
+            R"(,"defaults":{"failure_policy":"local","algorithm":"sliding_window",)"
+            R"("mode":"enforce","shadow_headers":false,)"
+            R"("client_key":["header:x-api-key","bearer","address"]},"tiers":{},)"
+            R"("default_tier":null,"keys":[],"endpoints":[],"overrides":[],"allow":[],)"
+            R"("deny":[],"limit_count":0})");
 }
 
 TEST_CASE("resource_name separates what each scope separates") {

@@ -5,6 +5,7 @@ GET /admin/top."""
 from __future__ import annotations
 
 import json
+import re
 
 from ratewin_testkit import Client, wait_until, write_rules
 
@@ -22,13 +23,22 @@ RULES = """
     """
 
 
+# A JSON line's head: the time stamp (UTC, to the second) and the level, in that order.
+HEAD = re.compile(r'\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ","level":"(debug|info|warning|error)",')
+
+
 def events(server) -> list[dict]:
-    """The log's lines, each of which must be a JSON object."""
+    """The log's lines, each of which must be a JSON object, written compact."""
     out = []
     for line in server.log().splitlines():
         record = json.loads(line)  # every line, not only the refusal log's
         assert record["level"] in {"debug", "info", "warning", "error"}, record
         assert "time" in record, record
+        # The bytes: the head, then the members in the server's order, no spaces (the
+        # lines hold no value Python would write otherwise: no control character, no
+        # number with a fraction of zero or a small exponent).
+        assert HEAD.match(line), line
+        assert json.dumps(record, separators=(",", ":"), ensure_ascii=False) == line, line
         out.append(record)
     return out
 
