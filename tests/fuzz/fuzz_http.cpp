@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "http.h"
-#include "overrides.h"
+#include "http/http.h"
 #include "ratewin/clock.h"
 #include "ratewin/engine.h"
-#include "service.h"
+#include "rules/overrides.h"
+#include "service/service.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "json.h"
-#include "text.h"
+#include "common/json.h"
+#include "common/text.h"
 
 namespace {
 

@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "glob_set.h"
-#include "path.h"
-#include "target.h"
+#include "common/glob_set.h"
+#include "http/path.h"
+#include "http/target.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "rls_config.h"
-#include "rules.h"
-#include "target.h"
+#include "http/target.h"
+#include "rls/rls_config.h"
+#include "rules/rules.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // IP addresses: strict parsing, one canonical text form, CIDR ranges and lists.
-#include "address.h"
+#include "common/address.h"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // The admin lockout: exact per address over a sliding minute, its own bounded table that
 // evicts nobody, IPv6 by /64.
-#include "admin_lockout.h"
+#include "admin/admin_lockout.h"
 
 #include <doctest/doctest.h>
 

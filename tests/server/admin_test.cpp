@@ -1,7 +1,7 @@
 // The admin API's bodies, byte for byte: key order, number forms and spacing are what
 // scripts reading them as text see, so they are pinned here (the e2e tests read them as
 // JSON, which would not notice a change of either).
-#include "admin.h"
+#include "admin/admin.h"
 
 #include <doctest/doctest.h>
 
@@ -12,10 +12,10 @@
 #include <string>
 #include <string_view>
 
-#include "overrides.h"
+#include "common/text.h"
 #include "ratewin/engine.h"
-#include "service.h"
-#include "text.h"
+#include "rules/overrides.h"
+#include "service/service.h"
 
 #ifndef RATEWIN_RULES_EXAMPLE
 #error "define RATEWIN_RULES_EXAMPLE as the path of cmd/server/rules.example.yaml"

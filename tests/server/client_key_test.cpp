@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "client.h"
-#include "rules.h"
+#include "rules/rules.h"
+#include "service/client.h"
 
 namespace ratewin::server {
 namespace {

@@ -1,7 +1,7 @@
 // Forward-auth checks: which request a check is about, from the headers nginx and Traefik
 // send or from the path Envoy builds; the original URI parsed and normalised as a request
 // target is; the check path's rules.
-#include "forward_auth.h"
+#include "service/forward_auth.h"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // GlobSet: a glob list matched through its index gives what walking the list gives.
-#include "glob_set.h"
+#include "common/glob_set.h"
 
 #include <doctest/doctest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "path.h"
+#include "http/path.h"
 
 namespace ratewin::server {
 namespace {

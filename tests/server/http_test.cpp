@@ -1,5 +1,5 @@
 // HttpSession without sockets: framing, pipelining, keep-alive and the input limits.
-#include "http.h"
+#include "http/http.h"
 
 #include <doctest/doctest.h>
 

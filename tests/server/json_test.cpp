@@ -1,5 +1,5 @@
 // The strict JSON parser: RFC 8259's grammar exactly, duplicate keys refused, depth bounded.
-#include "json.h"
+#include "common/json.h"
 
 #include <doctest/doctest.h>
 

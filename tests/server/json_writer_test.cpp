@@ -1,7 +1,7 @@
 // The server's JSON writer: commas, nesting, escaping and number forms, byte for byte
 // (the server's bodies and log lines are written by it, and their bytes are pinned in
 // their own tests).
-#include "json_writer.h"
+#include "common/json_writer.h"
 
 #include <doctest/doctest.h>
 
@@ -9,8 +9,8 @@
 #include <limits>
 #include <string>
 
-#include "json.h"
-#include "text.h"
+#include "common/json.h"
+#include "common/text.h"
 
 namespace ratewin::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "limit_response.h"
+#include "service/limit_response.h"
 
 #include <doctest/doctest.h>
 

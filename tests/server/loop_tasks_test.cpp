@@ -1,6 +1,6 @@
 // LoopTasks: tasks posted from other threads run on the loop in order; close() runs what
 // was posted before it and refuses the rest; the loop ends, and closes clean, once it has.
-#include "loop_tasks.h"
+#include "http/loop_tasks.h"
 
 #include <doctest/doctest.h>
 #include <uv.h>

@@ -1,4 +1,4 @@
-#include "metrics.h"
+#include "service/metrics.h"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // Request paths as the rules see them (normalised), and globs.
-#include "path.h"
+#include "http/path.h"
 
 #include <doctest/doctest.h>
 
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <utility>
 
-#include "rules.h"
+#include "rules/rules.h"
 
 namespace doctest {
 template <>

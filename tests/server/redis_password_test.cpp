@@ -1,5 +1,5 @@
 // The Redis password from a file or the environment, put into the --redis URL.
-#include "redis_password.h"
+#include "app/redis_password.h"
 
 #include <doctest/doctest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "refusals.h"
+#include "admin/refusals.h"
 
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "json.h"
+#include "common/json.h"
 
 namespace ratewin::server {
 namespace {

@@ -1,7 +1,7 @@
 // The reloader both of the server's reloads use (reloader.h): what it counts, what the
 // watch skips, one reload at a time, and the metrics it writes. A test source stands in
 // for the files; a reload held in its read waits on an event the test sets.
-#include "reloader.h"
+#include "rules/reloader.h"
 
 #include <doctest/doctest.h>
 
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "metrics.h"
 #include "ratewin/hash.h"
+#include "service/metrics.h"
 
 namespace ratewin::server {
 namespace {

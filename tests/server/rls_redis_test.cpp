@@ -17,7 +17,7 @@
 #include "eventually.h"
 #include "ratewin/engine.h"
 #include "redis_server.h"
-#include "rls_service.h"
+#include "rls/rls_service.h"
 
 namespace ratewin::server::rls {
 namespace {

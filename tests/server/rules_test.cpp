@@ -1,4 +1,4 @@
-#include "rules.h"
+#include "rules/rules.h"
 
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "text.h"
+#include "common/text.h"
 
 #ifndef RATEWIN_RULES_EXAMPLE
 #error "define RATEWIN_RULES_EXAMPLE as the path of cmd/server/rules.example.yaml"

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "admin.h"
-#include "client.h"
-#include "text.h"
+#include "admin/admin.h"
+#include "common/text.h"
+#include "service/client.h"
 
 namespace ratewin::server {
 namespace {

@@ -1,7 +1,7 @@
 // GrpcFront with gRPC: the asynchronous (completion queue) API on threads of its own, so
 // that a call waits on the engine's asynchronous admission without holding a thread, and
 // gRPC's own health service.
-#include "grpc_front.h"
+#include "rls/grpc_front.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>

@@ -1,0 +1,605 @@
+#include "http/http_loops.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "app/log.h"
+
+namespace ratewin::server {
+
+namespace {
+
+std::string uv_message(int code) { return uv_strerror(code); }
+
+class LoopWorker;
+
+struct Connection {
+  Connection(LoopWorker& w, RequestHandler& handler, const HttpLimits& limits)
+      : worker(w), session(handler, {}, limits) {}
+  LoopWorker& worker;
+  uv_tcp_t tcp{};
+  uv_timer_t timer{};
+  HttpSession session;
+  std::size_t writes = 0;  // in flight
+  std::size_t queued = 0;  // bytes of the writes in flight
+  std::size_t counted = 0;  // bytes of this connection in ConnectionCounters::buffered
+  bool reading = false;
+  bool input_ended = false;  // the client sent EOF (or its stream failed)
+  // The timer runs as the request timeout of what this key named when it started (see
+  // arm()): a request completing, even in the same read as the next one starts, ends its
+  // deadline.
+  std::optional<std::uint64_t> deadline_of;
+  // The timer runs as the idle timeout, from `idle_since` (loop time, ms): a request
+  // answered at once moves idle_since instead of the timer, which, when it fires early,
+  // waits the rest (one timer update per idle period, not per request).
+  bool idle = false;
+  std::uint64_t idle_since = 0;
+  // Its place in the worker's list of idle connections, longest idle first (while idle).
+  std::list<Connection*>::iterator idle_at;
+  // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
+  std::string address;
+  bool closing = false;
+  bool yielded = false;  // its read stopped to let the loop's other connections have theirs
+  int handles = 2;  // open libuv handles (tcp, timer)
+};
+
+struct WriteRequest {
+  uv_write_t req{};
+  std::string data;
+};
+
+class LoopWorker final : public Worker {
+ public:
+  LoopWorker(const Config& config, Service& service, int fd)
+      : config_(config), service_(service) {
+    uv_loop_init(&loop_);
+    handler_ = service.worker(&loop_);
+    uv_tcp_init(&loop_, &listener_);
+    listener_.data = this;
+    uv_tcp_open(&listener_, fd);
+    uv_async_init(&loop_, &wake_, on_wake);
+    wake_.data = this;
+    uv_timer_init(&loop_, &drain_timer_);
+    drain_timer_.data = this;
+    uv_check_init(&loop_, &resume_yielded_);
+    resume_yielded_.data = this;
+  }
+  ~LoopWorker() override {
+    if (thread_.joinable()) thread_.join();
+    uv_loop_close(&loop_);
+  }
+
+  bool start(std::string& error) override {
+    const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 1024, on_connection);
+    if (rc != 0) {
+      error = "listen: " + uv_message(rc);
+      return false;
+    }
+    thread_ = std::thread([this] {
+      uv_run(&loop_, UV_RUN_DEFAULT);
+      handler_.reset();
+    });
+    return true;
+  }
+  // From any thread: stop accepting, finish what is in progress, then end.
+  void drain() override {
+    draining_.store(true, std::memory_order_release);
+    uv_async_send(&wake_);
+  }
+  void join() override {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  static void on_wake(uv_async_t* handle) {
+    auto* self = static_cast<LoopWorker*>(handle->data);
+    if (!self->draining_.load(std::memory_order_acquire) || self->drain_started_) return;
+    self->drain_started_ = true;
+    uv_close(reinterpret_cast<uv_handle_t*>(&self->listener_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&self->wake_), nullptr);
+    uv_timer_start(&self->drain_timer_, on_drain_deadline, self->config_.drain_timeout_ms, 0);
+    uv_unref(reinterpret_cast<uv_handle_t*>(&self->drain_timer_));
+    const std::vector<Connection*> all(self->connections_.begin(), self->connections_.end());
+    for (Connection* c : all) {
+      if (c->session.drain()) self->flush(*c);
+    }
+    self->maybe_finish();
+  }
+  static void on_drain_deadline(uv_timer_t* timer) {
+    auto* self = static_cast<LoopWorker*>(timer->data);
+    const std::vector<Connection*> all(self->connections_.begin(), self->connections_.end());
+    if (!all.empty())
+      log(LogLevel::warning, "drain deadline: closing " + std::to_string(all.size()) +
+                                 " connection(s) still busy");
+    for (Connection* c : all) self->close(*c);
+    self->maybe_finish();
+  }
+  void maybe_finish() {
+    if (drain_started_ && connections_.empty() && !drain_timer_closed_) {
+      drain_timer_closed_ = true;
+      uv_close(reinterpret_cast<uv_handle_t*>(&drain_timer_), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&resume_yielded_), nullptr);
+      handler_->close();  // its connections to Redis: then the loop ends
+    }
+  }
+
+  static void on_connection(uv_stream_t* server, int status) {
+    auto* self = static_cast<LoopWorker*>(server->data);
+    ConnectionCounters& counters = self->service_.connections();
+    if (status < 0) {
+      // Most likely the process's file limit (EMFILE): logged once a minute at most, with
+      // how many failed since, rather than once per attempt (or not at all).
+      counters.accept_failures.fetch_add(1, std::memory_order_relaxed);
+      ++self->accept_failures_unlogged_;
+      const std::uint64_t now = uv_now(&self->loop_);
+      if (self->accept_failure_logged_ == 0 || now - self->accept_failure_logged_ >= 60'000) {
+        log(LogLevel::warning,
+            "accept: " + uv_message(status) + " (" +
+                std::to_string(self->accept_failures_unlogged_) +
+                " failed since the last message; at the process's file limit, raise "
+                "LimitNOFILE or ulimit -n, or lower --max-connections)");
+        self->accept_failure_logged_ = now;
+        self->accept_failures_unlogged_ = 0;
+      }
+      return;
+    }
+    auto* c = new Connection(*self, *self->handler_, self->config_.limits);
+    uv_tcp_init(&self->loop_, &c->tcp);
+    uv_timer_init(&self->loop_, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->idle_at = self->idle_.end();
+    if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) return self->close(*c);
+    uv_tcp_nodelay(&c->tcp, 1);
+    sockaddr_storage peer{};
+    int size = sizeof peer;
+    char name[64] = "unknown";
+    if (uv_tcp_getpeername(&c->tcp, reinterpret_cast<sockaddr*>(&peer), &size) == 0) {
+      if (peer.ss_family == AF_INET)
+        uv_ip4_name(reinterpret_cast<sockaddr_in*>(&peer), name, sizeof name);
+      else if (peer.ss_family == AF_INET6)
+        uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&peer), name, sizeof name);
+    }
+    if (self->config_.max_connections_per_address != 0 && !self->count_address(*c, peer)) {
+      counters.address_refused.fetch_add(1, std::memory_order_relaxed);
+      return self->close(*c);
+    }
+    if (counters.open.load(std::memory_order_relaxed) >=
+        static_cast<std::int64_t>(self->config_.max_connections)) {
+      // Bounded. At the bound, the connection idle the longest (between requests) makes
+      // room: keep-alive connections that ask now and then must not hold every slot.
+      // With none idle, the new one is closed at once (the client retries).
+      if (self->idle_.empty()) {
+        counters.refused.fetch_add(1, std::memory_order_relaxed);
+        return self->close(*c);
+      }
+      counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
+      self->close(*self->idle_.front());
+    }
+    c->session.set_peer(name);
+    // A deferred answer landed: write it out (and go on parsing what waited for it).
+    c->session.on_answer([c] {
+      if (c->closing) return;
+      c->worker.flush(*c);
+      c->worker.pump(*c);
+    });
+    self->connections_.insert(c);
+    counters.open.fetch_add(1, std::memory_order_relaxed);
+    counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    self->start_reading(*c);
+    self->arm(*c);
+  }
+
+  // Counts the connection against its peer's address (an IPv6 one by its /64: one host
+  // holds a whole /64); false, counting nothing, when the address has its most.
+  bool count_address(Connection& c, const sockaddr_storage& peer) {
+    std::string key;
+    if (peer.ss_family == AF_INET) {
+      const auto& a = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+      key.assign(reinterpret_cast<const char*>(&a), sizeof a);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+      const bool mapped = IN6_IS_ADDR_V4MAPPED(&a);
+      key.assign(reinterpret_cast<const char*>(&a) + (mapped ? 12 : 0), mapped ? 4 : 8);
+    } else {
+      return true;
+    }
+    ConnectionCounters& counters = service_.connections();
+    std::lock_guard lock(counters.per_address_mutex);
+    std::uint32_t& open = counters.per_address[key];
+    if (open >= config_.max_connections_per_address) {
+      if (open == 0) counters.per_address.erase(key);
+      return false;
+    }
+    ++open;
+    c.address = std::move(key);
+    return true;
+  }
+
+  void uncount_address(Connection& c) {
+    if (c.address.empty()) return;
+    ConnectionCounters& counters = service_.connections();
+    std::lock_guard lock(counters.per_address_mutex);
+    const auto it = counters.per_address.find(c.address);
+    if (it != counters.per_address.end() && --it->second == 0) counters.per_address.erase(it);
+    c.address.clear();
+  }
+
+  // Idle: at the end of the list (a connection idle again, or answered at once while
+  // idle, moves there); busy: out of it.
+  void set_idle(Connection& c, bool idle) {
+    if (c.idle_at != idle_.end()) {
+      idle_.erase(c.idle_at);
+      c.idle_at = idle_.end();
+    }
+    if (idle) c.idle_at = idle_.insert(idle_.end(), &c);
+  }
+
+  void start_reading(Connection& c) {
+    if (c.reading || c.closing || c.input_ended || c.yielded) return;
+    c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), on_alloc, on_read) == 0;
+  }
+
+  // The request timeout runs from a connection's accept until its first request is in,
+  // from the first byte of each later request, and while answers are owed (unless they
+  // have waits of their own, HttpSession::owed_wait_ms: an answer owed to the server's
+  // own slow work, a reload's parse, is not cut by the request timeout but given late,
+  // see Reply::defer); the idle timeout only between requests, once one has been
+  // answered. So a client that sends nothing holds its slot no longer than one that
+  // sends slowly.
+  void arm(Connection& c) {
+    if (c.closing || c.session.closing()) return;  // finish() keeps the time left to write
+    const HttpSession& s = c.session;
+    if (c.writes != 0 && !c.reading && !c.input_ended) {
+      // Waiting for the client to take its responses: each write it takes restarts this.
+      c.deadline_of.reset();
+      c.idle = false;
+      set_idle(c, false);
+      uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
+    } else if (s.mid_request() || s.requests() == 0 || s.pending() != 0) {
+      // What the deadline is of: the request being received (or the first to come), else
+      // the answers owed after the requests received so far.
+      const bool receiving = s.mid_request() || s.requests() == 0;
+      const std::uint64_t key = 2 * s.requests() + (receiving ? 0 : 1);
+      if (c.deadline_of == key) return;
+      c.deadline_of = key;
+      c.idle = false;
+      set_idle(c, false);
+      uv_timer_start(&c.timer, on_timeout,
+                     receiving ? config_.request_timeout_ms
+                               : s.owed_wait_ms(config_.request_timeout_ms),
+                     0);
+    } else {
+      c.deadline_of.reset();
+      c.idle_since = uv_now(&loop_);
+      set_idle(c, true);
+      if (c.idle) return;  // the timer runs as the idle timeout already
+      c.idle = true;
+      uv_timer_start(&c.timer, on_timeout, config_.idle_timeout_ms, 0);
+    }
+  }
+
+  static void on_alloc(uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
+    // Input is parsed before the next read: one buffer per loop serves every connection.
+    auto& worker = static_cast<Connection*>(handle->data)->worker;
+    *buf = uv_buf_init(worker.read_buffer_, sizeof worker.read_buffer_);
+  }
+
+  static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+    auto* c = static_cast<Connection*>(stream->data);
+    LoopWorker& self = c->worker;
+    if (nread < 0) {
+      // The client is gone (or half-closed): what is being written still goes out, and
+      // the answers owed to it (within the request timeout).
+      uv_read_stop(stream);
+      c->reading = false;
+      c->input_ended = true;
+      c->session.input_ended();
+      self.flush(*c);
+      self.arm(*c);
+      return;
+    }
+    if (nread == 0) return;
+    const bool more = c->session.feed(std::string_view(buf->base, static_cast<std::size_t>(nread)));
+    self.flush(*c);
+    if (!more) {
+      self.arm(*c);  // answers may still be owed
+      return;
+    }
+    self.pump(*c);
+    // A full read: more is likely waiting, and libuv would read it in this same callback
+    // (up to 32 reads). The connection yields instead, and reads again after the loop has
+    // polled the others: a client pipelining a flood gets a read per turn like every other
+    // connection of its loop, whose requests would otherwise wait (and time out) behind it.
+    if (static_cast<std::size_t>(nread) == sizeof self.read_buffer_ && c->reading) self.yield(*c);
+  }
+
+  void yield(Connection& c) {
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    c.reading = false;
+    c.yielded = true;
+    if (yielded_.empty()) uv_check_start(&resume_yielded_, on_resume_yielded);
+    yielded_.push_back(&c);
+  }
+
+  // After the loop's poll: the connections that yielded read again at the next one.
+  static void on_resume_yielded(uv_check_t* handle) {
+    auto* self = static_cast<LoopWorker*>(handle->data);
+    uv_check_stop(handle);
+    std::vector<Connection*> resumed;
+    resumed.swap(self->yielded_);
+    for (Connection* c : resumed) {
+      c->yielded = false;
+      self->pump(*c);  // reads again unless its answers are not being taken
+    }
+  }
+
+  // After output went out (or an answer landed): parses input held back while the
+  // output was full or answers were owed, for as long as the socket takes the responses
+  // at once. A client that does not read its responses is not read either; if it stays
+  // that way, its timer closes it.
+  void pump(Connection& c) {
+    while (c.session.blocked() && c.writes == 0 && !c.closing) {
+      const std::uint64_t before = c.session.requests();
+      const bool more = c.session.resume();
+      flush(c);
+      if (!more) break;
+      if (c.session.requests() == before && c.session.blocked()) break;  // answers owed
+    }
+    if (c.closing) return;
+    // Answers not taken: no more is read until they are (per connection, at most
+    // kOutputCap in the session and as much queued to the socket, plus a read held back).
+    const bool backlog = c.session.blocked() || c.queued > HttpSession::kOutputCap;
+    if (backlog) {
+      if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+      c.reading = false;
+      if (c.queued != 0 &&
+          service_.connections().buffered.load(std::memory_order_relaxed) >
+              static_cast<std::int64_t>(config_.max_buffer_bytes)) {
+        // The connections' buffers are over their bound: one whose client does not take
+        // its answers goes (a slow reader among many, or one of a flood of them).
+        service_.connections().shed.fetch_add(1, std::memory_order_relaxed);
+        close(c);
+        return;
+      }
+    } else {
+      start_reading(c);
+    }
+    arm(c);
+  }
+
+  // Brings the connection's part of ConnectionCounters::buffered up to date, giving back
+  // the output buffer's memory once it has grown past the cap.
+  void account(Connection& c) {
+    std::string& out = c.session.output();
+    if (out.empty() && out.capacity() > HttpSession::kOutputCap) std::string().swap(out);
+    const std::size_t now = c.closing ? 0 : c.session.buffered() + c.queued;
+    if (now == c.counted) return;
+    service_.connections().buffered.fetch_add(
+        static_cast<std::int64_t>(now) - static_cast<std::int64_t>(c.counted),
+        std::memory_order_relaxed);
+    c.counted = now;
+  }
+
+  static void on_timeout(uv_timer_t* timer) {
+    auto* c = static_cast<Connection*>(timer->data);
+    if (c->idle) {
+      const std::uint64_t idle_for = uv_now(timer->loop) - c->idle_since;
+      const std::uint64_t timeout = c->worker.config_.idle_timeout_ms;
+      if (idle_for < timeout) {  // it has been busy since the timer started
+        uv_timer_start(timer, on_timeout, timeout - idle_for, 0);
+        return;
+      }
+      c->idle = false;
+      c->worker.set_idle(*c, false);
+    }
+    std::atomic<std::uint64_t>& timed_out = c->worker.service_.connections().timed_out;
+    if (c->writes != 0) {
+      // Its responses have not been taken for a whole timeout: a client that does not
+      // read does not keep a connection (and its buffers).
+      timed_out.fetch_add(1, std::memory_order_relaxed);
+      c->worker.close(*c);
+      return;
+    }
+    if (!c->session.timed_out()) {
+      // Late answers stood in for the answers owed (the server's own work outlasted its
+      // wait): the client was not the slow one, and its connection goes on.
+      c->worker.flush(*c);
+      if (!c->closing) c->worker.pump(*c);
+      return;
+    }
+    timed_out.fetch_add(1, std::memory_order_relaxed);
+    c->worker.flush(*c);
+  }
+
+  // Writes what the session produced; closes once the session is done and all is sent.
+  // Most responses go out at once with uv_try_write (one system call, no allocation, no
+  // completion callback, no change to the poll set); only what the socket does not take
+  // is queued.
+  void flush(Connection& c) {
+    std::string& out = c.session.output();
+    if (!out.empty() && !c.closing) {
+      auto* stream = reinterpret_cast<uv_stream_t*>(&c.tcp);
+      std::size_t sent = 0;
+      if (c.writes == 0) {  // with writes queued, this must queue behind them
+        const uv_buf_t all = uv_buf_init(out.data(), static_cast<unsigned>(out.size()));
+        const int n = uv_try_write(stream, &all, 1);
+        if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
+          close(c);
+          return;
+        }
+        sent = n > 0 ? static_cast<std::size_t>(n) : 0;
+      }
+      if (sent < out.size()) {
+        auto* w = new WriteRequest;
+        w->data.assign(out, sent);
+        w->req.data = &c;
+        const uv_buf_t buf = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
+        if (uv_write(&w->req, stream, &buf, 1, on_written) != 0) {
+          delete w;
+          close(c);
+          return;
+        }
+        ++c.writes;
+        c.queued += w->data.capacity();
+      }
+    }
+    out.clear();
+    account(c);
+    if (c.session.closing()) finish(c);
+  }
+
+  static void on_written(uv_write_t* req, int status) {
+    std::unique_ptr<WriteRequest> w(reinterpret_cast<WriteRequest*>(req));
+    auto* c = static_cast<Connection*>(req->data);
+    --c->writes;
+    c->queued -= w->data.capacity();
+    LoopWorker& self = c->worker;
+    self.account(*c);
+    if (status < 0) {
+      self.close(*c);
+      return;
+    }
+    if (c->session.closing()) {
+      self.finish(*c);
+    } else {
+      self.pump(*c);
+    }
+  }
+
+  // Closes once the last write has gone (within the request timeout).
+  void finish(Connection& c) {
+    if (c.writes == 0) {
+      close(c);
+    } else if (!c.closing) {
+      c.idle = false;
+      set_idle(c, false);
+      uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
+    }
+  }
+
+  void close(Connection& c) {
+    if (c.closing) return;
+    c.closing = true;
+    if (c.yielded) {
+      c.yielded = false;
+      yielded_.erase(std::find(yielded_.begin(), yielded_.end(), &c));
+    }
+    account(c);  // (gives back its part)
+    set_idle(c, false);
+    uncount_address(c);
+    if (connections_.erase(&c) != 0)
+      service_.connections().open.fetch_sub(1, std::memory_order_relaxed);
+    const auto closed = [](uv_handle_t* h) {
+      auto* conn = static_cast<Connection*>(h->data);
+      if (--conn->handles == 0) delete conn;
+    };
+    uv_close(reinterpret_cast<uv_handle_t*>(&c.timer), closed);
+    uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), closed);
+    maybe_finish();
+  }
+
+  const Config& config_;
+  Service& service_;
+  std::unique_ptr<RequestHandler> handler_;
+  uv_loop_t loop_{};
+  uv_tcp_t listener_{};
+  uv_async_t wake_{};
+  uv_timer_t drain_timer_{};
+  uv_check_t resume_yielded_{};
+  std::vector<Connection*> yielded_;  // their reads resume after the loop's next poll
+  std::atomic<bool> draining_{false};
+  bool drain_started_ = false;
+  bool drain_timer_closed_ = false;
+  std::unordered_set<Connection*> connections_;
+  std::list<Connection*> idle_;  // idle connections, the longest idle first
+  std::uint64_t accept_failure_logged_ = 0;  // loop time of the last message (0: none)
+  std::uint64_t accept_failures_unlogged_ = 0;
+  std::thread thread_;
+  // (16 KiB: what a connection reads while its answers are not taken is held back, up to
+  // a read.)
+  char read_buffer_[16 * 1024];
+};
+
+}  // namespace
+
+// The kernel spreads connections over the sockets sharing a port.
+namespace {
+
+// A TCP socket bound to host:port (SO_REUSEADDR, and SO_REUSEPORT when `shared`); -1 and
+// `error` (errno kept) on failure.
+int bound_socket(const std::string& host, int port, bool shared, std::string& error) {
+  sockaddr_storage address{};
+  int rc = uv_ip4_addr(host.c_str(), port, reinterpret_cast<sockaddr_in*>(&address));
+  if (rc != 0) rc = uv_ip6_addr(host.c_str(), port, reinterpret_cast<sockaddr_in6*>(&address));
+  if (rc != 0) {
+    error = "not an IP address: " + host;
+    errno = EINVAL;
+    return -1;
+  }
+  const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  if (shared) ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
+  const socklen_t size =
+      address.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), size) != 0) {
+    const int bind_errno = errno;
+    error = "cannot listen on " + host + ":" + std::to_string(port) + ": " +
+            std::strerror(bind_errno);
+    ::close(fd);
+    errno = bind_errno;
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+int listen_socket(const Config& config, int port, std::string& error) {
+  return bound_socket(config.host, port, true, error);
+}
+
+bool port_in_use(const Config& config) {
+  if (config.port == 0) return false;
+  // A bind without SO_REUSEPORT fails where any socket listens (SO_REUSEADDR lets it
+  // past connections still in TIME_WAIT only). Other failures are listen_socket's to say.
+  std::string error;
+  const int fd = bound_socket(config.host, config.port, false, error);
+  if (fd >= 0) {
+    ::close(fd);
+    return false;
+  }
+  return errno == EADDRINUSE;
+}
+
+int bound_port(int fd) {
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
+  return address.ss_family == AF_INET
+             ? ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port)
+             : ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+}
+
+std::unique_ptr<Worker> Worker::create(const Config& config, Service& service, int fd) {
+  return std::make_unique<LoopWorker>(config, service, fd);
+}
+
+}  // namespace ratewin::server

@@ -1,0 +1,575 @@
+#include "service/service.h"
+
+#include <chrono>
+#include <optional>
+#include <unordered_map>
+
+#include "common/text.h"
+#include "http/loop_tasks.h"
+#include "service/client.h"
+#include "service/forward_auth.h"
+#include "service/limit_response.h"
+#include "service/limit_step.h"
+#include "service/metrics.h"
+
+namespace ratewin::server {
+
+namespace {
+
+using std::chrono::steady_clock;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+class Service::Worker final : public RequestHandler {
+ public:
+  Worker(Service& service, uv_loop_s* loop)
+      : service_(service),
+        rules_(service.rules_.published()),
+        overrides_(service.overrides_.current()),
+        step_(service.engine_),
+        clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix) {
+    if (loop != nullptr && service.engine_.stats().store)
+      acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
+    if (loop != nullptr && service.admin_) back_on_loop_ = LoopTasks::open(loop);
+    service_.add_worker(&stats_);
+  }
+  ~Worker() override {
+    close();
+    service_.remove_worker(&stats_);
+  }
+
+  void close() override {
+    if (acquirer_ != nullptr) acquirer_->close();  // what is in flight is answered now
+    if (back_on_loop_ != nullptr) {
+      back_on_loop_->close();  // answers the changes whose outcome is back already
+      // The others' outcomes will not be heard of: their tasks are refused now.
+      std::unordered_map<std::uint64_t, ChangeInFlight> unheard;
+      unheard.swap(changes_);
+      for (auto& [number, change] : unheard) {
+        Response response;
+        json_error(response, 503,
+                   "the server is shutting down: the change may or may not have been made");
+        count(503, "admin");
+        change.responder.respond(std::move(response));
+      }
+    }
+  }
+
+  void handle(const Request& request, std::string_view peer, Reply& reply) override {
+    Response& response = reply.response();
+    const std::string& path = request.path;
+    if (path == "/healthz") return health(response);
+    if (path == "/metrics") {
+      response.content_type = kPrometheusContentType;
+      response.body = service_.metrics_text();
+      return;
+    }
+    const ClientIdentifier::Peer& from = clients_.peer(peer);
+    if (path == "/admin" || path.starts_with("/admin/") || is_status_path(path)) {
+      if (!service_.admin_) {
+        json_error(response, 404, "no admin API (start the server with --admin-token)");
+      } else if (std::optional<AdminWork> work = service_.admin_->handle(
+                     request, clients_.address(request, from, false).address, path, response)) {
+        return admin_work(std::move(*work), reply);
+      }
+      return count(response.status, "admin");
+    }
+    const std::string& check_path = service_.options_.check_path;
+    if (is_check(request, check_path)) return check(request, from, reply);
+    if (service_.options_.forward_auth_only) {
+      count(404, "not-a-check");
+      return json_error(
+          response, 404,
+          "not a forward-auth check (--mode forward-auth: checks go to " + check_path + ")");
+    }
+    limit(request, from, path, reply);
+  }
+
+ private:
+  static void bump(std::map<std::string, std::uint64_t, std::less<>>& by_rule,
+                   std::string_view rule) {
+    auto it = by_rule.find(rule);
+    if (it == by_rule.end()) it = by_rule.emplace(std::string(rule), 0).first;
+    ++it->second;
+  }
+  void count(int status, std::string_view rule) {
+    std::lock_guard lock(stats_.mutex);
+    bump(stats_.requests[status], rule);
+  }
+  // A limit in shadow would have refused: counted per rule, and logged at most once a
+  // second by each worker (with how many went unlogged since).
+  void shadow_refusal(const LimitRule& rule, const Decision& d, const Match& match) {
+    {
+      std::lock_guard lock(stats_.mutex);
+      bump(stats_.shadow_refusals, rule.name);
+    }
+    const steady_clock::time_point now = steady_clock::now();
+    if (now - last_shadow_log_ < std::chrono::seconds(1)) {
+      ++shadow_unlogged_;
+      return;
+    }
+    last_shadow_log_ = now;
+    std::string line = "shadow: limit \"" + rule.name + "\" (" + rule.limit.to_string() +
+                       ") would have refused a request";
+    if (!match.endpoint.empty()) line += " to endpoint \"" + std::string(match.endpoint) + "\"";
+    line += ", retry after " + std::to_string(ceil_seconds(d.retry_after)) + " s";
+    if (shadow_unlogged_ != 0) {
+      line += " (" + std::to_string(shadow_unlogged_) + " more in shadow since the last line)";
+      shadow_unlogged_ = 0;
+    }
+    service_.log_(LogLevel::info, line);
+  }
+
+  // Makes what the admin API was asked for (an override changed, a key's counts reset).
+  // With Redis and a loop, it is made on the overrides' writer thread, and the request
+  // answered when the outcome is back on this loop: the loop serves other requests
+  // meanwhile; a reload likewise on the service's reload thread. Otherwise it is made and
+  // answered at once (without Redis an override change waits on nothing; without a loop
+  // there is nothing else to serve).
+  void admin_work(AdminWork work, Reply& reply) {
+    Overrides& overrides = service_.overrides_;
+    Response& response = reply.response();
+    const Overrides::Deadline deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(service_.options_.admin_deadline_ms);
+    const auto make = [this, &overrides, deadline](const AdminWork& w) {
+      return w.reload   ? admin_reload()
+             : w.change ? overrides.apply(*w.change, deadline)
+                        : service_.reset_key(w.reset_key);
+    };
+    if (back_on_loop_ == nullptr || (!work.reload && !overrides.shared())) {
+      const std::string error = make(work);
+      if (work.reload) work.version = service_.rules()->version();
+      AdminApi::done(work, error, response);
+      return count(response.status, "admin");
+    }
+    if (back_on_loop_->closed()) {  // the loop is ending: it must not wait on Redis now
+      json_error(response, 503, "the server is shutting down");
+      return count(503, "admin");
+    }
+    const std::uint64_t number = next_change_++;
+    ChangeInFlight& in_flight = changes_[number];
+    in_flight.work = work;
+    // Runs on the writer thread; the outcome's task runs on this loop, while this worker
+    // is open (close() refuses later tasks before the worker goes).
+    auto done = [this, number, back = back_on_loop_](std::string error) {
+      back->post([this, number, error = std::move(error)] { changed(number, error); });
+    };
+    const bool queued =
+        work.reload   ? submit_reload(std::move(done))
+        : work.change ? overrides.submit(std::move(*work.change), deadline, std::move(done))
+                      : overrides.submit_job(
+                            [this, key = std::move(work.reset_key)] {
+                              return service_.reset_key(key);
+                            },
+                            std::move(done));
+    if (!queued) {
+      changes_.erase(number);
+      response.headers.emplace_back("Retry-After", "1");
+      json_error(response, 503,
+                 work.reload ? "too many reloads are waiting: try later"
+                             : "too many admin changes are waiting for Redis: try later");
+      return count(503, "admin");
+    }
+    if (work.reload) {
+      // The server's own work, which may take longer than the request timeout (a large
+      // file, a busy machine, other reloads ahead of it): its outcome is waited for up to
+      // --reload-wait-ms, then a 202 says where to learn it.
+      Response late;
+      AdminApi::reload_under_way(late);
+      in_flight.responder = reply.defer(service_.options_.reload_wait_ms, std::move(late));
+    } else {
+      in_flight.responder = reply.defer();
+    }
+  }
+
+  // A reload for the admin API: the error, empty when the file's rules are in force.
+  std::string admin_reload() {
+    return service_.reload("admin API") ? std::string() : service_.last_reload_error();
+  }
+
+  // Queues an admin reload on the service's reload thread, whose outcome goes to `done`
+  // there; reloading() from now until then. False when too many wait already.
+  bool submit_reload(JobQueue::Done done) {
+    ReloadRecord& record = service_.rules_;
+    record.queued();
+    const bool queued =
+        service_.reloads_.submit([this] { return admin_reload(); },
+                                 [&record, done = std::move(done)](std::string error) {
+                                   record.unqueued();
+                                   done(std::move(error));
+                                 });
+    if (!queued) record.unqueued();
+    return queued;
+  }
+
+  // A change's outcome, back on the loop.
+  void changed(std::uint64_t number, std::string_view error) {
+    const auto it = changes_.find(number);
+    if (it == changes_.end()) return;
+    if (it->second.work.reload) it->second.work.version = service_.rules()->version();
+    Response response;
+    AdminApi::done(it->second.work, error, response);
+    count(response.status, "admin");
+    // Out of the table first: answering may have this worker handle the connection's
+    // next request at once.
+    Responder responder = std::move(it->second.responder);
+    changes_.erase(it);
+    responder.respond(std::move(response));
+  }
+
+  // 200 either way (the server answers, by the failure policies while degraded): status
+  // "ok", or "degraded" with the reason while the store is down or its commands fail.
+  void health(Response& response) {
+    const Stats s = service_.engine_.stats();
+    const std::optional<std::string> down = store_down_reason(s);
+    response.body = down ? "{\"status\":\"degraded\",\"store\":\"down\",\"reason\":"
+                         : "{\"status\":\"ok\",\"store\":\"";
+    if (down) {
+      append_json_string(response.body, *down);
+    } else {
+      response.body += s.store ? "up\"" : "none\"";
+    }
+    response.body += ",\"rules\":";
+    append_json_string(response.body, rules_.get().version());
+    response.body += "}\n";
+  }
+
+  // What a request that its limits let pass is answered.
+  enum class Pass {
+    backend,  // the demo backend's 200 and body
+    check,    // a forward-auth check's 200 without a body
+    // The same, for a gateway that passes only 403 on: a refusal is answered 403
+    // (refuse_as_forbidden(); X-Ratewin-Refusal-Status).
+    check_forbidden,
+  };
+
+  // A request to the demo backend: limited, then answered by it.
+  void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
+             Reply& reply) {
+    std::string problem = ambiguous_client_headers(request);
+    if (problem.empty()) problem = method_override_problem(request, request.method);
+    if (!problem.empty()) {
+      count(400, "ambiguous-header");
+      return json_error(reply.response(), 400, problem);
+    }
+    const IpAddress address = clients_.address(request, peer, false).address;
+    const Client client = clients_.identify(request, request.query, address, rules_.get().client_key());
+    decide(request, request.query, client, request.method, path, Pass::backend, reply);
+  }
+
+  // A forward-auth check (forward_auth.h): the same decision about the request the
+  // gateway describes, answered without a body when it may pass.
+  void check(const Request& request, const ClientIdentifier::Peer& peer, Reply& reply) {
+    Response& response = reply.response();
+    if (!peer.trusted) {
+      count(403, "untrusted-check");
+      return json_error(response, 403,
+                        "forward-auth checks are answered for --trust-proxy peers only");
+    }
+    std::string error;
+    bool forbidden = false;
+    if (!wants_forbidden_refusals(request, forbidden, error)) {
+      count(400, "bad-check");
+      return json_error(response, 400, error);
+    }
+    // The check's own 400s are refusals too.
+    auto bad = [&](const char* reason) {
+      count(400, reason);
+      json_error(response, 400, error);
+      if (forbidden) refuse_as_forbidden(response);
+    };
+    if (error = ambiguous_client_headers(request); !error.empty()) return bad("ambiguous-header");
+    const std::optional<CheckedRequest> checked =
+        checked_request(request, service_.options_.check_path, error);
+    const ClientIdentifier::Address address = clients_.address(request, peer, true);
+    if (checked && !address.ok)
+      error = "a check needs the client's address (X-Forwarded-For or X-Real-IP)";
+    if (!checked || !address.ok) return bad("bad-check");
+    if (error = method_override_problem(request, checked->method); !error.empty())
+      return bad("ambiguous-header");
+    decide(request, checked->query,
+           clients_.identify(request, checked->query, address.address, rules_.get().client_key()),
+           checked->method, checked->path, forbidden ? Pass::check_forbidden : Pass::check, reply);
+  }
+
+  // Matches the rules and counts the request against every limit that matched, then
+  // answers: the refusal, or what `pass` says, with the rate-limit headers. A request
+  // whose admission must be written to Redis is answered when the write's reply arrives
+  // (with an AsyncAcquirer); any other at once.
+  void decide(const Request& request, std::string_view query, const Client& client,
+              std::string_view method, std::string_view path, Pass pass, Reply& reply) {
+    Response& response = reply.response();
+    if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
+      // Rules name addresses "ip:...": a key posing as one would get its allow entries.
+      count(400, "bad-key");
+      json_error(response, 400, "an API key must not start with \"ip:\"");
+      if (pass == Pass::check_forbidden) refuse_as_forbidden(response);
+      return;
+    }
+    rules_.get().match(client.key, method, path, match_);
+    if (match_.action == Action::deny) {
+      count(403, "deny");
+      return json_error(response, 403, "forbidden");
+    }
+    if (match_.action == Action::allow || match_.limits.empty()) {
+      count(200, match_.action == Action::allow ? "allow" : "none");
+      LimitResponses::uncounted(match_.action, response);
+      if (pass == Pass::backend) ok(response, path, match_);
+      return;
+    }
+    // Limits with a client key of their own count under it.
+    own_keys_.resize(match_.limits.size());
+    for (std::size_t i = 0; i < match_.limits.size(); ++i) {
+      if (const ClientKeySpec* spec = match_.limits[i]->client_key) {
+        clients_.tagged_key(request, query, client.address, *spec, own_keys_[i]);
+      } else {
+        own_keys_[i].clear();
+      }
+    }
+    if (acquirer_ == nullptr) {
+      const LimitOutcome outcome =
+          step_.run(match_, client, overrides_.get(), rules_.get().shadow_headers(), own_keys_);
+      record_latency(outcome.engine_time);
+      return answer(rules_.generation(), match_, step_.items(), step_.decisions(), outcome, pass,
+                    path, client.key, response);
+    }
+    step_.prepare(match_, client, overrides_.get(), own_keys_);
+    const auto started = steady_clock::now();
+    Waiting* w = waiting();
+    const std::size_t refused = acquirer_->try_acquire_all(
+        step_.items(), step_.decisions(),
+        [this, w](std::size_t refused_at, std::span<const Decision> decisions) {
+          written(*w, refused_at, decisions);
+        });
+    if (refused != AsyncAcquirer::kPending) {
+      idle_.push_back(w);
+      record_latency(steady_clock::now() - started);
+      return answer(rules_.generation(), match_, step_.items(), step_.decisions(),
+                    LimitStep::conclude(step_.items(), step_.decisions(), refused,
+                                        rules_.get().shadow_headers()),
+                    pass, path, client.key, response);
+    }
+    // What the answer needs, kept until the write's reply (the rules it points into too).
+    w->responder = reply.defer();
+    w->rules = rules_.shared();
+    w->generation = rules_.generation();
+    w->match = match_;
+    w->items = step_.items();
+    w->pass = pass;
+    w->path.assign(path);
+    w->key.assign(client.key);
+    w->started = started;
+  }
+
+  // A request whose admission is being written (decide()); reused.
+  struct Waiting {
+    Responder responder;
+    std::shared_ptr<const Rules> rules;
+    std::uint64_t generation = 0;
+    Match match;
+    std::vector<Acquisition> items;
+    Pass pass = Pass::backend;
+    std::string path;
+    std::string key;  // the client's
+    steady_clock::time_point started;
+  };
+  Waiting* waiting() {
+    if (idle_.empty()) {
+      all_waiting_.push_back(std::make_unique<Waiting>());
+      return all_waiting_.back().get();
+    }
+    Waiting* w = idle_.back();
+    idle_.pop_back();
+    return w;
+  }
+  // The write's reply has come (or it failed): the answer goes.
+  void written(Waiting& w, std::size_t refused, std::span<const Decision> decisions) {
+    record_latency(steady_clock::now() - w.started);
+    Response response;
+    answer(w.generation, w.match, w.items, decisions,
+           LimitStep::conclude(w.items, decisions, refused, w.rules->shadow_headers()), w.pass,
+           w.path, w.key, response);
+    w.responder.respond(std::move(response));
+    w.rules.reset();
+    idle_.push_back(&w);
+  }
+
+  void answer(std::uint64_t generation, const Match& match, std::span<const Acquisition> items,
+              std::span<const Decision> decisions, const LimitOutcome& outcome, Pass pass,
+              std::string_view path, std::string_view key, Response& response) {
+    responses_.write(generation, match, items, decisions, outcome, response);
+    const LimitRule& shown = *match.limits[outcome.shown];
+    count(outcome.allowed ? 200 : 429, shown.name);
+    if (!outcome.allowed) {
+      service_.refusals_.refused(shown.name, shown.limit, key, match.endpoint,
+                                 static_cast<std::int64_t>(
+                                     ceil_seconds(decisions[outcome.shown].retry_after)),
+                                 steady_clock::now());
+    }
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (decisions[i].would_reject) shadow_refusal(*match.limits[i], decisions[i], match);
+    if (outcome.allowed && pass == Pass::backend) ok(response, path, match);
+    if (!outcome.allowed && pass == Pass::check_forbidden) refuse_as_forbidden(response);
+  }
+
+  // The demo backend's answer.
+  static void ok(Response& response, std::string_view path, const Match& match) {
+    std::string& b = response.body;
+    b = "{\"ok\":true,\"endpoint\":";
+    append_json_string(b, match.endpoint.empty() ? path : match.endpoint);
+    b += ",\"tier\":";
+    append_json_string(b, match.tier);
+    b += "}\n";
+  }
+
+  void record_latency(steady_clock::duration elapsed) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+    const double seconds = static_cast<double>(ns) / 1e9;
+    std::size_t bucket = 0;
+    while (bucket < kLatencyBuckets.size() && seconds > kLatencyBuckets[bucket]) ++bucket;
+    stats_.latency[bucket].fetch_add(1, std::memory_order_relaxed);
+    stats_.latency_sum_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+  }
+
+  Service& service_;
+  Published<Rules>::View rules_;
+  Published<OverrideMap>::View overrides_;
+  WorkerStats stats_;
+  steady_clock::time_point last_shadow_log_{};
+  std::uint64_t shadow_unlogged_ = 0;
+  Match match_;
+  std::vector<std::string> own_keys_;  // decide()'s: each limit's own key, tagged, or ""
+  LimitStep step_;
+  LimitResponses responses_;
+  ClientIdentifier clients_;
+  std::unique_ptr<AsyncAcquirer> acquirer_;  // with a store and a loop
+  std::vector<std::unique_ptr<Waiting>> all_waiting_;
+  std::vector<Waiting*> idle_;
+  // Override changes being made on the overrides' writer thread (change_override()).
+  struct ChangeInFlight {
+    AdminWork work;
+    Responder responder;
+  };
+  std::shared_ptr<LoopTasks> back_on_loop_;  // with a loop, an admin API and Redis
+  std::unordered_map<std::uint64_t, ChangeInFlight> changes_;  // by number
+  std::uint64_t next_change_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+
+std::optional<std::string> store_down_reason(const Stats& s) {
+  if (!s.store || s.store_available) return std::nullopt;
+  return s.last_error.empty() ? std::string("not connected yet") : s.last_error;
+}
+
+Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
+                    bool allow_empty, const std::function<void(LogLevel, std::string_view)>& log) {
+  Rules rules = Rules::parse(text, path);
+  if (rules.says_nothing() && !allow_empty) {
+    throw RulesError(path, 0, 0,
+                     "no limit, allow or deny entry (an empty file, or one cut short?): every "
+                     "request would be allowed; --allow-empty-rules accepts such a file");
+  }
+  // A limit of which not even one limiter fits in the engine's memory bound could never
+  // count anything: refused, rather than answered by the overflow limiter for ever.
+  const std::size_t budget = engine.options().max_memory;
+  for (const LimitRule* rule : rules.limits()) {
+    const std::size_t fit = engine.capacity(rule->limit);
+    const std::uint64_t bytes = engine.limiter_bytes(rule->limit);
+    if (fit == 0) {
+      throw RulesError(path, 0, 0,
+                       "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
+                           ") takes about " + std::to_string(bytes) +
+                           " bytes per client key, and not one fits in the memory bound (" +
+                           std::to_string(budget) +
+                           " bytes, --max-memory): raise it, or give the limit " +
+                           (rule->limit.algorithm() == ratewin::Algorithm::sliding_log
+                                ? "a lower max (a sliding_log keeps an entry per unit)"
+                                : "fewer subintervals"));
+    }
+    if (fit < 10'000) {
+      log(LogLevel::warning, "limit \"" + rule->name + "\" (" + rule->limit.to_string() +
+                                  "): the memory bound holds " + std::to_string(fit) +
+                                  " client keys of it (about " + std::to_string(bytes) +
+                                  " bytes each); more share its overflow limiter");
+    }
+  }
+  return rules;
+}
+
+Reloader<Rules>::Hooks Service::rules_hooks() {
+  Reloader<Rules>::Hooks hooks;
+  if (options_.rules_path.empty()) return hooks;  // no rules: nothing to read
+  hooks.read = [this] {
+    std::string bytes = Rules::read(options_.rules_path);
+    const std::uint64_t fingerprint = hash(bytes);
+    return Reloader<Rules>::Input{fingerprint, [this, bytes = std::move(bytes)] {
+                                    return checked_rules(bytes, options_.rules_path, engine_,
+                                                         options_.allow_empty_rules, log_);
+                                  }};
+  };
+  hooks.refused = [this](std::string_view why, const std::string& error, const Rules& kept, bool) {
+    log_(LogLevel::error,
+         "rules rejected (" + std::string(why) + "), keeping " + kept.version() + ": " + error);
+  };
+  hooks.changed = [this](std::string_view why, const Rules& next) {
+    log_(LogLevel::info, "rules " + next.version() + " active (" + std::string(why) + ")");
+  };
+  return hooks;
+}
+
+Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log,
+                 EventLog events)
+    : engine_(engine),
+      overrides_(overrides),
+      options_(std::move(options)),
+      log_(std::move(log)),
+      rules_(rules_hooks()),
+      refusals_(options_.refusals, std::move(events)) {
+  if (!options_.admin_token.empty())
+    admin_ = std::make_unique<AdminApi>(*this, overrides_, options_.admin_token,
+                                        options_.admin_lockout_capacity);
+}
+
+Service::~Service() = default;
+
+std::unique_ptr<RequestHandler> Service::worker(uv_loop_s* loop) {
+  return std::make_unique<Worker>(*this, loop);
+}
+
+std::string Service::reset_key(std::string_view key) {
+  const std::shared_ptr<const Rules> rules = rules_.get();
+  bool shared = true;
+  for (const Acquisition& counter : LimitStep::key_counters(*rules, key, options_.ipv6_prefix))
+    shared &= engine_.reset(counter.resource, counter.limit);
+  if (!shared) {
+    return "Redis did not confirm it: this server's counts were reset, the shared ones may "
+           "not have been (then they leave with their window)";
+  }
+  return {};
+}
+
+void Service::add_worker(WorkerStats* stats) {
+  std::lock_guard lock(workers_mutex_);
+  workers_.push_back(stats);
+}
+
+void Service::remove_worker(WorkerStats* stats) {
+  std::lock_guard lock(workers_mutex_);
+  std::erase(workers_, stats);
+  // Its counts live on: counters never go down.
+  std::scoped_lock both(stats->mutex, retired_.mutex);
+  for (const auto& [status, by_rule] : stats->requests)
+    for (const auto& [rule, n] : by_rule) retired_.requests[status][rule] += n;
+  for (const auto& [rule, n] : stats->shadow_refusals) retired_.shadow_refusals[rule] += n;
+  for (std::size_t i = 0; i < stats->latency.size(); ++i)
+    retired_.latency[i].fetch_add(stats->latency[i].load(std::memory_order_relaxed),
+                                  std::memory_order_relaxed);
+  retired_.latency_sum_ns.fetch_add(stats->latency_sum_ns.load(std::memory_order_relaxed),
+                                    std::memory_order_relaxed);
+}
+
+}  // namespace ratewin::server

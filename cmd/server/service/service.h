@@ -1,0 +1,224 @@
+// What the server does with a request: identify the client (client.h) and the endpoint,
+// match the rules, ask the engine for every matching limit at once (limit_step.h), and
+// answer with the headers (limit_response.h); the same for a forward-auth check about
+// another server's request (forward_auth.h); plus /healthz, /metrics (metrics.cpp) and
+// the admin API (admin.h). Transport-independent (see http.h), so the fuzz target drives
+// it without sockets.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "admin/admin.h"
+#include "admin/refusals.h"
+#include "common/address.h"
+#include "common/job_queue.h"
+#include "common/published.h"
+#include "http/http.h"
+#include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
+#include "rules/overrides.h"
+#include "rules/reloader.h"
+#include "rules/rules.h"
+
+namespace ratewin::server {
+
+class PrometheusText;
+
+struct ServiceOptions {
+  std::string rules_path;   // empty: no rules (every request allowed)
+  std::string admin_token;  // empty: no admin API
+  // Peers whose X-Forwarded-For and X-Real-IP are believed (--trust-proxy); empty: none.
+  AddressRanges trusted_proxies;
+  // Addresses the admin lockout holds at most (see admin_lockout.h).
+  std::size_t admin_lockout_capacity = AdminLockout::kDefaultCapacity;
+  // Forward-auth checks (forward_auth.h) go to this path, or under it (--check-path; see
+  // check_path_problem() for what it may be).
+  std::string check_path = "/ratewin/check";
+  // --mode forward-auth: only checks are answered (and /healthz, /metrics, /admin); any
+  // other request is 404, not a request to the demo backend.
+  bool forward_auth_only = false;
+  // A rules file that defines no limit and no allow or deny entry (empty, or cut short)
+  // is refused unless this is set (--allow-empty-rules).
+  bool allow_empty_rules = false;
+  // A rules file (or --rls-config folder) changed in place is reloaded once it has stood
+  // unchanged this long (--reload-settle-ms); one renamed into place 100 ms after.
+  std::uint64_t reload_settle_ms = 1000;
+  // An IPv6 client without a key is counted by its address's first this many bits
+  // (--ipv6-prefix, 32..128).
+  unsigned ipv6_prefix = 64;
+  // An override change through the admin API is made within this long of its request, or
+  // not at all; its answer comes by then plus Overrides::kAnswerMargin
+  // (--admin-deadline-ms).
+  std::uint64_t admin_deadline_ms = 2000;
+  // POST /admin/reload waits this long for the reload's outcome, whatever the request
+  // timeout; a reload still under way then is answered 202, and goes on
+  // (--reload-wait-ms).
+  std::uint64_t reload_wait_ms = 60000;
+  // Who is being refused: the refusal log and GET /admin/top (refusals.h).
+  RefusalOptions refusals;
+};
+
+// Connection counts, kept by the transport.
+struct ConnectionCounters {
+  std::atomic<std::int64_t> open{0};
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> refused{0};    // over --max-connections, none idle to close
+  // Closed, the longest idle, to make room for a new one at --max-connections.
+  std::atomic<std::uint64_t> idle_closed{0};
+  // Refused: over --max-connections-per-address from its address.
+  std::atomic<std::uint64_t> address_refused{0};
+  // Accepts that failed (the process's file limit, most likely).
+  std::atomic<std::uint64_t> accept_failures{0};
+  std::atomic<std::uint64_t> timed_out{0};  // slow or idle clients
+  // Closed for holding answers it did not read while the connections' buffers were over
+  // --max-buffer-memory.
+  std::atomic<std::uint64_t> shed{0};
+  // Bytes the connections hold in buffers: answers not taken yet (the session's and
+  // those queued to the socket), input held back, requests arriving.
+  std::atomic<std::int64_t> buffered{0};
+  // Connections open per peer address (IPv6 by its /64), for --max-connections-per-address.
+  std::mutex per_address_mutex;
+  std::map<std::string, std::uint32_t, std::less<>> per_address;
+};
+
+// Why the store is down (its commands fail, or it is not connected yet), while it is:
+// decisions are degraded. Nothing with a store that is up, or without one. For /healthz
+// and the status page.
+std::optional<std::string> store_down_reason(const Stats& s);
+
+// The rules in `text` (read from `path`), checked as every load of the server is: a file
+// that says nothing is refused unless `allow_empty`, and so is a limit of which not one
+// limiter fits in the engine's memory bound (both a RulesError); limits of which few fit
+// are warned of through `log`. For the service's loads and `ratewin-server check`.
+Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
+                    bool allow_empty, const std::function<void(LogLevel, std::string_view)>& log);
+
+class Service {
+ public:
+  using Log = std::function<void(LogLevel, std::string_view)>;
+  // Loads the rules file (throws RulesError if the first load fails). `events`: where the
+  // refusal log goes (none if empty).
+  Service(Engine& engine, Overrides& overrides, ServiceOptions options, Log log,
+          EventLog events = {});
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Reads the rules file again (Reloader::reload). If it fails validation the error is
+  // logged (naming the line) and kept for /admin/rules and /metrics, and the last good
+  // rules stay active. Unchanged bytes are not a new version. Thread-safe.
+  bool reload(std::string_view why, ReloadCause cause = ReloadCause::request) {
+    return rules_.reload(why, cause);
+  }
+  // Forgets every count `key` has under the rules in force (LimitStep::key_counters), in
+  // Redis and in this server's engine. Waits on Redis: off the loops. The error (empty: done).
+  std::string reset_key(std::string_view key);
+  std::shared_ptr<const Rules> rules() const { return rules_.get(); }
+  const std::string& rules_path() const noexcept { return options_.rules_path; }
+  std::uint64_t reload_settle_ms() const noexcept { return options_.reload_settle_ms; }
+
+  // The last rules load's error, empty if it succeeded. Thread-safe.
+  std::string last_reload_error() const { return rules_.last_error(); }
+  // A reload is under way, or an admin reload waits its turn. Thread-safe.
+  bool reloading() const noexcept { return rules_.reloading(); }
+
+  ConnectionCounters& connections() noexcept { return connections_; }
+  // The refusals of each key by each rule (the refusal log, GET /admin/top); its roll()
+  // is the caller's to call every interval.
+  Refusals& refusals() noexcept { return refusals_; }
+  const Refusals& refusals() const noexcept { return refusals_; }
+  // The Prometheus text of /metrics (metrics.cpp).
+  std::string metrics_text() const;
+  // Another part of the server whose figures /metrics shows too (after the service's own).
+  // Before serving.
+  void add_metrics(std::function<void(PrometheusText&)> part) { metric_parts_.push_back(std::move(part)); }
+
+  // A handler per transport thread (its counters are its own).
+  class Worker;
+  // On a transport's loop thread. With `loop` and a store, admissions' writes go out on
+  // that loop (ratewin::AsyncAcquirer) and their requests are answered when the replies
+  // arrive; without, each waits for its write. Likewise, with `loop` and Redis, admin
+  // override changes are written by the overrides' writer thread (Overrides::submit) and
+  // answered back on the loop; without, each is made before its request is answered.
+  // The handler then holds a handle on `loop` until its close().
+  std::unique_ptr<RequestHandler> worker(uv_loop_s* loop = nullptr);
+
+  static constexpr std::array<double, 14> kLatencyBuckets = {
+      1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 5e-2, 1e-1};
+
+  // What the workers have counted, merged: requests by status and rule, would-be refusals
+  // of limits in shadow by rule, the decision latency histogram. Thread-safe.
+  struct RequestCounts {
+    std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule
+    std::map<std::string, std::uint64_t> shadow_refusals;            // rule
+    std::array<std::uint64_t, kLatencyBuckets.size() + 1> latency{};
+    std::uint64_t latency_sum_ns = 0;
+  };
+  RequestCounts request_counts() const;
+
+  // The status page's figures (status.cpp). sample_rates() keeps the requests' counts of
+  // the last kRateSamples calls; the control loop calls it every second, so that
+  // status_json() gives each rule's allowed and refused rates over the last 10 s.
+  // Thread-safe.
+  void sample_rates(std::chrono::steady_clock::time_point now);
+  std::string status_json(std::chrono::steady_clock::time_point now) const;
+  static constexpr std::size_t kRateSamples = 11;
+
+ private:
+  friend class Worker;
+  struct WorkerStats {
+    mutable std::mutex mutex;  // for `requests`; uncontended but for scrapes
+    std::map<int, std::map<std::string, std::uint64_t, std::less<>>> requests;  // status, rule
+    // Requests a limit in shadow would have refused, by its rule.
+    std::map<std::string, std::uint64_t, std::less<>> shadow_refusals;
+    std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> latency{};
+    std::atomic<std::uint64_t> latency_sum_ns{0};
+  };
+  void add_worker(WorkerStats* stats);
+  void remove_worker(WorkerStats* stats);
+  // metrics_text()'s parts.
+  void write_request_metrics(PrometheusText& out) const;
+  void write_rules_metrics(PrometheusText& out) const;
+  // How the rules file is read and checked (checked_rules()), and its reloads logged.
+  Reloader<Rules>::Hooks rules_hooks();
+
+  Engine& engine_;
+  Overrides& overrides_;
+  ServiceOptions options_;
+  Log log_;
+  // The rules in force, loaded by the constructor (after log_, which their checks use),
+  // and their reloads; admin reloads queued count as under way (reloading()).
+  Reloader<Rules> rules_;
+  ConnectionCounters connections_;
+  Refusals refusals_;
+  // sample_rates()'s: by rule, requests allowed (200) and refused (429), oldest first.
+  struct RateSample {
+    std::chrono::steady_clock::time_point at;
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>, std::less<>> by_rule;
+  };
+  mutable std::mutex rates_mutex_;
+  std::deque<RateSample> rate_samples_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  mutable std::mutex workers_mutex_;
+  std::vector<WorkerStats*> workers_;
+  WorkerStats retired_;              // what workers that ended had counted
+  std::unique_ptr<AdminApi> admin_;  // null without an admin token
+  std::vector<std::function<void(PrometheusText&)>> metric_parts_;
+  // POST /admin/reload's reads and parses, off the loops (last: it goes first, waiting for
+  // the one it runs).
+  JobQueue reloads_{4};
+};
+
+}  // namespace ratewin::server
