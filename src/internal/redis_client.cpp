@@ -45,55 +45,46 @@ RedisReply copy(const redisReply& r) {
 
 // The server to connect to for `route_key`: the address itself; on a Cluster, the primary
 // serving the key's slot (read from the first seed that gives the slot map; any node that
-// answers when there is no key); under Sentinel, the primary the sentinels name. False
-// (with `error`) if none can be found.
-bool server_for(const detail::RedisAddress& address, std::string_view route_key,
-                std::chrono::milliseconds connect_timeout,
-                std::chrono::milliseconds command_timeout, detail::RedisEndpoint& out,
-                std::string& error) {
-  detail::Status status;
+// answers when there is no key); under Sentinel, the primary the sentinels name. Why
+// not, if none can be found.
+Result<detail::RedisEndpoint> server_for(const detail::RedisAddress& address,
+                                         std::string_view route_key,
+                                         std::chrono::milliseconds connect_timeout,
+                                         std::chrono::milliseconds command_timeout) {
+  Status status;
   using Kind = detail::RedisAddress::Kind;
   detail::Reporter reporter(nullptr, address.describe());
-  if (address.kind == Kind::kSingle) {
-    out = address.login;
-    return true;
-  }
+  if (address.kind == Kind::kSingle) return address.login;
   if (address.kind == Kind::kSentinel) {
     detail::SentinelWatch sentinels(address, connect_timeout, command_timeout, reporter, nullptr);
     const detail::SentinelWatch::Primary primary = sentinels.resolve(status);
-    if (primary.host.empty()) {
-      error = status.message();
-      return false;
-    }
-    out = address.node(primary.host, primary.port);
-    return true;
+    if (primary.host.empty()) return status;
+    return address.node(primary.host, primary.port);
   }
-  if (route_key.empty()) {
-    out = address.servers.front();  // any node: the caller tries it
-    return true;
-  }
+  if (route_key.empty()) return address.servers.front();  // any node: the caller tries it
   Options options;
   options.connect_timeout = connect_timeout;
   options.command_timeout = command_timeout;
   detail::Topology topology(address, options, reporter, nullptr);
+  // (The last seed's failure, when none gives the map.)
+  Status failure(Status::Code::connect, "no seed");
   for (const detail::RedisEndpoint& seed : address.servers) {
     auto connection = detail::RedisConnection::open(seed, connect_timeout, command_timeout, status);
     if (connection == nullptr) {
-      error = status.message();
+      failure = status;
       continue;
     }
-    detail::Status mapped(detail::Status::Code::protocol, "no reply");
+    Status mapped(Status::Code::protocol, "no reply");
     status = connection->round_trip({"CLUSTER", "SLOTS"}, [&](std::size_t, const redisReply& r) {
       mapped = topology.apply_cluster_slots(r, seed.host);
     });
     if (!status.ok() || !mapped.ok()) {
-      error = (status.ok() ? mapped : status).message();
+      failure = status.ok() ? mapped : status;
       continue;
     }
-    out = topology.node_for_slot(detail::key_slot(route_key)).endpoint();
-    return true;
+    return topology.node_for_slot(detail::key_slot(route_key)).endpoint();
   }
-  return false;
+  return failure;
 }
 
 }  // namespace
@@ -109,59 +100,50 @@ RedisTarget::RedisTarget(std::string_view url, const TlsOptions& tls)
 
 std::string RedisTarget::describe() const { return address_ ? address_->describe() : std::string(); }
 
-std::unique_ptr<RedisClient> RedisClient::open(const RedisTarget& target,
-                                               std::chrono::milliseconds connect_timeout,
-                                               std::chrono::milliseconds command_timeout,
-                                               std::string& error, std::string_view route_key) {
-  if (target.empty()) {
-    error = "no Redis address";
-    return nullptr;
-  }
+Result<std::unique_ptr<RedisClient>> RedisClient::open(const RedisTarget& target,
+                                                       std::chrono::milliseconds connect_timeout,
+                                                       std::chrono::milliseconds command_timeout,
+                                                       std::string_view route_key) {
+  if (target.empty()) return Status(Status::Code::invalid, "no Redis address");
   const detail::RedisAddress& address = *target.address_;
   const bool any_node = address.kind == detail::RedisAddress::Kind::kCluster && route_key.empty();
   // On a Cluster with no key, any node will do: the first seed that answers.
   const std::size_t tries = any_node ? address.servers.size() : 1;
+  Status status;
   for (std::size_t i = 0; i < tries; ++i) {
     detail::RedisEndpoint endpoint;
     if (any_node) {
       endpoint = address.servers[i];
-    } else if (!server_for(address, route_key, connect_timeout, command_timeout, endpoint,
-                           error)) {
-      return nullptr;
+    } else if (Result<detail::RedisEndpoint> found =
+                   server_for(address, route_key, connect_timeout, command_timeout)) {
+      endpoint = *std::move(found);
+    } else {
+      return found.status();
     }
-    detail::Status status;
     auto connection =
         detail::RedisConnection::open(endpoint, connect_timeout, command_timeout, status);
     if (connection != nullptr) {
       return std::unique_ptr<RedisClient>(new RedisClient(std::move(connection)));
     }
-    error = status.message();
   }
-  return nullptr;
+  return status;
 }
 
-bool RedisClient::run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
-                      std::chrono::milliseconds timeout, std::string& error) {
+Status RedisClient::run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
+                        std::chrono::milliseconds timeout) {
   replies.clear();
   // Bounded by `timeout` alone, not by the command timeout the connection was opened with
   // (a connection kept for later work outlives what it was opened for).
   connection_->set_command_timeout(timeout);
   for (const Argv& command : commands) connection_->out().command(command);
-  const detail::Status status = connection_->round_trip(
+  return connection_->round_trip(
       [&](std::size_t, const redisReply& r) { replies.push_back(copy(r)); },
       std::chrono::steady_clock::now() + timeout);
-  if (!status.ok()) error = status.message();
-  return status.ok();
 }
 
-RedisClient::Received RedisClient::receive(RedisReply& message, std::chrono::milliseconds wait,
-                                           std::string& error) {
-  const detail::Status status = connection_->receive_message(
-      [&](std::size_t, const redisReply& r) { message = copy(r); }, wait);
-  if (status.ok()) return Received::kMessage;
-  if (status.code() == detail::Status::Code::timeout) return Received::kIdle;
-  error = status.message();
-  return Received::kFailed;
+Status RedisClient::receive(RedisReply& message, std::chrono::milliseconds wait) {
+  return connection_->receive_message([&](std::size_t, const redisReply& r) { message = copy(r); },
+                                      wait);
 }
 
 bool RedisClient::usable() const noexcept { return !connection_->broken() && connection_->alive(); }

@@ -52,11 +52,10 @@ void AsyncRedis::arm(TimerAction action, std::chrono::milliseconds delay) {
 void AsyncRedis::connect_now() {
   state_ = State::kConnecting;
   login_failed_ = false;
-  credentials_refused_ = false;
   Status status;
   transport_ = Transport::open(endpoint_, status);
   if (transport_ == nullptr) {
-    lose(status.message());
+    lose(status);
     return;
   }
   arm(TimerAction::kConnectDeadline, connect_timeout_);
@@ -75,7 +74,8 @@ void AsyncRedis::watch() {
     if (uv_poll_init(loop_, poll_, transport_->fd()) != 0) {
       delete poll_;
       poll_ = nullptr;
-      abort("cannot watch the connection to " + endpoint_.describe() + " on the loop");
+      abort(Status(Status::Code::io,
+                   "cannot watch the connection to " + endpoint_.describe() + " on the loop"));
       return;
     }
     poll_->data = this;
@@ -94,7 +94,8 @@ void AsyncRedis::on_poll(uv_poll_t* handle, int status, int events) {
   auto* self = static_cast<AsyncRedis*>(handle->data);
   if (handle != self->poll_) return;  // (a handle being closed)
   if (status < 0) {
-    self->abort("connection to " + self->endpoint_.describe() + " failed: " + uv_strerror(status),
+    self->abort(Status(Status::Code::io, "connection to " + self->endpoint_.describe() +
+                                             " failed: " + uv_strerror(status)),
                 self->state_ == State::kReady);
     return;
   }
@@ -108,7 +109,7 @@ void AsyncRedis::pump(int events) {
     Status status;
     const Io io = transport_->handshake(status);
     if (io.result == Io::Result::failed || io.result == Io::Result::closed) {
-      abort(status.message());
+      abort(status);
       return;
     }
     wants_ = io.result == Io::Result::done ? Io::Result::done : io.result;
@@ -129,14 +130,12 @@ void AsyncRedis::pump(int events) {
 void AsyncRedis::log_in() {
   arm(TimerAction::kLoginDeadline, command_timeout_ + connect_timeout_);
   auto refused = [this](const char* what) {
-    return [this, what](const redisReply* reply, const std::string& error) {
+    return [this, what](const redisReply* reply, const Status& failure) {
       if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) return;
       if (login_failed_) return;
       login_failed_ = true;
-      credentials_refused_ =
-          reply != nullptr && status_of(*reply).code() == Status::Code::auth;
-      last_error_ = std::string(what) + " on " + endpoint_.describe() + ": " +
-                    (reply != nullptr ? reply_text(*reply) : error);
+      const Status refusal = reply != nullptr ? status_of(*reply) : failure;
+      last_failure_ = refusal.within(std::string(what) + " on " + endpoint_.describe());
       // Ended from the timer, not inside the reply's own handling.
       arm(TimerAction::kLoginDeadline, std::chrono::milliseconds(0));
     };
@@ -149,8 +148,8 @@ void AsyncRedis::log_in() {
   }
   out_.command({"PING"});
   expect({nullptr,
-          [this, fail = refused("PING failed")](const redisReply* reply, const std::string& error) {
-            fail(reply, error);
+          [this, fail = refused("PING failed")](const redisReply* reply, const Status& failure) {
+            fail(reply, failure);
             if (reply == nullptr || reply->type == REDIS_REPLY_ERROR || login_failed_) return;
             uv_timer_stop(&timer_);
             timer_action_ = TimerAction::kNone;
@@ -172,8 +171,11 @@ void AsyncRedis::expect(Pending pending) {
 void AsyncRedis::command(std::initializer_list<std::string_view> args, ReplyFn done) {
   if (state_ != State::kReady) {
     done(nullptr, state_ == State::kClosed
-                      ? std::string("closed")
-                      : "not connected" + (last_error_.empty() ? "" : " (" + last_error_ + ")"));
+                      ? Status(Status::Code::closed, "closed")
+                      : Status(Status::Code::connect,
+                               "not connected" + (last_failure_.ok()
+                                                      ? std::string()
+                                                      : " (" + last_failure_.message() + ")")));
     return;
   }
   out_.command(args);
@@ -183,7 +185,10 @@ void AsyncRedis::command(std::initializer_list<std::string_view> args, ReplyFn d
 
 void AsyncRedis::command_resp(std::string_view resp, ReplyFn done) {
   if (state_ != State::kReady) {
-    if (done) done(nullptr, state_ == State::kClosed ? std::string("closed") : "not connected");
+    if (done) {
+      done(nullptr, state_ == State::kClosed ? Status(Status::Code::closed, "closed")
+                                             : Status(Status::Code::connect, "not connected"));
+    }
     return;
   }
   out_.copy_command(resp);
@@ -218,7 +223,7 @@ bool AsyncRedis::write_out() {
       wants_ = io.result;
       return true;
     }
-    abort("connection to " + endpoint_.describe() + " lost: " + status.message(),
+    abort(status.within("connection to " + endpoint_.describe() + " lost"),
           state_ == State::kReady);
     return false;
   }
@@ -250,25 +255,27 @@ bool AsyncRedis::read_in() {
     if (io.result != Io::Result::done) {
       const bool ready = state_ == State::kReady;
       abort(io.result == Io::Result::closed
-                ? "connection closed by " + endpoint_.describe() + hint(status)
-                : "connection to " + endpoint_.describe() + " lost: " + status.message() +
-                      hint(status),
+                ? Status(Status::Code::io,
+                         "connection closed by " + endpoint_.describe() + hint(status))
+                : Status(status.code(), "connection to " + endpoint_.describe() +
+                                            " lost: " + status.message() + hint(status)),
             ready && io.result == Io::Result::closed);
       return false;
     }
     if (Status fed = in_.feed(chunk_.get(), io.bytes); !fed.ok()) {
-      abort(fed.message() + hint(fed));
+      abort(Status(fed.code(), fed.message() + hint(fed)));
       return false;
     }
     for (;;) {
       redisReply* reply = nullptr;
       if (Status parsed = in_.next(reply); !parsed.ok()) {
-        abort(parsed.message() + hint(parsed));
+        abort(Status(parsed.code(), parsed.message() + hint(parsed)));
         return false;
       }
       if (reply == nullptr) break;
       if (queue_head_ == queue_.size()) {
-        abort("a reply from " + endpoint_.describe() + " to no command");
+        abort(Status(Status::Code::protocol,
+                     "a reply from " + endpoint_.describe() + " to no command"));
         return false;
       }
       Pending pending = std::move(queue_[queue_head_++]);
@@ -286,7 +293,7 @@ bool AsyncRedis::read_in() {
       if (pending.raw) {
         raw_handler_(reply, pending.context);
       } else if (pending.done) {
-        pending.done(reply, std::string());
+        pending.done(reply, Status());
       }
       in_.release(reply);
       if (generation != generation_) return false;  // ended from the callback
@@ -295,7 +302,7 @@ bool AsyncRedis::read_in() {
   return true;
 }
 
-void AsyncRedis::fail_pending(const std::string& reason) {
+void AsyncRedis::fail_pending(const Status& failure) {
   // Taken out first: a callback may queue commands of its own (they fail at once, the
   // connection being down).
   std::vector<Pending> failing;
@@ -307,7 +314,7 @@ void AsyncRedis::fail_pending(const std::string& reason) {
     if (failing[i].raw) {
       raw_handler_(nullptr, failing[i].context);
     } else if (failing[i].done) {
-      failing[i].done(nullptr, reason);
+      failing[i].done(nullptr, failure);
     }
   }
 }
@@ -327,18 +334,18 @@ void AsyncRedis::close_transport() {
   in_.reset();  // the old stream's bytes are gone
 }
 
-void AsyncRedis::abort(const std::string& reason, bool dropped) {
+void AsyncRedis::abort(const Status& failure, bool dropped) {
   close_transport();
-  fail_pending(reason);
-  lose(reason, dropped);
+  fail_pending(failure);
+  lose(failure, dropped);
 }
 
-void AsyncRedis::lose(const std::string& reason, bool dropped) {
+void AsyncRedis::lose(const Status& failure, bool dropped) {
   if (state_ == State::kClosed) return;
-  last_error_ = reason;
+  last_failure_ = failure;
   state_ = State::kBackoff;
   in_flight_ = 0;
-  if (events_.lost) events_.lost(reason, dropped);
+  if (events_.lost) events_.lost(failure, dropped);
   if (state_ == State::kClosed) return;  // closed from the callback
   if (dropped && now_ms() - ready_since_ms_ >= 1000) {
     // It had been working for a while: try again now rather than after a backoff (a
@@ -362,15 +369,15 @@ void AsyncRedis::on_timer(uv_timer_t* timer) {
     case TimerAction::kConnectDeadline:
       if (self->state_ == State::kConnecting) {
         self->abort(connect_timed_out(self->transport_.get(), self->endpoint_.describe(),
-                                      self->connect_timeout_)
-                        .message());
+                                      self->connect_timeout_));
       }
       break;
     case TimerAction::kLoginDeadline:
       if (self->state_ == State::kLoggingIn) {
         self->abort(self->login_failed_
-                        ? self->last_error_
-                        : "logging in to " + self->endpoint_.describe() + " timed out");
+                        ? self->last_failure_
+                        : Status(Status::Code::timeout,
+                                 "logging in to " + self->endpoint_.describe() + " timed out"));
       }
       break;
     case TimerAction::kReconnect:
@@ -386,8 +393,8 @@ void AsyncRedis::on_watchdog(uv_timer_t* timer) {
   if (self->state_ != State::kReady || self->in_flight_ == 0) return;
   const std::uint64_t silent = now_ms() - self->last_progress_ms_;
   if (silent > static_cast<std::uint64_t>(self->command_timeout_.count())) {
-    self->abort("no reply from " + self->endpoint_.describe() + " for " + std::to_string(silent) +
-                " ms");
+    self->abort(Status(Status::Code::timeout, "no reply from " + self->endpoint_.describe() +
+                                                  " for " + std::to_string(silent) + " ms"));
   }
 }
 
@@ -397,7 +404,7 @@ void AsyncRedis::close() {
   uv_timer_stop(&timer_);
   uv_timer_stop(&watchdog_);
   close_transport();
-  fail_pending("closed");
+  fail_pending(Status(Status::Code::closed, "closed"));
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&watchdog_), nullptr);
 }

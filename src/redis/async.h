@@ -43,11 +43,13 @@ class AsyncRedis {
     // An attempt failed, or the connection was lost. `dropped`: an established
     // connection was closed or reset by the other side (an idle timeout, a restart), as
     // opposed to a failed attempt or a server that stopped answering; the next attempt
-    // follows at once (and reports again if it fails).
-    std::function<void(const std::string& error, bool dropped)> lost;
+    // follows at once (and reports again if it fails). The failure's code says what
+    // kind it was (auth: Redis refused this client's credentials, a password missing or
+    // wrong, or revoked since).
+    std::function<void(const Status& failure, bool dropped)> lost;
   };
-  // reply is null when the command failed; then `error` says why.
-  using ReplyFn = std::function<void(const redisReply* reply, const std::string& error)>;
+  // reply is null when the command failed; then `failure` says why (ok otherwise).
+  using ReplyFn = std::function<void(const redisReply* reply, const Status& failure)>;
 
   AsyncRedis(uv_loop_t* loop, RedisEndpoint endpoint, std::chrono::milliseconds connect_timeout,
              std::chrono::milliseconds command_timeout, Events events);
@@ -57,9 +59,6 @@ class AsyncRedis {
 
   void start();
   bool ready() const noexcept { return state_ == State::kReady; }
-  // The latest attempt failed because Redis refused this client's credentials (a password
-  // missing or wrong, or revoked since): as `lost` reports it.
-  bool credentials_refused() const noexcept { return credentials_refused_; }
   // Sends a command; `done` gets its reply, or an error if not connected or the
   // connection is lost before the reply.
   void command(std::initializer_list<std::string_view> args, ReplyFn done);
@@ -114,12 +113,12 @@ class AsyncRedis {
   // login_failure_hint).
   std::string hint(const Status& failure) const;
   // Ends the connection (transport and poll handle) and fails what is in flight with
-  // `reason`; then reports it and schedules the next attempt (lose).
-  void abort(const std::string& reason, bool dropped = false);
-  // Fails every command in flight with `reason`.
-  void fail_pending(const std::string& reason);
+  // `failure`; then reports it and schedules the next attempt (lose).
+  void abort(const Status& failure, bool dropped = false);
+  // Fails every command in flight with `failure`.
+  void fail_pending(const Status& failure);
   // Records a failure and schedules the next attempt.
-  void lose(const std::string& reason, bool dropped = false);
+  void lose(const Status& failure, bool dropped = false);
   void arm(TimerAction action, std::chrono::milliseconds delay);
   void close_transport();
   // Real time, not the loop's cached time: a long callback (a large batch being queued)
@@ -146,13 +145,12 @@ class AsyncRedis {
   uv_timer_t timer_{};
   uv_timer_t watchdog_{};
   TimerAction timer_action_ = TimerAction::kNone;
-  std::string last_error_;
+  Status last_failure_;  // the latest attempt's (or, while logging in, the refusal)
   std::uint64_t in_flight_ = 0;
   std::uint64_t last_progress_ms_ = 0;
   std::uint64_t ready_since_ms_ = 0;
   std::chrono::milliseconds backoff_;
   bool login_failed_ = false;
-  bool credentials_refused_ = false;
   RawFn raw_handler_ = nullptr;
   std::minstd_rand jitter_;
   std::unique_ptr<char[]> chunk_;  // read buffer

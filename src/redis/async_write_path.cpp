@@ -188,9 +188,9 @@ void AsyncWritePath::fire(RedisNode& node, const RespWriter& resp) {
     return;
   }
   for (std::size_t i = 0; i < resp.commands(); ++i) {
-    c->command_resp(resp.command_bytes(i), [this](const redisReply* r, const std::string& error) {
+    c->command_resp(resp.command_bytes(i), [this](const redisReply* r, const Status& failure) {
       if (r == nullptr) {
-        reporter_.note_error("write: a correction failed: " + error);
+        reporter_.note_error("write: a correction failed: " + failure.message());
       } else if (r->type == REDIS_REPLY_ERROR) {
         reporter_.note_error("write: a correction: " + reply_text(*r));
       }

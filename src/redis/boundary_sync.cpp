@@ -188,7 +188,7 @@ void BoundarySync::heartbeat(std::int64_t now) {
   for (std::size_t i = 0; i + 1 < commands.commands(); ++i)
     connection->command_resp(commands.command_bytes(i), nullptr);
   connection->command_resp(commands.command_bytes(commands.commands() - 1),
-                           [this, key](const redisReply* r, const std::string&) {
+                           [this, key](const redisReply* r, const Status&) {
                              heartbeat_in_flight_ = false;
                              // (A failure, or a redirection while a slot moves, leaves the
                              // last count.)

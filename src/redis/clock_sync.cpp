@@ -38,7 +38,7 @@ void ClockSync::probe(AsyncRedis& connection, int samples) {
   if (!connection.ready()) return;
   const std::int64_t sent = clock_->now().count();
   connection.command({"TIME"},
-                     [this, &connection, sent, samples](const redisReply* r, const std::string&) {
+                     [this, &connection, sent, samples](const redisReply* r, const Status&) {
                        const std::int64_t received = clock_->now().count();
                        if (r == nullptr)
                          return;  // the connection failed: the next probe tries again

@@ -296,8 +296,8 @@ AsyncRedis& RedisStore::connection_for(RedisNode& node) {
     state.connection = std::make_unique<AsyncRedis>(
         loop_.loop(), node.endpoint(), options_.connect_timeout, options_.command_timeout,
         AsyncRedis::Events{[this, &node] { on_ready(node); },
-                           [this, &node](const std::string& error, bool dropped) {
-                             on_lost(node, error, dropped);
+                           [this, &node](const Status& failure, bool dropped) {
+                             on_lost(node, failure, dropped);
                            }});
     state.connection->set_raw_handler(&BoundarySync::on_reply);
     state.connection->start();
@@ -343,17 +343,16 @@ void RedisStore::on_ready(RedisNode& node) {
   if (!node.circuit().available()) probe(node);
 }
 
-void RedisStore::on_lost(RedisNode& node, const std::string& error, bool dropped) {
+void RedisStore::on_lost(RedisNode& node, const Status& failure, bool dropped) {
   // Redis refused this client's credentials (on a login: never a dropped connection): said
   // as the start says it (what to fix, not the PING or AUTH that met the refusal), and kept
   // as the last error rather than replaced by that command's. The start has logged it as an
   // error once; an outage that begins with it is logged by the circuit.
-  const bool credentials = connection_for(node).credentials_refused();
+  const bool credentials = failure.code() == Status::Code::auth;
   const std::string said =
       credentials ? credentials_problem(reporter_.where(),
-                                        topology_.address().login.authenticates(),
-                                        Status(Status::Code::auth, error))
-                  : error;
+                                        topology_.address().login.authenticates(), failure)
+                  : failure.message();
   reporter_.note_error(said, /*aside=*/credentials);
   if (!credentials && !topology_.address().kind_single()) topology_.want_refresh();
   if (dropped) {
@@ -388,10 +387,10 @@ void RedisStore::probe(RedisNode& node) {
   state.probing = true;
   state.last_probe_ns = steady_ns();
   connection.command({"ROLE"}, [this, &node, &connection](const redisReply* reply,
-                                                           const std::string& error) {
+                                                          const Status& failure) {
     if (reply == nullptr) {
       nodes_[node.index()].probing = false;
-      reporter_.note_error("probe: " + error);
+      reporter_.note_error("probe: " + failure.message());
       return;
     }
     bool serves = true;
@@ -415,11 +414,10 @@ void RedisStore::probe(RedisNode& node) {
     // A node that serves, but not this client's keys (an ACL that forbids the key
     // prefix: key_access() at start), keeps its circuit open.
     const std::string key = layout_.nodes_key();
-    connection.command({"EXISTS", key}, [this, &node, key](const redisReply* r,
-                                                           const std::string& why) {
+    connection.command({"EXISTS", key}, [this, &node, key](const redisReply* r, const Status& why) {
       nodes_[node.index()].probing = false;
       if (r == nullptr) {
-        reporter_.note_error("probe: " + why);
+        reporter_.note_error("probe: " + why.message());
         return;
       }
       if (r->type == REDIS_REPLY_ERROR && key_refused(status_of(*r))) {
@@ -452,12 +450,12 @@ void RedisStore::refresh_map() {
   }
   refreshing_ = true;
   connection->command(
-      {"CLUSTER", "SLOTS"}, [this, asked](const redisReply* reply, const std::string& error) {
+      {"CLUSTER", "SLOTS"}, [this, asked](const redisReply* reply, const Status& failure) {
         refreshing_ = false;
-        const Status applied = reply == nullptr
-                                   ? Status(Status::Code::io, error)
-                                   : topology_.apply_cluster_slots(
-                                         *reply, topology_.node(asked).endpoint().host);
+        const Status applied =
+            reply == nullptr
+                ? failure
+                : topology_.apply_cluster_slots(*reply, topology_.node(asked).endpoint().host);
         if (applied.ok()) {
           map_refreshes_.fetch_add(1, std::memory_order_relaxed);
           refresh_backoff_ns_ = 250'000'000;

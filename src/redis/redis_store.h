@@ -119,7 +119,7 @@ class RedisStore final : public Store, private ReadRouter {
   // Loop thread.
   AsyncRedis& connection_for(RedisNode& node);
   void on_ready(RedisNode& node);
-  void on_lost(RedisNode& node, const std::string& error, bool dropped);
+  void on_lost(RedisNode& node, const Status& failure, bool dropped);
   void recover(RedisNode& node);
   // A ROLE on the node's background connection; recover() if a master answers.
   void probe(RedisNode& node);

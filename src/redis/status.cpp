@@ -4,8 +4,9 @@
 
 namespace ratewin {
 inline namespace v1 {
-namespace detail {
+namespace internal {
 
+// (Defined with the store, which is the one that reads Redis' error replies.)
 Status Status::of_error_reply(std::string_view text) {
   const std::string message(text);
   const auto is = [&](std::string_view code) {
@@ -25,6 +26,10 @@ Status Status::of_error_reply(std::string_view text) {
   }
   return Status(Code::refused, message);
 }
+
+}  // namespace internal
+
+namespace detail {
 
 std::string errno_text(int error) { return std::strerror(error); }
 

@@ -97,18 +97,15 @@ BIO_METHOD* socket_method() {
   return method;
 }
 
-// An OpenSSL context made from `o`; null with `error` saying what could not be used.
-SSL_CTX* build(const TlsOptions& o, std::string& error) {
+// An OpenSSL context made from `o` (the caller owns it), or what could not be used.
+internal::Result<SSL_CTX*> build(const TlsOptions& o) {
   ERR_clear_error();
   SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  if (ctx == nullptr) {
-    error = "cannot make a TLS context: " + openssl_reason();
-    return nullptr;
-  }
+  if (ctx == nullptr)
+    return Status(Status::Code::tls, "cannot make a TLS context: " + openssl_reason());
   const auto fail = [&](std::string what) {
-    error = std::move(what);
     SSL_CTX_free(ctx);
-    return nullptr;
+    return Status(Status::Code::tls, std::move(what));
   };
   SSL_CTX_set_min_proto_version(ctx, tls_version(o.min_version).value_or(TLS1_2_VERSION));
   // A write that the socket takes in part returns what it took; a retried write may come
@@ -231,9 +228,9 @@ std::shared_ptr<TlsContext> TlsContext::make(const TlsOptions& options, Logger l
     bad("a key_file without its cert_file");
   std::shared_ptr<TlsContext> context(new TlsContext(options, std::move(log)));
   context->files_ = std::make_unique<Files>(Files::of(options));
-  std::string error;
-  context->ctx_ = build(options, error);
-  if (context->ctx_ == nullptr) bad(error);
+  internal::Result<SSL_CTX*> built = build(options);
+  if (!built) bad(built.message());
+  context->ctx_ = *built;
   SSL_CTX_sess_set_new_cb(context->ctx_, &TlsContext::on_new_session);
   if (options.verify == TlsVerify::none && context->log_) {
     context->log_(LogLevel::warning,
@@ -248,17 +245,16 @@ SSL_CTX* TlsContext::current() {
   Files now = Files::of(options_);
   if (!(now == *files_)) {
     *files_ = now;  // (reported once per change, not at every connection)
-    std::string error;
-    if (SSL_CTX* fresh = build(options_, error)) {
+    if (internal::Result<SSL_CTX*> fresh = build(options_)) {
       SSL_CTX_free(ctx_);
-      ctx_ = fresh;
+      ctx_ = *fresh;
       // Sessions of the old certificates are not resumed with the new ones.
       for (auto& [peer, session] : sessions_) SSL_SESSION_free(session);
       sessions_.clear();
       if (log_) log_(LogLevel::info, "TLS: certificate files changed; loaded them again");
     } else if (log_) {
-      log_(LogLevel::error, "TLS: certificate files changed but cannot be used (" + error +
-                                "); keeping the ones loaded before");
+      log_(LogLevel::error, "TLS: certificate files changed but cannot be used (" +
+                                fresh.message() + "); keeping the ones loaded before");
     }
   }
   SSL_CTX_up_ref(ctx_);

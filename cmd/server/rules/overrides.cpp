@@ -13,6 +13,8 @@ namespace ratewin::server {
 
 using internal::RedisClient;
 using internal::RedisReply;
+using internal::Result;
+using internal::Status;
 using namespace std::chrono_literals;
 
 std::int64_t unix_ms() noexcept {
@@ -107,12 +109,12 @@ std::chrono::milliseconds left_until(Overrides::Deadline deadline,
 std::string Overrides::command(Deadline deadline,
                                const std::function<std::string(RedisClient&)>& body) {
   std::lock_guard lock(command_mutex_);
-  std::string error;
   if (command_connection_ == nullptr || !command_connection_->usable()) {
     const std::chrono::milliseconds left = left_until(deadline, 1000ms);
     if (left == 0ms) return "not made: its deadline passed before Redis could be reached";
-    command_connection_ = RedisClient::open(redis_, left, left, error, hash_key_);
-    if (command_connection_ == nullptr) return "not made: Redis: " + error;
+    Result<std::unique_ptr<RedisClient>> opened = RedisClient::open(redis_, left, left, hash_key_);
+    if (!opened) return "not made: Redis: " + opened.message();
+    command_connection_ = *std::move(opened);
   }
   std::string result = body(*command_connection_);
   // A failure may mean that the hash's slot moved (MOVED), or that this server is a
@@ -125,9 +127,8 @@ namespace {
 
 // Runs commands in one round trip; an error reply or a failure is the result.
 std::string run_all(RedisClient& c, std::span<const RedisClient::Argv> commands) {
-  std::string error;
   std::vector<RedisReply> replies;
-  if (!c.run(commands, replies, 1s, error)) return "Redis: " + error;
+  if (const Status ran = c.run(commands, replies, 1s); !ran.ok()) return "Redis: " + ran.message();
   for (const RedisReply& r : replies) {
     if (r.is_error()) return "Redis: " + r.text;
   }
@@ -152,13 +153,12 @@ std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
     // Redis's clock read TIME at some moment of ours before `after`: from then on its
     // clock is at least TIME + (our time - after), so a cut-off of TIME + (deadline -
     // after) on its clock falls at our deadline or before it.
-    std::string error;
     std::vector<RedisReply> replies;
     const RedisClient::Argv time[] = {{"TIME"}};
     const std::chrono::milliseconds wait = left_until(deadline);
     if (wait == 0ms) return "not made: its deadline passed before it could be sent";
-    if (!c.run(time, replies, wait, error)) {
-      return "not made: Redis did not answer before the change's deadline (" + error + ")";
+    if (const Status ran = c.run(time, replies, wait); !ran.ok()) {
+      return "not made: Redis did not answer before the change's deadline (" + ran.message() + ")";
     }
     const steady_clock::time_point after = steady_clock::now();
     long long seconds = 0;
@@ -184,9 +184,10 @@ std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
     const RedisClient::Argv script[] = {
         {"EVAL", kChangeBefore, "1", hash_key_, change.key, value, cutoff, channel_}};
     replies.clear();
-    if (!c.run(script, replies, left_until(deadline + kAnswerMargin), error)) {
+    if (const Status ran = c.run(script, replies, left_until(deadline + kAnswerMargin));
+        !ran.ok()) {
       // (No answer by now: were it run later, Redis's clock would be past the cut-off.)
-      return "not made: Redis did not answer before the change's deadline (" + error + ")";
+      return "not made: Redis did not answer before the change's deadline (" + ran.message() + ")";
     }
     if (replies.size() != 1) return "not made: Redis gave no reply";
     if (replies[0].is_error()) return "not made: Redis: " + replies[0].text;
@@ -234,10 +235,11 @@ bool Overrides::reload(RedisClient& connection) {
   const std::int64_t now = unix_ms();
   const RedisClient::Argv read[] = {{"HGETALL", hash_key_}};
   std::vector<RedisReply> replies;
-  const bool ok = connection.run(read, replies, 1s, error);
-  if (ok && (replies.size() != 1 || replies[0].type != RedisReply::Type::kArray)) {
+  if (const Status ran = connection.run(read, replies, 1s); !ran.ok()) {
+    error = ran.message();
+  } else if (replies.size() != 1 || replies[0].type != RedisReply::Type::kArray) {
     error = replies.empty() ? "no reply" : replies[0].text;
-  } else if (ok) {
+  } else {
     const std::vector<RedisReply>& fields = replies[0].elements;
     for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
       // A value this version cannot read (a newer one wrote it) is left alone.
@@ -250,7 +252,7 @@ bool Overrides::reload(RedisClient& connection) {
       }
     }
   }
-  if (!ok || !error.empty()) {
+  if (!error.empty()) {
     log_(LogLevel::warning, "overrides: reading Redis: " + error);
     return false;
   }
@@ -285,11 +287,17 @@ void Overrides::run() {
     std::string error;
     // The subscriber listens on any node (on a Cluster a PUBLISH reaches every node); the
     // reader reads the hash where it lives.
-    std::unique_ptr<RedisClient> subscriber = RedisClient::open(redis_, 1s, 1s, error);
-    std::unique_ptr<RedisClient> reader =
-        subscriber ? RedisClient::open(redis_, 1s, 1s, error, hash_key_) : nullptr;
+    std::unique_ptr<RedisClient> subscriber;
+    std::unique_ptr<RedisClient> reader;
+    Result<std::unique_ptr<RedisClient>> opened = RedisClient::open(redis_, 1s, 1s);
+    if (opened) {
+      subscriber = *std::move(opened);
+      opened = RedisClient::open(redis_, 1s, 1s, hash_key_);
+      if (opened) reader = *std::move(opened);
+    }
     const RedisClient::Argv subscribe[] = {{"SUBSCRIBE", channel_}};
     if (reader == nullptr) {
+      error = opened.message();
       if (error.empty()) error = "no connection";
     } else if (error = run_all(*subscriber, subscribe); error.empty() && !reload(*reader)) {
       error = "reading " + hash_key_ + " failed (logged above)";
@@ -310,10 +318,12 @@ void Overrides::run() {
     for (;;) {
       if (stopping(0ms)) return;
       RedisReply message;
-      const auto got = subscriber->receive(message, 200ms, error);
-      if (got == RedisClient::Received::kFailed) break;
-      const bool announced = got == RedisClient::Received::kMessage &&
-                             message.type == RedisReply::Type::kArray &&
+      const Status got = subscriber->receive(message, 200ms);
+      if (!got.ok() && got.code() != Status::Code::timeout) {
+        error = got.message();
+        break;
+      }
+      const bool announced = got.ok() && message.type == RedisReply::Type::kArray &&
                              message.elements.size() == 3 && message.elements[0].text == "message";
       if (announced || std::chrono::steady_clock::now() - last >= kRefresh) {
         if (!reload(*reader)) break;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ratewin/engine.h"
+#include "ratewin_internal/status.h"
 
 namespace ratewin {
 inline namespace v1 {
@@ -58,25 +59,25 @@ class RedisClient {
   // A connection to the server that serves `route_key`: for a Cluster address, the
   // primary of the key's slot (any node without a key: a PUBLISH reaches every node, and
   // a subscriber may listen on any); for a Sentinel address, the current primary. A
-  // MOVED or READONLY reply later means the key moved: open another. nullptr with
-  // `error` set when it cannot connect or log in (or `target` is empty).
-  static std::unique_ptr<RedisClient> open(const RedisTarget& target,
-                                           std::chrono::milliseconds connect_timeout,
-                                           std::chrono::milliseconds command_timeout,
-                                           std::string& error, std::string_view route_key = {});
+  // MOVED or READONLY reply later means the key moved: open another. The failure when it
+  // cannot connect or log in (or `target` is empty).
+  static Result<std::unique_ptr<RedisClient>> open(const RedisTarget& target,
+                                                   std::chrono::milliseconds connect_timeout,
+                                                   std::chrono::milliseconds command_timeout,
+                                                   std::string_view route_key = {});
   ~RedisClient();
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
   // The commands in one round trip, their replies in order (error replies included),
   // within `timeout` (whatever command timeout it was opened with; receive() then reads
-  // the rest of a message within it too). False (with `error`) on a network failure or
-  // timeout; the client is then broken().
-  bool run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
-           std::chrono::milliseconds timeout, std::string& error);
-  // For a subscribed connection: waits up to `wait` for one message.
-  enum class Received { kMessage, kIdle, kFailed };
-  Received receive(RedisReply& message, std::chrono::milliseconds wait, std::string& error);
+  // the rest of a message within it too). The failure on a network failure or timeout;
+  // the client is then broken().
+  Status run(std::span<const Argv> commands, std::vector<RedisReply>& replies,
+             std::chrono::milliseconds timeout);
+  // For a subscribed connection: waits up to `wait` for one message. Ok with a message;
+  // Code::timeout when none came in time; another failure when the connection failed.
+  Status receive(RedisReply& message, std::chrono::milliseconds wait);
   // False once a failure broke it, or when the server closed its end.
   bool usable() const noexcept;
 
