@@ -63,7 +63,7 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
       // Batched: its budget went stale with its counts; the warm start grants the next,
       // and until then its admissions are written too.
       section.open();
-      ref_.record->budget(key_.subintervals) = Record::kNoBudget;
+      Batcher::budget(*ref_.record, key_.subintervals) = Batcher::kNoBudget;
     }
     if (!window.current_at(now_)) {
       section.open();
@@ -89,9 +89,9 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
   // short burst does not refuse what the limit allows).
   Record& record = *ref_.record;
   const bool batchable = engine_.batched(key_, limit_) && !degraded_ && cost_ != 0;
-  grant_ = batchable && (cold_ || record.budget(key_.subintervals) == Record::kNoBudget);
+  grant_ = batchable && (cold_ || Batcher::budget(record, key_.subintervals) == Batcher::kNoBudget);
   batched_ = batchable && !grant_ && (!fits_ || engine_.grantable(cost_, d_.remaining + cost_));
-  if (batched_ && fits_ && cost_ > record.budget(key_.subintervals)) {
+  if (batched_ && fits_ && cost_ > Batcher::budget(record, key_.subintervals)) {
     section.open();
     if (engine_.spill(shard_, record, key_, limit_, window.epoch())) {
       batched_ = false;  // this round's write through
@@ -102,7 +102,7 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
       // later refusals this round are decided without the lock).
       fits_ = false;
       d_.allowed = false;
-      d_.remaining = record.budget(key_.subintervals);
+      d_.remaining = Batcher::budget(record, key_.subintervals);
       d_.retry_after = engine_.until_flush(now_);
     }
   }
@@ -110,7 +110,7 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     section.open();
     window.add(cost_);
     if (batched_) {
-      record.budget(key_.subintervals) -= static_cast<std::uint32_t>(cost_);
+      Batcher::budget(record, key_.subintervals) -= static_cast<std::uint32_t>(cost_);
       engine_.queue(shard_, record, key_, limit_, window.epoch(), cost_, false);
     }
   }
@@ -321,8 +321,8 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
         std::uint64_t room = left.allowed ? left.remaining : 0;
         if (window.epoch() == epoch_) room -= std::min(room, ahead);  // (not room: RingReply)
         const std::uint32_t fresh = engine_.grant(grant_ ? room : room / 2, carry);
-        Bucket& budget = record.record->budget(key_.subintervals);
-        if (grant_ || (budget.load() != Record::kNoBudget && fresh > budget.load()))
+        Bucket& budget = Batcher::budget(*record.record, key_.subintervals);
+        if (grant_ || (budget.load() != Batcher::kNoBudget && fresh > budget.load()))
           budget = fresh;
         PendingWrite* entry = this_round && fresh == 0 && room > 1
                                   ? EngineCore::pending_of(shard_, *record.record, key_)

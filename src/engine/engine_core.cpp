@@ -65,7 +65,7 @@ void validate(const Options& o) {
 // mode's two.
 std::uint32_t record_words(const Options& o, bool store) noexcept {
   if (!store && o.redis.empty()) return 0;
-  return o.write_mode == WriteMode::batched ? kBatchedWords : kMarkWords;
+  return o.write_mode == WriteMode::batched ? Batcher::kWords : kMarkWords;
 }
 
 // `limit`'s share among `live` nodes, `share` x max / live (at least 1), in its scope and
@@ -104,7 +104,7 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
       // With a shared store, records carry the mark of the epoch last written.
       registry_((validate(options_), options_.max_limiters), options_.max_memory,
-                record_words(options_, store != nullptr)),
+                record_words(options_, store != nullptr), Batcher::kInitial),
       batched_(options_.write_mode == WriteMode::batched &&
                (store != nullptr || !options_.redis.empty())),
       flush_period_ns_(options_.flush_interval > std::chrono::milliseconds::zero()
@@ -167,8 +167,8 @@ EngineCore::~EngineCore() {
       // Batched: the counts allow it, this engine's budget may not. A refusal for want of
       // budget is decided here once the limiter is noted for the next flush (which renews
       // the budget); the first one of a round takes the lock to note it.
-      const std::uint32_t budget = ref.record->budget(key.subintervals).load();
-      if (budget != Record::kNoBudget && cost > budget) {
+      const std::uint32_t budget = Batcher::budget(*ref.record, key.subintervals).load();
+      if (budget != Batcher::kNoBudget && cost > budget) {
         // (Under the lock: a request too large for any budget, or the round's first over
         // it, which is written through.)
         if (!grantable(cost, out.remaining + cost) || !spilled(shard, *ref.record, key)) return 1;
@@ -602,7 +602,7 @@ bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
       // (Its pending counts are dropped; its next admission is written and grants a
       // budget.)
       if (PendingWrite* entry = pending_of(shard, *found.record, key)) entry->delta = 0;
-      found.record->budget(key.subintervals) = Record::kNoBudget;
+      Batcher::budget(*found.record, key.subintervals) = Batcher::kNoBudget;
     }
   }
   return shared;

@@ -16,6 +16,7 @@
 
 #include "core/counters.h"
 #include "core/registry.h"
+#include "engine/batched.h"
 #include "engine/last_read.h"
 #include "engine/outage_ledger.h"
 #include "engine/store.h"
@@ -132,17 +133,17 @@ class EngineCore final : public SyncTarget {
   // Whether the limiter has an entry in this round's pending counts, and whether a
   // request over its budget was written through this round (read lock-free too).
   static bool noted(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
-    return (record.pending_index(key.subintervals).load() & kPendingIndex) != 0 &&
-           record.pending_round(key.subintervals).load() == shard.pending_round.load();
+    return (Batcher::pending_index(record, key.subintervals).load() & kPendingIndex) != 0 &&
+           Batcher::pending_round(record, key.subintervals).load() == shard.pending_round.load();
   }
   static bool spilled(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
     return noted(shard, record, key) &&
-           (record.pending_index(key.subintervals).load() & kSpilled) != 0;
+           (Batcher::pending_index(record, key.subintervals).load() & kSpilled) != 0;
   }
   // Under the shard's lock, in an open write section: marks this round's write through
   // in the record's pending index (`on`), or reopens the round for another.
   static void mark_spilled(Record& record, const LimiterKey& key, bool on) noexcept {
-    Bucket& index = record.pending_index(key.subintervals);
+    Bucket& index = Batcher::pending_index(record, key.subintervals);
     index = on ? index.load() | kSpilled : index.load() & ~kSpilled;
   }
   static constexpr std::uint32_t kPendingIndex = 0x7fffffffU;
@@ -156,10 +157,10 @@ class EngineCore final : public SyncTarget {
              std::int64_t epoch);
   // Under the shard's lock, in a write section: `units` given back to the budget.
   static void add_budget(Record& record, const LimiterKey& key, std::uint64_t units) noexcept {
-    Bucket& budget = record.budget(key.subintervals);
-    if (budget.load() == Record::kNoBudget) return;
+    Bucket& budget = Batcher::budget(record, key.subintervals);
+    if (budget.load() == Batcher::kNoBudget) return;
     budget = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(std::uint64_t{budget.load()} + units, Record::kNoBudget - 1));
+        std::min<std::uint64_t>(std::uint64_t{budget.load()} + units, Batcher::kNoBudget - 1));
   }
   // Whether a grant from a window with `left` units left could admit `cost`: a request
   // too large for any budget is written as in sync mode (else it would never pass).

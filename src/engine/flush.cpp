@@ -107,7 +107,7 @@ std::int64_t EngineCore::flush_ns(const LimiterKey& key) const noexcept {
 
 PendingWrite* EngineCore::pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept {
   if (!noted(shard, record, key)) return nullptr;
-  const std::size_t index = (record.pending_index(key.subintervals).load() & kPendingIndex) - 1;
+  const std::size_t index = (Batcher::pending_index(record, key.subintervals).load() & kPendingIndex) - 1;
   if (index >= shard.pending.size() || !(shard.pending[index].key == key)) return nullptr;
   return &shard.pending[index];
 }
@@ -147,8 +147,8 @@ void EngineCore::note(Shard& shard, Record& record, const LimiterKey& key,
                       const PendingWrite& entry) {
   shard.pending.push_back(entry);
   if (shard.pending.size() <= kPendingIndex) {
-    record.pending_index(key.subintervals) = static_cast<std::uint32_t>(shard.pending.size());
-    record.pending_round(key.subintervals) = shard.pending_round.load();
+    Batcher::pending_index(record, key.subintervals) = static_cast<std::uint32_t>(shard.pending.size());
+    Batcher::pending_round(record, key.subintervals) = shard.pending_round.load();
   }
 }
 
@@ -187,7 +187,7 @@ std::uint32_t EngineCore::grant(std::uint64_t left, double& carry, double weight
     whole = 1;
     carry = 0;
   }
-  return static_cast<std::uint32_t>(std::min(whole, double{Record::kNoBudget - 1}));
+  return static_cast<std::uint32_t>(std::min(whole, double{Batcher::kNoBudget - 1}));
 }
 
 bool EngineCore::flush() {
@@ -287,7 +287,7 @@ void EngineCore::merge_flushed(const PendingWrite& entry, std::span<const std::u
   window.evaluate(now, entry.max, 0, entry.trailing, left);  // (at now's epoch: cannot fail)
   std::uint64_t room = left.allowed ? left.remaining : 0;
   if (!reached) room -= std::min(room, ahead);
-  record.budget(entry.key.subintervals) = grant(room, carry.carry, part);
+  Batcher::budget(record, entry.key.subintervals) = grant(room, carry.carry, part);
 }
 
 void EngineCore::requeue(const PendingWrite& entry, std::int64_t now) {
