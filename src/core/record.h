@@ -100,22 +100,6 @@ struct Activity {
   std::int64_t epoch;
 };
 
-// Batched write mode: counts admitted here and not yet written to the store, summed per
-// limiter and epoch until the engine's next flush (EngineCore::flush). `starved`: a
-// request was refused for want of budget, so the flush reads the limiter back (and
-// renews its budget) even with nothing to write.
-struct PendingWrite {
-  LimiterKey key;
-  std::int64_t epoch = 0;
-  std::uint64_t delta = 0;
-  std::uint64_t max = 0;  // the limit's, and how it trails, for the budget after the merge
-  Trailing trailing = Trailing::interpolated;
-  bool first = false;  // this engine's first write to the limiter in `epoch` (StoreWrite)
-  bool starved = false;
-  std::uint8_t throughs = 0;  // requests over the budget written through this round
-  std::uint32_t through = 0;  // what they admitted in `epoch` (in the store already)
-};
-
 // Words a record may carry after its buckets (Registry): the store mark with a shared
 // store (kMarkWords), and whatever else the engine keeps per limiter, up to kMaxWords.
 inline constexpr std::uint32_t kMarkWords = 1;

@@ -202,12 +202,6 @@ class alignas(64) Shard {
 
   // With a store: limiters used in a new epoch since the store last took them.
   std::vector<Activity> activity;
-  // Batched write mode: counts admitted since the engine's last flush took them, and the
-  // flush round they are for (a record's pending_index names an entry of the list of its
-  // pending_round; read by lock-free readers, to know whether a budget refusal was noted
-  // this round).
-  std::vector<PendingWrite> pending;
-  SeqlockField<std::uint32_t> pending_round{1};
 
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
@@ -260,7 +254,8 @@ class alignas(64) Shard {
   std::size_t record_bytes_ = 0;  // bytes of the records held
   std::size_t ghost_bytes_ = 0;   // bytes of the ghost tables
   std::uint32_t words_ = 0;       // what records carry after their buckets
-  std::array<std::uint32_t, kMaxWords> initial_{};  // and their values in a new record
+  // (And their values in a new record.)
+  std::array<std::uint32_t, kMaxWords> initial_{};
   std::size_t max_slots_ = 0;     // table growth stops here
 
   // Read by every lookup, locked or not; written when they grow.
@@ -284,6 +279,10 @@ class Registry {
   Shard& shard_for(std::uint64_t hash) noexcept { return shards_[hash & shard_mask_]; }
   std::size_t shard_count() const noexcept { return shard_mask_ + 1; }
   Shard& shard(std::size_t i) noexcept { return shards_[i]; }
+  // The index of one of its shards (shard(index_of(s)) is s).
+  std::size_t index_of(const Shard& shard) const noexcept {
+    return static_cast<std::size_t>(&shard - shards_.get());
+  }
   std::size_t max_limiters() const noexcept { return max_limiters_; }
   std::size_t max_bytes() const noexcept { return max_bytes_; }
   // How many limiters with `subintervals` buckets fit, alone, in the bounds.
