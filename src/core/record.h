@@ -100,26 +100,10 @@ struct Activity {
   std::int64_t epoch;
 };
 
-// Batched write mode: counts admitted here and not yet written to the store, summed per
-// limiter and epoch until the engine's next flush (EngineCore::flush). `starved`: a
-// request was refused for want of budget, so the flush reads the limiter back (and
-// renews its budget) even with nothing to write.
-struct PendingWrite {
-  LimiterKey key;
-  std::int64_t epoch = 0;
-  std::uint64_t delta = 0;
-  std::uint64_t max = 0;  // the limit's, and how it trails, for the budget after the merge
-  Trailing trailing = Trailing::interpolated;
-  bool first = false;  // this engine's first write to the limiter in `epoch` (StoreWrite)
-  bool starved = false;
-  std::uint8_t throughs = 0;  // requests over the budget written through this round
-  std::uint32_t through = 0;  // what they admitted in `epoch` (in the store already)
-};
-
-// Words a record carries after its buckets: the store mark with a shared store, and the
-// budget and where its pending counts are in batched write mode.
+// Words a record may carry after its buckets (Registry): the store mark with a shared
+// store (kMarkWords), and whatever else the engine keeps per limiter, up to kMaxWords.
 inline constexpr std::uint32_t kMarkWords = 1;
-inline constexpr std::uint32_t kBatchedWords = 4;
+inline constexpr std::uint32_t kMaxWords = 4;
 
 // Fields a lock-free reader reads are SeqlockFields; pins and the LRU links are touched only
 // under the shard's lock.
@@ -133,8 +117,7 @@ struct Record {
   std::uint32_t lru_newer;  // while the record is free, lru_older links the pool's free list
 
   // The bytes of a record with `subintervals` buckets and `words` 4-byte words after
-  // them: none in local mode, the store mark (kMarkWords) with a shared store, and the
-  // two of batched write mode after it (kBatchedWords).
+  // them (none in local mode; the store mark with a shared store, first; up to kMaxWords).
   static std::size_t bytes_for(std::uint32_t subintervals, std::uint32_t words = 0) noexcept {
     return (sizeof(Record) + sizeof(Bucket) * (subintervals + words) + 7) & ~std::size_t{7};
   }
@@ -146,18 +129,11 @@ struct Record {
   std::uint32_t& store_mark() noexcept {
     return *reinterpret_cast<std::uint32_t*>(buckets() + subintervals);
   }
-  // Batched write mode (Options::write_mode; records of a registry made with
-  // kBatchedWords), after the store mark: the units this engine may still admit before
-  // its next flush's merge renews them (kNoBudget: none granted yet, the next admission
-  // is written as in sync mode, and its reply grants one); and where the limiter's
-  // pending counts are in its shard's list (Shard::pending): index + 1 (0: nowhere), in
-  // the list of which round. Written under the lock in a write section, read by
-  // lock-free readers too. With `n` the subintervals of the record's key, as lock-free
-  // readers must not trust the stored geometry.
-  static constexpr std::uint32_t kNoBudget = 0xffffffffU;
-  Bucket& budget(std::uint32_t n) noexcept { return buckets()[n + 1]; }
-  Bucket& pending_index(std::uint32_t n) noexcept { return buckets()[n + 2]; }
-  Bucket& pending_round(std::uint32_t n) noexcept { return buckets()[n + 3]; }
+  // Word `i` after the buckets, for a record with `n` of them (the registry was made
+  // with more than `i` words; word 0 is the store mark). Written under the lock in a
+  // write section; lock-free readers pass `n` from the record's key, as they must not
+  // trust the stored geometry.
+  Bucket& word(std::uint32_t n, std::uint32_t i) noexcept { return buckets()[n + i]; }
   static std::uint32_t mark_of(std::int64_t epoch) noexcept {
     const std::int64_t r = epoch % 0xffffffffLL;
     return static_cast<std::uint32_t>(r < 0 ? r + 0xffffffffLL : r) + 1;

@@ -188,8 +188,10 @@ Shard::WriteSection::~WriteSection() {
   if (open_) shard_.version.store(version_ + 2, std::memory_order_release);
 }
 
-void Shard::configure(std::size_t records, std::size_t bytes, std::uint32_t words) noexcept {
+void Shard::configure(std::size_t records, std::size_t bytes, std::uint32_t words,
+                      const std::array<std::uint32_t, kMaxWords>& initial) noexcept {
   words_ = words;
+  initial_ = initial;
   // Every record takes at least the smallest record's bytes plus its share of the table
   // (8-byte slots at most 3/4 full): the count bound that the bytes imply.
   const std::size_t least = Record::bytes_for(1, words) + 11;
@@ -252,12 +254,7 @@ RecordRef Shard::find_or_insert(const LimiterKey& key, std::uint64_t hash, std::
   r->subintervals = static_cast<std::uint16_t>(key.subintervals);
   r->pins = 0;
   r->clear(cold ? 0 : now_ns);
-  if (words_ >= kMarkWords) r->store_mark() = 0;
-  if (words_ >= kBatchedWords) {
-    r->budget(key.subintervals) = Record::kNoBudget;
-    r->pending_index(key.subintervals) = 0;
-    r->pending_round(key.subintervals) = 0;
-  }
+  for (std::uint32_t i = 0; i < words_; ++i) r->word(key.subintervals, i) = initial_[i];
   try {
     lru_of(*r);  // made now, so that linking it cannot throw
     table_.insert(id, hash, max_slots_);
@@ -496,7 +493,8 @@ void Shard::revive(Record& r, std::uint64_t hash, std::int64_t now_ns) noexcept 
   }
 }
 
-Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, std::uint32_t words)
+Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, std::uint32_t words,
+                   const std::array<std::uint32_t, kMaxWords>& initial)
     : max_limiters_(max_limiters), max_bytes_(max_bytes), words_(words) {
   if (max_limiters == 0) throw std::invalid_argument("ratewin: max_limiters must be at least 1");
   if (max_bytes < Shard::kMinBytes)
@@ -513,7 +511,7 @@ Registry::Registry(std::size_t max_limiters, std::size_t max_bytes, std::uint32_
     const auto share = [&](std::size_t total) {
       return total / shards + (i < total % shards ? 1 : 0);
     };
-    shards_[i].configure(share(max_limiters), share(max_bytes), words);
+    shards_[i].configure(share(max_limiters), share(max_bytes), words, initial);
   }
 }
 

@@ -1,6 +1,7 @@
 // The sharded, bounded registry of limiters.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -118,9 +119,10 @@ class alignas(64) Shard {
   Shard& operator=(const Shard&) = delete;
 
   // `records`: the most it holds; `bytes`: the memory it may use (at least
-  // kMinBytes); `words`: what its records carry after their buckets (kMarkWords,
-  // kBatchedWords or none).
-  void configure(std::size_t records, std::size_t bytes, std::uint32_t words) noexcept;
+  // kMinBytes); `words`: what its records carry after their buckets (none, kMarkWords,
+  // or up to kMaxWords), a new record's set to `initial`'s first `words`.
+  void configure(std::size_t records, std::size_t bytes, std::uint32_t words,
+                 const std::array<std::uint32_t, kMaxWords>& initial) noexcept;
   static constexpr std::size_t kMinBytes = std::size_t{16} * 1024;
   // How many limiters of `subintervals` buckets fit, alone, in this shard's bounds.
   std::size_t capacity_for(std::uint32_t subintervals) const noexcept;
@@ -200,12 +202,6 @@ class alignas(64) Shard {
 
   // With a store: limiters used in a new epoch since the store last took them.
   std::vector<Activity> activity;
-  // Batched write mode: counts admitted since the engine's last flush took them, and the
-  // flush round they are for (a record's pending_index names an entry of the list of its
-  // pending_round; read by lock-free readers, to know whether a budget refusal was noted
-  // this round).
-  std::vector<PendingWrite> pending;
-  SeqlockField<std::uint32_t> pending_round{1};
 
   // Changed rarely, under the lock.
   alignas(64) std::uint64_t evictions = 0;
@@ -258,6 +254,8 @@ class alignas(64) Shard {
   std::size_t record_bytes_ = 0;  // bytes of the records held
   std::size_t ghost_bytes_ = 0;   // bytes of the ghost tables
   std::uint32_t words_ = 0;       // what records carry after their buckets
+  // (And their values in a new record.)
+  std::array<std::uint32_t, kMaxWords> initial_{};
   std::size_t max_slots_ = 0;     // table growth stops here
 
   // Read by every lookup, locked or not; written when they grow.
@@ -270,16 +268,21 @@ class alignas(64) Shard {
 class Registry {
  public:
   // `words`: what every record carries after its buckets (kMarkWords for an engine with
-  // a shared store, kBatchedWords in batched write mode). max_bytes is at least
-  // Shard::kMinBytes.
+  // a shared store, more for what the engine keeps per limiter; at most kMaxWords), set
+  // to `initial`'s first `words` in a new record. max_bytes is at least Shard::kMinBytes.
   explicit Registry(std::size_t max_limiters, std::size_t max_bytes = std::size_t{1} << 40,
-                    std::uint32_t words = 0);
+                    std::uint32_t words = 0,
+                    const std::array<std::uint32_t, kMaxWords>& initial = {});
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
   Shard& shard_for(std::uint64_t hash) noexcept { return shards_[hash & shard_mask_]; }
   std::size_t shard_count() const noexcept { return shard_mask_ + 1; }
   Shard& shard(std::size_t i) noexcept { return shards_[i]; }
+  // The index of one of its shards (shard(index_of(s)) is s).
+  std::size_t index_of(const Shard& shard) const noexcept {
+    return static_cast<std::size_t>(&shard - shards_.get());
+  }
   std::size_t max_limiters() const noexcept { return max_limiters_; }
   std::size_t max_bytes() const noexcept { return max_bytes_; }
   // How many limiters with `subintervals` buckets fit, alone, in the bounds.

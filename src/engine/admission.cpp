@@ -25,11 +25,12 @@ bool Admission::begin(RecordRef known, RecordRef read_ref, std::uint64_t version
   decide_locked(known, read_ref, version);
   if (overflowed_) return false;
   d_.degraded = degraded_;
-  if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false, batched_};
+  if (fits_ && d_.allowed && cost_ != 0) counted_ = {epoch_, true, false, batched_.batched};
   // An admission is written to the store (while it is unreachable, add() fails at once
   // and counts a skipped write), unless batched. A question (cost 0) about a cold limiter
   // reads it.
-  return engine_.store_ != nullptr && !batched_ && fits_ && d_.allowed && (cost_ != 0 || cold_);
+  return engine_.store_ != nullptr && !batched_.batched && fits_ && d_.allowed &&
+         (cost_ != 0 || cold_);
 }
 
 Decision Admission::finish(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
@@ -59,12 +60,6 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     // ones. Its first write brings back the whole window: a warm start in the same
     // round trip, and the admission stands only if the shared counts allow it.
     cold_ = store != nullptr && now_epoch - window.epoch() > 1;
-    if (cold_ && engine_.batched_) {
-      // Batched: its budget went stale with its counts; the warm start grants the next,
-      // and until then its admissions are written too.
-      section.open();
-      ref_.record->budget(key_.subintervals) = Record::kNoBudget;
-    }
     if (!window.current_at(now_)) {
       section.open();
       window.advance(now_);
@@ -80,39 +75,14 @@ void Admission::decide_locked(RecordRef known, RecordRef read_ref, std::uint64_t
     d_.allowed = true;  // not counted: it did not fit
     d_.retry_after = std::chrono::nanoseconds(0);
   }
-  // Batched: decided here, within this engine's budget; while the store is unreachable,
-  // the failure policies rule as in sync mode (nothing is queued). Written as in sync
-  // mode instead: a limiter without a budget (cold, new or reset: its write's reply
-  // grants one), a request larger than any budget could be, and, once per flush round
-  // (up to EngineCore::kThroughs times while the budgets round to nothing: share()), a
-  // request over the budget that the window has room for (so that a budget spent by a
-  // short burst does not refuse what the limit allows).
-  Record& record = *ref_.record;
-  const bool batchable = engine_.batched(key_, limit_) && !degraded_ && cost_ != 0;
-  grant_ = batchable && (cold_ || record.budget(key_.subintervals) == Record::kNoBudget);
-  batched_ = batchable && !grant_ && (!fits_ || engine_.grantable(cost_, d_.remaining + cost_));
-  if (batched_ && fits_ && cost_ > record.budget(key_.subintervals)) {
-    section.open();
-    if (engine_.spill(shard_, record, key_, limit_, window.epoch())) {
-      batched_ = false;  // this round's write through
-      through_ = true;
-      through_round_ = shard_.pending_round.load();
-    } else {
-      // Refused until the next flush renews the budget (the limiter is noted for it:
-      // later refusals this round are decided without the lock).
-      fits_ = false;
-      d_.allowed = false;
-      d_.remaining = record.budget(key_.subintervals);
-      d_.retry_after = engine_.until_flush(now_);
-    }
+  // (Batched: this engine's budget decides too.)
+  if (engine_.batcher_ != nullptr) {
+    batched_ = engine_.batcher_->decide(shard_, *ref_.record, key_, limit_, now_, cost_, degraded_,
+                                        cold_, window.epoch(), fits_, d_, section);
   }
   if (fits_ && d_.allowed && cost_ != 0) {
     section.open();
     window.add(cost_);
-    if (batched_) {
-      record.budget(key_.subintervals) -= static_cast<std::uint32_t>(cost_);
-      engine_.queue(shard_, record, key_, limit_, window.epoch(), cost_, false);
-    }
   }
   epoch_ = window.epoch();
   if (store != nullptr && cost_ != 0) {
@@ -230,7 +200,6 @@ void Admission::share_log(std::span<const std::uint64_t> counts) {
 }
 
 void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter* async) {
-  Store& store = *engine_.store_;
   const std::int64_t r = key_.resolution_ns();
   if (cold_) {
     (written ? engine_.warm_starts_ : engine_.warm_start_failures_)
@@ -245,7 +214,7 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       if (const RecordRef record = live()) record.record->take_back(epoch_, now_, cost_, rule_);
       counted_.local = false;
       d_.allowed = false;
-      d_.retry_after = std::max(store.retry_hint(), std::chrono::nanoseconds(1));
+      d_.retry_after = std::max(engine_.store_->retry_hint(), std::chrono::nanoseconds(1));
     }
     return;
   }
@@ -273,63 +242,21 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
     // The limiter may have been evicted while the lock was released: then the returned
     // counts are all there is.
     const RecordRef record = live();
-    // Batched: what this engine admitted and has not flushed is in neither count; it
-    // decides with them, and the local window learns them with them.
-    std::int64_t pending_epoch = 0;
-    std::uint64_t pending = 0;
-    // (A write through whose round is still the shard's.)
-    const bool this_round = through_ && shard_.pending_round.load() == through_round_;
-    if (record && engine_.batched_) {
-      if (const PendingWrite* entry = EngineCore::pending_of(shard_, *record.record, key_)) {
-        pending_epoch = entry->epoch;
-        pending = entry->delta;
-        const std::int64_t k = epoch_ - pending_epoch;
-        if (pending != 0 && k >= 0 && static_cast<std::size_t>(k) < shared_counts.size())
-          own.merge(pending_epoch,
-                    shared_counts[static_cast<std::size_t>(k)] + pending + (k == 0 ? ahead : 0));
-      }
-    }
     SlidingWindow window = record ? record.record->view() : own;  // (a view: `own` itself)
     // The first write of epoch_ is done (unless the window has moved on meanwhile: a mark
     // never goes back).
-    if (record && first_ && window.epoch() == epoch_) {
+    if (record && first_ && window.epoch() == epoch_)
       record.record->store_mark() = Record::mark_of(epoch_);
-    }
     // The local window learns the shared counts, for the decisions to come: each epoch's
     // own (epoch_ + 1's only once the window has reached it: RingReply).
     if (record) {
-      for (std::size_t k = 0; k < shared_counts.size(); ++k) {
-        const std::int64_t e = epoch_ - static_cast<std::int64_t>(k);
-        window.merge(e, shared_counts[k] + (e == pending_epoch ? pending : 0));
-      }
-      if (ahead != 0 && window.epoch() > epoch_)
-        window.merge(epoch_ + 1, ahead + (epoch_ + 1 == pending_epoch ? pending : 0));
-      // Batched: a limiter without a budget gets its first (without the carry, which
-      // only flushes keep). A write through's reply, as fresh as a flush's, grants half
-      // a budget if that is more than what is left of this round's: a round's burst
-      // past its budget is not refused while the window has room, and an engine admits
-      // at most one and a half budgets a round (engine/flush.cpp, budget_share). Where
-      // that rounds to nothing (a small limit over several engines) and the window still
-      // has room, the next request over the budget may be written through too, up to
-      // kThroughs a round: a Poisson pair at one engine is not refused what the limit
-      // allows, and a full window still costs one write a round. (A reply that comes
-      // after a flush began the next round leaves that round's budget alone.)
-      Decision left;
-      if ((grant_ || this_round) &&
-          window.evaluate(now_, limit_.max(), 0, trailing_of(limit_.algorithm()), left)) {
-        double carry = 0;
-        std::uint64_t room = left.allowed ? left.remaining : 0;
-        if (window.epoch() == epoch_) room -= std::min(room, ahead);  // (not room: RingReply)
-        const std::uint32_t fresh = engine_.grant(grant_ ? room : room / 2, carry);
-        Bucket& budget = record.record->budget(key_.subintervals);
-        if (grant_ || (budget.load() != Record::kNoBudget && fresh > budget.load()))
-          budget = fresh;
-        PendingWrite* entry = this_round && fresh == 0 && room > 1
-                                  ? EngineCore::pending_of(shard_, *record.record, key_)
-                                  : nullptr;
-        if (entry != nullptr && entry->throughs < EngineCore::kThroughs)
-          EngineCore::mark_spilled(*record.record, key_, false);
-      }
+      for (std::size_t k = 0; k < shared_counts.size(); ++k)
+        window.merge(epoch_ - static_cast<std::int64_t>(k), shared_counts[k]);
+      if (ahead != 0 && window.epoch() > epoch_) window.merge(epoch_ + 1, ahead);
+      // (Batched: and what this engine has not flushed, with its budget.)
+      if (engine_.batcher_ != nullptr)
+        engine_.batcher_->learn(shard_, *record.record, key_, limit_, batched_, epoch_, now_,
+                                cost_, shared_counts, ahead, own, window);
     }
     if (cost_ == 0) {
       // A question about a cold limiter: answered from the merged counts.
@@ -361,22 +288,9 @@ void Admission::share(bool written, std::span<std::uint64_t> counts, AsyncWriter
       d_.retry_after = merged.allowed ? std::chrono::milliseconds(1) : merged.retry_after;
     }
     counted_ = {epoch_, record && !refused, !refused};
-    // Batched: what the round wrote through is this engine's part of the counts too
-    // (engine/flush.cpp, part_of).
-    if (this_round && !refused && record) {
-      PendingWrite* entry = EngineCore::pending_of(shard_, *record.record, key_);
-      if (entry != nullptr && entry->epoch == epoch_)
-        entry->through += static_cast<std::uint32_t>(cost_);
-    }
   }
   // The shared count took this request although it does not fit: give it back.
-  if (refused) {
-    if (async != nullptr) {
-      async->remove(write());
-    } else {
-      store.remove(write());
-    }
-  }
+  if (refused) engine_.remove(write(), async);
 }
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/registry.h"
+#include "engine/batched.h"
 #include "engine/engine_core.h"
 
 namespace ratewin {
@@ -21,7 +22,7 @@ namespace detail {
 //     limiter is looked up again and evaluated again.
 //  2. share(): with no lock held, one round trip to the shared store (the cost added,
 //     the whole shared window read back). Skipped in local mode, for what counted
-//     nothing, and in batched write mode (EngineCore::batched), where step 1 also keeps
+//     nothing, and in batched write mode (Batcher::applies), where step 1 also keeps
 //     to this engine's budget and adds the cost to the limiter's pending counts, which
 //     the engine's next flush writes (unless the limiter is cold: its first admission is
 //     a warm start, as in sync mode, whose merge grants its first budget).
@@ -113,10 +114,8 @@ class Admission {
   std::int64_t epoch_ = 0;
   bool fits_ = false;       // what the local counts said
   bool cold_ = false;       // the limiter's window may lack shared counts: its write warms it
-  bool batched_ = false;    // decided in batched write mode: counted, no shared write
-  bool grant_ = false;      // batched mode's limiter without a budget: its write grants one
-  bool through_ = false;    // batched mode's write through of a round
-  std::uint32_t through_round_ = 0;  // the shard's pending round it was made in
+  // How batched write mode decided it (Batcher::decide; nothing in sync mode).
+  Batcher::Ticket batched_;
   bool first_ = false;      // this engine's first write to the limiter in epoch_
   bool overflowed_ = false;
   Counted counted_;

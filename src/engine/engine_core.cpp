@@ -15,6 +15,7 @@
 
 #include "engine/acquire_all.h"
 #include "engine/admission.h"
+#include "engine/batched.h"
 #include "engine/last_read.h"
 #include "engine/scratch.h"
 
@@ -65,7 +66,7 @@ void validate(const Options& o) {
 // mode's two.
 std::uint32_t record_words(const Options& o, bool store) noexcept {
   if (!store && o.redis.empty()) return 0;
-  return o.write_mode == WriteMode::batched ? kBatchedWords : kMarkWords;
+  return o.write_mode == WriteMode::batched ? Batcher::kWords : kMarkWords;
 }
 
 // `limit`'s share among `live` nodes, `share` x max / live (at least 1), in its scope and
@@ -104,33 +105,25 @@ EngineCore::EngineCore(Options options, std::unique_ptr<Store> store)
       system_clock_(dynamic_cast<const SystemClock*>(clock_.get()) != nullptr),
       // With a shared store, records carry the mark of the epoch last written.
       registry_((validate(options_), options_.max_limiters), options_.max_memory,
-                record_words(options_, store != nullptr)),
-      batched_(options_.write_mode == WriteMode::batched &&
-               (store != nullptr || !options_.redis.empty())),
-      flush_period_ns_(options_.flush_interval > std::chrono::milliseconds::zero()
-                           ? options_.flush_interval / std::chrono::nanoseconds(1)
-                           : std::int64_t{50'000'000}) {
+                record_words(options_, store != nullptr), Batcher::kInitial) {
   if (!options_.logger) options_.logger = log_to_stderr;
+  if (options_.write_mode == WriteMode::batched && (store != nullptr || !options_.redis.empty()))
+    batcher_ = std::make_unique<Batcher>(*this);
   // Made last: its thread calls back into the registry.
   store_ = store != nullptr ? std::move(store) : make_store(options_, clock_, *this);
-  // (A ManualClock stands still: tests flush when they choose.)
-  if (batched_ && dynamic_cast<const ManualClock*>(clock_.get()) == nullptr)
-    flusher_ = std::thread([this] { flusher_loop(); });
+  if (batcher_ != nullptr) batcher_->start();
 }
 
 EngineCore::~EngineCore() {
-  if (flusher_.joinable()) {
-    {
-      std::lock_guard lock(flusher_mutex_);
-      flusher_stop_ = true;
-    }
-    flusher_wake_.notify_all();
-    flusher_.join();
+  if (batcher_ != nullptr) {
+    batcher_->stop();
+    // What was admitted and not yet written goes to the store before it closes.
+    (void)batcher_->flush();
   }
-  // What was admitted and not yet written goes to the store before it closes.
-  if (batched_) (void)flush();
   if (store_ != nullptr) store_->shutdown();
 }
+
+bool EngineCore::flush() { return batcher_ == nullptr || batcher_->flush(); }
 
 [[gnu::always_inline]] inline std::uint64_t EngineCore::read_without_lock(
     Shard& shard, const LimiterKey& key, std::uint64_t hash, RecordRef& ref, std::int64_t now,
@@ -163,20 +156,10 @@ EngineCore::~EngineCore() {
     const SlidingWindow window = ref.record->view(key);
     if (!window.evaluate(now, limit.max(), cost, trailing_of(limit.algorithm()), out)) return 1;
     const std::int64_t epoch = window.epoch();
-    if (out.allowed && cost != 0 && batched(key, limit)) {
-      // Batched: the counts allow it, this engine's budget may not. A refusal for want of
-      // budget is decided here once the limiter is noted for the next flush (which renews
-      // the budget); the first one of a round takes the lock to note it.
-      const std::uint32_t budget = ref.record->budget(key.subintervals).load();
-      if (budget != Record::kNoBudget && cost > budget) {
-        // (Under the lock: a request too large for any budget, or the round's first over
-        // it, which is written through.)
-        if (!grantable(cost, out.remaining + cost) || !spilled(shard, *ref.record, key)) return 1;
-        out.allowed = false;
-        out.remaining = budget;
-        out.retry_after = until_flush(now);
-      }
-    }
+    // (Batched: this engine's budget may refuse what the counts allow.)
+    if (batcher_ != nullptr && out.allowed && cost != 0 &&
+        !batcher_->read(shard, *ref.record, key, limit, cost, now, out))
+      return 1;
     if (!shard.read_valid(before)) return 1;
     // Validated: the values are consistent, the arithmetic below cannot overflow.
     epoch_end = (epoch + 1) * key.resolution_ns();
@@ -509,45 +492,12 @@ std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,
 
 void EngineCore::give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit,
                            std::uint64_t cost, const Counted& counted, AsyncWriter* async) {
-  if (counted.pending) {
-    // Batched: what is still pending is taken from there, with the local count and the
-    // budget; what a flush has taken meanwhile, from the store.
-    std::uint64_t flushed = cost;
-    {
-      Shard& shard = registry_.shard_for(hash);
-      std::lock_guard lock(shard.mutex);
-      if (const RecordRef found = shard.find(key, hash)) {
-        Shard::WriteSection section(shard);
-        found.record->take_back(counted.epoch, now_ns(), cost, BucketRule::of(limit));
-        add_budget(*found.record, key, cost);
-        PendingWrite* entry = pending_of(shard, *found.record, key);
-        if (entry != nullptr && entry->epoch == counted.epoch) {
-          const std::uint64_t taken = std::min(entry->delta, cost);
-          entry->delta -= taken;
-          flushed -= taken;
-        }
-      }
-    }
-    if (flushed != 0) {
-      const StoreWrite write = store_write(key, counted.epoch, now_ns(), flushed, false, limit);
-      if (async != nullptr) {
-        async->remove(write);
-      } else {
-        store_->remove(write);
-      }
-    }
-    return;
-  }
+  if (counted.pending) return batcher_->give_back(key, hash, limit, cost, counted.epoch, async);
   // The store first: a merge racing with this (another thread's write returning the
   // shared counts) then cannot bring the local count back from a stale shared one.
   if (counted.store) {
     // (A bucket gives back from its TAT as of now.)
-    const StoreWrite write = store_write(key, counted.epoch, now_ns(), cost, false, limit);
-    if (async != nullptr) {
-      async->remove(write);
-    } else {
-      store_->remove(write);
-    }
+    remove(store_write(key, counted.epoch, now_ns(), cost, false, limit), async);
   }
   if (counted.local) {
     Shard& shard = registry_.shard_for(hash);
@@ -598,12 +548,7 @@ bool EngineCore::reset(std::uint64_t resource, const Limit& limit) {
   if (const RecordRef found = shard.find(key, hash)) {
     Shard::WriteSection section(shard);
     found.record->clear(now_ns());
-    if (batched_ && key.ring()) {
-      // (Its pending counts are dropped; its next admission is written and grants a
-      // budget.)
-      if (PendingWrite* entry = pending_of(shard, *found.record, key)) entry->delta = 0;
-      found.record->budget(key.subintervals) = Record::kNoBudget;
-    }
+    if (batcher_ != nullptr && key.ring()) batcher_->reset(shard, *found.record, key);
   }
   return shared;
 }
@@ -646,12 +591,10 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
         taken.push_back({e, take});
         total += take;
       }
-      PendingWrite* entry = batched_ ? pending_of(shard, *found.record, key) : nullptr;
-      if (entry != nullptr && !taken.empty() && taken.front().epoch == entry->epoch) {
-        // What this engine admitted and has not written is taken from its pending counts.
-        unwritten = std::min(entry->delta, taken.front().count);
-        entry->delta -= unwritten;
-      }
+      // What this engine admitted and has not written is taken from its pending counts.
+      if (batcher_ != nullptr && !taken.empty())
+        unwritten = batcher_->take_pending(shard, *found.record, key, taken.front().epoch,
+                                           taken.front().count);
     }
   }
   // The store first, as give_back() does.
@@ -666,7 +609,7 @@ std::uint64_t EngineCore::refund(std::uint64_t resource, const Limit& limit, std
     Shard::WriteSection section(shard);
     for (const EpochCount& t : taken)
       found.record->take_back(t.epoch, now, t.count, BucketRule::of(limit));
-    if (batched_ && key.ring()) add_budget(*found.record, key, total);
+    if (batcher_ != nullptr && key.ring()) Batcher::add_budget(*found.record, key, total);
   }
   return total;
 }
@@ -728,16 +671,12 @@ void EngineCore::merge(std::span<const SharedCounts> windows) {
     if (!found || !found.record->is_ring()) continue;  // (only rings are read at boundaries)
     Shard::WriteSection section(shard);
     SlidingWindow window = found.record->view();
-    std::int64_t pending_epoch = 0;
-    std::uint64_t pending = 0;  // batched: admitted here, not yet in the shared counts
-    if (batched_) {
-      if (const PendingWrite* entry = pending_of(shard, *found.record, windows[i].key)) {
-        pending_epoch = entry->epoch;
-        pending = entry->delta;
-      }
-    }
+    // (Batched: what was admitted here and not yet written is not in the shared counts.)
+    const Batcher::Pending pending = batcher_ != nullptr
+                                         ? batcher_->pending(shard, *found.record, windows[i].key)
+                                         : Batcher::Pending{};
     for (const EpochCount& c : windows[i].counts)
-      window.merge(c.epoch, c.count + (c.epoch == pending_epoch ? pending : 0));
+      window.merge(c.epoch, c.count + pending.at(c.epoch));
   }
 }
 
@@ -779,9 +718,7 @@ Stats EngineCore::stats() const {
   if (store_ != nullptr) {
     store_->add_stats(s);
     s.warm_starts = warm_starts_.load(std::memory_order_relaxed);
-    s.flushes = flushes_.load(std::memory_order_relaxed);
-    s.flush_failures = flush_failures_.load(std::memory_order_relaxed);
-    s.flushed_units = flushed_units_.load(std::memory_order_relaxed);
+    if (batcher_ != nullptr) batcher_->add_stats(s);
     s.warm_start_failures = warm_start_failures_.load(std::memory_order_relaxed);
   }
   return s;

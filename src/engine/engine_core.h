@@ -1,16 +1,11 @@
 // What an Engine is made of; shared with the LimiterHandles it hands out.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -27,6 +22,7 @@ namespace detail {
 
 class AcquireAll;
 class Admission;
+class Batcher;
 
 // The engine: the registry of limiters, the clock, the decision counters and the shared
 // store (if any). Decisions run on the calling threads; a rejection is decided from a
@@ -67,8 +63,7 @@ class EngineCore final : public SyncTarget {
   std::pair<Shard*, RecordRef> pin(std::uint64_t resource, const Limit& limit);
   static void unpin(Shard& shard, RecordRef ref) noexcept;
 
-  // Engine::flush: batched write mode's flush (engine/flush.cpp), from the engine's
-  // flusher thread or any caller, one at a time.
+  // Engine::flush: batched write mode's flush (Batcher::flush); true at once in sync mode.
   bool flush();
 
   Stats stats() const;
@@ -93,91 +88,14 @@ class EngineCore final : public SyncTarget {
  private:
   friend class AcquireAll;
   friend class Admission;
+  friend class Batcher;
   // Where an admission was counted, so that it can be given back.
   struct Counted {
     std::int64_t epoch = 0;
     bool local = false;    // in the limiter's window, at `epoch`
     bool store = false;    // in the shared store, at `epoch`
-    bool pending = false;  // batched: in the shard's pending counts, or flushed since
+    bool pending = false;  // batched: in the Batcher's pending counts, or flushed since
   };
-
-  // ---- Batched write mode (Options::write_mode; engine/flush.cpp).
-  // Whether `key` under `limit` is decided in batched mode: an engine with a store in
-  // that mode, a limit whose local decision it keeps sound (a ring's, but strict_window's,
-  // which promises never more than max in any window), and the number of engines sharing
-  // the store known (their budgets are shares of it: until the first heartbeat's reply,
-  // admissions are written as in sync mode).
-  bool batched(const LimiterKey& key, const Limit& limit) const noexcept {
-    return batched_ && key.ring() && limit.algorithm() != Algorithm::strict_window &&
-           store_->live_nodes() != 0;
-  }
-  // The flush interval of `key`'s geometry (Options::flush_interval).
-  std::int64_t flush_ns(const LimiterKey& key) const noexcept;
-  // How long a request refused for want of budget at `now` should wait: until the next
-  // flush has renewed the budget (the flusher wakes on multiples of its period, on the
-  // store's clock), and a fifth of the period for its round trip.
-  std::chrono::nanoseconds until_flush(std::int64_t now) const noexcept {
-    const std::int64_t p = flush_period_ns_.load(std::memory_order_relaxed);
-    return std::chrono::nanoseconds(p - now % p + p / 5);
-  }
-  // Under the shard's lock, in an open write section: adds `delta` admitted at `epoch` to
-  // the limiter's pending counts, or (`starved`) notes that it refused for want of budget.
-  void queue(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
-             std::int64_t epoch, std::uint64_t delta, bool starved);
-  // Under the shard's lock, in an open write section: appends `entry` to this round's
-  // pending counts as the limiter's own.
-  static void note(Shard& shard, Record& record, const LimiterKey& key, const PendingWrite& entry);
-  // Under the shard's lock: the limiter's pending entry of this round, if it has one.
-  static PendingWrite* pending_of(Shard& shard, Record& record, const LimiterKey& key) noexcept;
-  // Whether the limiter has an entry in this round's pending counts, and whether a
-  // request over its budget was written through this round (read lock-free too).
-  static bool noted(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
-    return (record.pending_index(key.subintervals).load() & kPendingIndex) != 0 &&
-           record.pending_round(key.subintervals).load() == shard.pending_round.load();
-  }
-  static bool spilled(const Shard& shard, Record& record, const LimiterKey& key) noexcept {
-    return noted(shard, record, key) &&
-           (record.pending_index(key.subintervals).load() & kSpilled) != 0;
-  }
-  // Under the shard's lock, in an open write section: marks this round's write through
-  // in the record's pending index (`on`), or reopens the round for another.
-  static void mark_spilled(Record& record, const LimiterKey& key, bool on) noexcept {
-    Bucket& index = record.pending_index(key.subintervals);
-    index = on ? index.load() | kSpilled : index.load() & ~kSpilled;
-  }
-  static constexpr std::uint32_t kPendingIndex = 0x7fffffffU;
-  static constexpr std::uint32_t kSpilled = 0x80000000U;
-  static constexpr std::uint8_t kThroughs = 3;
-  // Under the shard's lock, in an open write section: whether a request over the
-  // limiter's budget may be written through (as in sync mode): the first this round, or
-  // the next once a write through's reply has reopened the round (Admission::share, up to
-  // kThroughs a round); either way the limiter is noted for the next flush.
-  bool spill(Shard& shard, Record& record, const LimiterKey& key, const Limit& limit,
-             std::int64_t epoch);
-  // Under the shard's lock, in a write section: `units` given back to the budget.
-  static void add_budget(Record& record, const LimiterKey& key, std::uint64_t units) noexcept {
-    Bucket& budget = record.budget(key.subintervals);
-    if (budget.load() == Record::kNoBudget) return;
-    budget = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(std::uint64_t{budget.load()} + units, Record::kNoBudget - 1));
-  }
-  // Whether a grant from a window with `left` units left could admit `cost`: a request
-  // too large for any budget is written as in sync mode (else it would never pass).
-  bool grantable(std::uint64_t cost, std::uint64_t left) const noexcept;
-  // The units this engine may admit until its next merge, from what the window has left
-  // (`left`, as just merged): its share of what the live engines may admit together in
-  // one flush interval (engine/flush.cpp, budget_share), with `carry` (the fraction a
-  // limiter's earlier grants left over) added and updated. The share is weighted by
-  // `weight`, this engine's part of the limiter's recent counts (0 to 1; negative: not
-  // known, an even share among the live engines).
-  std::uint32_t grant(std::uint64_t left, double& carry, double weight = -1) const noexcept;
-  // flush()'s parts: the merge of one written entry, and an entry whose write failed put
-  // back (while its epoch is still in the window).
-  void merge_flushed(const PendingWrite& entry, std::span<const std::uint64_t> reply,
-                     std::int64_t now);
-  void requeue(const PendingWrite& entry, std::int64_t now);
-  // The flusher thread (batched mode; not with a ManualClock, whose time stands still).
-  void flusher_loop();
 
   // try_acquire by resource past reject_again(), at `now` (out of line: the rejection
   // path stays small).
@@ -239,6 +157,14 @@ class EngineCore final : public SyncTarget {
   [[gnu::noinline]] Decision overflow(LimiterKey& key, std::uint64_t& hash, std::int64_t now,
                                       const Limit& limit, std::uint64_t cost, Counted* counted,
                                       std::optional<Admission>* defer);
+  // Takes `write` back from the store: through `async` when given, without waiting.
+  void remove(const StoreWrite& write, AsyncWriter* async) {
+    if (async != nullptr) {
+      async->remove(write);
+    } else {
+      store_->remove(write);
+    }
+  }
   // Takes back what an admission counted (try_acquire_all, when a later limit refuses).
   // With `async`, the store's part goes through it, without waiting.
   void give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit, std::uint64_t cost,
@@ -299,30 +225,9 @@ class EngineCore final : public SyncTarget {
   std::atomic<std::uint64_t> overflowed_{0};
   std::atomic<bool> partition_unknown_logged_{false};
   OutageLedger ledger_;  // partitioned admissions made without the store
-  // Batched write mode.
-  const bool batched_;
-  std::atomic<std::int64_t> flush_period_ns_;  // the shortest flush interval queued yet
-  std::mutex flush_mutex_;                     // one flush at a time; guards what follows
-  struct Carry {
-    double carry = 0;
-    std::uint64_t round = 0;  // the flush that last granted it
-    // What this engine flushed and wrote through of the limiter, per epoch, for the
-    // epochs still in its window (oldest first): its part of the shared counts weights
-    // its share.
-    std::vector<std::pair<std::int64_t, std::uint64_t>> own;
-  };
-  struct KeyHash {
-    std::size_t operator()(const LimiterKey& key) const noexcept { return key.hash(); }
-  };
-  std::unordered_map<LimiterKey, Carry, KeyHash> carries_;
-  std::uint64_t flush_round_ = 0;
-  std::atomic<std::uint64_t> flushes_{0};
-  std::atomic<std::uint64_t> flush_failures_{0};
-  std::atomic<std::uint64_t> flushed_units_{0};
-  std::mutex flusher_mutex_;  // the flusher thread's stop flag
-  std::condition_variable flusher_wake_;
-  bool flusher_stop_ = false;
-  std::thread flusher_;
+  // Batched write mode's (Options::write_mode), none in sync or local mode. Before the
+  // store: the store's thread calls back into it.
+  std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<Store> store_;  // last: its thread calls back into the members above
 };
 
