@@ -9,9 +9,9 @@
 
 namespace ratewin::server {
 
-Control::Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers,
+Control::Control(Service& service, std::vector<std::unique_ptr<HttpLoop>>& loops,
                  rls::RateLimitService* rls, GrpcFront* grpc)
-    : service_(service), workers_(workers), rls_(rls), grpc_(grpc) {
+    : service_(service), loops_(loops), rls_(rls), grpc_(grpc) {
   uv_loop_init(&loop_);
   for (uv_signal_t* s : {&sigterm_, &sigint_, &sighup_}) {
     uv_signal_init(&loop_, s);
@@ -85,10 +85,10 @@ void Control::on_stop(uv_signal_t* s, int signum) {
   self->stopping_ = true;
   log(LogLevel::info, std::string(signum == SIGTERM ? "SIGTERM" : "SIGINT") +
                           ": draining in-flight requests, then exiting");
-  for (auto& w : self->workers_) w->drain();
+  for (auto& w : self->loops_) w->drain();
   if (self->grpc_ != nullptr) self->grpc_->draining();
   // The signal handles stay (a repeated signal is ignored) but no longer keep the
-  // loop alive: it ends with the workers' drain.
+  // loop alive: it ends with the HTTP loops' drain.
   for (uv_signal_t* h : {&self->sigterm_, &self->sigint_, &self->sighup_})
     uv_unref(reinterpret_cast<uv_handle_t*>(h));
   for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&self->debounce_),

@@ -1,4 +1,4 @@
-// The main thread's loop: SIGTERM/SIGINT drain the workers (and turn the gRPC health
+// The main thread's loop: SIGTERM/SIGINT drain the HTTP loops (and turn the gRPC health
 // checks to NOT_SERVING), SIGHUP and changes to the rules file reload the rules, and
 // likewise for the --rls-config folder; the refusal log's summary every interval, and
 // the status page's rate samples every second.
@@ -20,15 +20,15 @@ namespace ratewin::server {
 class Control {
  public:
   // `rls` and `grpc` may be null (no gRPC listener).
-  Control(Service& service, std::vector<std::unique_ptr<Worker>>& workers,
+  Control(Service& service, std::vector<std::unique_ptr<HttpLoop>>& loops,
           rls::RateLimitService* rls = nullptr, GrpcFront* grpc = nullptr);
   ~Control();
   Control(const Control&) = delete;
   Control& operator=(const Control&) = delete;
 
-  // Until a stop signal, and the workers have been told to drain.
+  // Until a stop signal, and the HTTP loops have been told to drain.
   void run();
-  // After the workers have ended: the signal handles go.
+  // After the HTTP loops have ended: the signal handles go.
   void close();
 
  private:
@@ -46,7 +46,7 @@ class Control {
   void changed(uv_timer_t& debounce, bool& in_place, bool ours, int events, uv_timer_cb settled);
 
   Service& service_;
-  std::vector<std::unique_ptr<Worker>>& workers_;
+  std::vector<std::unique_ptr<HttpLoop>>& loops_;
   rls::RateLimitService* rls_;
   GrpcFront* grpc_;
   uv_loop_t loop_{};

@@ -23,12 +23,12 @@ namespace {
 
 std::string uv_message(int code) { return uv_strerror(code); }
 
-class LoopWorker;
+class UvHttpLoop;
 
 struct Connection {
-  Connection(LoopWorker& w, RequestHandler& handler, const HttpLimits& limits)
-      : worker(w), session(handler, {}, limits) {}
-  LoopWorker& worker;
+  Connection(UvHttpLoop& w, RequestHandler& handler, const HttpLimits& limits)
+      : owner(w), session(handler, {}, limits) {}
+  UvHttpLoop& owner;
   uv_tcp_t tcp{};
   uv_timer_t timer{};
   HttpSession session;
@@ -46,7 +46,7 @@ struct Connection {
   // waits the rest (one timer update per idle period, not per request).
   bool idle = false;
   std::uint64_t idle_since = 0;
-  // Its place in the worker's list of idle connections, longest idle first (while idle).
+  // Its place in the loop's list of idle connections, longest idle first (while idle).
   std::list<Connection*>::iterator idle_at;
   // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
   std::string address;
@@ -60,12 +60,13 @@ struct WriteRequest {
   std::string data;
 };
 
-class LoopWorker final : public Worker {
+class UvHttpLoop final : public HttpLoop {
  public:
-  LoopWorker(const Config& config, Service& service, int fd)
-      : config_(config), service_(service) {
+  UvHttpLoop(const Config& config, const HandlerFactory& handlers, ConnectionCounters& counters,
+             int fd)
+      : config_(config), counters_(counters) {
     uv_loop_init(&loop_);
-    handler_ = service.worker(&loop_);
+    handler_ = handlers(&loop_);
     uv_tcp_init(&loop_, &listener_);
     listener_.data = this;
     uv_tcp_open(&listener_, fd);
@@ -76,7 +77,7 @@ class LoopWorker final : public Worker {
     uv_check_init(&loop_, &resume_yielded_);
     resume_yielded_.data = this;
   }
-  ~LoopWorker() override {
+  ~UvHttpLoop() override {
     if (thread_.joinable()) thread_.join();
     uv_loop_close(&loop_);
   }
@@ -104,7 +105,7 @@ class LoopWorker final : public Worker {
 
  private:
   static void on_wake(uv_async_t* handle) {
-    auto* self = static_cast<LoopWorker*>(handle->data);
+    auto* self = static_cast<UvHttpLoop*>(handle->data);
     if (!self->draining_.load(std::memory_order_acquire) || self->drain_started_) return;
     self->drain_started_ = true;
     uv_close(reinterpret_cast<uv_handle_t*>(&self->listener_), nullptr);
@@ -118,7 +119,7 @@ class LoopWorker final : public Worker {
     self->maybe_finish();
   }
   static void on_drain_deadline(uv_timer_t* timer) {
-    auto* self = static_cast<LoopWorker*>(timer->data);
+    auto* self = static_cast<UvHttpLoop*>(timer->data);
     const std::vector<Connection*> all(self->connections_.begin(), self->connections_.end());
     if (!all.empty())
       log(LogLevel::warning, "drain deadline: closing " + std::to_string(all.size()) +
@@ -136,8 +137,8 @@ class LoopWorker final : public Worker {
   }
 
   static void on_connection(uv_stream_t* server, int status) {
-    auto* self = static_cast<LoopWorker*>(server->data);
-    ConnectionCounters& counters = self->service_.connections();
+    auto* self = static_cast<UvHttpLoop*>(server->data);
+    ConnectionCounters& counters = self->counters_;
     if (status < 0) {
       // Most likely the process's file limit (EMFILE): logged once a minute at most, with
       // how many failed since, rather than once per attempt (or not at all).
@@ -192,8 +193,8 @@ class LoopWorker final : public Worker {
     // A deferred answer landed: write it out (and go on parsing what waited for it).
     c->session.on_answer([c] {
       if (c->closing) return;
-      c->worker.flush(*c);
-      c->worker.pump(*c);
+      c->owner.flush(*c);
+      c->owner.pump(*c);
     });
     self->connections_.insert(c);
     counters.open.fetch_add(1, std::memory_order_relaxed);
@@ -216,11 +217,10 @@ class LoopWorker final : public Worker {
     } else {
       return true;
     }
-    ConnectionCounters& counters = service_.connections();
-    std::lock_guard lock(counters.per_address_mutex);
-    std::uint32_t& open = counters.per_address[key];
+    std::lock_guard lock(counters_.per_address_mutex);
+    std::uint32_t& open = counters_.per_address[key];
     if (open >= config_.max_connections_per_address) {
-      if (open == 0) counters.per_address.erase(key);
+      if (open == 0) counters_.per_address.erase(key);
       return false;
     }
     ++open;
@@ -230,10 +230,9 @@ class LoopWorker final : public Worker {
 
   void uncount_address(Connection& c) {
     if (c.address.empty()) return;
-    ConnectionCounters& counters = service_.connections();
-    std::lock_guard lock(counters.per_address_mutex);
-    const auto it = counters.per_address.find(c.address);
-    if (it != counters.per_address.end() && --it->second == 0) counters.per_address.erase(it);
+    std::lock_guard lock(counters_.per_address_mutex);
+    const auto it = counters_.per_address.find(c.address);
+    if (it != counters_.per_address.end() && --it->second == 0) counters_.per_address.erase(it);
     c.address.clear();
   }
 
@@ -293,13 +292,13 @@ class LoopWorker final : public Worker {
 
   static void on_alloc(uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
     // Input is parsed before the next read: one buffer per loop serves every connection.
-    auto& worker = static_cast<Connection*>(handle->data)->worker;
-    *buf = uv_buf_init(worker.read_buffer_, sizeof worker.read_buffer_);
+    auto& owner = static_cast<Connection*>(handle->data)->owner;
+    *buf = uv_buf_init(owner.read_buffer_, sizeof owner.read_buffer_);
   }
 
   static void on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
     auto* c = static_cast<Connection*>(stream->data);
-    LoopWorker& self = c->worker;
+    UvHttpLoop& self = c->owner;
     if (nread < 0) {
       // The client is gone (or half-closed): what is being written still goes out, and
       // the answers owed to it (within the request timeout).
@@ -336,7 +335,7 @@ class LoopWorker final : public Worker {
 
   // After the loop's poll: the connections that yielded read again at the next one.
   static void on_resume_yielded(uv_check_t* handle) {
-    auto* self = static_cast<LoopWorker*>(handle->data);
+    auto* self = static_cast<UvHttpLoop*>(handle->data);
     uv_check_stop(handle);
     std::vector<Connection*> resumed;
     resumed.swap(self->yielded_);
@@ -366,11 +365,11 @@ class LoopWorker final : public Worker {
       if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
       c.reading = false;
       if (c.queued != 0 &&
-          service_.connections().buffered.load(std::memory_order_relaxed) >
+          counters_.buffered.load(std::memory_order_relaxed) >
               static_cast<std::int64_t>(config_.max_buffer_bytes)) {
         // The connections' buffers are over their bound: one whose client does not take
         // its answers goes (a slow reader among many, or one of a flood of them).
-        service_.connections().shed.fetch_add(1, std::memory_order_relaxed);
+        counters_.shed.fetch_add(1, std::memory_order_relaxed);
         close(c);
         return;
       }
@@ -387,7 +386,7 @@ class LoopWorker final : public Worker {
     if (out.empty() && out.capacity() > HttpSession::kOutputCap) std::string().swap(out);
     const std::size_t now = c.closing ? 0 : c.session.buffered() + c.queued;
     if (now == c.counted) return;
-    service_.connections().buffered.fetch_add(
+    counters_.buffered.fetch_add(
         static_cast<std::int64_t>(now) - static_cast<std::int64_t>(c.counted),
         std::memory_order_relaxed);
     c.counted = now;
@@ -397,31 +396,31 @@ class LoopWorker final : public Worker {
     auto* c = static_cast<Connection*>(timer->data);
     if (c->idle) {
       const std::uint64_t idle_for = uv_now(timer->loop) - c->idle_since;
-      const std::uint64_t timeout = c->worker.config_.idle_timeout_ms;
+      const std::uint64_t timeout = c->owner.config_.idle_timeout_ms;
       if (idle_for < timeout) {  // it has been busy since the timer started
         uv_timer_start(timer, on_timeout, timeout - idle_for, 0);
         return;
       }
       c->idle = false;
-      c->worker.set_idle(*c, false);
+      c->owner.set_idle(*c, false);
     }
-    std::atomic<std::uint64_t>& timed_out = c->worker.service_.connections().timed_out;
+    std::atomic<std::uint64_t>& timed_out = c->owner.counters_.timed_out;
     if (c->writes != 0) {
       // Its responses have not been taken for a whole timeout: a client that does not
       // read does not keep a connection (and its buffers).
       timed_out.fetch_add(1, std::memory_order_relaxed);
-      c->worker.close(*c);
+      c->owner.close(*c);
       return;
     }
     if (!c->session.timed_out()) {
       // Late answers stood in for the answers owed (the server's own work outlasted its
       // wait): the client was not the slow one, and its connection goes on.
-      c->worker.flush(*c);
-      if (!c->closing) c->worker.pump(*c);
+      c->owner.flush(*c);
+      if (!c->closing) c->owner.pump(*c);
       return;
     }
     timed_out.fetch_add(1, std::memory_order_relaxed);
-    c->worker.flush(*c);
+    c->owner.flush(*c);
   }
 
   // Writes what the session produced; closes once the session is done and all is sent.
@@ -466,7 +465,7 @@ class LoopWorker final : public Worker {
     auto* c = static_cast<Connection*>(req->data);
     --c->writes;
     c->queued -= w->data.capacity();
-    LoopWorker& self = c->worker;
+    UvHttpLoop& self = c->owner;
     self.account(*c);
     if (status < 0) {
       self.close(*c);
@@ -501,7 +500,7 @@ class LoopWorker final : public Worker {
     set_idle(c, false);
     uncount_address(c);
     if (connections_.erase(&c) != 0)
-      service_.connections().open.fetch_sub(1, std::memory_order_relaxed);
+      counters_.open.fetch_sub(1, std::memory_order_relaxed);
     const auto closed = [](uv_handle_t* h) {
       auto* conn = static_cast<Connection*>(h->data);
       if (--conn->handles == 0) delete conn;
@@ -512,7 +511,7 @@ class LoopWorker final : public Worker {
   }
 
   const Config& config_;
-  Service& service_;
+  ConnectionCounters& counters_;
   std::unique_ptr<RequestHandler> handler_;
   uv_loop_t loop_{};
   uv_tcp_t listener_{};
@@ -598,8 +597,9 @@ int bound_port(int fd) {
              : ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
 }
 
-std::unique_ptr<Worker> Worker::create(const Config& config, Service& service, int fd) {
-  return std::make_unique<LoopWorker>(config, service, fd);
+std::unique_ptr<HttpLoop> HttpLoop::create(const Config& config, const HandlerFactory& handlers,
+                                           ConnectionCounters& counters, int fd) {
+  return std::make_unique<UvHttpLoop>(config, handlers, counters, fd);
 }
 
 }  // namespace ratewin::server

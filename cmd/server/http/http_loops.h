@@ -1,15 +1,21 @@
 // The libuv transport: one loop per thread, each on its own SO_REUSEPORT socket, its
-// connections' bytes through an HttpSession each and its requests to a Service worker.
-// Connection slots, timeouts (request and idle), output bounds and draining live here.
+// connections' bytes through an HttpSession each and its requests to the RequestHandler
+// the loop was given. Connection slots, timeouts (request and idle), output bounds and
+// draining live here, and their counts (ConnectionCounters).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "http/http.h"
-#include "service/service.h"
+
+struct uv_loop_s;
 
 namespace ratewin::server {
 
@@ -30,6 +36,29 @@ struct Config {
   HttpLimits limits;
 };
 
+// Connection counts, kept by the transport.
+struct ConnectionCounters {
+  std::atomic<std::int64_t> open{0};
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> refused{0};    // over --max-connections, none idle to close
+  // Closed, the longest idle, to make room for a new one at --max-connections.
+  std::atomic<std::uint64_t> idle_closed{0};
+  // Refused: over --max-connections-per-address from its address.
+  std::atomic<std::uint64_t> address_refused{0};
+  // Accepts that failed (the process's file limit, most likely).
+  std::atomic<std::uint64_t> accept_failures{0};
+  std::atomic<std::uint64_t> timed_out{0};  // slow or idle clients
+  // Closed for holding answers it did not read while the connections' buffers were over
+  // --max-buffer-memory.
+  std::atomic<std::uint64_t> shed{0};
+  // Bytes the connections hold in buffers: answers not taken yet (the session's and
+  // those queued to the socket), input held back, requests arriving.
+  std::atomic<std::int64_t> buffered{0};
+  // Connections open per peer address (IPv6 by its /64), for --max-connections-per-address.
+  std::mutex per_address_mutex;
+  std::map<std::string, std::uint32_t, std::less<>> per_address;
+};
+
 // One listening socket on config.host:port (SO_REUSEPORT, not listening yet); -1 and
 // `error` on failure.
 int listen_socket(const Config& config, int port, std::string& error);
@@ -39,12 +68,18 @@ bool port_in_use(const Config& config);
 // The port a socket is bound to.
 int bound_port(int fd);
 
+// The request handler of one loop, made on the loop (its thread's own: see
+// Service::worker()).
+using HandlerFactory = std::function<std::unique_ptr<RequestHandler>(uv_loop_s* loop)>;
+
 // One event loop on its own thread, serving the connections of one listening socket.
-class Worker {
+class HttpLoop {
  public:
-  // Takes over `fd` (from listen_socket).
-  static std::unique_ptr<Worker> create(const Config& config, Service& service, int fd);
-  virtual ~Worker() = default;
+  // Takes over `fd` (from listen_socket). The loop's handler comes from `handlers`, called
+  // once, here; `counters` (shared by every loop) must outlive the loop.
+  static std::unique_ptr<HttpLoop> create(const Config& config, const HandlerFactory& handlers,
+                                          ConnectionCounters& counters, int fd);
+  virtual ~HttpLoop() = default;
   // Listens and starts the thread; false and `error` on failure.
   virtual bool start(std::string& error) = 0;
   // From any thread: stop accepting, finish what is in progress, then end.

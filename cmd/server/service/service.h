@@ -27,6 +27,7 @@
 #include "common/job_queue.h"
 #include "common/published.h"
 #include "http/http.h"
+#include "http/http_loops.h"  // ConnectionCounters
 #include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
 #include "rules/overrides.h"
 #include "rules/reloader.h"
@@ -68,29 +69,6 @@ struct ServiceOptions {
   std::uint64_t reload_wait_ms = 60000;
   // Who is being refused: the refusal log and GET /admin/top (refusals.h).
   RefusalOptions refusals;
-};
-
-// Connection counts, kept by the transport.
-struct ConnectionCounters {
-  std::atomic<std::int64_t> open{0};
-  std::atomic<std::uint64_t> accepted{0};
-  std::atomic<std::uint64_t> refused{0};    // over --max-connections, none idle to close
-  // Closed, the longest idle, to make room for a new one at --max-connections.
-  std::atomic<std::uint64_t> idle_closed{0};
-  // Refused: over --max-connections-per-address from its address.
-  std::atomic<std::uint64_t> address_refused{0};
-  // Accepts that failed (the process's file limit, most likely).
-  std::atomic<std::uint64_t> accept_failures{0};
-  std::atomic<std::uint64_t> timed_out{0};  // slow or idle clients
-  // Closed for holding answers it did not read while the connections' buffers were over
-  // --max-buffer-memory.
-  std::atomic<std::uint64_t> shed{0};
-  // Bytes the connections hold in buffers: answers not taken yet (the session's and
-  // those queued to the socket), input held back, requests arriving.
-  std::atomic<std::int64_t> buffered{0};
-  // Connections open per peer address (IPv6 by its /64), for --max-connections-per-address.
-  std::mutex per_address_mutex;
-  std::map<std::string, std::uint32_t, std::less<>> per_address;
 };
 
 // Why the store is down (its commands fail, or it is not connected yet), while it is:

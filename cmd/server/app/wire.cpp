@@ -1,0 +1,198 @@
+#include "app/wire.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/control.h"
+#include "app/log.h"
+#include "http/http_loops.h"
+#include "ratewin/engine.h"
+#include "rls/grpc_front.h"
+#include "rls/rls_service.h"
+#include "rules/overrides.h"
+#include "rules/rules.h"
+#include "service/service.h"
+
+namespace ratewin::server {
+namespace {
+
+// The process's file limit raised, as far as its hard limit allows, to hold
+// --max-connections and what else the server opens; a warning when it cannot (accepts
+// past it fail, and are logged).
+void raise_file_limit(std::size_t max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const auto wanted = static_cast<rlim_t>(max_connections + 256);
+  if (limit.rlim_cur >= wanted) return;
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  if (limit.rlim_cur < wanted) {
+    log(LogLevel::warning,
+        "the process may open " + std::to_string(limit.rlim_cur) +
+            " files, fewer than --max-connections " + std::to_string(max_connections) +
+            " needs: raise LimitNOFILE (or ulimit -n), or lower --max-connections");
+  }
+}
+
+// --check: the rules file loaded as the server would (checked_rules()), its rules printed
+// as JSON on stdout. 0 when valid, 1 with the message a reload logs when not.
+int check_rules_file(const ServerSettings& settings) {
+  const std::string& path = settings.service.rules_path;
+  Options engine_options = settings.engine;
+  engine_options.redis.clear();  // the memory bound is what counts; no store is needed
+  engine_options.tls = TlsOptions();
+  engine_options.logger = log;
+  try {
+    const Engine engine(engine_options);
+    const Rules rules =
+        checked_rules(Rules::read(path), path, engine, settings.service.allow_empty_rules, log);
+    std::printf("%s\n", rules.describe_json().c_str());
+    std::fprintf(stderr, "ratewin-server: %s: valid, version %s, %zu limits\n", path.c_str(),
+                 rules.version().c_str(), rules.limit_count());
+    return 0;
+  } catch (const RulesError& e) {
+    std::fprintf(stderr, "ratewin-server: rules rejected: %s\n", e.what());
+    return 1;
+  }
+}
+
+// A peer that resets its connection while a response is being written must not end the
+// process (libuv writes without MSG_NOSIGNAL). Until the control loop handles them, the
+// stop and reload signals wait (a SIGHUP from a deploy tool during start-up would
+// otherwise end the process); threads started meanwhile inherit the mask and never
+// receive them. The signals held.
+sigset_t hold_signals() {
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+  return handled;
+}
+
+// An HTTP loop per thread, each on its own socket of --listen's port (`port`: the one
+// bound, when --listen asked for 0), its requests to `service`. False, the reason
+// logged and the loops started drained, when the port is another process's (without
+// --reuse-port) or a loop cannot start.
+bool start_loops(const ServerSettings& settings, Service& service,
+                 std::vector<std::unique_ptr<HttpLoop>>& loops, int& port) {
+  const Config& config = settings.http;
+  if (!settings.reuse_port && port_in_use(config)) {
+    log(LogLevel::error,
+        "cannot listen on " + config.host + ":" + std::to_string(config.port) +
+            ": another process listens there (another ratewin-server?). To serve one "
+            "port from several processes, give each --reuse-port and the same --redis");
+    return false;
+  }
+  if (settings.reuse_port) {
+    log(LogLevel::warning,
+        "--reuse-port: other processes may serve port " + std::to_string(config.port) +
+            " too; they must all use the same --redis" +
+            (settings.engine.redis.empty()
+                 ? std::string(" (this one has none: its counts are its own, and a "
+                               "client gets its limit once per process)")
+                 : std::string()));
+  }
+  raise_file_limit(config.max_connections);
+  const HandlerFactory handlers = [&service](uv_loop_s* loop) { return service.worker(loop); };
+  for (unsigned i = 0; i < config.threads; ++i) {
+    std::string error;
+    const int fd = listen_socket(config, port, error);
+    if (fd >= 0) {
+      if (i == 0) port = bound_port(fd);  // port 0: the others share the one picked
+      loops.push_back(HttpLoop::create(config, handlers, service.connections(), fd));
+      if (loops.back()->start(error)) continue;
+    }
+    log(LogLevel::error, error);
+    for (auto& loop : loops) loop->drain();
+    return false;
+  }
+  return true;
+}
+
+// What is served where, on stdout (scripts and tests read the ports picked from it).
+void say_listening(const ServerSettings& settings, int port, const Service& service,
+                   const rls::RateLimitService* rls_service, const GrpcFront* grpc) {
+  const char* store = settings.engine.redis.empty() ? "local-only" : "Redis";
+  if (settings.serve_http) {
+    std::printf("ratewin-server listening on %s:%d (%u threads, %s, rules %s)\n",
+                settings.http.host.c_str(), port, settings.http.threads, store,
+                service.rules()->version().c_str());
+  }
+  if (grpc != nullptr) {
+    const std::size_t colon = settings.grpc_listen.rfind(':');
+    std::printf("ratewin-server gRPC listening on %s:%d (%s, rls config %s)\n",
+                settings.grpc_listen.substr(0, colon).c_str(), grpc->port(), store,
+                rls_service->config()->version().c_str());
+  }
+  std::fflush(stdout);
+}
+
+// Serves until a stop signal, then drains.
+int serve(const ServerSettings& settings) {
+  const sigset_t handled = hold_signals();
+  try {
+    Options engine_options = settings.engine;
+    engine_options.logger = log;
+    Engine engine(engine_options);
+    Overrides overrides(settings.engine.redis.empty()
+                            ? RedisTarget()
+                            : RedisTarget(settings.engine.redis, settings.engine.tls),
+                        settings.engine.key_prefix, log);
+    Service service(engine, overrides, settings.service, log, log_event);
+    std::unique_ptr<rls::RateLimitService> rls_service;
+    std::unique_ptr<GrpcFront> grpc;
+    if (!settings.grpc_listen.empty()) {
+      rls::ServiceOptions rls_options = settings.rls;
+      rls_options.config.capacity = [&engine](const Limit& limit) {
+        return engine.capacity(limit);
+      };
+      rls_service = std::make_unique<rls::RateLimitService>(engine, rls_options, log);
+      service.add_metrics([&rls_service](PrometheusText& out) { rls_service->write_metrics(out); });
+      grpc = GrpcFront::start(*rls_service, settings.grpc_listen, settings.http.threads);
+    }
+    std::vector<std::unique_ptr<HttpLoop>> loops;
+    int port = settings.http.port;
+    if (settings.serve_http && !start_loops(settings, service, loops, port)) return 1;
+    Control control(service, loops, rls_service.get(), grpc.get());
+    say_listening(settings, port, service, rls_service.get(), grpc.get());
+    // From here on the signals reach this thread (and only it: every other thread was
+    // started with them blocked).
+    pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
+    control.run();
+    if (grpc) grpc->stop(std::chrono::milliseconds(settings.http.drain_timeout_ms));
+    for (auto& loop : loops) loop->join();
+    control.close();
+    log(LogLevel::info, "drained; exiting");
+    return 0;
+  } catch (const RulesError& e) {
+    log(LogLevel::error, std::string("rules: ") + e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    log(LogLevel::error, e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int wire(const ServerSettings& settings) {
+  set_log_threshold(settings.log_level);
+  set_log_format(settings.log_format);
+  if (settings.check) return check_rules_file(settings);
+  return serve(settings);
+}
+
+}  // namespace ratewin::server
