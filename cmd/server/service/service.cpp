@@ -1,22 +1,46 @@
 #include "service/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <unordered_map>
 
+#include "common/prometheus.h"
 #include "common/text.h"
 #include "http/loop_tasks.h"
 #include "service/client.h"
 #include "service/forward_auth.h"
 #include "service/limit_response.h"
 #include "service/limit_step.h"
-#include "service/metrics.h"
 
 namespace ratewin::server {
 
 namespace {
 
 using std::chrono::steady_clock;
+
+// /metrics' part about the client connections.
+void write_connection_metrics(PrometheusText& out, const ConnectionCounters& c) {
+  out.single("ratewin_server_open_connections", "gauge", "Client connections open now.",
+             static_cast<double>(c.open.load(std::memory_order_relaxed)));
+  out.single("ratewin_server_connection_buffer_bytes", "gauge",
+             "Bytes the client connections hold in buffers now (bounded by "
+             "--max-buffer-memory).",
+             static_cast<double>(c.buffered.load(std::memory_order_relaxed)));
+  out.family("ratewin_server_connections_total", "counter",
+             "Client connections by outcome: accepted, refused (over --max-connections, none "
+             "idle to close), idle_closed (the longest idle, closed to make room), "
+             "address_refused (over --max-connections-per-address), accept_failed (the "
+             "process's file limit, most likely), timed_out (slow or idle), shed (not taking "
+             "answers while the buffers were over --max-buffer-memory).");
+  out.sample("outcome=\"accepted\"", as_sample(c.accepted));
+  out.sample("outcome=\"refused\"", as_sample(c.refused));
+  out.sample("outcome=\"idle_closed\"", as_sample(c.idle_closed));
+  out.sample("outcome=\"address_refused\"", as_sample(c.address_refused));
+  out.sample("outcome=\"accept_failed\"", as_sample(c.accept_failures));
+  out.sample("outcome=\"timed_out\"", as_sample(c.timed_out));
+  out.sample("outcome=\"shed\"", as_sample(c.shed));
+}
 
 }  // namespace
 
@@ -29,16 +53,13 @@ class Service::Worker final : public RequestHandler {
         rules_(service.rules_.published()),
         overrides_(service.overrides_.current()),
         step_(service.engine_),
-        clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix) {
+        clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix),
+        counter_(service.tally_) {
     if (loop != nullptr && service.engine_.stats().store)
       acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
     if (loop != nullptr && service.admin_) back_on_loop_ = LoopTasks::open(loop);
-    service_.add_worker(&stats_);
   }
-  ~Worker() override {
-    close();
-    service_.remove_worker(&stats_);
-  }
+  ~Worker() override { close(); }
 
   void close() override {
     if (acquirer_ != nullptr) acquirer_->close();  // what is in flight is answered now
@@ -88,23 +109,11 @@ class Service::Worker final : public RequestHandler {
   }
 
  private:
-  static void bump(std::map<std::string, std::uint64_t, std::less<>>& by_rule,
-                   std::string_view rule) {
-    auto it = by_rule.find(rule);
-    if (it == by_rule.end()) it = by_rule.emplace(std::string(rule), 0).first;
-    ++it->second;
-  }
-  void count(int status, std::string_view rule) {
-    std::lock_guard lock(stats_.mutex);
-    bump(stats_.requests[status], rule);
-  }
+  void count(int status, std::string_view rule) { counter_.count(status, rule); }
   // A limit in shadow would have refused: counted per rule, and logged at most once a
   // second by each worker (with how many went unlogged since).
   void shadow_refusal(const LimitRule& rule, const Decision& d, const Match& match) {
-    {
-      std::lock_guard lock(stats_.mutex);
-      bump(stats_.shadow_refusals, rule.name);
-    }
+    counter_.shadow_refusal(rule.name);
     const steady_clock::time_point now = steady_clock::now();
     if (now - last_shadow_log_ < std::chrono::seconds(1)) {
       ++shadow_unlogged_;
@@ -425,19 +434,11 @@ class Service::Worker final : public RequestHandler {
     b += "}\n";
   }
 
-  void record_latency(steady_clock::duration elapsed) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
-    const double seconds = static_cast<double>(ns) / 1e9;
-    std::size_t bucket = 0;
-    while (bucket < kLatencyBuckets.size() && seconds > kLatencyBuckets[bucket]) ++bucket;
-    stats_.latency[bucket].fetch_add(1, std::memory_order_relaxed);
-    stats_.latency_sum_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
-  }
+  void record_latency(steady_clock::duration elapsed) { counter_.latency(elapsed); }
 
   Service& service_;
   Published<Rules>::View rules_;
   Published<OverrideMap>::View overrides_;
-  WorkerStats stats_;
   steady_clock::time_point last_shadow_log_{};
   std::uint64_t shadow_unlogged_ = 0;
   Match match_;
@@ -445,6 +446,7 @@ class Service::Worker final : public RequestHandler {
   LimitStep step_;
   LimitResponses responses_;
   ClientIdentifier clients_;
+  RequestTally::Counter counter_;
   std::unique_ptr<AsyncAcquirer> acquirer_;  // with a store and a loop
   std::vector<std::unique_ptr<Waiting>> all_waiting_;
   std::vector<Waiting*> idle_;
@@ -552,24 +554,51 @@ std::string Service::reset_key(std::string_view key) {
   return {};
 }
 
-void Service::add_worker(WorkerStats* stats) {
-  std::lock_guard lock(workers_mutex_);
-  workers_.push_back(stats);
+void Service::write_rules_metrics(PrometheusText& out) const {
+  const std::shared_ptr<const Rules> rules = rules_.get();
+  out.family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
+  std::string labels;
+  append_label(labels, "version", rules->version());
+  out.sample(labels, 1);
+  out.single("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.",
+             as_sample(rules->limit_count()));
+  write_reload_metrics(
+      out,
+      ReloadMetricNames{
+          .loads = "ratewin_server_rules_reloads_total",
+          .outcome_label = "result",
+          .loads_help =
+              "Rules loads by result (a rejected file leaves the last good rules active).",
+          .failing = "ratewin_server_rules_last_error",
+          .failing_help = "1 when the last load of the rules file was rejected.",
+          .loaded_at = "ratewin_server_rules_loaded_timestamp_seconds",
+          .loaded_at_help = "When the rules file was last loaded successfully.",
+      },
+      rules_.figures());
+  const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
+  const std::int64_t now = unix_ms();
+  out.single(
+      "ratewin_server_overrides", "gauge", "Temporary overrides in force.",
+      as_sample(static_cast<std::uint64_t>(std::count_if(
+          all->begin(), all->end(), [now](const auto& e) { return e.second.active(now); }))));
+  out.single("ratewin_server_overrides_in_sync", "gauge",
+             "1 while the overrides follow Redis (always 1 without Redis).",
+             overrides_.in_sync() ? 1 : 0);
+  if (admin_) {
+    out.single("ratewin_server_admin_lockout_addresses", "gauge",
+               "Addresses the admin lockout holds (with a wrong token in the last minute).",
+               as_sample(admin_->lockout().size()));
+  }
 }
 
-void Service::remove_worker(WorkerStats* stats) {
-  std::lock_guard lock(workers_mutex_);
-  std::erase(workers_, stats);
-  // Its counts live on: counters never go down.
-  std::scoped_lock both(stats->mutex, retired_.mutex);
-  for (const auto& [status, by_rule] : stats->requests)
-    for (const auto& [rule, n] : by_rule) retired_.requests[status][rule] += n;
-  for (const auto& [rule, n] : stats->shadow_refusals) retired_.shadow_refusals[rule] += n;
-  for (std::size_t i = 0; i < stats->latency.size(); ++i)
-    retired_.latency[i].fetch_add(stats->latency[i].load(std::memory_order_relaxed),
-                                  std::memory_order_relaxed);
-  retired_.latency_sum_ns.fetch_add(stats->latency_sum_ns.load(std::memory_order_relaxed),
-                                    std::memory_order_relaxed);
+std::string Service::metrics_text() const {
+  PrometheusText out;
+  write_request_metrics(out, tally_);
+  write_connection_metrics(out, connections_);
+  write_rules_metrics(out);
+  write_engine_metrics(out, engine_.stats());
+  for (const auto& part : metric_parts_) part(out);
+  return out.take();
 }
 
 }  // namespace ratewin::server
