@@ -29,6 +29,7 @@
 #include "rules/overrides.h"
 #include "rules/reloader.h"
 #include "rules/rules.h"
+#include "service/limited_request.h"
 #include "service/request_tally.h"
 
 namespace ratewin::server {
@@ -168,6 +169,8 @@ class Service {
   friend class Worker;
   // metrics_text()'s part about the rules and the overrides.
   void write_rules_metrics(PrometheusText& out) const;
+  // What each loop's limited requests use (Worker's LimitedRequests).
+  LimitedRequests::Parts limiting_parts();
   // How the rules file is read and checked (checked_rules()), and its reloads logged.
   Reloader<Rules>::Hooks rules_hooks();
 
