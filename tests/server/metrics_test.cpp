@@ -1,4 +1,4 @@
-#include "service/metrics.h"
+#include "common/prometheus.h"
 
 #include <doctest/doctest.h>
 

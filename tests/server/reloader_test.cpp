@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/prometheus.h"
 #include "ratewin/hash.h"
-#include "service/metrics.h"
 
 namespace ratewin::server {
 namespace {

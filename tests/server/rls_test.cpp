@@ -15,10 +15,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/prometheus.h"
 #include "ratewin/engine.h"
 #include "rls/rls_config.h"
 #include "rls/rls_service.h"
-#include "service/metrics.h"
 
 namespace ratewin::server::rls {
 namespace {

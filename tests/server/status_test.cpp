@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "admin/admin.h"
+#include "admin/status_page.h"
 #include "common/text.h"
 #include "service/client.h"
 

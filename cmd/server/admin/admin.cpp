@@ -86,9 +86,9 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
       response.headers.emplace_back("Allow", "GET");
       json_error(response, 405, "the status page is read with GET");
     } else if (path == kStatusPath) {
-      status_page(service_.status_json(std::chrono::steady_clock::now()), response);
+      status_page(status_json(service_, std::chrono::steady_clock::now()), response);
     } else {
-      response.body = service_.status_json(std::chrono::steady_clock::now());
+      response.body = status_json(service_, std::chrono::steady_clock::now());
     }
     return std::nullopt;
   }

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "admin/admin_lockout.h"
+#include "admin/status_page.h"  // the status paths
 #include "common/address.h"
 #include "http/http.h"
 #include "rules/overrides.h"
@@ -26,17 +27,6 @@ struct AdminWork {
   std::string reset_key;                 // POST /admin/reset: the key whose counts go
   std::string version;                   // (a reload's outcome: the version in force)
 };
-
-// The status page (status_page.cpp), behind the admin token, and its figures.
-inline constexpr std::string_view kStatusPath = "/status";
-inline constexpr std::string_view kStatusJsonPath = "/status.json";
-inline bool is_status_path(std::string_view path) noexcept {
-  return path == kStatusPath || path == kStatusJsonPath;
-}
-// The page: one self-contained HTML document (no external assets; a Content-Security-Policy
-// allows none) that renders `figures` (Service::status_json), embedded in it, then
-// refreshes them from kStatusJsonPath every 2 s. Client keys and rule names are set as text, never as markup.
-void status_page(std::string_view figures, Response& response);
 
 // Constant-time comparison of a presented secret with the expected one.
 bool same_secret(std::string_view presented, std::string_view expected) noexcept;

@@ -1,5 +1,5 @@
-// The status page's figures: GET /status.json (admin.h), and the samples its rates come
-// from.
+// The status page's figures: GET /status.json (status_page.h).
+#include "admin/status_page.h"
 #include "common/text.h"
 #include "service/service.h"
 
@@ -13,41 +13,24 @@ double ms(std::chrono::nanoseconds d) { return thousandths(static_cast<double>(d
 
 }  // namespace
 
-void Service::sample_rates(steady_clock::time_point now) {
-  RateSample sample;
-  sample.at = now;
-  const RequestCounts counts = request_counts();
-  for (const auto& [key, n] : counts.requests) {
-    if (key.first == 200) sample.by_rule[key.second].first += n;
-    if (key.first == 429) sample.by_rule[key.second].second += n;
-  }
-  std::lock_guard lock(rates_mutex_);
-  rate_samples_.push_back(std::move(sample));
-  while (rate_samples_.size() > kRateSamples) rate_samples_.pop_front();
-}
-
-std::string Service::status_json(steady_clock::time_point now) const {
-  const RequestCounts counts = request_counts();
-  const std::shared_ptr<const Rules> rules = rules_.get();
-  const Stats st = engine_.stats();
+std::string status_json(const Service& service, steady_clock::time_point now) {
+  const RequestTally::Counts counts = service.tally().counts();
+  const std::shared_ptr<const Rules> rules = service.rules();
+  const Stats st = service.engine().stats();
 
   std::string b = "{\"server\":{\"version\":";
   append_json_string(b, RATEWIN_SERVER_VERSION);
   b += ",\"uptime_s\":";
-  append_double(b, thousandths(std::chrono::duration<double>(now - started_).count()));
+  append_double(b, thousandths(std::chrono::duration<double>(now - service.started()).count()));
   b += "},\"rules\":{\"version\":";
   append_json_string(b, rules->version());
   b += ",\"path\":";
-  append_json_string(b, options_.rules_path);
+  append_json_string(b, service.rules_path());
   b += ",\"last_error\":";
-  append_json_string(b, last_reload_error());
+  append_json_string(b, service.last_reload_error());
 
   // Rates: the counts now against the oldest sample (up to 10 s old).
-  RateSample oldest;
-  {
-    std::lock_guard lock(rates_mutex_);
-    if (!rate_samples_.empty()) oldest = rate_samples_.front();
-  }
+  const RequestTally::RateSample oldest = service.tally().oldest_sample();
   const double span = oldest.at == steady_clock::time_point()
                           ? 0
                           : std::chrono::duration<double>(now - oldest.at).count();
@@ -124,11 +107,11 @@ std::string Service::status_json(steady_clock::time_point now) const {
   b += ",\"limiters\":";
   append_number(b, st.limiters);
   b += "},\"overrides\":{\"shared\":";
-  b += overrides_.shared() ? "true" : "false";
+  b += service.overrides().shared() ? "true" : "false";
   b += ",\"in_force\":";
-  b += overrides_.active_json(unix_ms());
+  b += service.overrides().active_json(unix_ms());
   b += "},\"top\":";
-  b += refusals_.top_json(5, now);
+  b += service.refusals().top_json(5, now);
   b += "}\n";
   return b;
 }

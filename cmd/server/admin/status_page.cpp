@@ -1,11 +1,11 @@
-// GET /status: one self-contained HTML page (admin.h). The figures are embedded in it
+// GET /status: one self-contained HTML page (status_page.h). The figures are embedded in it
 // (the JSON of /status.json, in a script element that is data, not code), rendered by its
 // script at once, then refreshed from /status.json every 2 s. Everything that comes from
 // clients or the rules file (keys, endpoints, rule names, errors) is set as text.
+#include "admin/status_page.h"
+
 #include <string>
 #include <string_view>
-
-#include "admin/admin.h"
 
 namespace ratewin::server {
 

@@ -41,10 +41,9 @@ class Published {
       }
       return *value_;
     }
-    std::shared_ptr<const T> shared() {
-      get();
-      return value_;
-    }
+    // What get() returned last, held (never a newer value: what was read from it stays
+    // valid while this is held).
+    std::shared_ptr<const T> shared() const { return value_; }
     // Changes whenever get() returns another value (never back to an earlier one), so
     // it can key what is derived from the value.
     std::uint64_t generation() const noexcept { return generation_; }

@@ -7,10 +7,10 @@
 #include <variant>
 
 #include "app/log.h"
+#include "common/prometheus.h"
 #include "common/text.h"
 #include "ratewin/hash.h"
 #include "ratewin_internal/rate_limit_headers.h"
-#include "service/metrics.h"
 
 namespace ratewin::server::rls {
 

@@ -1,8 +1,8 @@
 #include "rules/reloader.h"
 
+#include "common/prometheus.h"
 #include "ratewin/hash.h"
 #include "rules/overrides.h"  // unix_ms
-#include "service/metrics.h"
 
 namespace ratewin::server {
 

@@ -18,14 +18,10 @@ namespace ratewin::server {
 // One per thread.
 class LimitResponses {
  public:
-  // The headers of `step`'s last run (and for a refusal, status 429 and its JSON body).
-  // `rules_generation` identifies the rules `match` points into (Published's generation):
-  // what was formatted for other rules is dropped.
-  void write(std::uint64_t rules_generation, const Match& match, const LimitStep& step,
-             const LimitOutcome& outcome, Response& response) {
-    write(rules_generation, match, step.items(), step.decisions(), outcome, response);
-  }
-  // The same for items asked and decisions answered elsewhere (an asynchronous call).
+  // The headers of the limit `outcome` shows, of the `items` asked and the `decisions`
+  // answered (and for a refusal, status 429 and its JSON body). `rules_generation`
+  // identifies the rules `match` points into (Published's generation): what was formatted
+  // for other rules is dropped.
   void write(std::uint64_t rules_generation, const Match& match,
              std::span<const Acquisition> items, std::span<const Decision> decisions,
              const LimitOutcome& outcome, Response& response);

@@ -7,42 +7,30 @@
 namespace ratewin::server {
 
 void LimitStep::prepare(const Match& match, const Client& client, const OverrideMap& overrides,
-                        std::span<const std::string> own_keys) {
+                        std::span<const std::string> own_keys, std::vector<Acquisition>& items) {
   const Override* override_ = nullptr;
   if (!overrides.empty()) {
     override_key_.assign(client.key);
     const auto it = overrides.find(override_key_);
     if (it != overrides.end() && it->second.active(unix_ms())) override_ = &it->second;
   }
-  build(match, client, override_, own_keys);
-  decisions_.resize(items_.size());
+  build(match, client, override_, own_keys, items);
 }
 
-LimitOutcome LimitStep::run(const Match& match, const Client& client,
-                            const OverrideMap& overrides, bool shadow_headers,
-                            std::span<const std::string> own_keys) {
-  prepare(match, client, overrides, own_keys);
-  // Every item at once: admitted only if all admit it.
-  const auto started = std::chrono::steady_clock::now();
+std::size_t LimitStep::acquire(std::span<const Acquisition> items, std::span<Decision> decisions) {
   // (One limit, the common case: the engine's single call, without the group's state.)
-  std::size_t refused = 0;
-  if (items_.size() == 1) {
-    decisions_[0] = engine_.try_acquire(items_[0].resource, items_[0].limit, items_[0].cost);
-    refused = decisions_[0].allowed ? 1 : 0;
-  } else {
-    refused = engine_.try_acquire_all(items_, decisions_);
+  if (items.size() == 1) {
+    decisions[0] = engine_.try_acquire(items[0].resource, items[0].limit, items[0].cost);
+    return decisions[0].allowed ? 1 : 0;
   }
-  const auto elapsed = std::chrono::steady_clock::now() - started;
-  LimitOutcome outcome = conclude(items_, decisions_, refused, shadow_headers);
-  outcome.engine_time = elapsed;
-  return outcome;
+  return engine_.try_acquire_all(items, decisions);
 }
 
 void LimitStep::build(const Match& match, const Client& client, const Override* override_,
-                      std::span<const std::string> own_keys) {
+                      std::span<const std::string> own_keys, std::vector<Acquisition>& items) {
   tagged_key_.assign(1, static_cast<char>(client.kind));
   tagged_key_ += client.counted;
-  items_.clear();
+  items.clear();
   for (std::size_t i = 0; i < match.limits.size(); ++i) {
     const LimitRule* rule = match.limits[i];
     const bool own = i < own_keys.size() && !own_keys[i].empty();
@@ -53,7 +41,7 @@ void LimitStep::build(const Match& match, const Client& client, const Override* 
     // A temporary override (admin API) acts where the rules' own multiplier would.
     if (override_ != nullptr && rule->scales)
       limit = with_scaled_max(limit, override_->apply(limit.max()));
-    items_.push_back({ratewin::hash(resource_), limit, rule->cost});
+    items.push_back({ratewin::hash(resource_), limit, rule->cost});
   }
 }
 

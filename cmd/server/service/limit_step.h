@@ -1,10 +1,9 @@
 // The limiting step of a request: the limits its match found (each scaled by the key's
 // temporary override where it applies) asked of the engine all at once, and which of
 // them the answer describes. In three parts, build the items -> call the engine -> read
-// the decisions, so that the call in the middle can become asynchronous.
+// the decisions, so that the call in the middle can be asynchronous (limited_request.h).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -32,29 +31,21 @@ struct LimitOutcome {
   bool described(std::span<const Acquisition> items, std::size_t i) const noexcept {
     return shadow_headers || items[i].limit.mode() != Mode::shadow;
   }
-  std::chrono::steady_clock::duration engine_time{};  // the engine's call
 };
 
 class LimitStep {
  public:
   explicit LimitStep(Engine& engine) : engine_(engine) {}
 
-  // For a match whose action is Action::limit with at least one limit: prepare(), then
-  // the engine, waiting for it. `shadow_headers`: as conclude's.
-  // `own_keys`: for each of the match's limits, the key it counts under when it has a
-  // client key of its own (ClientIdentifier::tagged_key), else "" (the client's); empty:
-  // none has.
-  LimitOutcome run(const Match& match, const Client& client, const OverrideMap& overrides,
-                   bool shadow_headers, std::span<const std::string> own_keys = {});
-  // The items only (items()), for a caller that asks the engine itself (asynchronously).
+  // For a match whose action is Action::limit with at least one limit: the engine's items
+  // (`items`, the request's own: its room is reused). `own_keys`: for each of the match's
+  // limits, the key it counts under when it has a client key of its own
+  // (ClientIdentifier::tagged_key), else "" (the client's); empty: none has.
   void prepare(const Match& match, const Client& client, const OverrideMap& overrides,
-               std::span<const std::string> own_keys = {});
-
-  // What the last run() asked and was answered, limit by limit.
-  const std::vector<Acquisition>& items() const noexcept { return items_; }
-  const std::vector<Decision>& decisions() const noexcept { return decisions_; }
-  std::vector<Acquisition>& items() noexcept { return items_; }
-  std::vector<Decision>& decisions() noexcept { return decisions_; }
+               std::span<const std::string> own_keys, std::vector<Acquisition>& items);
+  // The engine's decisions about every item at once, waiting for it (into `decisions`, one
+  // per item): the index of the limit that refused, or items.size().
+  std::size_t acquire(std::span<const Acquisition> items, std::span<Decision> decisions);
 
   // What the engine's answer to `items` (limit `refused` refused, or none when
   // items.size()) comes to; the headers describe limits in shadow when `shadow_headers`.
@@ -72,11 +63,9 @@ class LimitStep {
   // The engine's items: each limit counted under its resource name (rule, key,
   // endpoint); the override scales the limits that scale.
   void build(const Match& match, const Client& client, const Override* override_,
-             std::span<const std::string> own_keys);
+             std::span<const std::string> own_keys, std::vector<Acquisition>& items);
 
   Engine& engine_;
-  std::vector<Acquisition> items_;
-  std::vector<Decision> decisions_;
   std::string tagged_key_;
   std::string resource_;
   std::string override_key_;

@@ -1,22 +1,43 @@
 #include "service/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <unordered_map>
 
+#include "common/prometheus.h"
 #include "common/text.h"
 #include "http/loop_tasks.h"
 #include "service/client.h"
 #include "service/forward_auth.h"
-#include "service/limit_response.h"
 #include "service/limit_step.h"
-#include "service/metrics.h"
 
 namespace ratewin::server {
 
 namespace {
 
-using std::chrono::steady_clock;
+// /metrics' part about the client connections.
+void write_connection_metrics(PrometheusText& out, const ConnectionCounters& c) {
+  out.single("ratewin_server_open_connections", "gauge", "Client connections open now.",
+             static_cast<double>(c.open.load(std::memory_order_relaxed)));
+  out.single("ratewin_server_connection_buffer_bytes", "gauge",
+             "Bytes the client connections hold in buffers now (bounded by "
+             "--max-buffer-memory).",
+             static_cast<double>(c.buffered.load(std::memory_order_relaxed)));
+  out.family("ratewin_server_connections_total", "counter",
+             "Client connections by outcome: accepted, refused (over --max-connections, none "
+             "idle to close), idle_closed (the longest idle, closed to make room), "
+             "address_refused (over --max-connections-per-address), accept_failed (the "
+             "process's file limit, most likely), timed_out (slow or idle), shed (not taking "
+             "answers while the buffers were over --max-buffer-memory).");
+  out.sample("outcome=\"accepted\"", as_sample(c.accepted));
+  out.sample("outcome=\"refused\"", as_sample(c.refused));
+  out.sample("outcome=\"idle_closed\"", as_sample(c.idle_closed));
+  out.sample("outcome=\"address_refused\"", as_sample(c.address_refused));
+  out.sample("outcome=\"accept_failed\"", as_sample(c.accept_failures));
+  out.sample("outcome=\"timed_out\"", as_sample(c.timed_out));
+  out.sample("outcome=\"shed\"", as_sample(c.shed));
+}
 
 }  // namespace
 
@@ -26,22 +47,14 @@ class Service::Worker final : public RequestHandler {
  public:
   Worker(Service& service, uv_loop_s* loop)
       : service_(service),
-        rules_(service.rules_.published()),
-        overrides_(service.overrides_.current()),
-        step_(service.engine_),
-        clients_(service.options_.trusted_proxies, service.options_.ipv6_prefix) {
-    if (loop != nullptr && service.engine_.stats().store)
-      acquirer_ = std::make_unique<AsyncAcquirer>(service.engine_, loop);
+        counter_(service.tally_),
+        requests_(service.limiting_parts(), counter_, loop) {
     if (loop != nullptr && service.admin_) back_on_loop_ = LoopTasks::open(loop);
-    service_.add_worker(&stats_);
   }
-  ~Worker() override {
-    close();
-    service_.remove_worker(&stats_);
-  }
+  ~Worker() override { close(); }
 
   void close() override {
-    if (acquirer_ != nullptr) acquirer_->close();  // what is in flight is answered now
+    requests_.close();  // what is in flight is answered now
     if (back_on_loop_ != nullptr) {
       back_on_loop_->close();  // answers the changes whose outcome is back already
       // The others' outcomes will not be heard of: their tasks are refused now.
@@ -66,62 +79,32 @@ class Service::Worker final : public RequestHandler {
       response.body = service_.metrics_text();
       return;
     }
-    const ClientIdentifier::Peer& from = clients_.peer(peer);
+    ClientIdentifier& clients = requests_.clients();
+    const ClientIdentifier::Peer& from = clients.peer(peer);
     if (path == "/admin" || path.starts_with("/admin/") || is_status_path(path)) {
       if (!service_.admin_) {
         json_error(response, 404, "no admin API (start the server with --admin-token)");
       } else if (std::optional<AdminWork> work = service_.admin_->handle(
-                     request, clients_.address(request, from, false).address, path, response)) {
+                     request, clients.address(request, from, false).address, path, response)) {
         return admin_work(std::move(*work), reply);
       }
       return count(response.status, "admin");
     }
     const std::string& check_path = service_.options_.check_path;
-    if (is_check(request, check_path)) return check(request, from, reply);
-    if (service_.options_.forward_auth_only) {
+    const bool check = is_check(request, check_path);
+    if (!check && service_.options_.forward_auth_only) {
       count(404, "not-a-check");
       return json_error(
           response, 404,
           "not a forward-auth check (--mode forward-auth: checks go to " + check_path + ")");
     }
-    limit(request, from, path, reply);
+    LimitedRequest& limited = requests_.take();
+    if (check) return limited.limit_check(request, from, reply);
+    limited.limit_request(request, from, reply);
   }
 
  private:
-  static void bump(std::map<std::string, std::uint64_t, std::less<>>& by_rule,
-                   std::string_view rule) {
-    auto it = by_rule.find(rule);
-    if (it == by_rule.end()) it = by_rule.emplace(std::string(rule), 0).first;
-    ++it->second;
-  }
-  void count(int status, std::string_view rule) {
-    std::lock_guard lock(stats_.mutex);
-    bump(stats_.requests[status], rule);
-  }
-  // A limit in shadow would have refused: counted per rule, and logged at most once a
-  // second by each worker (with how many went unlogged since).
-  void shadow_refusal(const LimitRule& rule, const Decision& d, const Match& match) {
-    {
-      std::lock_guard lock(stats_.mutex);
-      bump(stats_.shadow_refusals, rule.name);
-    }
-    const steady_clock::time_point now = steady_clock::now();
-    if (now - last_shadow_log_ < std::chrono::seconds(1)) {
-      ++shadow_unlogged_;
-      return;
-    }
-    last_shadow_log_ = now;
-    std::string line = "shadow: limit \"" + rule.name + "\" (" + rule.limit.to_string() +
-                       ") would have refused a request";
-    if (!match.endpoint.empty()) line += " to endpoint \"" + std::string(match.endpoint) + "\"";
-    line += ", retry after " + std::to_string(ceil_seconds(d.retry_after)) + " s";
-    if (shadow_unlogged_ != 0) {
-      line += " (" + std::to_string(shadow_unlogged_) + " more in shadow since the last line)";
-      shadow_unlogged_ = 0;
-    }
-    service_.log_(LogLevel::info, line);
-  }
-
+  void count(int status, std::string_view rule) { counter_.count(status, rule); }
   // Makes what the admin API was asked for (an override changed, a key's counts reset).
   // With Redis and a loop, it is made on the overrides' writer thread, and the request
   // answered when the outcome is back on this loop: the loop serves other requests
@@ -233,221 +216,13 @@ class Service::Worker final : public RequestHandler {
       response.body += s.store ? "up\"" : "none\"";
     }
     response.body += ",\"rules\":";
-    append_json_string(response.body, rules_.get().version());
+    append_json_string(response.body, requests_.rules().version());
     response.body += "}\n";
   }
 
-  // What a request that its limits let pass is answered.
-  enum class Pass {
-    backend,  // the demo backend's 200 and body
-    check,    // a forward-auth check's 200 without a body
-    // The same, for a gateway that passes only 403 on: a refusal is answered 403
-    // (refuse_as_forbidden(); X-Ratewin-Refusal-Status).
-    check_forbidden,
-  };
-
-  // A request to the demo backend: limited, then answered by it.
-  void limit(const Request& request, const ClientIdentifier::Peer& peer, const std::string& path,
-             Reply& reply) {
-    std::string problem = ambiguous_client_headers(request);
-    if (problem.empty()) problem = method_override_problem(request, request.method);
-    if (!problem.empty()) {
-      count(400, "ambiguous-header");
-      return json_error(reply.response(), 400, problem);
-    }
-    const IpAddress address = clients_.address(request, peer, false).address;
-    const Client client = clients_.identify(request, request.query, address, rules_.get().client_key());
-    decide(request, request.query, client, request.method, path, Pass::backend, reply);
-  }
-
-  // A forward-auth check (forward_auth.h): the same decision about the request the
-  // gateway describes, answered without a body when it may pass.
-  void check(const Request& request, const ClientIdentifier::Peer& peer, Reply& reply) {
-    Response& response = reply.response();
-    if (!peer.trusted) {
-      count(403, "untrusted-check");
-      return json_error(response, 403,
-                        "forward-auth checks are answered for --trust-proxy peers only");
-    }
-    std::string error;
-    bool forbidden = false;
-    if (!wants_forbidden_refusals(request, forbidden, error)) {
-      count(400, "bad-check");
-      return json_error(response, 400, error);
-    }
-    // The check's own 400s are refusals too.
-    auto bad = [&](const char* reason) {
-      count(400, reason);
-      json_error(response, 400, error);
-      if (forbidden) refuse_as_forbidden(response);
-    };
-    if (error = ambiguous_client_headers(request); !error.empty()) return bad("ambiguous-header");
-    const std::optional<CheckedRequest> checked =
-        checked_request(request, service_.options_.check_path, error);
-    const ClientIdentifier::Address address = clients_.address(request, peer, true);
-    if (checked && !address.ok)
-      error = "a check needs the client's address (X-Forwarded-For or X-Real-IP)";
-    if (!checked || !address.ok) return bad("bad-check");
-    if (error = method_override_problem(request, checked->method); !error.empty())
-      return bad("ambiguous-header");
-    decide(request, checked->query,
-           clients_.identify(request, checked->query, address.address, rules_.get().client_key()),
-           checked->method, checked->path, forbidden ? Pass::check_forbidden : Pass::check, reply);
-  }
-
-  // Matches the rules and counts the request against every limit that matched, then
-  // answers: the refusal, or what `pass` says, with the rate-limit headers. A request
-  // whose admission must be written to Redis is answered when the write's reply arrives
-  // (with an AsyncAcquirer); any other at once.
-  void decide(const Request& request, std::string_view query, const Client& client,
-              std::string_view method, std::string_view path, Pass pass, Reply& reply) {
-    Response& response = reply.response();
-    if (client.kind == Client::Kind::api_key && client.key.starts_with("ip:")) {
-      // Rules name addresses "ip:...": a key posing as one would get its allow entries.
-      count(400, "bad-key");
-      json_error(response, 400, "an API key must not start with \"ip:\"");
-      if (pass == Pass::check_forbidden) refuse_as_forbidden(response);
-      return;
-    }
-    rules_.get().match(client.key, method, path, match_);
-    if (match_.action == Action::deny) {
-      count(403, "deny");
-      return json_error(response, 403, "forbidden");
-    }
-    if (match_.action == Action::allow || match_.limits.empty()) {
-      count(200, match_.action == Action::allow ? "allow" : "none");
-      LimitResponses::uncounted(match_.action, response);
-      if (pass == Pass::backend) ok(response, path, match_);
-      return;
-    }
-    // Limits with a client key of their own count under it.
-    own_keys_.resize(match_.limits.size());
-    for (std::size_t i = 0; i < match_.limits.size(); ++i) {
-      if (const ClientKeySpec* spec = match_.limits[i]->client_key) {
-        clients_.tagged_key(request, query, client.address, *spec, own_keys_[i]);
-      } else {
-        own_keys_[i].clear();
-      }
-    }
-    if (acquirer_ == nullptr) {
-      const LimitOutcome outcome =
-          step_.run(match_, client, overrides_.get(), rules_.get().shadow_headers(), own_keys_);
-      record_latency(outcome.engine_time);
-      return answer(rules_.generation(), match_, step_.items(), step_.decisions(), outcome, pass,
-                    path, client.key, response);
-    }
-    step_.prepare(match_, client, overrides_.get(), own_keys_);
-    const auto started = steady_clock::now();
-    Waiting* w = waiting();
-    const std::size_t refused = acquirer_->try_acquire_all(
-        step_.items(), step_.decisions(),
-        [this, w](std::size_t refused_at, std::span<const Decision> decisions) {
-          written(*w, refused_at, decisions);
-        });
-    if (refused != AsyncAcquirer::kPending) {
-      idle_.push_back(w);
-      record_latency(steady_clock::now() - started);
-      return answer(rules_.generation(), match_, step_.items(), step_.decisions(),
-                    LimitStep::conclude(step_.items(), step_.decisions(), refused,
-                                        rules_.get().shadow_headers()),
-                    pass, path, client.key, response);
-    }
-    // What the answer needs, kept until the write's reply (the rules it points into too).
-    w->responder = reply.defer();
-    w->rules = rules_.shared();
-    w->generation = rules_.generation();
-    w->match = match_;
-    w->items = step_.items();
-    w->pass = pass;
-    w->path.assign(path);
-    w->key.assign(client.key);
-    w->started = started;
-  }
-
-  // A request whose admission is being written (decide()); reused.
-  struct Waiting {
-    Responder responder;
-    std::shared_ptr<const Rules> rules;
-    std::uint64_t generation = 0;
-    Match match;
-    std::vector<Acquisition> items;
-    Pass pass = Pass::backend;
-    std::string path;
-    std::string key;  // the client's
-    steady_clock::time_point started;
-  };
-  Waiting* waiting() {
-    if (idle_.empty()) {
-      all_waiting_.push_back(std::make_unique<Waiting>());
-      return all_waiting_.back().get();
-    }
-    Waiting* w = idle_.back();
-    idle_.pop_back();
-    return w;
-  }
-  // The write's reply has come (or it failed): the answer goes.
-  void written(Waiting& w, std::size_t refused, std::span<const Decision> decisions) {
-    record_latency(steady_clock::now() - w.started);
-    Response response;
-    answer(w.generation, w.match, w.items, decisions,
-           LimitStep::conclude(w.items, decisions, refused, w.rules->shadow_headers()), w.pass,
-           w.path, w.key, response);
-    w.responder.respond(std::move(response));
-    w.rules.reset();
-    idle_.push_back(&w);
-  }
-
-  void answer(std::uint64_t generation, const Match& match, std::span<const Acquisition> items,
-              std::span<const Decision> decisions, const LimitOutcome& outcome, Pass pass,
-              std::string_view path, std::string_view key, Response& response) {
-    responses_.write(generation, match, items, decisions, outcome, response);
-    const LimitRule& shown = *match.limits[outcome.shown];
-    count(outcome.allowed ? 200 : 429, shown.name);
-    if (!outcome.allowed) {
-      service_.refusals_.refused(shown.name, shown.limit, key, match.endpoint,
-                                 static_cast<std::int64_t>(
-                                     ceil_seconds(decisions[outcome.shown].retry_after)),
-                                 steady_clock::now());
-    }
-    for (std::size_t i = 0; i < items.size(); ++i)
-      if (decisions[i].would_reject) shadow_refusal(*match.limits[i], decisions[i], match);
-    if (outcome.allowed && pass == Pass::backend) ok(response, path, match);
-    if (!outcome.allowed && pass == Pass::check_forbidden) refuse_as_forbidden(response);
-  }
-
-  // The demo backend's answer.
-  static void ok(Response& response, std::string_view path, const Match& match) {
-    std::string& b = response.body;
-    b = "{\"ok\":true,\"endpoint\":";
-    append_json_string(b, match.endpoint.empty() ? path : match.endpoint);
-    b += ",\"tier\":";
-    append_json_string(b, match.tier);
-    b += "}\n";
-  }
-
-  void record_latency(steady_clock::duration elapsed) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
-    const double seconds = static_cast<double>(ns) / 1e9;
-    std::size_t bucket = 0;
-    while (bucket < kLatencyBuckets.size() && seconds > kLatencyBuckets[bucket]) ++bucket;
-    stats_.latency[bucket].fetch_add(1, std::memory_order_relaxed);
-    stats_.latency_sum_ns.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
-  }
-
   Service& service_;
-  Published<Rules>::View rules_;
-  Published<OverrideMap>::View overrides_;
-  WorkerStats stats_;
-  steady_clock::time_point last_shadow_log_{};
-  std::uint64_t shadow_unlogged_ = 0;
-  Match match_;
-  std::vector<std::string> own_keys_;  // decide()'s: each limit's own key, tagged, or ""
-  LimitStep step_;
-  LimitResponses responses_;
-  ClientIdentifier clients_;
-  std::unique_ptr<AsyncAcquirer> acquirer_;  // with a store and a loop
-  std::vector<std::unique_ptr<Waiting>> all_waiting_;
-  std::vector<Waiting*> idle_;
+  RequestTally::Counter counter_;
+  LimitedRequests requests_;
   // Override changes being made on the overrides' writer thread (change_override()).
   struct ChangeInFlight {
     AdminWork work;
@@ -536,6 +311,17 @@ Service::Service(Engine& engine, Overrides& overrides, ServiceOptions options, L
 
 Service::~Service() = default;
 
+LimitedRequests::Parts Service::limiting_parts() {
+  return {.engine = engine_,
+          .rules = rules_.published(),
+          .overrides = overrides_.current(),
+          .refusals = refusals_,
+          .log = log_,
+          .check_path = options_.check_path,
+          .trusted_proxies = options_.trusted_proxies,
+          .ipv6_prefix = options_.ipv6_prefix};
+}
+
 std::unique_ptr<RequestHandler> Service::worker(uv_loop_s* loop) {
   return std::make_unique<Worker>(*this, loop);
 }
@@ -552,24 +338,51 @@ std::string Service::reset_key(std::string_view key) {
   return {};
 }
 
-void Service::add_worker(WorkerStats* stats) {
-  std::lock_guard lock(workers_mutex_);
-  workers_.push_back(stats);
+void Service::write_rules_metrics(PrometheusText& out) const {
+  const std::shared_ptr<const Rules> rules = rules_.get();
+  out.family("ratewin_server_rules_info", "gauge", "The active rules version (label), always 1.");
+  std::string labels;
+  append_label(labels, "version", rules->version());
+  out.sample(labels, 1);
+  out.single("ratewin_server_rules_limits", "gauge", "Limits defined by the active rules.",
+             as_sample(rules->limit_count()));
+  write_reload_metrics(
+      out,
+      ReloadMetricNames{
+          .loads = "ratewin_server_rules_reloads_total",
+          .outcome_label = "result",
+          .loads_help =
+              "Rules loads by result (a rejected file leaves the last good rules active).",
+          .failing = "ratewin_server_rules_last_error",
+          .failing_help = "1 when the last load of the rules file was rejected.",
+          .loaded_at = "ratewin_server_rules_loaded_timestamp_seconds",
+          .loaded_at_help = "When the rules file was last loaded successfully.",
+      },
+      rules_.figures());
+  const std::shared_ptr<const OverrideMap> all = overrides_.current().get();
+  const std::int64_t now = unix_ms();
+  out.single(
+      "ratewin_server_overrides", "gauge", "Temporary overrides in force.",
+      as_sample(static_cast<std::uint64_t>(std::count_if(
+          all->begin(), all->end(), [now](const auto& e) { return e.second.active(now); }))));
+  out.single("ratewin_server_overrides_in_sync", "gauge",
+             "1 while the overrides follow Redis (always 1 without Redis).",
+             overrides_.in_sync() ? 1 : 0);
+  if (admin_) {
+    out.single("ratewin_server_admin_lockout_addresses", "gauge",
+               "Addresses the admin lockout holds (with a wrong token in the last minute).",
+               as_sample(admin_->lockout().size()));
+  }
 }
 
-void Service::remove_worker(WorkerStats* stats) {
-  std::lock_guard lock(workers_mutex_);
-  std::erase(workers_, stats);
-  // Its counts live on: counters never go down.
-  std::scoped_lock both(stats->mutex, retired_.mutex);
-  for (const auto& [status, by_rule] : stats->requests)
-    for (const auto& [rule, n] : by_rule) retired_.requests[status][rule] += n;
-  for (const auto& [rule, n] : stats->shadow_refusals) retired_.shadow_refusals[rule] += n;
-  for (std::size_t i = 0; i < stats->latency.size(); ++i)
-    retired_.latency[i].fetch_add(stats->latency[i].load(std::memory_order_relaxed),
-                                  std::memory_order_relaxed);
-  retired_.latency_sum_ns.fetch_add(stats->latency_sum_ns.load(std::memory_order_relaxed),
-                                    std::memory_order_relaxed);
+std::string Service::metrics_text() const {
+  PrometheusText out;
+  write_request_metrics(out, tally_);
+  write_connection_metrics(out, connections_);
+  write_rules_metrics(out);
+  write_engine_metrics(out, engine_.stats());
+  for (const auto& part : metric_parts_) part(out);
+  return out.take();
 }
 
 }  // namespace ratewin::server

@@ -1,16 +1,14 @@
 // What the server does with a request: identify the client (client.h) and the endpoint,
 // match the rules, ask the engine for every matching limit at once (limit_step.h), and
 // answer with the headers (limit_response.h); the same for a forward-auth check about
-// another server's request (forward_auth.h); plus /healthz, /metrics (metrics.cpp) and
-// the admin API (admin.h). Transport-independent (see http.h), so the fuzz target drives
-// it without sockets.
+// another server's request (forward_auth.h); plus /healthz, /metrics (prometheus.h,
+// request_tally.h) and the admin API (admin.h). Transport-independent (see http.h), so
+// the fuzz target drives it without sockets.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,6 +30,8 @@
 #include "rules/overrides.h"
 #include "rules/reloader.h"
 #include "rules/rules.h"
+#include "service/limited_request.h"
+#include "service/request_tally.h"
 
 namespace ratewin::server {
 
@@ -117,7 +117,7 @@ class Service {
   // is the caller's to call every interval.
   Refusals& refusals() noexcept { return refusals_; }
   const Refusals& refusals() const noexcept { return refusals_; }
-  // The Prometheus text of /metrics (metrics.cpp).
+  // The Prometheus text of /metrics.
   std::string metrics_text() const;
   // Another part of the server whose figures /metrics shows too (after the service's own).
   // Before serving.
@@ -133,42 +133,22 @@ class Service {
   // The handler then holds a handle on `loop` until its close().
   std::unique_ptr<RequestHandler> worker(uv_loop_s* loop = nullptr);
 
-  static constexpr std::array<double, 14> kLatencyBuckets = {
-      1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 5e-2, 1e-1};
+  // What the requests came to (by status and rule, shadow refusals, latency); the status
+  // page's rates from sample_rates(), which the control loop calls every second. Thread-safe.
+  RequestTally& tally() noexcept { return tally_; }
+  const RequestTally& tally() const noexcept { return tally_; }
+  void sample_rates(std::chrono::steady_clock::time_point now) { tally_.sample_rates(now); }
 
-  // What the workers have counted, merged: requests by status and rule, would-be refusals
-  // of limits in shadow by rule, the decision latency histogram. Thread-safe.
-  struct RequestCounts {
-    std::map<std::pair<int, std::string>, std::uint64_t> requests;  // status, rule
-    std::map<std::string, std::uint64_t> shadow_refusals;            // rule
-    std::array<std::uint64_t, kLatencyBuckets.size() + 1> latency{};
-    std::uint64_t latency_sum_ns = 0;
-  };
-  RequestCounts request_counts() const;
-
-  // The status page's figures (status.cpp). sample_rates() keeps the requests' counts of
-  // the last kRateSamples calls; the control loop calls it every second, so that
-  // status_json() gives each rule's allowed and refused rates over the last 10 s.
-  // Thread-safe.
-  void sample_rates(std::chrono::steady_clock::time_point now);
-  std::string status_json(std::chrono::steady_clock::time_point now) const;
-  static constexpr std::size_t kRateSamples = 11;
+  const Engine& engine() const noexcept { return engine_; }
+  const Overrides& overrides() const noexcept { return overrides_; }
+  std::chrono::steady_clock::time_point started() const noexcept { return started_; }
 
  private:
   friend class Worker;
-  struct WorkerStats {
-    mutable std::mutex mutex;  // for `requests`; uncontended but for scrapes
-    std::map<int, std::map<std::string, std::uint64_t, std::less<>>> requests;  // status, rule
-    // Requests a limit in shadow would have refused, by its rule.
-    std::map<std::string, std::uint64_t, std::less<>> shadow_refusals;
-    std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> latency{};
-    std::atomic<std::uint64_t> latency_sum_ns{0};
-  };
-  void add_worker(WorkerStats* stats);
-  void remove_worker(WorkerStats* stats);
-  // metrics_text()'s parts.
-  void write_request_metrics(PrometheusText& out) const;
+  // metrics_text()'s part about the rules and the overrides.
   void write_rules_metrics(PrometheusText& out) const;
+  // What each loop's limited requests use (Worker's LimitedRequests).
+  LimitedRequests::Parts limiting_parts();
   // How the rules file is read and checked (checked_rules()), and its reloads logged.
   Reloader<Rules>::Hooks rules_hooks();
 
@@ -181,17 +161,8 @@ class Service {
   Reloader<Rules> rules_;
   ConnectionCounters connections_;
   Refusals refusals_;
-  // sample_rates()'s: by rule, requests allowed (200) and refused (429), oldest first.
-  struct RateSample {
-    std::chrono::steady_clock::time_point at;
-    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>, std::less<>> by_rule;
-  };
-  mutable std::mutex rates_mutex_;
-  std::deque<RateSample> rate_samples_;
+  RequestTally tally_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  mutable std::mutex workers_mutex_;
-  std::vector<WorkerStats*> workers_;
-  WorkerStats retired_;              // what workers that ended had counted
   std::unique_ptr<AdminApi> admin_;  // null without an admin token
   std::vector<std::function<void(PrometheusText&)>> metric_parts_;
   // POST /admin/reload's reads and parses, off the loops (last: it goes first, waiting for

@@ -1,6 +1,7 @@
 // The Prometheus text format (version 0.0.4), as /metrics writes it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,9 @@ namespace ratewin::server {
 
 inline constexpr std::string_view kPrometheusContentType =
     "text/plain; version=0.0.4; charset=utf-8";
+
+// A count as a sample's value.
+inline double as_sample(std::uint64_t v) noexcept { return static_cast<double>(v); }
 
 // Appends a label, name="value", with the value's \, " and newline escaped.
 void append_label(std::string& out, std::string_view name, std::string_view value);
