@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/published.h"
 #include "common/text.h"
 
 #ifndef RATEWIN_RULES_EXAMPLE
@@ -1263,6 +1264,25 @@ TEST_CASE("resource_name separates what each scope separates") {
   resource_name(ab, "c/d|k=e", "", one);
   resource_name(abkcd, "e", "", two);
   CHECK(one != two);
+}
+
+// A request matched against one version of the rules and then waiting on Redis holds
+// that version (View::shared()): a reload published between the match and the wait must
+// neither swap it for the new one (the match points into the old) nor free the old.
+TEST_CASE("a view's shared value is what it read, even after a publish") {
+  Published<std::string> rules(std::make_shared<const std::string>("v1"));
+  Published<std::string>::View view(rules);
+  const std::string& matched = view.get();
+  const std::uint64_t generation = view.generation();
+  rules.publish(std::make_shared<const std::string>("v2"));
+  const std::shared_ptr<const std::string> held = view.shared();
+  CHECK(held.get() == &matched);
+  CHECK(*held == "v1");
+  CHECK(view.generation() == generation);
+  // The next request's get() sees the new value; the held one stays valid.
+  CHECK(view.get() == "v2");
+  CHECK(view.generation() != generation);
+  CHECK(*held == "v1");
 }
 
 }  // namespace ratewin::server
