@@ -1,5 +1,6 @@
 // The status page's figures: GET /status.json (status_page.h).
 #include "admin/status_page.h"
+#include "common/json_writer.h"
 #include "common/text.h"
 #include "service/service.h"
 
@@ -18,29 +19,27 @@ std::string status_json(const Service& service, steady_clock::time_point now) {
   const std::shared_ptr<const Rules> rules = service.rules();
   const Stats st = service.engine().stats();
 
-  std::string b = "{\"server\":{\"version\":";
-  append_json_string(b, RATEWIN_SERVER_VERSION);
-  b += ",\"uptime_s\":";
-  append_double(b, thousandths(std::chrono::duration<double>(now - service.started()).count()));
-  b += "},\"rules\":{\"version\":";
-  append_json_string(b, rules->version());
-  b += ",\"path\":";
-  append_json_string(b, service.rules_path());
-  b += ",\"last_error\":";
-  append_json_string(b, service.last_reload_error());
+  std::string b;
+  JsonWriter j(b);
+  j.begin_object();
+  j.key("server").begin_object();
+  j.key("version").string(RATEWIN_SERVER_VERSION);
+  j.key("uptime_s").number(
+      thousandths(std::chrono::duration<double>(now - service.started()).count()));
+  j.end_object();
+  j.key("rules").begin_object();
+  j.key("version").string(rules->version());
+  j.key("path").string(service.rules_path());
+  j.key("last_error").string(service.last_reload_error());
 
   // Rates: the counts now against the oldest sample (up to 10 s old).
   const RequestTally::RateSample oldest = service.tally().oldest_sample();
   const double span = oldest.at == steady_clock::time_point()
                           ? 0
                           : std::chrono::duration<double>(now - oldest.at).count();
-  b += ",\"rate_window_s\":";
-  append_double(b, thousandths(span));
-  b += ",\"limits\":[";
-  bool first = true;
+  j.key("rate_window_s").number(thousandths(span));
+  j.key("limits").begin_array();
   for (const LimitRule* rule : rules->limits()) {
-    if (!first) b += ',';
-    first = false;
     const auto count = [&](int status) -> std::uint64_t {
       const auto it = counts.requests.find({status, rule->name});
       return it == counts.requests.end() ? 0 : it->second;
@@ -58,61 +57,46 @@ std::string status_json(const Service& service, steady_clock::time_point now) {
                  ? 0.0
                  : thousandths(static_cast<double>(now_count - then) / span);
     };
-    b += "{\"rule\":";
-    append_json_string(b, rule->name);
-    b += ",\"limit\":";
-    append_json_string(b, rule->limit.to_string());
-    b += ",\"max\":";
-    append_number(b, rule->limit.max());
-    b += ",\"window_s\":";
-    append_double(b, thousandths(std::chrono::duration<double>(rule->limit.interval()).count()));
-    b += ",\"algorithm\":";
-    append_json_string(b, algorithm_name(rule->limit.algorithm()));
-    b += ",\"mode\":";
-    append_json_string(b, mode_name(rule->limit.mode()));
-    b += ",\"allowed\":";
-    append_number(b, allowed);
-    b += ",\"refused\":";
-    append_number(b, refused);
-    b += ",\"allowed_per_s\":";
-    append_double(b, rate(allowed, allowed_then));
-    b += ",\"refused_per_s\":";
-    append_double(b, rate(refused, refused_then));
+    j.begin_object();
+    j.key("rule").string(rule->name);
+    j.key("limit").string(rule->limit.to_string());
+    j.key("max").number(rule->limit.max());
+    j.key("window_s")
+        .number(thousandths(std::chrono::duration<double>(rule->limit.interval()).count()));
+    j.key("algorithm").string(algorithm_name(rule->limit.algorithm()));
+    j.key("mode").string(mode_name(rule->limit.mode()));
+    j.key("allowed").number(allowed);
+    j.key("refused").number(refused);
+    j.key("allowed_per_s").number(rate(allowed, allowed_then));
+    j.key("refused_per_s").number(rate(refused, refused_then));
     if (const auto it = counts.shadow_refusals.find(rule->name);
         it != counts.shadow_refusals.end()) {
-      b += ",\"shadow_refusals\":";
-      append_number(b, it->second);
+      j.key("shadow_refusals").number(it->second);
     }
-    b += '}';
+    j.end_object();
   }
-  b += "]},\"store\":{\"kind\":";
-  append_json_string(b, st.store ? "redis" : "none");
+  j.end_array();
+  j.end_object();
   const std::optional<std::string> down = store_down_reason(st);
-  b += ",\"up\":";
-  b += down ? "false" : "true";
-  b += ",\"reason\":";
-  append_json_string(b, down.value_or(""));
-  b += ",\"write_p50_ms\":";
-  append_double(b, ms(st.write_p50));
-  b += ",\"write_p99_ms\":";
-  append_double(b, ms(st.write_p99));
-  b += ",\"writes_ok\":";
-  append_number(b, st.writes_ok);
-  b += ",\"writes_failed\":";
-  append_number(b, st.writes_failed);
-  b += ",\"live_nodes\":";
-  append_number(b, st.live_nodes);
-  b += ",\"circuit_opens\":";
-  append_number(b, st.circuit_opens);
-  b += ",\"limiters\":";
-  append_number(b, st.limiters);
-  b += "},\"overrides\":{\"shared\":";
-  b += service.overrides().shared() ? "true" : "false";
-  b += ",\"in_force\":";
-  b += service.overrides().active_json(unix_ms());
-  b += "},\"top\":";
-  b += service.refusals().top_json(5, now);
-  b += "}\n";
+  j.key("store").begin_object();
+  j.key("kind").string(st.store ? "redis" : "none");
+  j.key("up").boolean(!down);
+  j.key("reason").string(down.value_or(""));
+  j.key("write_p50_ms").number(ms(st.write_p50));
+  j.key("write_p99_ms").number(ms(st.write_p99));
+  j.key("writes_ok").number(st.writes_ok);
+  j.key("writes_failed").number(st.writes_failed);
+  j.key("live_nodes").number(st.live_nodes);
+  j.key("circuit_opens").number(st.circuit_opens);
+  j.key("limiters").number(st.limiters);
+  j.end_object();
+  j.key("overrides").begin_object();
+  j.key("shared").boolean(service.overrides().shared());
+  j.key("in_force").raw(service.overrides().active_json(unix_ms()));
+  j.end_object();
+  j.key("top").raw(service.refusals().top_json(5, now));
+  j.end_object();
+  b += '\n';
   return b;
 }
 

@@ -16,6 +16,11 @@ class JsonWriter {
  public:
   // Appends to `out` (what it holds already stays), which must outlive the writer.
   explicit JsonWriter(std::string& out) noexcept : out_(out) {}
+  // Goes on inside an object or array whose first members or elements `out` holds
+  // already (a head written once and kept for reuse, then a value appended by hand): the
+  // next key or value is preceded by a comma.
+  struct Continuing {};
+  JsonWriter(std::string& out, Continuing) noexcept : out_(out), more_(true) {}
 
   JsonWriter& begin_object();
   JsonWriter& end_object();

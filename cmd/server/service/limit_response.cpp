@@ -5,6 +5,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/json_writer.h"
 #include "common/text.h"
 #include "ratewin_internal/rate_limit_headers.h"
 
@@ -38,12 +39,21 @@ const LimitResponses::RuleText& LimitResponses::text(const LimitRule& rule) {
   if (!added) return t;
   internal::append_policy_head(t.policy_head, rule.name);
   internal::append_rate_limit_head(t.state_head, rule.name);
-  t.refusal_head = "{\"error\":\"rate limited\",\"limit\":";
-  append_json_string(t.refusal_head, rule.name);
-  t.refusal_head += ",\"retry_after_s\":";
-  t.excess_head = "{\"error\":\"cost exceeds limit\",\"limit\":";
-  append_json_string(t.excess_head, rule.name);
-  t.excess_head += ",\"max\":";
+  // The 429 bodies' first members, up to the value a refusal adds (write() goes on).
+  JsonWriter(t.refusal_head)
+      .begin_object()
+      .key("error")
+      .string("rate limited")
+      .key("limit")
+      .string(rule.name)
+      .key("retry_after_s");
+  JsonWriter(t.excess_head)
+      .begin_object()
+      .key("error")
+      .string("cost exceeds limit")
+      .key("limit")
+      .string(rule.name)
+      .key("max");
   return t;
 }
 
@@ -94,6 +104,7 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
 
   response.status = 429;
   std::string& b = response.body;
+  JsonWriter body(b, JsonWriter::Continuing{});
   if (d.can_ever_pass()) {
     b = shown.refusal_head;
     append_seconds(b, d.retry_after);
@@ -101,12 +112,11 @@ void LimitResponses::write(std::uint64_t rules_generation, const Match& match,
     const Acquisition& item = items[outcome.shown];
     b = shown.excess_head;
     append_number(b, item.limit.burst());  // the most a request may cost
-    b += ",\"cost\":";
-    append_number(b, item.cost);
-    b += ",\"retry_after_s\":null";
+    body.key("cost").number(item.cost).key("retry_after_s").null();
   }
-  if (outcome.degraded) b += ",\"degraded\":true";
-  b += "}\n";
+  if (outcome.degraded) body.key("degraded").boolean(true);
+  body.end_object();
+  b += '\n';
 }
 
 void LimitResponses::uncounted(Action action, Response& response) {

@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/json_writer.h"
 #include "common/text.h"
 #include "service/forward_auth.h"
 
@@ -15,11 +16,17 @@ using std::chrono::steady_clock;
 // The demo backend's answer.
 void ok(Response& response, std::string_view path, const Match& match) {
   std::string& b = response.body;
-  b = "{\"ok\":true,\"endpoint\":";
-  append_json_string(b, match.endpoint.empty() ? path : match.endpoint);
-  b += ",\"tier\":";
-  append_json_string(b, match.tier);
-  b += "}\n";
+  b.clear();
+  JsonWriter(b)
+      .begin_object()
+      .key("ok")
+      .boolean(true)
+      .key("endpoint")
+      .string(match.endpoint.empty() ? path : match.endpoint)
+      .key("tier")
+      .string(match.tier)
+      .end_object();
+  b += '\n';
 }
 
 }  // namespace

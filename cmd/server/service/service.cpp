@@ -5,6 +5,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/json_writer.h"
 #include "common/prometheus.h"
 #include "common/text.h"
 #include "http/loop_tasks.h"
@@ -208,16 +209,16 @@ class Service::Worker final : public RequestHandler {
   void health(Response& response) {
     const Stats s = service_.engine_.stats();
     const std::optional<std::string> down = store_down_reason(s);
-    response.body = down ? "{\"status\":\"degraded\",\"store\":\"down\",\"reason\":"
-                         : "{\"status\":\"ok\",\"store\":\"";
+    response.body.clear();
+    JsonWriter j(response.body);
+    j.begin_object();
     if (down) {
-      append_json_string(response.body, *down);
+      j.key("status").string("degraded").key("store").string("down").key("reason").string(*down);
     } else {
-      response.body += s.store ? "up\"" : "none\"";
+      j.key("status").string("ok").key("store").string(s.store ? "up" : "none");
     }
-    response.body += ",\"rules\":";
-    append_json_string(response.body, requests_.rules().version());
-    response.body += "}\n";
+    j.key("rules").string(requests_.rules().version()).end_object();
+    response.body += '\n';
   }
 
   Service& service_;
