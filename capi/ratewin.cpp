@@ -461,6 +461,14 @@ class CallbackClock final : public ratewin::Clock {
   void* data_;
 };
 
+// The C constants are the C++ enums' values, so that a default crosses as it is.
+static_assert(RATEWIN_FAILURE_LOCAL == static_cast<int>(ratewin::FailurePolicy::local));
+static_assert(RATEWIN_FAILURE_OPEN == static_cast<int>(ratewin::FailurePolicy::open));
+static_assert(RATEWIN_FAILURE_CLOSED == static_cast<int>(ratewin::FailurePolicy::closed));
+static_assert(RATEWIN_FAILURE_PARTITIONED ==
+              static_cast<int>(ratewin::FailurePolicy::partitioned));
+static_assert(RATEWIN_WRITE_SYNC == static_cast<int>(ratewin::WriteMode::sync));
+static_assert(RATEWIN_WRITE_BATCHED == static_cast<int>(ratewin::WriteMode::batched));
 static_assert(RATEWIN_TLS_VERIFY_FULL == static_cast<int>(ratewin::TlsVerify::full));
 static_assert(RATEWIN_TLS_VERIFY_CA == static_cast<int>(ratewin::TlsVerify::ca));
 static_assert(RATEWIN_TLS_VERIFY_NONE == static_cast<int>(ratewin::TlsVerify::none));
@@ -941,7 +949,9 @@ void ratewin_options_init(ratewin_options* options) {
   options->max_limiters = d.max_limiters;
   options->max_memory = d.max_memory;
   options->partition_share = d.partition_share;
-  options->partitioned_unknown = RATEWIN_FAILURE_LOCAL;
+  options->partitioned_unknown = static_cast<std::int32_t>(d.partitioned_unknown);
+  options->write_mode = static_cast<std::int32_t>(d.write_mode);
+  options->flush_interval_ms = static_cast<std::uint32_t>(d.flush_interval.count());
   options->connect_timeout_ms = static_cast<std::uint32_t>(d.connect_timeout.count());
   options->command_timeout_ms = static_cast<std::uint32_t>(d.command_timeout.count());
   options->max_connections = static_cast<std::uint32_t>(d.max_connections);
@@ -954,7 +964,7 @@ void ratewin_tls_options_init(ratewin_tls_options* options) {
   if (options == nullptr) return;
   *options = ratewin_tls_options{};
   options->size = sizeof *options;
-  options->verify = RATEWIN_TLS_VERIFY_FULL;
+  options->verify = static_cast<std::int32_t>(ratewin::TlsOptions{}.verify);
 }
 
 int ratewin_engine_open(const ratewin_options* options, ratewin_engine** out, char** errmsg) {

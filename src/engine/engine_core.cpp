@@ -18,6 +18,7 @@
 #include "engine/batched.h"
 #include "engine/last_read.h"
 #include "engine/scratch.h"
+#include "internal/ratewin_internal/engine_options.h"
 
 namespace ratewin {
 inline namespace v1 {
@@ -26,40 +27,13 @@ namespace {
 
 std::atomic<std::uint64_t> next_engine_id{1};
 
-// Throws std::invalid_argument naming the first option out of range: a zero deadline
-// would fail every call at once, and a brace in the prefix would change which part of a
-// key Redis Cluster hashes.
+// Throws std::invalid_argument naming the first option out of range (the ranges and
+// names are engine_options.h's): a zero deadline would fail every call at once, and a
+// brace in the prefix would change which part of a key Redis Cluster hashes.
 void validate(const Options& o) {
-  constexpr std::chrono::milliseconds kMaxDeadline = std::chrono::hours(24);
-  const auto fail = [](const std::string& what) {
-    throw std::invalid_argument("ratewin::Options: " + what);
-  };
-  if (o.max_limiters == 0) fail("max_limiters must be at least 1");
-  if (o.max_memory < detail::Shard::kMinBytes) fail("max_memory must be at least 16 KiB");
-  if (o.connect_timeout <= std::chrono::milliseconds::zero() || o.connect_timeout > kMaxDeadline)
-    fail("connect_timeout must be between 1 ms and 24 h");
-  if (o.command_timeout <= std::chrono::milliseconds::zero() || o.command_timeout > kMaxDeadline)
-    fail("command_timeout must be between 1 ms and 24 h");
-  if (o.max_connections == 0) fail("max_connections must be at least 1");
-  if (o.sync_settle < std::chrono::milliseconds::zero() || o.sync_settle > kMaxDeadline)
-    fail("sync_settle must be between 0 and 24 h");
-  if (o.clock_sync_interval < std::chrono::milliseconds::zero() ||
-      o.clock_sync_interval > kMaxDeadline)
-    fail("clock_sync_interval must be between 0 (only on connecting) and 24 h");
-  if (o.key_prefix.find_first_of("{}") != std::string::npos)
-    fail("key_prefix must not contain '{' or '}'");
-  if (!(o.partition_share >= 0.01 && o.partition_share <= 1000))
-    fail("partition_share must be between 0.01 and 1000");
-  if (o.redis.empty() && !(o.tls == TlsOptions{}))
-    fail("tls is set, but there is no Redis address (TLS is for a rediss address)");
-  if (o.partitioned_unknown != FailurePolicy::local &&
-      o.partitioned_unknown != FailurePolicy::closed)
-    fail("partitioned_unknown must be FailurePolicy::local or FailurePolicy::closed");
-  if (o.write_mode != WriteMode::sync && o.write_mode != WriteMode::batched)
-    fail("write_mode must be WriteMode::sync or WriteMode::batched");
-  if (o.flush_interval != std::chrono::milliseconds::zero() &&
-      (o.flush_interval < std::chrono::milliseconds(1) || o.flush_interval > std::chrono::seconds(1)))
-    fail("flush_interval must be 0 (chosen per window) or between 1 ms and 1 s");
+  static_assert(internal::option_range("max_memory").min == detail::Shard::kMinBytes);
+  if (std::string problem = internal::options_problem(o); !problem.empty())
+    throw std::invalid_argument("ratewin::Options: " + problem);
 }
 
 // The records' words after their buckets: the store mark with a store, and batched write

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "internal/ratewin_internal/engine_options.h"
+
 namespace ratewin {
 inline namespace v1 {
 namespace detail {
@@ -203,22 +205,12 @@ std::optional<int> tls_version(std::string_view text) noexcept {
 }
 
 std::string_view verify_name(TlsVerify verify) noexcept {
-  switch (verify) {
-    case TlsVerify::ca:
-      return "ca";
-    case TlsVerify::none:
-      return "none";
-    case TlsVerify::full:
-      break;
-  }
-  return "full";
+  const std::string_view name = internal::name_of(verify);
+  return name.empty() ? internal::name_of(TlsVerify::full) : name;
 }
 
 std::optional<TlsVerify> parse_verify(std::string_view name) noexcept {
-  if (name == "full") return TlsVerify::full;
-  if (name == "ca") return TlsVerify::ca;
-  if (name == "none") return TlsVerify::none;
-  return std::nullopt;
+  return internal::parse_name<TlsVerify>(internal::kTlsVerifyNames, name);
 }
 
 bool TlsParams::take(std::string_view name, std::string value,
@@ -235,9 +227,10 @@ bool TlsParams::take(std::string_view name, std::string value,
     server_name = std::move(value);
   } else if (name == "tls_verify") {
     verify = parse_verify(value);
-    if (!verify) bad("tls_verify '" + value + "' is not full, ca or none");
+    if (!verify) bad("tls_verify '" + value + "' is not " +
+                      internal::choices<TlsVerify>(internal::kTlsVerifyNames));
   } else if (name == "tls_min_version") {
-    if (!tls_version(value)) bad("tls_min_version '" + value + "' is not 1.2 or 1.3");
+    if (!tls_version(value)) bad("tls_min_version '" + value + "' is not " + internal::choices(internal::kTlsVersions));
     min_version = std::move(value);
   } else {
     return false;

@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "internal/ratewin_internal/engine_options.h"
+
 namespace ratewin {
 inline namespace v1 {
 namespace detail {
@@ -223,7 +225,8 @@ std::shared_ptr<TlsContext> TlsContext::make(const TlsOptions& options, Logger l
     throw std::invalid_argument("ratewin: TLS: " + what);
   };
   if (!tls_version(options.min_version))
-    bad("min_version '" + options.min_version + "' is not 1.2 or 1.3");
+    bad("min_version '" + options.min_version + "' is not " +
+        internal::choices(internal::kTlsVersions));
   if (options.cert_file.empty() && !options.key_file.empty())
     bad("a key_file without its cert_file");
   std::shared_ptr<TlsContext> context(new TlsContext(options, std::move(log)));

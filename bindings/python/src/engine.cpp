@@ -9,24 +9,11 @@
 
 #include "bindings.h"
 #include "lifetime.h"
+#include "ratewin_internal/engine_options.h"
 #include "ratewin_internal/redis_client.h"
 
 namespace ratewin::python {
 namespace {
-
-const char* level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::debug:
-      return "debug";
-    case LogLevel::info:
-      return "info";
-    case LogLevel::warning:
-      return "warning";
-    case LogLevel::error:
-      break;
-  }
-  return "error";
-}
 
 // The acquisitions of one resource under several limits (see to_limits; `what` names the
 // argument).
@@ -62,19 +49,19 @@ TlsOptions to_tls(OptionalPathArg ca_file, OptionalPathArg ca_dir, OptionalPathA
   if (!key_file.is_none()) tls.key_file = to_path(key_file, "tls_key_file");
   if (!server_name.is_none()) tls.server_name = to_utf8(server_name, "tls_server_name");
   const std::string how = to_utf8(verify, "tls_verify");
-  if (how == "full") {
-    tls.verify = TlsVerify::full;
-  } else if (how == "ca") {
-    tls.verify = TlsVerify::ca;
-  } else if (how == "none") {
-    tls.verify = TlsVerify::none;
-  } else {
-    throw py::value_error("tls_verify must be 'full', 'ca' or 'none', not '" + how + "'");
+  const auto named = internal::parse_name<TlsVerify>(internal::kTlsVerifyNames, how);
+  if (!named) {
+    throw py::value_error("tls_verify must be " +
+                          internal::choices<TlsVerify>(internal::kTlsVerifyNames, "'") +
+                          ", not '" + how + "'");
   }
+  tls.verify = *named;
   tls.min_version = to_utf8(min_version, "tls_min_version");
-  if (tls.min_version != "1.2" && tls.min_version != "1.3") {
-    throw py::value_error("tls_min_version must be '1.2' or '1.3', not '" + tls.min_version +
-                          "'");
+  if (std::find(std::begin(internal::kTlsVersions), std::end(internal::kTlsVersions),
+                tls.min_version) == std::end(internal::kTlsVersions)) {
+    throw py::value_error("tls_min_version must be " +
+                          internal::choices(internal::kTlsVersions, "'") + ", not '" +
+                          tls.min_version + "'");
   }
   return tls;
 }
@@ -231,10 +218,85 @@ void close_all() {
   });
 }
 
+// Engine(...)'s arguments as an engine: TypeError or ValueError for what they cannot be.
+// The ranges and names are engine_options.h's; what is in range but unusable (a bad URL,
+// a TLS file) is the engine's to say.
+PyEngine* make_engine(OptionalStrArg redis, StrArg key_prefix, IntArg max_limiters,
+                      SecondsArg connect_timeout, SecondsArg command_timeout,
+                      IntArg max_connections, SecondsArg sync_settle, BoolArg sync_clock,
+                      SecondsArg clock_sync_interval, OptionalClockArg clock,
+                      OptionalLoggerArg logger, IntArg max_memory, StrArg connect,
+                      FloatArg partition_share, PolicyArg partitioned_unknown,
+                      OptionalPathArg tls_ca_file, OptionalPathArg tls_ca_dir,
+                      OptionalPathArg tls_cert_file, OptionalPathArg tls_key_file,
+                      OptionalStrArg tls_server_name, StrArg tls_verify, StrArg tls_min_version,
+                      StrArg write_mode, SecondsArg flush_interval) {
+  const auto count = [](py::handle value, const char* name) {
+    const auto min = static_cast<std::uint64_t>(internal::option_range(name).min);
+    return static_cast<std::size_t>(to_u64(value, name, min, UINT64_MAX));
+  };
+  const auto duration = [](py::handle value, const char* name) {
+    return to_milliseconds(value, name, internal::option_range(name).accepts_zero());
+  };
+  Options o;
+  if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
+  o.tls = to_tls(tls_ca_file, tls_ca_dir, tls_cert_file, tls_key_file, tls_server_name,
+                 tls_verify, tls_min_version);
+  o.key_prefix = to_utf8(key_prefix, "key_prefix");
+  o.max_limiters = count(max_limiters, "max_limiters");
+  o.max_memory = count(max_memory, "max_memory");
+  o.connect_timeout = duration(connect_timeout, "connect_timeout");
+  o.command_timeout = duration(command_timeout, "command_timeout");
+  o.max_connections = count(max_connections, "max_connections");
+  o.sync_settle = duration(sync_settle, "sync_settle");
+  o.sync_clock = to_bool(sync_clock, "sync_clock");
+  o.clock_sync_interval = duration(clock_sync_interval, "clock_sync_interval");
+  if (!clock.is_none()) {
+    if (!py::isinstance<ManualClock>(clock)) {
+      throw py::type_error("clock must be a ratewin.ManualClock or None");
+    }
+    o.clock = clock.cast<std::shared_ptr<ManualClock>>();
+  }
+  const std::string connect_mode = to_utf8(connect, "connect");
+  if (connect_mode != "lazy" && connect_mode != "require") {
+    throw py::value_error("connect must be 'lazy' or 'require', not '" + connect_mode + "'");
+  }
+  o.require_store = connect_mode == "require";
+  o.partition_share = to_double(partition_share, "partition_share");
+  o.partitioned_unknown = to_policy(partitioned_unknown, "partitioned_unknown");
+  const std::string mode = to_utf8(write_mode, "write_mode");
+  const auto named = internal::parse_name<WriteMode>(internal::kWriteModeNames, mode);
+  if (!named) {
+    throw py::value_error("write_mode must be " +
+                          internal::choices<WriteMode>(internal::kWriteModeNames, "'") +
+                          ", not '" + mode + "'");
+  }
+  o.write_mode = *named;
+  o.flush_interval = duration(flush_interval, "flush_interval");
+  // Without a logger of the caller's, records on the "ratewin" logger.
+  py::object sink = logger.is_none() ? py::module_::import("ratewin._logsink").attr("emit")
+                                     : py::reinterpret_borrow<py::object>(logger);
+  if (PyCallable_Check(sink.ptr()) == 0) {
+    throw py::type_error("logger must be a callable (level, message) or None");
+  }
+  auto callback = std::make_shared<PyCallback>(sink, "ratewin: the Engine's logger");
+  o.logger = [callback](LogLevel level, std::string_view message) {
+    (*callback)(internal::name_of(level), message);
+  };
+  return new PyEngine(std::move(o));
+}
+
+// Seconds, as Python's duration arguments are given.
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+void def_limiter(py::module_& m);
+void def_functions(py::module_& m);
+
 }  // namespace
 
 void init_engine(py::module_& m) {
   note_main_thread();
+  const Options d;
   py::class_<PyEngine> engine_class(
       m, "Engine",
       "The rate-limiting engine: one per process is typical. Thread-safe: any number of "
@@ -244,87 +306,26 @@ void init_engine(py::module_& m) {
       "exit are closed then.");
   def_context_manager(engine_class, "engine");
   engine_class
-      .def(py::init([](OptionalStrArg redis, StrArg key_prefix, IntArg max_limiters,
-                       SecondsArg connect_timeout, SecondsArg command_timeout,
-                       IntArg max_connections, SecondsArg sync_settle, BoolArg sync_clock,
-                       SecondsArg clock_sync_interval, OptionalClockArg clock,
-                       OptionalLoggerArg logger, IntArg max_memory, StrArg connect,
-                       FloatArg partition_share, PolicyArg partitioned_unknown,
-                       OptionalPathArg tls_ca_file, OptionalPathArg tls_ca_dir,
-                       OptionalPathArg tls_cert_file, OptionalPathArg tls_key_file,
-                       OptionalStrArg tls_server_name, StrArg tls_verify,
-                       StrArg tls_min_version, StrArg write_mode, SecondsArg flush_interval) {
-             Options o;
-             if (!redis.is_none()) o.redis = to_utf8(redis, "redis");
-             o.tls = to_tls(tls_ca_file, tls_ca_dir, tls_cert_file, tls_key_file,
-                            tls_server_name, tls_verify, tls_min_version);
-             o.key_prefix = to_utf8(key_prefix, "key_prefix");
-             o.max_limiters =
-                 static_cast<std::size_t>(to_u64(max_limiters, "max_limiters", 1, UINT64_MAX));
-             o.max_memory =
-                 static_cast<std::size_t>(to_u64(max_memory, "max_memory", 16384, UINT64_MAX));
-             o.connect_timeout = to_milliseconds(connect_timeout, "connect_timeout");
-             o.command_timeout = to_milliseconds(command_timeout, "command_timeout");
-             o.max_connections = static_cast<std::size_t>(
-                 to_u64(max_connections, "max_connections", 1, UINT64_MAX));
-             o.sync_settle = to_milliseconds(sync_settle, "sync_settle", true);
-             o.sync_clock = to_bool(sync_clock, "sync_clock");
-             o.clock_sync_interval =
-                 to_milliseconds(clock_sync_interval, "clock_sync_interval", true);
-             if (!clock.is_none()) {
-               if (!py::isinstance<ManualClock>(clock)) {
-                 throw py::type_error("clock must be a ratewin.ManualClock or None");
-               }
-               o.clock = clock.cast<std::shared_ptr<ManualClock>>();
-             }
-             const std::string connect_mode = to_utf8(connect, "connect");
-             if (connect_mode != "lazy" && connect_mode != "require") {
-               throw py::value_error("connect must be 'lazy' or 'require', not '" + connect_mode +
-                                     "'");
-             }
-             o.require_store = connect_mode == "require";
-             o.partition_share = to_double(partition_share, "partition_share");
-             o.partitioned_unknown = to_policy(partitioned_unknown, "partitioned_unknown");
-             const std::string mode = to_utf8(write_mode, "write_mode");
-             if (mode != "sync" && mode != "batched") {
-               throw py::value_error("write_mode must be 'sync' or 'batched', not '" + mode + "'");
-             }
-             o.write_mode = mode == "batched" ? WriteMode::batched : WriteMode::sync;
-             o.flush_interval = to_milliseconds(flush_interval, "flush_interval", true);
-             // Without a logger of the caller's, records on the "ratewin" logger.
-             py::object sink = logger.is_none()
-                                   ? py::module_::import("ratewin._logsink").attr("emit")
-                                   : py::reinterpret_borrow<py::object>(logger);
-             {
-               if (PyCallable_Check(sink.ptr()) == 0) {
-                 throw py::type_error("logger must be a callable (level, message) or None");
-               }
-               auto callback = std::make_shared<PyCallback>(sink, "ratewin: the Engine's logger");
-               o.logger = [callback](LogLevel level, std::string_view message) {
-                 (*callback)(level_name(level), message);
-               };
-             }
-             return new PyEngine(std::move(o));
-           }),
-           py::arg("redis") = py::none(), py::kw_only(), py::arg("key_prefix") = "ratewin",
-           py::arg("max_limiters") = 1'000'000, py::arg("connect_timeout") = 0.5,
-           py::arg("command_timeout") = 0.1, py::arg("max_connections") = 64,
-           py::arg("sync_settle") = 0.01, py::arg("sync_clock") = true,
-           py::arg("clock_sync_interval") = 10.0, py::arg("clock") = py::none(),
-           py::arg("logger") = py::none(), py::arg("max_memory") = std::size_t{256} << 20,
-           py::arg("connect") = "lazy", py::arg("partition_share") = 1.0,
-           py::arg("partitioned_unknown") = "local", py::arg("tls_ca_file") = py::none(),
-           py::arg("tls_ca_dir") = py::none(), py::arg("tls_cert_file") = py::none(),
-           py::arg("tls_key_file") = py::none(), py::arg("tls_server_name") = py::none(),
-           py::arg("tls_verify") = "full", py::arg("tls_min_version") = "1.2",
-           py::arg("write_mode") = "sync", py::arg("flush_interval") = 0.0,
-           "Engine(redis=None, *, key_prefix='ratewin', max_limiters=1_000_000, "
-           "connect_timeout=0.5, command_timeout=0.1, max_connections=64, sync_settle=0.01, "
-           "sync_clock=True, clock_sync_interval=10.0, clock=None, logger=None, "
-           "max_memory=268435456, connect='lazy', partition_share=1.0, "
-           "partitioned_unknown='local', tls_ca_file=None, tls_ca_dir=None, "
-           "tls_cert_file=None, tls_key_file=None, tls_server_name=None, tls_verify='full', "
-           "tls_min_version='1.2', write_mode='sync', flush_interval=0.0).\n\n"
+      // Every default is Options{}'s (test_stubs holds _ratewin.pyi to the same).
+      .def(py::init(&make_engine), py::arg("redis") = py::none(), py::kw_only(),
+           py::arg("key_prefix") = d.key_prefix, py::arg("max_limiters") = d.max_limiters,
+           py::arg("connect_timeout") = seconds(d.connect_timeout),
+           py::arg("command_timeout") = seconds(d.command_timeout),
+           py::arg("max_connections") = d.max_connections,
+           py::arg("sync_settle") = seconds(d.sync_settle), py::arg("sync_clock") = d.sync_clock,
+           py::arg("clock_sync_interval") = seconds(d.clock_sync_interval),
+           py::arg("clock") = py::none(), py::arg("logger") = py::none(),
+           py::arg("max_memory") = d.max_memory,
+           py::arg("connect") = d.require_store ? "require" : "lazy",
+           py::arg("partition_share") = d.partition_share,
+           py::arg("partitioned_unknown") = std::string(internal::name_of(d.partitioned_unknown)),
+           py::arg("tls_ca_file") = py::none(), py::arg("tls_ca_dir") = py::none(),
+           py::arg("tls_cert_file") = py::none(), py::arg("tls_key_file") = py::none(),
+           py::arg("tls_server_name") = py::none(),
+           py::arg("tls_verify") = std::string(internal::name_of(d.tls.verify)),
+           py::arg("tls_min_version") = d.tls.min_version,
+           py::arg("write_mode") = std::string(internal::name_of(d.write_mode)),
+           py::arg("flush_interval") = seconds(d.flush_interval),
            "write_mode: 'sync' (the default): each admitted request writes to Redis and "
            "waits for the reply; 'batched': requests are decided and counted in memory, "
            "without waiting on the network, and the engine flushes what it admitted every "
@@ -448,7 +449,14 @@ void init_engine(py::module_& m) {
         if (e.closed()) return std::string("<ratewin.Engine closed>");
         return "<ratewin.Engine " + (e.redis().empty() ? std::string("local") : e.redis()) + ">";
       });
+  def_limiter(m);
+  def_functions(m);
+}
 
+namespace {
+
+// ratewin.Limiter, made by Engine.limiter().
+void def_limiter(py::module_& m) {
   py::class_<PyLimiter> limiter_class(
       m, "Limiter",
       "One resource under one limit, from Engine.limiter(): no lookup per "
@@ -473,7 +481,10 @@ void init_engine(py::module_& m) {
         return "<ratewin.Limiter resource=" + resource + " " +
                py::repr(py::cast(l.limit())).cast<std::string>() + (l.closed() ? " closed>" : ">");
       });
+}
 
+// The module's functions: hash, and the package's and benchmarks' helpers.
+void def_functions(py::module_& m) {
   m.def(
       "hash", [](ResourceArg name) { return to_resource(name); }, py::arg("name"),
       "The 64-bit resource id of a name: XXH3-64 (seed 0) of its UTF-8 bytes (or of the "
@@ -517,5 +528,7 @@ void init_engine(py::module_& m) {
       py::arg("engine"), py::arg("resource"), py::arg("limit"), py::arg("calls"),
       "Benchmark helper: nanoseconds per Engine.try_acquire made from C++ in a loop.");
 }
+
+}  // namespace
 
 }  // namespace ratewin::python

@@ -9,24 +9,21 @@
 #include <variant>
 
 #include "bindings.h"
+#include "ratewin_internal/engine_options.h"
 
 namespace ratewin::python {
 
 FailurePolicy to_policy(py::handle value, const char* what) {
   if (py::isinstance<FailurePolicy>(value)) return value.cast<FailurePolicy>();
+  const auto names = std::span<const internal::Named<FailurePolicy>>(internal::kFailurePolicyNames);
   if (PyUnicode_Check(value.ptr()) != 0) {
     const std::string text = to_utf8(value, what);
-    if (text == "local") return FailurePolicy::local;
-    if (text == "open") return FailurePolicy::open;
-    if (text == "closed") return FailurePolicy::closed;
-    if (text == "partitioned") return FailurePolicy::partitioned;
-    throw py::value_error(std::string(what) +
-                          " must be 'local', 'open', 'closed' or 'partitioned', not '" + text +
-                          "'");
+    if (const auto policy = internal::parse_name(names, text)) return *policy;
+    throw py::value_error(std::string(what) + " must be " + internal::choices(names, "'") +
+                          ", not '" + text + "'");
   }
-  throw py::type_error(std::string(what) +
-                       " must be a FailurePolicy or one of 'local', 'open', 'closed', "
-                       "'partitioned'");
+  throw py::type_error(std::string(what) + " must be a FailurePolicy or one of " +
+                       internal::choices(names, "'", ", "));
 }
 
 namespace {
@@ -53,20 +50,6 @@ Mode to_mode(py::handle value) {
                           py::repr(py::str(text)).cast<std::string>());
   }
   return mode;
-}
-
-const char* policy_name(FailurePolicy p) {
-  switch (p) {
-    case FailurePolicy::open:
-      return "open";
-    case FailurePolicy::closed:
-      return "closed";
-    case FailurePolicy::partitioned:
-      return "partitioned";
-    case FailurePolicy::local:
-      break;
-  }
-  return "local";
 }
 
 // The names of the scopes given in this process, for Limit.scope and repr (a Limit holds
@@ -148,7 +131,7 @@ std::string limit_repr(const Limit& l) {
   if (l.algorithm() != Algorithm::token_bucket && l.algorithm() != Algorithm::sliding_log)
     text += ", resolution=" + seconds_text(l.resolution());
   if (l.failure_policy() != FailurePolicy::local) {
-    text += std::string(", on_failure='") + policy_name(l.failure_policy()) + "'";
+    text += std::string(", on_failure='") + std::string(internal::name_of(l.failure_policy())) + "'";
   }
   if (l.has_scope() && !derived) text += ", scope=" + py::repr(scope_object(l)).cast<std::string>();
   if (l.algorithm() != Algorithm::sliding_window) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/json_writer.h"
+#include "ratewin_internal/engine_options.h"
 
 namespace ratewin::server {
 
@@ -14,8 +15,6 @@ namespace {
 
 std::atomic<int> log_threshold{static_cast<int>(LogLevel::info)};
 std::atomic<LogFormat> log_format{LogFormat::text};
-
-constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
 
 bool dropped(LogLevel level) {
   return static_cast<int>(level) < log_threshold.load(std::memory_order_relaxed);
@@ -39,7 +38,7 @@ void write(std::string& line) {
 }
 
 void write_text(LogLevel level, std::string_view body) {
-  std::string line = stamp() + " ratewin-server " + kNames[static_cast<int>(level)] + ": ";
+  std::string line = stamp() + " ratewin-server " + std::string(internal::name_of(level)) + ": ";
   line += body;
   write(line);
 }
@@ -51,7 +50,7 @@ void write_json(LogLevel level, Members&& members) {
   JsonWriter w(line);
   w.begin_object();
   w.key("time").string(stamp());
-  w.key("level").string(kNames[static_cast<int>(level)]);
+  w.key("level").string(internal::name_of(level));
   members(w);
   w.end_object();
   write(line);

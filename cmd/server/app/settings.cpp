@@ -1,6 +1,7 @@
 #include "app/settings.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -10,12 +11,14 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "app/redis_password.h"
+#include "ratewin_internal/engine_options.h"
 #include "common/address.h"
 #include "rls/grpc_front.h"
 #include "rules/rules.h"
@@ -119,7 +122,7 @@ struct CrossCheck {
   std::string (*check)(const cxxopts::ParseResult& args, ServerSettings& s);
 };
 
-std::shared_ptr<const cxxopts::Value> text(const char* default_value) {
+std::shared_ptr<const cxxopts::Value> text(const std::string& default_value) {
   return cxxopts::value<std::string>()->default_value(default_value);
 }
 template <typename T>
@@ -129,6 +132,34 @@ std::shared_ptr<const cxxopts::Value> number(const std::string& default_value) {
 std::shared_ptr<const cxxopts::Value> flag() { return cxxopts::value<bool>(); }
 const std::string& text_of(const Value& v) { return v.as<std::string>(); }
 bool given(const Value& v) { return v.count() != 0; }
+
+// The engine's defaults, which the engine's flags default to (engine_options.h).
+const Options kEngine;
+
+// A flag naming one of `names`: its value into `out`, or the problem, which lists them.
+template <class E>
+std::string named(std::span<const internal::Named<E>> names, const Value& v, const char* flag,
+                  E& out) {
+  const auto value = internal::parse_name(names, text_of(v));
+  if (!value) return std::string(flag) + " must be " + internal::choices(names);
+  out = *value;
+  return {};
+}
+
+// A default as --help shows it: a ratio with its decimal point ("1.0"), bytes with the
+// largest suffix that divides them ("256M").
+std::string ratio_text(double v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  std::string out(buf, end);
+  if (out.find_first_of(".e") == std::string::npos) out += ".0";
+  return out;
+}
+std::string bytes_text(std::size_t v) {
+  for (const auto& [shift, suffix] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}})
+    if (v != 0 && v % (std::size_t{1} << shift) == 0) return std::to_string(v >> shift) + suffix;
+  return std::to_string(v);
+}
 
 constexpr const char* kHttpBounds = "--threads must be 1..256; counts and timeouts above 0";
 constexpr const char* kRefusalLog =
@@ -193,25 +224,18 @@ const Flag kFlags[] = {
   {"redis-tls-verify", "TLS: full (the certificate's chain and name), ca (its chain only) "
                        "or none (nothing: encrypted but unauthenticated; logged as a "
                        "warning)",
-   text("full"), Step::redis_tls_verify,
-   [](const Value& v, S& s) -> std::string {
-     if (text_of(v) == "full") {
-       s.engine.tls.verify = TlsVerify::full;
-     } else if (text_of(v) == "ca") {
-       s.engine.tls.verify = TlsVerify::ca;
-     } else if (text_of(v) == "none") {
-       s.engine.tls.verify = TlsVerify::none;
-     } else {
-       return "--redis-tls-verify must be full, ca or none";
-     }
-     return {};
+   text(std::string(internal::name_of(kEngine.tls.verify))), Step::redis_tls_verify,
+   [](const Value& v, S& s) {
+     return named<TlsVerify>(internal::kTlsVerifyNames, v, "--redis-tls-verify",
+                             s.engine.tls.verify);
    }},
   {"redis-tls-min-version", "TLS: the oldest version accepted, 1.2 or 1.3",
-   text("1.2"), Step::redis_tls_min_version,
+   text(kEngine.tls.min_version), Step::redis_tls_min_version,
    [](const Value& v, S& s) -> std::string {
      s.engine.tls.min_version = text_of(v);
-     if (s.engine.tls.min_version != "1.2" && s.engine.tls.min_version != "1.3")
-       return "--redis-tls-min-version must be 1.2 or 1.3";
+     const auto& versions = internal::kTlsVersions;
+     if (std::find(std::begin(versions), std::end(versions), text_of(v)) == std::end(versions))
+       return "--redis-tls-min-version must be " + internal::choices(versions);
      return {};
    }},
   {"require-redis", "Refuse to start (exit 1, with the reason) when --redis cannot be used: "
@@ -220,40 +244,31 @@ const Flag kFlags[] = {
                     "it can", flag(), Step::store,
    [](const Value& v, S& s) { s.engine.require_store = given(v); return std::string(); }},
   {"key-prefix", "Prefix of every Redis key and channel",
-   text("ratewin"), Step::store,
+   text(kEngine.key_prefix), Step::store,
    [](const Value& v, S& s) { s.engine.key_prefix = text_of(v); return std::string(); }},
   {"partition-share", "failure_policy: partitioned: while Redis is unreachable, each "
                       "instance admits max x this / live instances (0.01 to 1000)",
-   number<double>("1.0"), Step::serving,
+   number<double>(ratio_text(kEngine.partition_share)), Step::serving,
    [](const Value& v, S& s) { s.engine.partition_share = v.as<double>(); return std::string(); }},
   {"partitioned-unknown", "failure_policy: partitioned before an instance has read the "
                           "live count (Redis unreachable from the start): local or closed",
-   text("local"), Step::partitioned_unknown,
-   [](const Value& v, S& s) -> std::string {
-     if (text_of(v) == "closed") {
-       s.engine.partitioned_unknown = FailurePolicy::closed;
-     } else if (text_of(v) != "local") {
-       return "--partitioned-unknown must be local or closed";
-     }
-     return {};
+   text(std::string(internal::name_of(kEngine.partitioned_unknown))), Step::partitioned_unknown,
+   [](const Value& v, S& s) {
+     return named<FailurePolicy>(internal::kPartitionedUnknownNames, v, "--partitioned-unknown",
+                                 s.engine.partitioned_unknown);
    }},
   {"write-mode", "How admissions reach Redis: sync (each waits for its write) or batched "
                  "(decided in memory, flushed every --flush-interval-ms; a limit may be "
                  "exceeded by a bounded amount, see README's Batched mode; sliding_window "
                  "and fixed_window limits only)",
-   text("sync"), Step::write_mode,
-   [](const Value& v, S& s) -> std::string {
-     if (text_of(v) == "batched") {
-       s.engine.write_mode = WriteMode::batched;
-     } else if (text_of(v) != "sync") {
-       return "--write-mode must be sync or batched";
-     }
-     return {};
+   text(std::string(internal::name_of(kEngine.write_mode))), Step::write_mode,
+   [](const Value& v, S& s) {
+     return named<WriteMode>(internal::kWriteModeNames, v, "--write-mode", s.engine.write_mode);
    }},
   {"flush-interval-ms", "Batched mode's flush interval: 0 chooses per window (a 40th of it, "
                         "10 to 50 ms where the resolution allows), else 1 to 1000. The "
                         "same on every instance",
-   number<std::uint32_t>("0"), Step::serving,
+   number<std::uint32_t>(std::to_string(kEngine.flush_interval.count())), Step::serving,
    [](const Value& v, S& s) {
      s.engine.flush_interval = std::chrono::milliseconds(v.as<std::uint32_t>());
      return std::string();
@@ -317,10 +332,9 @@ const Flag kFlags[] = {
   {"rls-failure-policy", "The failure policy of rate limits that name none: local, open, "
                          "closed or partitioned",
    text("local"), Step::rls_failure_policy,
-   [](const Value& v, S& s) -> std::string {
-     if (!parse_failure_policy(text_of(v), s.rls.config.failure_policy))
-       return "--rls-failure-policy must be local, open, closed or partitioned";
-     return {};
+   [](const Value& v, S& s) {
+     return named<FailurePolicy>(internal::kFailurePolicyNames, v, "--rls-failure-policy",
+                                 s.rls.config.failure_policy);
    }},
   {"threads", "Event loops (each on its own SO_REUSEPORT socket)",
    number<unsigned>(std::to_string(std::max(1U, std::thread::hardware_concurrency()))),
@@ -376,12 +390,8 @@ const Flag kFlags[] = {
    }},
   {"log-level", "debug, info, warning or error",
    text("info"), Step::log_level,
-   [](const Value& v, S& s) -> std::string {
-     const std::string levels[] = {"debug", "info", "warning", "error"};
-     const auto found = std::find(std::begin(levels), std::end(levels), text_of(v));
-     if (found == std::end(levels)) return "--log-level must be debug, info, warning or error";
-     s.log_level = static_cast<LogLevel>(found - std::begin(levels));
-     return {};
+   [](const Value& v, S& s) {
+     return named<LogLevel>(internal::kLogLevelNames, v, "--log-level", s.log_level);
    }},
   {"log-format", "text (a line per message) or json (an object per line)",
    text("text"), Step::log_format,
@@ -449,7 +459,7 @@ const Flag kFlags[] = {
      return std::string();
    }},
   {"max-limiters", "Limiters the engine holds at most",
-   number<std::size_t>("1000000"), Step::store,
+   number<std::size_t>(std::to_string(kEngine.max_limiters)), Step::store,
    [](const Value& v, S& s) { s.engine.max_limiters = v.as<std::size_t>(); return std::string(); }},
   {"max-memory", "Memory the engine's limiters take at most, in bytes, or with a suffix "
                  "K, M or G (powers of 1024; at least 16K). A limiter takes 48 bytes plus 4 "
@@ -457,9 +467,10 @@ const Flag kFlags[] = {
                  "a new client key evicts the lightest of the oldest, whose counts are kept "
                  "as a ghost its key starts from again. A rules file with a limit of which "
                  "not even one limiter fits is refused",
-   text("256M"), Step::max_memory,
+   text(bytes_text(kEngine.max_memory)), Step::max_memory,
    [](const Value& v, S& s) -> std::string {
-     if (!parse_bytes(text_of(v), s.engine.max_memory) || s.engine.max_memory < 16 * 1024)
+     if (!parse_bytes(text_of(v), s.engine.max_memory) ||
+         !internal::option_range("max_memory").accepts(static_cast<double>(s.engine.max_memory)))
        return "--max-memory must be bytes (at least 16K), with an optional suffix K, M or G";
      return {};
    }},

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/glob_set.h"
+#include "ratewin_internal/engine_options.h"
 #include "common/text.h"
 #include "http/path.h"
 #include "rules/rules.h"
@@ -130,12 +132,14 @@ inline constexpr std::array<std::pair<std::string_view, Scope>, 3> kScopes{{
     {"endpoint", Scope::endpoint},
     {"global", Scope::global},
 }};
-inline constexpr std::array<std::pair<std::string_view, FailurePolicy>, 4> kPolicies{{
-    {"local", FailurePolicy::local},
-    {"open", FailurePolicy::open},
-    {"closed", FailurePolicy::closed},
-    {"partitioned", FailurePolicy::partitioned},
-}};
+// Spelled as every surface spells them (engine_options.h).
+inline constexpr auto kPolicies = [] {
+  std::array<std::pair<std::string_view, FailurePolicy>,
+             std::size(internal::kFailurePolicyNames)> out{};
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = {internal::kFailurePolicyNames[i].name, internal::kFailurePolicyNames[i].value};
+  return out;
+}();
 // Spelled by the library (algorithm_name), as the bindings spell them.
 inline const std::array<std::pair<std::string_view, Algorithm>, 5> kAlgorithms{{
     {algorithm_name(Algorithm::sliding_window), Algorithm::sliding_window},
