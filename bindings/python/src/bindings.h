@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "ratewin/ratewin.h"
+#include "ratewin_internal/engine_options.h"
 
 namespace ratewin::python {
 
@@ -61,6 +64,15 @@ bool to_bool(py::handle value, const char* what);
 double to_double(py::handle value, const char* what);
 // A FailurePolicy, or its name ('local', 'open', 'closed', 'partitioned').
 FailurePolicy to_policy(py::handle value, const char* what);
+// A str naming one of `names` (engine_options.h) as its value: TypeError for another type,
+// ValueError listing the names for another str.
+template <class E>
+E to_named(py::handle value, const char* what, std::span<const internal::Named<E>> names) {
+  const std::string text = to_utf8(value, what);
+  if (const auto named = internal::parse_name(names, text)) return *named;
+  throw py::value_error(std::string(what) + " must be " + internal::choices(names, "'") +
+                        ", not '" + text + "'");
+}
 // A resource: a str (hashed as UTF-8), bytes (hashed as they are) or an int id.
 std::uint64_t to_resource(py::handle resource);
 // A Limit, or a limit string naming one ("10/second"; see ratewin::parse_limit): TypeError

@@ -9,7 +9,6 @@
 
 #include "bindings.h"
 #include "lifetime.h"
-#include "ratewin_internal/engine_options.h"
 #include "ratewin_internal/redis_client.h"
 
 namespace ratewin::python {
@@ -48,14 +47,7 @@ TlsOptions to_tls(OptionalPathArg ca_file, OptionalPathArg ca_dir, OptionalPathA
   if (!cert_file.is_none()) tls.cert_file = to_path(cert_file, "tls_cert_file");
   if (!key_file.is_none()) tls.key_file = to_path(key_file, "tls_key_file");
   if (!server_name.is_none()) tls.server_name = to_utf8(server_name, "tls_server_name");
-  const std::string how = to_utf8(verify, "tls_verify");
-  const auto named = internal::parse_name<TlsVerify>(internal::kTlsVerifyNames, how);
-  if (!named) {
-    throw py::value_error("tls_verify must be " +
-                          internal::choices<TlsVerify>(internal::kTlsVerifyNames, "'") +
-                          ", not '" + how + "'");
-  }
-  tls.verify = *named;
+  tls.verify = to_named<TlsVerify>(verify, "tls_verify", internal::kTlsVerifyNames);
   tls.min_version = to_utf8(min_version, "tls_min_version");
   if (std::find(std::begin(internal::kTlsVersions), std::end(internal::kTlsVersions),
                 tls.min_version) == std::end(internal::kTlsVersions)) {
@@ -264,14 +256,7 @@ PyEngine* make_engine(OptionalStrArg redis, StrArg key_prefix, IntArg max_limite
   o.require_store = connect_mode == "require";
   o.partition_share = to_double(partition_share, "partition_share");
   o.partitioned_unknown = to_policy(partitioned_unknown, "partitioned_unknown");
-  const std::string mode = to_utf8(write_mode, "write_mode");
-  const auto named = internal::parse_name<WriteMode>(internal::kWriteModeNames, mode);
-  if (!named) {
-    throw py::value_error("write_mode must be " +
-                          internal::choices<WriteMode>(internal::kWriteModeNames, "'") +
-                          ", not '" + mode + "'");
-  }
-  o.write_mode = *named;
+  o.write_mode = to_named<WriteMode>(write_mode, "write_mode", internal::kWriteModeNames);
   o.flush_interval = duration(flush_interval, "flush_interval");
   // Without a logger of the caller's, records on the "ratewin" logger.
   py::object sink = logger.is_none() ? py::module_::import("ratewin._logsink").attr("emit")

@@ -9,19 +9,13 @@
 #include <variant>
 
 #include "bindings.h"
-#include "ratewin_internal/engine_options.h"
 
 namespace ratewin::python {
 
 FailurePolicy to_policy(py::handle value, const char* what) {
   if (py::isinstance<FailurePolicy>(value)) return value.cast<FailurePolicy>();
   const auto names = std::span<const internal::Named<FailurePolicy>>(internal::kFailurePolicyNames);
-  if (PyUnicode_Check(value.ptr()) != 0) {
-    const std::string text = to_utf8(value, what);
-    if (const auto policy = internal::parse_name(names, text)) return *policy;
-    throw py::value_error(std::string(what) + " must be " + internal::choices(names, "'") +
-                          ", not '" + text + "'");
-  }
+  if (PyUnicode_Check(value.ptr()) != 0) return to_named(value, what, names);
   throw py::type_error(std::string(what) + " must be a FailurePolicy or one of " +
                        internal::choices(names, "'", ", "));
 }

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 #include <cstdint>
 
 #include "ratewin/engine.h"
@@ -99,12 +100,9 @@ inline std::string choices(std::span<const std::string_view> names, std::string_
 template <class E>
 std::string choices(std::span<const Named<E>> names, std::string_view quote = "",
                     std::string_view last = " or ") {
-  std::string out;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) out += i + 1 == names.size() ? last : ", ";
-    out.append(quote).append(names[i].name).append(quote);
-  }
-  return out;
+  std::vector<std::string_view> spelled;
+  for (const Named<E>& n : names) spelled.push_back(n.name);
+  return choices(std::span<const std::string_view>(spelled), quote, last);
 }
 
 // A numeric option's range: the values it may take, in its unit (milliseconds for a
