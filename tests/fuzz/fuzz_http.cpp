@@ -40,8 +40,7 @@ struct World {
                     o.rules_path = RATEWIN_RULES_EXAMPLE;
                     o.admin_token = "token";
                     // The session's peer is a trusted proxy: forwarded headers are read.
-                    std::string error;
-                    o.trusted_proxies = *AddressRanges::parse("192.0.2.0/24, ::1", error);
+                    o.trusted_proxies = *AddressRanges::parse("192.0.2.0/24, ::1");
                     return o;
                   }(),
                   [](LogLevel, std::string_view) {}};

@@ -139,9 +139,8 @@ namespace {
 // what is wrong.
 // A JSON object body with no fields but `allowed`. Throws std::invalid_argument.
 JsonValue object_body(std::string_view body, std::initializer_list<std::string_view> allowed) {
-  std::string error;
-  std::optional<JsonValue> json = JsonValue::parse(body, error);
-  if (!json) throw std::invalid_argument("the body is not JSON: " + error);
+  Result<JsonValue> json = JsonValue::parse(body);
+  if (!json) throw std::invalid_argument("the body is not JSON: " + json.message());
   if (!json->is(JsonValue::Type::object))
     throw std::invalid_argument("the body must be a JSON object");
   for (const std::string& name : json->keys()) {

@@ -347,9 +347,8 @@ const Flag kFlags[] = {
    text(""), Step::trust_proxy,
    [](const Value& v, S& s) -> std::string {
      if (!given(v)) return {};
-     std::string error;
-     std::optional<AddressRanges> ranges = AddressRanges::parse(text_of(v), error);
-     if (!ranges) return "--trust-proxy: " + error;
+     Result<AddressRanges> ranges = AddressRanges::parse(text_of(v));
+     if (!ranges) return "--trust-proxy: " + ranges.message();
      s.service.trusted_proxies = std::move(*ranges);
      return {};
    }},
