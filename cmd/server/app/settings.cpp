@@ -360,8 +360,8 @@ const Flag kFlags[] = {
    text("/ratewin/check"), Step::check_path,
    [](const Value& v, S& s) -> std::string {
      s.service.check_path = text_of(v);
-     if (std::string problem = check_path_problem(s.service.check_path); !problem.empty())
-       return "--check-path " + s.service.check_path + ": " + problem;
+     if (const Status problem = check_path_problem(s.service.check_path); !problem.ok())
+       return "--check-path " + s.service.check_path + ": " + problem.message();
      return {};
    }},
   {"mode", "gateway: requests are limited, then answered by a demo backend; "

@@ -124,9 +124,9 @@ class Service::Worker final : public RequestHandler {
                         : service_.reset_key(w.reset_key);
     };
     if (back_on_loop_ == nullptr || (!work.reload && !overrides.shared())) {
-      const std::string error = make(work);
+      const Status outcome = make(work);
       if (work.reload) work.version = service_.rules()->version();
-      AdminApi::done(work, error, response);
+      AdminApi::done(work, outcome, response);
       return count(response.status, "admin");
     }
     if (back_on_loop_->closed()) {  // the loop is ending: it must not wait on Redis now
@@ -138,8 +138,8 @@ class Service::Worker final : public RequestHandler {
     in_flight.work = work;
     // Runs on the writer thread; the outcome's task runs on this loop, while this worker
     // is open (close() refuses later tasks before the worker goes).
-    auto done = [this, number, back = back_on_loop_](std::string error) {
-      back->post([this, number, error = std::move(error)] { changed(number, error); });
+    auto done = [this, number, back = back_on_loop_](const Status& outcome) {
+      back->post([this, number, outcome] { changed(number, outcome); });
     };
     const bool queued =
         work.reload   ? submit_reload(std::move(done))
@@ -169,9 +169,11 @@ class Service::Worker final : public RequestHandler {
     }
   }
 
-  // A reload for the admin API: the error, empty when the file's rules are in force.
-  std::string admin_reload() {
-    return service_.reload("admin API") ? std::string() : service_.last_reload_error();
+  // A reload for the admin API: ok when the file's rules are in force, else `invalid` with
+  // the load's error.
+  Status admin_reload() {
+    if (service_.reload("admin API")) return {};
+    return Status(Status::Code::invalid, service_.last_reload_error());
   }
 
   // Queues an admin reload on the service's reload thread, whose outcome goes to `done`
@@ -181,21 +183,21 @@ class Service::Worker final : public RequestHandler {
     record.queued();
     const bool queued =
         service_.reloads_.submit([this] { return admin_reload(); },
-                                 [&record, done = std::move(done)](std::string error) {
+                                 [&record, done = std::move(done)](const Status& outcome) {
                                    record.unqueued();
-                                   done(std::move(error));
+                                   done(outcome);
                                  });
     if (!queued) record.unqueued();
     return queued;
   }
 
   // A change's outcome, back on the loop.
-  void changed(std::uint64_t number, std::string_view error) {
+  void changed(std::uint64_t number, const Status& outcome) {
     const auto it = changes_.find(number);
     if (it == changes_.end()) return;
     if (it->second.work.reload) it->second.work.version = service_.rules()->version();
     Response response;
-    AdminApi::done(it->second.work, error, response);
+    AdminApi::done(it->second.work, outcome, response);
     count(response.status, "admin");
     // Out of the table first: answering may have this worker handle the connection's
     // next request at once.
@@ -208,12 +210,13 @@ class Service::Worker final : public RequestHandler {
   // "ok", or "degraded" with the reason while the store is down or its commands fail.
   void health(Response& response) {
     const Stats s = service_.engine_.stats();
-    const std::optional<std::string> down = store_down_reason(s);
+    const Status down = store_down_reason(s);
     response.body.clear();
     JsonWriter j(response.body);
     j.begin_object();
-    if (down) {
-      j.key("status").string("degraded").key("store").string("down").key("reason").string(*down);
+    if (!down.ok()) {
+      j.key("status").string("degraded").key("store").string("down").key("reason").string(
+          down.message());
     } else {
       j.key("status").string("ok").key("store").string(s.store ? "up" : "none");
     }
@@ -236,9 +239,10 @@ class Service::Worker final : public RequestHandler {
 
 // ---------------------------------------------------------------------------------------
 
-std::optional<std::string> store_down_reason(const Stats& s) {
-  if (!s.store || s.store_available) return std::nullopt;
-  return s.last_error.empty() ? std::string("not connected yet") : s.last_error;
+Status store_down_reason(const Stats& s) {
+  if (!s.store || s.store_available) return {};
+  return Status(Status::Code::unavailable,
+                s.last_error.empty() ? std::string("not connected yet") : s.last_error);
 }
 
 Rules checked_rules(std::string_view text, const std::string& path, const Engine& engine,
@@ -327,14 +331,15 @@ std::unique_ptr<RequestHandler> Service::worker(uv_loop_s* loop) {
   return std::make_unique<Worker>(*this, loop);
 }
 
-std::string Service::reset_key(std::string_view key) {
+Status Service::reset_key(std::string_view key) {
   const std::shared_ptr<const Rules> rules = rules_.get();
   bool shared = true;
   for (const Acquisition& counter : LimitStep::key_counters(*rules, key, options_.ipv6_prefix))
     shared &= engine_.reset(counter.resource, counter.limit);
   if (!shared) {
-    return "Redis did not confirm it: this server's counts were reset, the shared ones may "
-           "not have been (then they leave with their window)";
+    return Status(Status::Code::unavailable,
+                  "Redis did not confirm it: this server's counts were reset, the shared ones "
+                  "may not have been (then they leave with their window)");
   }
   return {};
 }

@@ -72,9 +72,9 @@ struct ServiceOptions {
 };
 
 // Why the store is down (its commands fail, or it is not connected yet), while it is:
-// decisions are degraded. Nothing with a store that is up, or without one. For /healthz
-// and the status page.
-std::optional<std::string> store_down_reason(const Stats& s);
+// decisions are degraded (code `unavailable`). Ok with a store that is up, or without
+// one. For /healthz and the status page.
+Status store_down_reason(const Stats& s);
 
 // The rules in `text` (read from `path`), checked as every load of the server is: a file
 // that says nothing is refused unless `allow_empty`, and so is a limit of which not one
@@ -101,8 +101,9 @@ class Service {
     return rules_.reload(why, cause);
   }
   // Forgets every count `key` has under the rules in force (LimitStep::key_counters), in
-  // Redis and in this server's engine. Waits on Redis: off the loops. The error (empty: done).
-  std::string reset_key(std::string_view key);
+  // Redis and in this server's engine. Waits on Redis: off the loops. Not ok (`unavailable`)
+  // when Redis did not confirm it.
+  Status reset_key(std::string_view key);
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
   std::uint64_t reload_settle_ms() const noexcept { return options_.reload_settle_ms; }
