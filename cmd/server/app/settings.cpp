@@ -532,9 +532,8 @@ std::string redis_password(const cxxopts::ParseResult& args, ServerSettings& s) 
   std::string password;
   const std::string& file = args["redis-password-file"].as<std::string>();
   if (!file.empty()) {
-    std::string error;
-    std::optional<std::string> read = read_password_file(file, error);
-    if (!read) return "--redis-password-file: " + error;
+    Result<std::string> read = read_password_file(file);
+    if (!read) return "--redis-password-file: " + read.message();
     if (s.engine.redis.empty()) return "--redis-password-file needs --redis";
     password = std::move(*read);
   } else if (const char* env = std::getenv("RATEWIN_REDIS_PASSWORD");
@@ -542,9 +541,8 @@ std::string redis_password(const cxxopts::ParseResult& args, ServerSettings& s) 
     password = env;
   }
   if (password.empty()) return {};
-  std::string error;
-  std::optional<std::string> url = with_redis_password(s.engine.redis, password, error);
-  if (!url) return "--redis: " + error;
+  Result<std::string> url = with_redis_password(s.engine.redis, password);
+  if (!url) return "--redis: " + url.message();
   s.engine.redis = std::move(*url);
   return {};
 }

@@ -108,14 +108,15 @@ bool start_loops(const ServerSettings& settings, Service& service,
   raise_file_limit(config.max_connections);
   const HandlerFactory handlers = [&service](uv_loop_s* loop) { return service.worker(loop); };
   for (unsigned i = 0; i < config.threads; ++i) {
-    std::string error;
-    const int fd = listen_socket(config, port, error);
-    if (fd >= 0) {
-      if (i == 0) port = bound_port(fd);  // port 0: the others share the one picked
-      loops.push_back(HttpLoop::create(config, handlers, service.connections(), fd));
-      if (loops.back()->start(error)) continue;
+    const Result<int> fd = listen_socket(config, port);
+    Status started = fd.status();
+    if (fd) {
+      if (i == 0) port = bound_port(*fd);  // port 0: the others share the one picked
+      loops.push_back(HttpLoop::create(config, handlers, service.connections(), *fd));
+      started = loops.back()->start();
+      if (started.ok()) continue;
     }
-    log(LogLevel::error, error);
+    log(LogLevel::error, started.message());
     for (auto& loop : loops) loop->drain();
     return false;
   }
