@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "admin/admin.h"
+#include "app/router.h"
 #include "http/http.h"
 #include "ratewin/clock.h"
 #include "ratewin/engine.h"
@@ -44,7 +46,8 @@ struct World {
                     return o;
                   }(),
                   [](LogLevel, std::string_view) {}};
-  std::unique_ptr<RequestHandler> handler = service.worker();
+  AdminApi admin{service, overrides, service.options().admin_token};
+  std::unique_ptr<RequestHandler> handler = std::make_unique<Router>(service, &admin);
 };
 
 // Every response starts with a status line and carries its Content-Length of body (none

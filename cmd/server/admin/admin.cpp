@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/prometheus.h"
 #include "service/client.h"
 #include "service/service.h"
 
@@ -228,6 +229,12 @@ std::optional<AdminWork> AdminApi::reset(const Request& request, Response& respo
   AdminWork work;
   work.reset_key = *std::move(key);
   return work;
+}
+
+void AdminApi::write_metrics(PrometheusText& out) const {
+  out.single("ratewin_server_admin_lockout_addresses", "gauge",
+             "Addresses the admin lockout holds (with a wrong token in the last minute).",
+             as_sample(lockout_.size()));
 }
 
 void AdminApi::reload_under_way(Response& response) {

@@ -16,6 +16,7 @@
 
 namespace ratewin::server {
 
+class PrometheusText;
 class Service;
 
 // Work the admin API was asked for that may wait (on Redis, or on a rules file's parse),
@@ -56,6 +57,9 @@ class AdminApi {
   static void reload_under_way(Response& response);
 
   const AdminLockout& lockout() const noexcept { return lockout_; }
+  // The admin API's figures for /metrics (the addresses its lockout holds), written after
+  // the rules' (Service::MetricsPlace::after_rules).
+  void write_metrics(PrometheusText& out) const;
 
  private:
   // The change a POST or DELETE asks for, or nothing and the 400 in `response`.

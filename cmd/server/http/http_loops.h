@@ -69,8 +69,7 @@ bool port_in_use(const Config& config);
 // The port a socket is bound to.
 int bound_port(int fd);
 
-// The request handler of one loop, made on the loop (its thread's own: see
-// Service::worker()).
+// The request handler of one loop, made on the loop (its thread's own: see app/router.h).
 using HandlerFactory = std::function<std::unique_ptr<RequestHandler>(uv_loop_s* loop)>;
 
 // One event loop on its own thread, serving the connections of one listening socket.
