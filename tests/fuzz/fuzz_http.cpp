@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "admin/admin.h"
+#include "app/router.h"
 #include "http/http.h"
 #include "ratewin/clock.h"
 #include "ratewin/engine.h"
@@ -40,12 +42,12 @@ struct World {
                     o.rules_path = RATEWIN_RULES_EXAMPLE;
                     o.admin_token = "token";
                     // The session's peer is a trusted proxy: forwarded headers are read.
-                    std::string error;
-                    o.trusted_proxies = *AddressRanges::parse("192.0.2.0/24, ::1", error);
+                    o.trusted_proxies = *AddressRanges::parse("192.0.2.0/24, ::1");
                     return o;
                   }(),
                   [](LogLevel, std::string_view) {}};
-  std::unique_ptr<RequestHandler> handler = service.worker();
+  AdminApi admin{service, overrides, service.options().admin_token};
+  std::unique_ptr<RequestHandler> handler = std::make_unique<Router>(service, &admin);
 };
 
 // Every response starts with a status line and carries its Content-Length of body (none

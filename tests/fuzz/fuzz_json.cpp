@@ -15,6 +15,8 @@
 namespace {
 
 using ratewin::server::JsonValue;
+using ratewin::server::Result;
+using ratewin::server::Status;
 
 // Canonical JSON text of a parsed value (numbers as they were written).
 void write(const JsonValue& v, std::string& out) {
@@ -57,19 +59,18 @@ void write(const JsonValue& v, std::string& out) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  std::string error;
-  const std::optional<JsonValue> value = JsonValue::parse(text, error);
+  const Result<JsonValue> value = JsonValue::parse(text);
   if (!value) {
-    if (error.empty()) std::abort();  // a refusal always says why
+    // A refusal always says why, as bad input.
+    if (value.message().empty() || value.status().code() != Status::Code::invalid) std::abort();
     return 0;
   }
-  if (!error.empty()) std::abort();
+  if (!value.message().empty()) std::abort();
   if (value->is(JsonValue::Type::object) && value->keys().size() != value->items().size())
     std::abort();
   std::string once;
   write(*value, once);
-  std::string again_error;
-  const std::optional<JsonValue> again = JsonValue::parse(once, again_error);
+  const Result<JsonValue> again = JsonValue::parse(once);
   if (!again) std::abort();
   std::string twice;
   write(*again, twice);

@@ -15,16 +15,15 @@ std::string canonical(std::string_view text) {
 }
 
 std::string cidr_error(std::string_view text) {
-  std::string error;
-  const auto c = Cidr::parse(text, error);
-  CHECK_MESSAGE(!c.has_value(), text);
-  return error;
+  const Result<Cidr> c = Cidr::parse(text);
+  CHECK_MESSAGE(!c.ok(), text);
+  CHECK_MESSAGE(c.status().code() == Status::Code::invalid, text);
+  return c.message();
 }
 
 std::string cidr(std::string_view text) {
-  std::string error;
-  const auto c = Cidr::parse(text, error);
-  REQUIRE_MESSAGE(c.has_value(), text, ": ", error);
+  const Result<Cidr> c = Cidr::parse(text);
+  REQUIRE_MESSAGE(c.ok(), text, ": ", c.message());
   return c->to_string();
 }
 
@@ -96,22 +95,21 @@ TEST_CASE("CIDR ranges") {
   CHECK(cidr("::ffff:10.0.0.0/104") == "10.0.0.0/8");
   CHECK(cidr("::ffff:10.0.0.1") == "10.0.0.1/32");
 
-  std::string error;
-  const auto ten = Cidr::parse("10.0.0.0/8", error);
+  const auto ten = Cidr::parse("10.0.0.0/8");
   REQUIRE(ten);
   CHECK(ten->contains(*IpAddress::parse("10.255.0.1")));
   CHECK(ten->contains(*IpAddress::parse("::ffff:10.1.1.1")));
   CHECK(!ten->contains(*IpAddress::parse("11.0.0.1")));
   CHECK(!ten->contains(*IpAddress::parse("::a00:1")));
-  const auto all6 = Cidr::parse("::/0", error);
+  const auto all6 = Cidr::parse("::/0");
   REQUIRE(all6);
   CHECK(all6->contains(*IpAddress::parse("2001:db8::1")));
   CHECK(!all6->contains(*IpAddress::parse("10.0.0.1")));  // IPv6 ranges hold no IPv4
-  const auto all4 = Cidr::parse("0.0.0.0/0", error);
+  const auto all4 = Cidr::parse("0.0.0.0/0");
   REQUIRE(all4);
   CHECK(all4->contains(*IpAddress::parse("::ffff:192.0.2.1")));
   CHECK(!all4->contains(*IpAddress::parse("::1")));
-  const auto doc = Cidr::parse("2001:db8::/33", error);
+  const auto doc = Cidr::parse("2001:db8::/33");
   REQUIRE(doc);
   CHECK(doc->contains(*IpAddress::parse("2001:db8:7fff::1")));
   CHECK(!doc->contains(*IpAddress::parse("2001:db8:8000::1")));
@@ -128,9 +126,8 @@ TEST_CASE("CIDR ranges") {
 }
 
 TEST_CASE("lists of ranges") {
-  std::string error;
-  const auto list = AddressRanges::parse("10.0.0.0/8, 192.0.2.1 ,::1", error);
-  REQUIRE_MESSAGE(list, error);
+  const auto list = AddressRanges::parse("10.0.0.0/8, 192.0.2.1 ,::1");
+  REQUIRE_MESSAGE(list, list.message());
   CHECK(list->to_string() == "10.0.0.0/8, 192.0.2.1/32, ::1/128");
   CHECK(list->contains(*IpAddress::parse("10.9.9.9")));
   CHECK(list->contains(*IpAddress::parse("::ffff:192.0.2.1")));
@@ -138,11 +135,14 @@ TEST_CASE("lists of ranges") {
   CHECK(!list->contains(*IpAddress::parse("192.0.2.2")));
   CHECK(!AddressRanges().contains(*IpAddress::parse("10.0.0.1")));
 
-  CHECK(!AddressRanges::parse("10.0.0.0/8,", error));
-  CHECK(error.find("\"\"") != std::string::npos);
-  CHECK(!AddressRanges::parse("10.0.0.0/8,bogus", error));
-  CHECK(error == "\"bogus\": not an IP address");
-  CHECK(!AddressRanges::parse("", error));
+  const auto trailing = AddressRanges::parse("10.0.0.0/8,");
+  CHECK(!trailing);
+  CHECK(trailing.message().find("\"\"") != std::string::npos);
+  const auto bogus = AddressRanges::parse("10.0.0.0/8,bogus");
+  CHECK(!bogus);
+  CHECK(bogus.status().code() == Status::Code::invalid);
+  CHECK(bogus.message() == "\"bogus\": not an IP address");
+  CHECK(!AddressRanges::parse(""));
 }
 
 }  // namespace

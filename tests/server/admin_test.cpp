@@ -87,10 +87,9 @@ TEST_CASE("GET /admin/overrides: shared, then the active ones by key") {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
   const std::int64_t expires = unix_ms() + 3'600'000;
   using Kind = Override::Kind;
-  CHECK(admin.overrides.apply({"b", Override{Kind::limit, 100, expires}}, deadline).empty());
-  CHECK(
-      admin.overrides.apply({"a\"q", Override{Kind::multiplier, 2.5, expires}}, deadline).empty());
-  CHECK(admin.overrides.apply({"gone", Override{Kind::limit, 7, 1}}, deadline).empty());
+  CHECK(admin.overrides.apply({"b", Override{Kind::limit, 100, expires}}, deadline).ok());
+  CHECK(admin.overrides.apply({"a\"q", Override{Kind::multiplier, 2.5, expires}}, deadline).ok());
+  CHECK(admin.overrides.apply({"gone", Override{Kind::limit, 7, 1}}, deadline).ok());
   const std::int64_t before = unix_ms();
   const std::string body = admin.get("/admin/overrides").body;
   const std::int64_t after = unix_ms();
@@ -108,39 +107,42 @@ TEST_CASE("the answers to admin work once it is made, or not") {
   AdminWork reload;
   reload.reload = true;
   reload.version = "v\"1@abc";
-  AdminApi::done(reload, "", r);
+  AdminApi::done(reload, Status(), r);
   CHECK(r.status == 200);
   CHECK(r.body == "{\"version\":\"v\\\"1@abc\"}\n");
   r = Response{};
-  AdminApi::done(reload, "rules.yaml:3:1: bad", r);
+  AdminApi::done(reload, Status(Status::Code::invalid, "rules.yaml:3:1: bad"), r);
   CHECK(r.status == 422);
   CHECK(r.body == "{\"error\":\"rules.yaml:3:1: bad\"}\n");
 
   AdminWork reset;
   reset.reset_key = "ip:10.0.0.1";
   r = Response{};
-  AdminApi::done(reset, "", r);
+  AdminApi::done(reset, Status(), r);
   CHECK(r.body == "{\"reset\":\"ip:10.0.0.1\"}\n");
   r = Response{};
-  AdminApi::done(reset, "Redis down", r);
+  AdminApi::done(reset, Status(Status::Code::unavailable, "Redis down"), r);
   CHECK(r.status == 503);
   CHECK(r.body == "{\"error\":\"Redis down\"}\n");
+  r = Response{};
+  AdminApi::done(reset, Status(Status::Code::timeout, "not made: too late"), r);
+  CHECK(r.status == 503);  // by the code: every code but invalid is 503
 
   AdminWork removed;
   removed.change = OverrideChange{"k", std::nullopt};
   r = Response{};
-  AdminApi::done(removed, "", r);
+  AdminApi::done(removed, Status(), r);
   CHECK(r.body == "{\"removed\":true}\n");
 
   // Expired (at 1 ms after 1970): 0 s left, whatever the clock says.
   AdminWork set;
   set.change = OverrideChange{"k\x01", Override{Override::Kind::limit, 5, 1}};
   r = Response{};
-  AdminApi::done(set, "", r);
+  AdminApi::done(set, Status(), r);
   CHECK(r.body == "{\"override\":{\"key\":\"k\\u0001\",\"limit\":5,\"expires_in_s\":0}}\n");
   set.change->value = Override{Override::Kind::multiplier, 0.125, 1};
   r = Response{};
-  AdminApi::done(set, "", r);
+  AdminApi::done(set, Status(), r);
   CHECK(r.body ==
         "{\"override\":{\"key\":\"k\\u0001\",\"multiplier\":0.125,\"expires_in_s\":0}}\n");
 }

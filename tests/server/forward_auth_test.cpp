@@ -24,18 +24,17 @@ Request check(std::string target, std::vector<std::pair<std::string, std::string
 }
 
 CheckedRequest checked(const Request& r) {
-  std::string error;
-  const std::optional<CheckedRequest> c = checked_request(r, kPath, error);
-  REQUIRE_MESSAGE(c.has_value(), r.target, ": ", error);
+  const Result<CheckedRequest> c = checked_request(r, kPath);
+  REQUIRE_MESSAGE(c.ok(), r.target, ": ", c.message());
   return *c;
 }
 
 std::string refused(const Request& r) {
-  std::string error;
-  const std::optional<CheckedRequest> c = checked_request(r, kPath, error);
-  CHECK_MESSAGE(!c.has_value(), r.target);
-  CHECK(!error.empty());
-  return error;
+  const Result<CheckedRequest> c = checked_request(r, kPath);
+  CHECK_MESSAGE(!c.ok(), r.target);
+  CHECK(c.status().code() == Status::Code::invalid);
+  CHECK(!c.message().empty());
+  return c.message();
 }
 
 TEST_CASE("target_path: origin and absolute forms, normalised; nothing else") {
@@ -160,20 +159,21 @@ TEST_CASE("a check that does not say clearly which request it is about is refuse
 }
 
 TEST_CASE("a gateway that passes only 403 on gets its refusals as 403, the status meant beside") {
-  bool forbidden = true;
-  std::string error;
-  CHECK(wants_forbidden_refusals(check(std::string(kPath), {}), forbidden, error));
-  CHECK_FALSE(forbidden);
-  CHECK(wants_forbidden_refusals(check(std::string(kPath), {{"x-ratewin-refusal-status", " 403 "}}),
-                                 forbidden, error));
-  CHECK(forbidden);
+  const Result<bool> plain = wants_forbidden_refusals(check(std::string(kPath), {}));
+  REQUIRE(plain.ok());
+  CHECK_FALSE(*plain);
+  const Result<bool> forbidden =
+      wants_forbidden_refusals(check(std::string(kPath), {{"x-ratewin-refusal-status", " 403 "}}));
+  REQUIRE(forbidden.ok());
+  CHECK(*forbidden);
   for (const auto& headers : std::vector<std::vector<std::pair<std::string, std::string>>>{
            {{"x-ratewin-refusal-status", "429"}},
            {{"x-ratewin-refusal-status", "401"}},
            {{"x-ratewin-refusal-status", "403"}, {"x-ratewin-refusal-status", "403"}}}) {
-    error.clear();
-    CHECK_FALSE(wants_forbidden_refusals(check(std::string(kPath), headers), forbidden, error));
-    CHECK(error == "X-Ratewin-Refusal-Status may only be 403, sent once");
+    const Result<bool> bad = wants_forbidden_refusals(check(std::string(kPath), headers));
+    CHECK_FALSE(bad.ok());
+    CHECK(bad.status().code() == Status::Code::invalid);
+    CHECK(bad.message() == "X-Ratewin-Refusal-Status may only be 403, sent once");
   }
 
   for (const int status : {429, 400, 503}) {
@@ -195,14 +195,16 @@ TEST_CASE("a gateway that passes only 403 on gets its refusals as 403, the statu
 }
 
 TEST_CASE("the check path's rules") {
-  CHECK(check_path_problem("/ratewin/check").empty());
-  CHECK(check_path_problem("/_auth").empty());
-  CHECK(check_path_problem("/healthz/check").empty());
+  CHECK(check_path_problem("/ratewin/check").ok());
+  CHECK(check_path_problem("/_auth").ok());
+  CHECK(check_path_problem("/healthz/check").ok());
   for (const char* bad :
        {"", "ratewin", "/", "/ratewin/", "/ratewin//check", "/a/../b", "/a/./b", "/a?b", "/a#b",
         "/a b", "/a%2fb", "/healthz", "/metrics", "/admin", "/admin/check"}) {
     CAPTURE(bad);
-    CHECK(!check_path_problem(bad).empty());
+    const Status problem = check_path_problem(bad);
+    CHECK(problem.code() == Status::Code::invalid);
+    CHECK(!problem.message().empty());
   }
 }
 

@@ -11,19 +11,18 @@ namespace {
 using Type = JsonValue::Type;
 
 JsonValue parsed(std::string_view text) {
-  std::string error;
-  std::optional<JsonValue> v = JsonValue::parse(text, error);
-  REQUIRE_MESSAGE(v.has_value(), text, " -> ", error);
-  CHECK(error.empty());
-  return std::move(*v);
+  Result<JsonValue> v = JsonValue::parse(text);
+  REQUIRE_MESSAGE(v.ok(), text, " -> ", v.message());
+  CHECK(v.message().empty());
+  return *std::move(v);
 }
 
 std::string refused(std::string_view text) {
-  std::string error;
-  const std::optional<JsonValue> v = JsonValue::parse(text, error);
-  CHECK_MESSAGE(!v.has_value(), text);
-  CHECK_MESSAGE(!error.empty(), text);
-  return error;
+  const Result<JsonValue> v = JsonValue::parse(text);
+  CHECK_MESSAGE(!v.ok(), text);
+  CHECK_MESSAGE(v.status().code() == Status::Code::invalid, text);
+  CHECK_MESSAGE(!v.message().empty(), text);
+  return v.message();
 }
 
 TEST_CASE("JSON: values") {

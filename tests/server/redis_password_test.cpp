@@ -13,17 +13,23 @@ namespace ratewin::server {
 namespace {
 
 std::string spliced(std::string_view url, std::string_view password) {
-  std::string error;
-  const auto out = with_redis_password(url, password, error);
-  REQUIRE_MESSAGE(out.has_value(), url, ": ", error);
+  const Result<std::string> out = with_redis_password(url, password);
+  REQUIRE_MESSAGE(out.ok(), url, ": ", out.message());
   return *out;
 }
 
 std::string refused(std::string_view url, std::string_view password = "pw") {
-  std::string error;
-  const auto out = with_redis_password(url, password, error);
-  CHECK_MESSAGE(!out.has_value(), url, " gave ", out.value_or(""));
-  return error;
+  const Result<std::string> out = with_redis_password(url, password);
+  CHECK_MESSAGE(!out.ok(), url, " gave ", out.ok() ? *out : std::string());
+  CHECK(out.status().code() == Status::Code::invalid);
+  return out.message();
+}
+
+// What a password file holds (read must succeed).
+std::string read_ok(const std::string& path) {
+  const Result<std::string> read = read_password_file(path);
+  REQUIRE_MESSAGE(read.ok(), path, ": ", read.message());
+  return *read;
 }
 
 // A file in a private temporary directory, removed with it.
@@ -92,31 +98,33 @@ TEST_CASE("a URL that already holds a password, or is not a URL, is refused") {
 }
 
 TEST_CASE("a password file: its content, one trailing newline dropped") {
-  std::string error;
   {
     const TempFile file("s3cret\n");
-    CHECK(read_password_file(file.path(), error) == "s3cret");
+    CHECK(read_ok(file.path()) == "s3cret");
   }
   {
     const TempFile file("s3cret\r\n");
-    CHECK(read_password_file(file.path(), error) == "s3cret");
+    CHECK(read_ok(file.path()) == "s3cret");
   }
   {
     const TempFile file("two words \n\n");  // only the last newline goes
-    CHECK(read_password_file(file.path(), error) == "two words \n");
+    CHECK(read_ok(file.path()) == "two words \n");
   }
   {
     const TempFile file("no newline");
-    CHECK(read_password_file(file.path(), error) == "no newline");
+    CHECK(read_ok(file.path()) == "no newline");
   }
   {
     const TempFile file("\n");
-    CHECK(!read_password_file(file.path(), error).has_value());
-    CHECK(error.find("holds no password") != std::string::npos);
+    const Result<std::string> empty = read_password_file(file.path());
+    CHECK(!empty.ok());
+    CHECK(empty.status().code() == Status::Code::invalid);
+    CHECK(empty.message().find("holds no password") != std::string::npos);
   }
-  CHECK(!read_password_file("/nonexistent/ratewin-password", error).has_value());
-  CHECK(error.find("cannot read /nonexistent/ratewin-password") != std::string::npos);
-  CHECK(error.find("No such file") != std::string::npos);
+  const Result<std::string> missing = read_password_file("/nonexistent/ratewin-password");
+  CHECK(!missing.ok());
+  CHECK(missing.message().find("cannot read /nonexistent/ratewin-password") != std::string::npos);
+  CHECK(missing.message().find("No such file") != std::string::npos);
 }
 
 }  // namespace

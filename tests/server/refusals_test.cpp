@@ -1,4 +1,4 @@
-#include "admin/refusals.h"
+#include "service/refusals.h"
 
 #include <doctest/doctest.h>
 
@@ -167,8 +167,7 @@ TEST_CASE("refusal log: API keys by fingerprint unless asked for whole; /admin/t
     for (const auto& [name, value] : l.fields) CHECK(value.find("secret") == std::string::npos);
   CHECK(Refusals::fingerprint("ip:10.0.0.1") == "ip:10.0.0.1");
 
-  std::string error;
-  const std::optional<JsonValue> json = JsonValue::parse(hashed.top_json(10, t0 + 2s), error);
+  const Result<JsonValue> json = JsonValue::parse(hashed.top_json(10, t0 + 2s));
   REQUIRE(json);
   const JsonValue& key = json->find("rules")->items().at(0).find("keys")->items().at(0);
   CHECK(key.find("key")->text() == "sk_live_secret");
@@ -240,8 +239,7 @@ TEST_CASE("structured lines: text with quoted values where needed, JSON members"
         R"("event":"refusing","rule":"per key","key":"ip:10.0.0.1","n":7,"rate":1.5,)"
         R"("odd":"a\"b\u000ac")");
   const std::string json = "{" + format_event(LogFormat::json, "refusing", fields) + "}";
-  std::string error;
-  const std::optional<JsonValue> parsed = JsonValue::parse(json, error);
+  const Result<JsonValue> parsed = JsonValue::parse(json);
   REQUIRE(parsed);
   CHECK(parsed->find("event")->text() == "refusing");
   CHECK(parsed->find("rule")->text() == "per key");

@@ -61,23 +61,24 @@ TEST_CASE("no call waits on Redis: decide() returns while a paused Redis holds t
   // Connections up, and "small" at its limit.
   std::atomic<int> answered{0};
   const auto count = [&](Response&&) { answered.fetch_add(1); };
-  REQUIRE_FALSE(s.service->decide(request("small", "x"), count));
+  REQUIRE(s.service->decide(request("small", "x"), count).ok());
   REQUIRE(test::eventually([&] { return answered.load() == 1; }));
   REQUIRE(test::eventually([&] { return s.engine->stats().store_available; }));
   s.redis.pause();
   std::optional<Response> refused;
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE_FALSE(
-      s.service->decide(request("small", "x"), [&](Response&& r) { refused = std::move(r); }));
+  REQUIRE(
+      s.service->decide(request("small", "x"), [&](Response&& r) { refused = std::move(r); }).ok());
   // A refusal is answered before decide() returns: from this engine's own counts.
   REQUIRE(refused);
   CHECK(refused->overall_code == Code::over_limit);
   // An admission needs a write: decide() returns at once, the answer comes later.
   std::atomic<bool> done{false};
-  REQUIRE_FALSE(s.service->decide(request("k", "y"), [&](Response&& r) {
+  const Status admitted = s.service->decide(request("k", "y"), [&](Response&& r) {
     CHECK(r.overall_code == Code::ok);
     done.store(true);
-  }));
+  });
+  REQUIRE(admitted.ok());
   CHECK_FALSE(done.load());  // (Redis is paused: nothing can have answered the write)
   // A third of the command timeout: a call that waited on the paused Redis would take all
   // of it, and two calls that do not wait take far less, however busy the machine.
@@ -95,12 +96,11 @@ TEST_CASE("calls from several threads, answered on the I/O thread, admit exactly
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 100; ++i) {
-        const std::optional<std::string> problem =
-            s.service->decide(request("k", "shared"), [&](Response&& r) {
-              (r.overall_code == Code::ok ? ok : over).fetch_add(1);
-              answered.fetch_add(1);
-            });
-        CHECK_FALSE(problem);
+        const Status problem = s.service->decide(request("k", "shared"), [&](Response&& r) {
+          (r.overall_code == Code::ok ? ok : over).fetch_add(1);
+          answered.fetch_add(1);
+        });
+        CHECK(problem.ok());
       }
     });
   }

@@ -366,9 +366,8 @@ struct Fixture {
     r.descriptors = std::move(descriptors);
     r.hits_addend = hits;
     std::optional<Response> out;
-    const std::optional<std::string> problem =
-        service->decide(r, [&](Response&& answer) { out = std::move(answer); });
-    REQUIRE_FALSE(problem);
+    const Status problem = service->decide(r, [&](Response&& answer) { out = std::move(answer); });
+    REQUIRE_MESSAGE(problem.ok(), problem.message());
     REQUIRE(out);
     return std::move(*out);
   }
@@ -458,19 +457,24 @@ TEST_CASE("unknown domain, no match, unlimited, and a limit of 0") {
 TEST_CASE("requests the protocol forbids are INVALID_ARGUMENT") {
   Fixture f(kTwo);
   Request r;
-  const auto refused = [&] { return f.service->decide(r, [](Response&&) { FAIL("answered"); }); };
+  // The reason, and that it is one the caller answers INVALID_ARGUMENT (code invalid).
+  const auto refused = [&] {
+    const Status said = f.service->decide(r, [](Response&&) { FAIL("answered"); });
+    CHECK(said.code() == Status::Code::invalid);
+    return said.message();
+  };
   r.domain = "";
   r.descriptors.push_back(one("a", "x"));
-  CHECK(refused() == std::optional<std::string>("rate limit domain must not be empty"));
+  CHECK(refused() == "rate limit domain must not be empty");
   r.domain = "d";
   r.descriptors.clear();
-  CHECK(refused() == std::optional<std::string>("rate limit descriptor list must not be empty"));
+  CHECK(refused() == "rate limit descriptor list must not be empty");
   RequestDescriptor bad = one("a", "x");
   bad.limit = LimitOverride{5, Unit::unknown};
   r.descriptors.push_back(bad);
-  CHECK(refused());
+  CHECK(!refused().empty());
   r.descriptors[0].limit = LimitOverride{5, static_cast<Unit>(42)};
-  CHECK(refused());
+  CHECK(!refused().empty());
 }
 
 TEST_CASE("hits_addend: the request's, a descriptor's own, and 0 to ask without counting") {

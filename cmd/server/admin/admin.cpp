@@ -4,11 +4,11 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "common/json.h"
+#include "common/prometheus.h"
 #include "service/client.h"
 #include "service/service.h"
 
@@ -134,68 +134,69 @@ std::optional<AdminWork> AdminApi::handle(const Request& request, const IpAddres
 
 namespace {
 
-// The override a POST body asks for ({"key": k, "limit": n | "multiplier": x, "ttl_s": t};
-// a DELETE body has the key only), and its key. Throws std::invalid_argument saying
-// what is wrong.
-// A JSON object body with no fields but `allowed`. Throws std::invalid_argument.
-JsonValue object_body(std::string_view body, std::initializer_list<std::string_view> allowed) {
-  std::string error;
-  std::optional<JsonValue> json = JsonValue::parse(body, error);
-  if (!json) throw std::invalid_argument("the body is not JSON: " + error);
-  if (!json->is(JsonValue::Type::object))
-    throw std::invalid_argument("the body must be a JSON object");
+// A JSON object body with no fields but `allowed`; else `invalid`, saying what is wrong.
+Result<JsonValue> object_body(std::string_view body,
+                              std::initializer_list<std::string_view> allowed) {
+  Result<JsonValue> json = JsonValue::parse(body);
+  if (!json) return invalid("the body is not JSON: " + json.message());
+  if (!json->is(JsonValue::Type::object)) return invalid("the body must be a JSON object");
   for (const std::string& name : json->keys()) {
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
-      throw std::invalid_argument("unknown field \"" + name + "\"");
+      return invalid("unknown field \"" + name + "\"");
   }
-  return std::move(*json);
+  return json;
 }
 
-// The body's "key", as clients are known ("ip:" keys canonical). Throws
-// std::invalid_argument.
-std::string key_of(const JsonValue& json) {
+// The body's "key", as clients are known ("ip:" keys canonical); else `invalid`.
+Result<std::string> key_of(const JsonValue& json) {
   const JsonValue* key = json.find("key");
   if (key == nullptr || !key->is(JsonValue::Type::string))
-    throw std::invalid_argument("\"key\" (a string) is required");
+    return invalid("\"key\" (a string) is required");
   std::string out = key->text();
-  if (out.empty()) throw std::invalid_argument("\"key\" is empty");
+  if (out.empty()) return invalid("\"key\" is empty");
   if (out.starts_with("ip:")) {
     // As the rules write addresses, and as clients are known by them.
     const std::optional<std::string> address = canonical_address(out.substr(3));
-    if (!address) throw std::invalid_argument("a key starting \"ip:\" must name an IP address");
+    if (!address) return invalid("a key starting \"ip:\" must name an IP address");
     out = "ip:" + *address;
   }
   return out;
 }
 
-std::pair<std::string, Override> override_from(std::string_view method, std::string_view body) {
+// The override a POST body asks for ({"key": k, "limit": n | "multiplier": x, "ttl_s": t};
+// a DELETE body has the key only), and its key; else `invalid`, saying what is wrong.
+Result<std::pair<std::string, Override>> override_from(std::string_view method,
+                                                       std::string_view body) {
   using Type = JsonValue::Type;
   const bool post = method == "POST";
-  const JsonValue parsed = post ? object_body(body, {"key", "limit", "multiplier", "ttl_s"})
-                                : object_body(body, {"key"});
-  const JsonValue* json = &parsed;
-  std::pair<std::string, Override> out{key_of(parsed), Override{}};
+  const Result<JsonValue> parsed = post ? object_body(body, {"key", "limit", "multiplier", "ttl_s"})
+                                        : object_body(body, {"key"});
+  if (!parsed) return parsed.status();
+  const JsonValue* json = &*parsed;
+  Result<std::string> key = key_of(*json);
+  if (!key) return key.status();
+  std::pair<std::string, Override> out{*std::move(key), Override{}};
   if (!post) return out;
   const JsonValue* limit = json->find("limit");
   const JsonValue* multiplier = json->find("multiplier");
   Override& o = out.second;
   if ((limit == nullptr) == (multiplier == nullptr))
-    throw std::invalid_argument("give exactly one of \"limit\" and \"multiplier\"");
+    return invalid("give exactly one of \"limit\" and \"multiplier\"");
   if (limit != nullptr) {
     const std::optional<std::uint64_t> n = limit->whole_number();
     if (!n || *n < 1 || *n > Limit::kMaxCount)
-      throw std::invalid_argument("\"limit\" must be a whole number from 1 to 4294967295");
+      return invalid("\"limit\" must be a whole number from 1 to 4294967295");
     o = {Override::Kind::limit, static_cast<double>(*n), 0};
   } else {
     if (!multiplier->is(Type::number) || !(multiplier->number() > 0) ||
         !(multiplier->number() <= 1e6))
-      throw std::invalid_argument("\"multiplier\" must be a number above 0 and at most 1e6");
+      return invalid("\"multiplier\" must be a number above 0 and at most 1e6");
     o = {Override::Kind::multiplier, multiplier->number(), 0};
   }
   double ttl = 3600.0;
   if (const JsonValue* t = json->find("ttl_s")) {
     if (!t->is(Type::number) || !(t->number() > 0) || t->number() > 30 * 86400.0)
-      throw std::invalid_argument("\"ttl_s\" must be a number above 0 and at most 30 days");
+      return invalid("\"ttl_s\" must be a number above 0 and at most 30 days");
     ttl = t->number();
   }
   o.expires_ms = unix_ms() + static_cast<std::int64_t>(std::ceil(ttl * 1000));
@@ -205,28 +206,35 @@ std::pair<std::string, Override> override_from(std::string_view method, std::str
 }  // namespace
 
 std::optional<AdminWork> AdminApi::override_change(const Request& request, Response& response) {
-  try {
-    auto [key, value] = override_from(request.method, request.body);
-    OverrideChange change{std::move(key), std::nullopt};
-    if (request.method == "POST") change.value = value;
-    AdminWork work;
-    work.change = std::move(change);
-    return work;
-  } catch (const std::invalid_argument& e) {
-    json_error(response, 400, e.what());
+  Result<std::pair<std::string, Override>> asked = override_from(request.method, request.body);
+  if (!asked) {
+    json_error(response, 400, asked.message());
     return std::nullopt;
   }
+  auto& [key, value] = *asked;
+  OverrideChange change{std::move(key), std::nullopt};
+  if (request.method == "POST") change.value = value;
+  AdminWork work;
+  work.change = std::move(change);
+  return work;
 }
 
 std::optional<AdminWork> AdminApi::reset(const Request& request, Response& response) {
-  try {
-    AdminWork work;
-    work.reset_key = key_of(object_body(request.body, {"key"}));
-    return work;
-  } catch (const std::invalid_argument& e) {
-    json_error(response, 400, e.what());
+  const Result<JsonValue> body = object_body(request.body, {"key"});
+  Result<std::string> key = body ? key_of(*body) : Result<std::string>(body.status());
+  if (!key) {
+    json_error(response, 400, key.message());
     return std::nullopt;
   }
+  AdminWork work;
+  work.reset_key = *std::move(key);
+  return work;
+}
+
+void AdminApi::write_metrics(PrometheusText& out) const {
+  out.single("ratewin_server_admin_lockout_addresses", "gauge",
+             "Addresses the admin lockout holds (with a wrong token in the last minute).",
+             as_sample(lockout_.size()));
 }
 
 void AdminApi::reload_under_way(Response& response) {
@@ -240,12 +248,14 @@ void AdminApi::reload_under_way(Response& response) {
   });
 }
 
-void AdminApi::done(const AdminWork& work, std::string_view error, Response& response) {
-  if (work.reload) {
-    if (!error.empty()) return json_error(response, 422, error);
+void AdminApi::done(const AdminWork& work, const Status& outcome, Response& response) {
+  // A reload's rules refused are the file's problem (`invalid`); anything else was not
+  // made this time, and may be tried again.
+  if (!outcome.ok())
+    return json_error(response, outcome.code() == Status::Code::invalid ? 422 : 503,
+                      outcome.message());
+  if (work.reload)
     return json_body(response, [&](JsonWriter& w) { w.key("version").string(work.version); });
-  }
-  if (!error.empty()) return json_error(response, 503, error);
   json_body(response, [&](JsonWriter& w) {
     if (!work.change) {
       w.key("reset").string(work.reset_key);

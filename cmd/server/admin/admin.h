@@ -16,6 +16,7 @@
 
 namespace ratewin::server {
 
+class PrometheusText;
 class Service;
 
 // Work the admin API was asked for that may wait (on Redis, or on a rules file's parse),
@@ -47,13 +48,18 @@ class AdminApi {
   // `response` holds the answer and nothing is returned.
   [[nodiscard]] std::optional<AdminWork> handle(const Request& request, const IpAddress& client,
                                                 std::string_view path, Response& response);
-  // The answer to work handle() returned, made with `error` as the outcome (empty: made).
-  static void done(const AdminWork& work, std::string_view error, Response& response);
+  // The answer to work handle() returned, made with `outcome`: 200 when ok; else, by its
+  // code, 422 for `invalid` (a reload's rules refused), 503 for any other (a change or a
+  // reset that was not made, nor a reload: it may be asked for again).
+  static void done(const AdminWork& work, const Status& outcome, Response& response);
   // The answer to a reload whose outcome is not known yet (it outlasted its wait): 202,
   // the reload goes on, and GET /admin/rules says its outcome once "reloading" is false.
   static void reload_under_way(Response& response);
 
   const AdminLockout& lockout() const noexcept { return lockout_; }
+  // The admin API's figures for /metrics (the addresses its lockout holds), written after
+  // the rules' (Service::MetricsPlace::after_rules).
+  void write_metrics(PrometheusText& out) const;
 
  private:
   // The change a POST or DELETE asks for, or nothing and the 400 in `response`.

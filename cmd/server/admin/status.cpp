@@ -77,11 +77,11 @@ std::string status_json(const Service& service, steady_clock::time_point now) {
   }
   j.end_array();
   j.end_object();
-  const std::optional<std::string> down = store_down_reason(st);
+  const Status down = store_down_reason(st);
   j.key("store").begin_object();
   j.key("kind").string(st.store ? "redis" : "none");
-  j.key("up").boolean(!down);
-  j.key("reason").string(down.value_or(""));
+  j.key("up").boolean(down.ok());
+  j.key("reason").string(down.message());
   j.key("write_p50_ms").number(ms(st.write_p50));
   j.key("write_p99_ms").number(ms(st.write_p99));
   j.key("writes_ok").number(st.writes_ok);

@@ -7,23 +7,14 @@
 
 namespace ratewin::server {
 
-std::optional<std::string> read_password_file(const std::string& path, std::string& error) {
+Result<std::string> read_password_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = "cannot read " + path + ": " + std::strerror(errno);
-    return std::nullopt;
-  }
+  if (!in) return invalid("cannot read " + path + ": " + std::strerror(errno));
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    error = "cannot read " + path;
-    return std::nullopt;
-  }
+  if (in.bad()) return invalid("cannot read " + path);
   if (content.ends_with('\n')) content.pop_back();
   if (content.ends_with('\r')) content.pop_back();
-  if (content.empty()) {
-    error = path + " holds no password";
-    return std::nullopt;
-  }
+  if (content.empty()) return invalid(path + " holds no password");
   return content;
 }
 
@@ -47,13 +38,10 @@ std::string percent_encode(std::string_view text) {
   return out;
 }
 
-std::optional<std::string> with_redis_password(std::string_view url, std::string_view password,
-                                               std::string& error) {
+Result<std::string> with_redis_password(std::string_view url, std::string_view password) {
   const std::size_t scheme_end = url.find("://");
-  if (scheme_end == std::string_view::npos || scheme_end == 0) {
-    error = "the Redis URL has no scheme (redis://, rediss://, unix://, ...)";
-    return std::nullopt;
-  }
+  if (scheme_end == std::string_view::npos || scheme_end == 0)
+    return invalid("the Redis URL has no scheme (redis://, rediss://, unix://, ...)");
   const std::string_view scheme = url.substr(0, scheme_end);
   const std::string_view rest = url.substr(scheme_end + 3);
   // Where the credentials end, found as the library finds them: the last '@' before the
@@ -70,9 +58,9 @@ std::optional<std::string> with_redis_password(std::string_view url, std::string
     const std::string_view credentials = rest.substr(0, at);
     const std::size_t colon = credentials.find(':');
     if (colon != std::string_view::npos && colon + 1 < credentials.size()) {
-      error = "the Redis URL already holds a password: give it there or in the password file "
-              "(or RATEWIN_REDIS_PASSWORD), not both";
-      return std::nullopt;
+      return invalid(
+          "the Redis URL already holds a password: give it there or in the password file "
+          "(or RATEWIN_REDIS_PASSWORD), not both");
     }
     user = credentials.substr(0, colon);
     after = rest.substr(at + 1);

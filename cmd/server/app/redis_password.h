@@ -6,11 +6,13 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace ratewin::server {
 
-// The password in a file: its content, one trailing newline ("\n" or "\r\n") dropped.
-// nullopt with `error` set when it cannot be read or holds nothing.
-std::optional<std::string> read_password_file(const std::string& path, std::string& error);
+// The password in a file: its content, one trailing newline ("\n" or "\r\n") dropped;
+// `invalid` when it cannot be read or holds nothing.
+Result<std::string> read_password_file(const std::string& path);
 
 // `text` with every byte but A-Z a-z 0-9 - . _ ~ written %XX, as a URL's credentials
 // take it.
@@ -24,9 +26,8 @@ std::string percent_encode(std::string_view text);
 //   unix:///run/redis.sock       -> unix://:PASSWORD@/run/redis.sock
 //   rediss-sentinel://h1,h2/main -> rediss-sentinel://:PASSWORD@h1,h2/main (the primary's
 //                                   password; the sentinels' stays ?sentinel_password=)
-// nullopt with `error` set when the URL has no scheme, or already holds a password (the
-// password must come from one place).
-std::optional<std::string> with_redis_password(std::string_view url, std::string_view password,
-                                               std::string& error);
+// `invalid` when the URL has no scheme, or already holds a password (the password must
+// come from one place).
+Result<std::string> with_redis_password(std::string_view url, std::string_view password);
 
 }  // namespace ratewin::server

@@ -361,9 +361,8 @@ const Flag kFlags[] = {
    text(""), Step::trust_proxy,
    [](const Value& v, S& s) -> std::string {
      if (!given(v)) return {};
-     std::string error;
-     std::optional<AddressRanges> ranges = AddressRanges::parse(text_of(v), error);
-     if (!ranges) return "--trust-proxy: " + error;
+     Result<AddressRanges> ranges = AddressRanges::parse(text_of(v));
+     if (!ranges) return "--trust-proxy: " + ranges.message();
      s.service.trusted_proxies = std::move(*ranges);
      return {};
    }},
@@ -375,8 +374,8 @@ const Flag kFlags[] = {
    text("/ratewin/check"), Step::check_path,
    [](const Value& v, S& s) -> std::string {
      s.service.check_path = text_of(v);
-     if (std::string problem = check_path_problem(s.service.check_path); !problem.empty())
-       return "--check-path " + s.service.check_path + ": " + problem;
+     if (const Status problem = check_path_problem(s.service.check_path); !problem.ok())
+       return "--check-path " + s.service.check_path + ": " + problem.message();
      return {};
    }},
   {"mode", "gateway: requests are limited, then answered by a demo backend; "
@@ -544,9 +543,8 @@ std::string redis_password(const cxxopts::ParseResult& args, ServerSettings& s) 
   std::string password;
   const std::string& file = args["redis-password-file"].as<std::string>();
   if (!file.empty()) {
-    std::string error;
-    std::optional<std::string> read = read_password_file(file, error);
-    if (!read) return "--redis-password-file: " + error;
+    Result<std::string> read = read_password_file(file);
+    if (!read) return "--redis-password-file: " + read.message();
     if (s.engine.redis.empty()) return "--redis-password-file needs --redis";
     password = std::move(*read);
   } else if (const char* env = std::getenv("RATEWIN_REDIS_PASSWORD");
@@ -554,9 +552,8 @@ std::string redis_password(const cxxopts::ParseResult& args, ServerSettings& s) 
     password = env;
   }
   if (password.empty()) return {};
-  std::string error;
-  std::optional<std::string> url = with_redis_password(s.engine.redis, password, error);
-  if (!url) return "--redis: " + error;
+  Result<std::string> url = with_redis_password(s.engine.redis, password);
+  if (!url) return "--redis: " + url.message();
   s.engine.redis = std::move(*url);
   return {};
 }

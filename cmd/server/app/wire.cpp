@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "admin/admin.h"
 #include "app/control.h"
 #include "app/log.h"
+#include "app/router.h"
 #include "http/http_loops.h"
 #include "ratewin/engine.h"
 #include "rls/grpc_front.h"
@@ -83,10 +85,11 @@ sigset_t hold_signals() {
 }
 
 // An HTTP loop per thread, each on its own socket of --listen's port (`port`: the one
-// bound, when --listen asked for 0), its requests to `service`. False, the reason
-// logged and the loops started drained, when the port is another process's (without
-// --reuse-port) or a loop cannot start.
-bool start_loops(const ServerSettings& settings, Service& service,
+// bound, when --listen asked for 0), its requests routed by a Router of its own to
+// `service` and `admin` (null without an admin API). False, the reason logged and the
+// loops started drained, when the port is another process's (without --reuse-port) or a
+// loop cannot start.
+bool start_loops(const ServerSettings& settings, Service& service, AdminApi* admin,
                  std::vector<std::unique_ptr<HttpLoop>>& loops, int& port) {
   const Config& config = settings.http;
   if (!settings.reuse_port && port_in_use(config)) {
@@ -106,16 +109,19 @@ bool start_loops(const ServerSettings& settings, Service& service,
                  : std::string()));
   }
   raise_file_limit(config.max_connections);
-  const HandlerFactory handlers = [&service](uv_loop_s* loop) { return service.worker(loop); };
+  const HandlerFactory handlers = [&service, admin](uv_loop_s* loop) {
+    return std::make_unique<Router>(service, admin, loop);
+  };
   for (unsigned i = 0; i < config.threads; ++i) {
-    std::string error;
-    const int fd = listen_socket(config, port, error);
-    if (fd >= 0) {
-      if (i == 0) port = bound_port(fd);  // port 0: the others share the one picked
-      loops.push_back(HttpLoop::create(config, handlers, service.connections(), fd));
-      if (loops.back()->start(error)) continue;
+    const Result<int> fd = listen_socket(config, port);
+    Status started = fd.status();
+    if (fd) {
+      if (i == 0) port = bound_port(*fd);  // port 0: the others share the one picked
+      loops.push_back(HttpLoop::create(config, handlers, service.connections(), *fd));
+      started = loops.back()->start();
+      if (started.ok()) continue;
     }
-    log(LogLevel::error, error);
+    log(LogLevel::error, started.message());
     for (auto& loop : loops) loop->drain();
     return false;
   }
@@ -152,6 +158,13 @@ int serve(const ServerSettings& settings) {
                             : RedisTarget(settings.engine.redis, settings.engine.tls),
                         settings.engine.key_prefix, log);
     Service service(engine, overrides, settings.service, log, log_event);
+    // The admin API, with --admin-token (one for every loop; its lockout is shared).
+    std::unique_ptr<AdminApi> admin;
+    if (!settings.service.admin_token.empty()) {
+      admin = std::make_unique<AdminApi>(service, overrides, settings.service.admin_token);
+      service.add_metrics([api = admin.get()](PrometheusText& out) { api->write_metrics(out); },
+                          Service::MetricsPlace::after_rules);
+    }
     std::unique_ptr<rls::RateLimitService> rls_service;
     std::unique_ptr<GrpcFront> grpc;
     if (!settings.grpc_listen.empty()) {
@@ -165,7 +178,7 @@ int serve(const ServerSettings& settings) {
     }
     std::vector<std::unique_ptr<HttpLoop>> loops;
     int port = settings.http.port;
-    if (settings.serve_http && !start_loops(settings, service, loops, port)) return 1;
+    if (settings.serve_http && !start_loops(settings, service, admin.get(), loops, port)) return 1;
     Control control(service, loops, rls_service.get(), grpc.get());
     say_listening(settings, port, service, rls_service.get(), grpc.get());
     // From here on the signals reach this thread (and only it: every other thread was

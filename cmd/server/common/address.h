@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
+
 namespace ratewin::server {
 
 // An IPv4 or IPv6 address. An IPv4-mapped IPv6 address (::ffff:a.b.c.d, as a dual-stack
@@ -60,9 +62,9 @@ class Cidr {
  public:
   // "a.b.c.d/n" (n 0-32) or "x:y::z/n" (n 0-128); a bare address is /32 or /128. An
   // IPv4-mapped range (::ffff:a.b.c.d/n, n >= 96) is the IPv4 range /n-96. The bits after
-  // the prefix must be zero ("10.0.0.1/8" is refused: write 10.0.0.0/8). On failure
-  // nullopt, and `error` says why.
-  static std::optional<Cidr> parse(std::string_view text, std::string& error);
+  // the prefix must be zero ("10.0.0.1/8" is refused: write 10.0.0.0/8). On failure an
+  // `invalid` Status that says why.
+  static Result<Cidr> parse(std::string_view text);
 
   bool contains(const IpAddress& address) const noexcept;
   // Canonical: "10.0.0.0/8", "2001:db8::/32".
@@ -77,9 +79,9 @@ class Cidr {
 class AddressRanges {
  public:
   AddressRanges() = default;  // empty: contains nothing
-  // "CIDR[,CIDR...]", spaces around entries allowed. On failure nullopt, and `error`
+  // "CIDR[,CIDR...]", spaces around entries allowed. On failure an `invalid` Status that
   // names the entry and the problem.
-  static std::optional<AddressRanges> parse(std::string_view list, std::string& error);
+  static Result<AddressRanges> parse(std::string_view list);
 
   bool contains(const IpAddress& address) const noexcept;
   bool empty() const noexcept { return ranges_.empty(); }

@@ -34,20 +34,21 @@ void JobQueue::run() {
     Submitted next = std::move(waiting_.front());
     waiting_.pop_front();
     lock.unlock();
-    std::string error;
+    Status outcome;
     try {
-      error = next.job();
+      outcome = next.job();
     } catch (const std::exception& e) {  // no exception may end this thread
-      error = "not made: " + std::string(e.what());
+      outcome = Status(Status::Code::unavailable, "not made: " + std::string(e.what()));
     }
-    next.done(std::move(error));
+    next.done(outcome);
     lock.lock();
   }
   // Stopping: a job still waiting could take long (seconds on Redis, each).
   std::deque<Submitted> left;
   left.swap(waiting_);
   lock.unlock();
-  for (Submitted& s : left) s.done("not made: the server is shutting down");
+  const Status shutting_down(Status::Code::closed, "not made: the server is shutting down");
+  for (Submitted& s : left) s.done(shutting_down);
 }
 
 }  // namespace ratewin::server

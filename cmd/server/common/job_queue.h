@@ -11,26 +11,28 @@
 #include <string>
 #include <thread>
 
+#include "common/status.h"
+
 namespace ratewin::server {
 
 class JobQueue {
  public:
-  // A job's outcome: an error, empty on success.
-  using Job = std::function<std::string()>;
+  // A job, which says how it went.
+  using Job = std::function<Status()>;
   // Called on the queue's thread with the job's outcome.
-  using Done = std::function<void(std::string error)>;
+  using Done = std::function<void(const Status& outcome)>;
 
   // `capacity`: how many jobs may wait at most (the one running not counted).
   explicit JobQueue(std::size_t capacity);
   // Waits for the job running, if any; those still waiting are not run, and their `done`
-  // gets an error saying so.
+  // gets a `closed` Status saying so.
   ~JobQueue();
   JobQueue(const JobQueue&) = delete;
   JobQueue& operator=(const JobQueue&) = delete;
 
   // Queues `job`, whose outcome goes to `done`. False when `capacity` jobs wait already:
   // then neither is ever called. A job that throws has the exception's message as its
-  // outcome. Thread-safe.
+  // outcome (code `unavailable`). Thread-safe.
   bool submit(Job job, Done done);
 
  private:

@@ -28,7 +28,7 @@ class JsonParser {
  public:
   explicit JsonParser(std::string_view text) : text_(text) {}
 
-  std::optional<JsonValue> run(std::string& error) {
+  Result<JsonValue> run() {
     JsonValue out;
     skip_space();
     if (value(out, 0)) {
@@ -36,8 +36,7 @@ class JsonParser {
       if (at_ == text_.size()) return out;
       problem_ = "unexpected content after the value";
     }
-    error = "at byte " + std::to_string(at_) + ": " + problem_;
-    return std::nullopt;
+    return invalid("at byte " + std::to_string(at_) + ": " + problem_);
   }
 
  private:
@@ -301,8 +300,6 @@ class JsonParser {
   std::string problem_;
 };
 
-std::optional<JsonValue> JsonValue::parse(std::string_view text, std::string& error) {
-  return JsonParser(text).run(error);
-}
+Result<JsonValue> JsonValue::parse(std::string_view text) { return JsonParser(text).run(); }
 
 }  // namespace ratewin::server

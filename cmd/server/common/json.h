@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
+
 namespace ratewin::server {
 
 class JsonValue {
@@ -36,9 +38,9 @@ class JsonValue {
   const JsonValue* find(std::string_view key) const noexcept;
 
   static constexpr std::size_t kMaxDepth = 32;
-  // The value `text` holds; nullopt if it is not exactly one JSON value (with whitespace
-  // around it), and then `error` says what is wrong and at which byte.
-  static std::optional<JsonValue> parse(std::string_view text, std::string& error);
+  // The value `text` holds; if it is not exactly one JSON value (with whitespace around
+  // it), an `invalid` Status that says what is wrong and at which byte.
+  static Result<JsonValue> parse(std::string_view text);
 
  private:
   friend class JsonParser;

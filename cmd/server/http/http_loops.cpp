@@ -82,17 +82,14 @@ class UvHttpLoop final : public HttpLoop {
     uv_loop_close(&loop_);
   }
 
-  bool start(std::string& error) override {
+  Status start() override {
     const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 1024, on_connection);
-    if (rc != 0) {
-      error = "listen: " + uv_message(rc);
-      return false;
-    }
+    if (rc != 0) return Status(Status::Code::io, "listen: " + uv_message(rc));
     thread_ = std::thread([this] {
       uv_run(&loop_, UV_RUN_DEFAULT);
       handler_.reset();
     });
-    return true;
+    return {};
   }
   // From any thread: stop accepting, finish what is in progress, then end.
   void drain() override {
@@ -537,21 +534,23 @@ class UvHttpLoop final : public HttpLoop {
 // The kernel spreads connections over the sockets sharing a port.
 namespace {
 
-// A TCP socket bound to host:port (SO_REUSEADDR, and SO_REUSEPORT when `shared`); -1 and
-// `error` (errno kept) on failure.
-int bound_socket(const std::string& host, int port, bool shared, std::string& error) {
+// A TCP socket bound to host:port (SO_REUSEADDR, and SO_REUSEPORT when `shared`), or why
+// not (errno kept, for port_in_use()).
+Result<int> bound_socket(const std::string& host, int port, bool shared) {
   sockaddr_storage address{};
   int rc = uv_ip4_addr(host.c_str(), port, reinterpret_cast<sockaddr_in*>(&address));
   if (rc != 0) rc = uv_ip6_addr(host.c_str(), port, reinterpret_cast<sockaddr_in6*>(&address));
   if (rc != 0) {
-    error = "not an IP address: " + host;
+    Status refused = invalid("not an IP address: " + host);
     errno = EINVAL;
-    return -1;
+    return refused;
   }
   const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    error = std::string("socket: ") + std::strerror(errno);
-    return -1;
+    const int socket_errno = errno;
+    Status failed(Status::Code::io, std::string("socket: ") + std::strerror(socket_errno));
+    errno = socket_errno;
+    return failed;
   }
   const int on = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
@@ -560,29 +559,28 @@ int bound_socket(const std::string& host, int port, bool shared, std::string& er
       address.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), size) != 0) {
     const int bind_errno = errno;
-    error = "cannot listen on " + host + ":" + std::to_string(port) + ": " +
-            std::strerror(bind_errno);
+    Status failed(Status::Code::io, "cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                                        std::strerror(bind_errno));
     ::close(fd);
     errno = bind_errno;
-    return -1;
+    return failed;
   }
   return fd;
 }
 
 }  // namespace
 
-int listen_socket(const Config& config, int port, std::string& error) {
-  return bound_socket(config.host, port, true, error);
+Result<int> listen_socket(const Config& config, int port) {
+  return bound_socket(config.host, port, true);
 }
 
 bool port_in_use(const Config& config) {
   if (config.port == 0) return false;
   // A bind without SO_REUSEPORT fails where any socket listens (SO_REUSEADDR lets it
   // past connections still in TIME_WAIT only). Other failures are listen_socket's to say.
-  std::string error;
-  const int fd = bound_socket(config.host, config.port, false, error);
-  if (fd >= 0) {
-    ::close(fd);
+  const Result<int> fd = bound_socket(config.host, config.port, false);
+  if (fd) {
+    ::close(*fd);
     return false;
   }
   return errno == EADDRINUSE;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/status.h"
 #include "http/http.h"
 
 struct uv_loop_s;
@@ -59,17 +60,16 @@ struct ConnectionCounters {
   std::map<std::string, std::uint32_t, std::less<>> per_address;
 };
 
-// One listening socket on config.host:port (SO_REUSEPORT, not listening yet); -1 and
-// `error` on failure.
-int listen_socket(const Config& config, int port, std::string& error);
+// One listening socket on config.host:port (SO_REUSEPORT, not listening yet), or why not
+// (`invalid` for a host that is no IP address).
+Result<int> listen_socket(const Config& config, int port);
 // Whether a socket of another process already listens on config.host:config.port: one of
 // ours, with SO_REUSEPORT, would join it there and share its clients. Port 0 never is.
 bool port_in_use(const Config& config);
 // The port a socket is bound to.
 int bound_port(int fd);
 
-// The request handler of one loop, made on the loop (its thread's own: see
-// Service::worker()).
+// The request handler of one loop, made on the loop (its thread's own: see app/router.h).
 using HandlerFactory = std::function<std::unique_ptr<RequestHandler>(uv_loop_s* loop)>;
 
 // One event loop on its own thread, serving the connections of one listening socket.
@@ -80,8 +80,8 @@ class HttpLoop {
   static std::unique_ptr<HttpLoop> create(const Config& config, const HandlerFactory& handlers,
                                           ConnectionCounters& counters, int fd);
   virtual ~HttpLoop() = default;
-  // Listens and starts the thread; false and `error` on failure.
-  virtual bool start(std::string& error) = 0;
+  // Listens and starts the thread, or says why it cannot.
+  virtual Status start() = 0;
   // From any thread: stop accepting, finish what is in progress, then end.
   virtual void drain() = 0;
   // Waits for the thread to end (after drain()).

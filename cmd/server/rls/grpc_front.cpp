@@ -92,12 +92,13 @@ class Call {
     answered_ = true;
     // The answer may come before decide() returns, or later on the engine's I/O thread:
     // either thread may finish the call (once).
-    const std::optional<std::string> problem = rls_.decide(r, [this](rls::Response&& answer) {
+    const Status problem = rls_.decide(r, [this](rls::Response&& answer) {
       fill(response_, answer);
       responder_.Finish(response_, grpc::Status::OK, this);
     });
-    if (problem) {
-      responder_.FinishWithError(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *problem), this);
+    if (!problem.ok()) {
+      responder_.FinishWithError(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, problem.message()), this);
     }
   }
 

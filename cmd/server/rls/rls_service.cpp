@@ -119,13 +119,13 @@ RateLimitService::RateLimitService(Engine& engine, ServiceOptions options, Log l
 
 RateLimitService::~RateLimitService() = default;
 
-std::optional<std::string> RateLimitService::decide(const Request& request, Done done) {
-  if (request.domain.empty()) return "rate limit domain must not be empty";
-  if (request.descriptors.empty()) return "rate limit descriptor list must not be empty";
+Status RateLimitService::decide(const Request& request, Done done) {
+  if (request.domain.empty()) return invalid("rate limit domain must not be empty");
+  if (request.descriptors.empty()) return invalid("rate limit descriptor list must not be empty");
   for (std::size_t i = 0; i < request.descriptors.size(); ++i) {
     const std::optional<LimitOverride>& o = request.descriptors[i].limit;
     if (o && unit_length(o->unit).count() == 0) {
-      return "descriptor " + std::to_string(i) + ": its limit has no unit";
+      return invalid("descriptor " + std::to_string(i) + ": its limit has no unit");
     }
   }
   auto call = std::make_shared<Call>();
@@ -163,8 +163,8 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
         std::variant<Limit, LimitIssue> made =
             unit_limit(spec, d.limit->requests_per_unit, d.limit->unit);
         if (const LimitIssue* issue = std::get_if<LimitIssue>(&made)) {
-          return "descriptor " + std::to_string(i) +
-                 ": its limit cannot be counted: " + describe(*issue, spec);
+          return invalid("descriptor " + std::to_string(i) +
+                         ": its limit cannot be counted: " + describe(*issue, spec));
         }
         item.limit = std::get<Limit>(made);
         item.kind = Kind::engine;
@@ -236,7 +236,7 @@ std::optional<std::string> RateLimitService::decide(const Request& request, Done
     }
   }
   if (call->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*call);
-  return std::nullopt;
+  return {};
 }
 
 void RateLimitService::finish(Call& call) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "ratewin/engine.h"
 #include "rls/rls_config.h"
 #include "rules/reloader.h"
@@ -110,11 +111,11 @@ class RateLimitService {
   }
 
   // Decides `request`. A request the protocol forbids (empty domain, no descriptors, an
-  // override with an unknown unit) is refused: the reason is returned (INVALID_ARGUMENT)
-  // and `done` is not called. Otherwise `done` runs once: before this returns when no
-  // round trip is needed (refusals, local mode), else on the engine's I/O thread. Never
-  // blocks on the network.
-  std::optional<std::string> decide(const Request& request, Done done);
+  // override with an unknown unit) is refused: an `invalid` Status says why
+  // (INVALID_ARGUMENT) and `done` is not called. Otherwise ok, and `done` runs once:
+  // before this returns when no round trip is needed (refusals, local mode), else on the
+  // engine's I/O thread. Never blocks on the network.
+  Status decide(const Request& request, Done done);
 
   // The per-descriptor counters (ratewin_rls_*), the reload counters and the version.
   void write_metrics(PrometheusText& out) const;

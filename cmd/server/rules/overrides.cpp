@@ -13,8 +13,6 @@ namespace ratewin::server {
 
 using internal::RedisClient;
 using internal::RedisReply;
-using internal::Result;
-using internal::Status;
 using namespace std::chrono_literals;
 
 std::int64_t unix_ms() noexcept {
@@ -104,40 +102,48 @@ std::chrono::milliseconds left_until(Overrides::Deadline deadline,
   return std::clamp(left, 0ms, most);
 }
 
+// A change not made because its deadline passed.
+Status too_late(std::string why) { return Status(Status::Code::timeout, std::move(why)); }
+
+// A change not made because Redis did not answer in time (`ran`: how the round trip ended).
+Status unanswered(const Status& ran) {
+  return Status(ran.code(), "not made: Redis did not answer before the change's deadline (" +
+                                ran.message() + ")");
+}
+
 }  // namespace
 
-std::string Overrides::command(Deadline deadline,
-                               const std::function<std::string(RedisClient&)>& body) {
+Status Overrides::command(Deadline deadline, const std::function<Status(RedisClient&)>& body) {
   std::lock_guard lock(command_mutex_);
   if (command_connection_ == nullptr || !command_connection_->usable()) {
     const std::chrono::milliseconds left = left_until(deadline, 1000ms);
-    if (left == 0ms) return "not made: its deadline passed before Redis could be reached";
+    if (left == 0ms) return too_late("not made: its deadline passed before Redis could be reached");
     Result<std::unique_ptr<RedisClient>> opened = RedisClient::open(redis_, left, left, hash_key_);
-    if (!opened) return "not made: Redis: " + opened.message();
+    if (!opened) return opened.status().within("not made: Redis");
     command_connection_ = *std::move(opened);
   }
-  std::string result = body(*command_connection_);
+  Status result = body(*command_connection_);
   // A failure may mean that the hash's slot moved (MOVED), or that this server is a
   // replica now (READONLY): the next command connects afresh, to where the hash lives.
-  if (!result.empty()) command_connection_.reset();
+  if (!result.ok()) command_connection_.reset();
   return result;
 }
 
 namespace {
 
-// Runs commands in one round trip; an error reply or a failure is the result.
-std::string run_all(RedisClient& c, std::span<const RedisClient::Argv> commands) {
+// Runs commands in one round trip; an error reply or a failure is the outcome.
+Status run_all(RedisClient& c, std::span<const RedisClient::Argv> commands) {
   std::vector<RedisReply> replies;
-  if (const Status ran = c.run(commands, replies, 1s); !ran.ok()) return "Redis: " + ran.message();
+  if (const Status ran = c.run(commands, replies, 1s); !ran.ok()) return ran.within("Redis");
   for (const RedisReply& r : replies) {
-    if (r.is_error()) return "Redis: " + r.text;
+    if (r.is_error()) return Status(Status::Code::refused, "Redis: " + r.text);
   }
   return {};
 }
 
 }  // namespace
 
-std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
+Status Overrides::write(const OverrideChange& change, Deadline deadline) {
   // Sets (ARGV[2] an encoded override) or removes (ARGV[2] empty) and announces, only
   // while Redis's clock is at most ARGV[3] (ms). Returns 1 when made, 0 when too late.
   static constexpr std::string_view kChangeBefore =
@@ -148,7 +154,7 @@ std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
       "if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) "
       "else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end "
       "redis.call('PUBLISH', ARGV[4], ARGV[1]) return 1";
-  return command(deadline, [&](RedisClient& c) -> std::string {
+  return command(deadline, [&](RedisClient& c) -> Status {
     using std::chrono::steady_clock;
     // Redis's clock read TIME at some moment of ours before `after`: from then on its
     // clock is at least TIME + (our time - after), so a cut-off of TIME + (deadline -
@@ -156,10 +162,8 @@ std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
     std::vector<RedisReply> replies;
     const RedisClient::Argv time[] = {{"TIME"}};
     const std::chrono::milliseconds wait = left_until(deadline);
-    if (wait == 0ms) return "not made: its deadline passed before it could be sent";
-    if (const Status ran = c.run(time, replies, wait); !ran.ok()) {
-      return "not made: Redis did not answer before the change's deadline (" + ran.message() + ")";
-    }
+    if (wait == 0ms) return too_late("not made: its deadline passed before it could be sent");
+    if (const Status ran = c.run(time, replies, wait); !ran.ok()) return unanswered(ran);
     const steady_clock::time_point after = steady_clock::now();
     long long seconds = 0;
     long long micros = 0;
@@ -173,12 +177,13 @@ std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
                         replies[0].elements[1].text.data() + replies[0].elements[1].text.size(),
                         micros)
                 .ec != std::errc()) {
-      return "not made: Redis: TIME gave " +
-             (replies.empty() ? std::string("no reply") : replies[0].text);
+      return Status(Status::Code::protocol,
+                    "not made: Redis: TIME gave " +
+                        (replies.empty() ? std::string("no reply") : replies[0].text));
     }
     const auto to_deadline =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - after).count();
-    if (to_deadline <= 0) return "not made: its deadline passed before it could be sent";
+    if (to_deadline <= 0) return too_late("not made: its deadline passed before it could be sent");
     const std::string cutoff = std::to_string(seconds * 1000 + micros / 1000 + to_deadline);
     const std::string value = change.value ? change.value->encode() : std::string();
     const RedisClient::Argv script[] = {
@@ -187,19 +192,19 @@ std::string Overrides::write(const OverrideChange& change, Deadline deadline) {
     if (const Status ran = c.run(script, replies, left_until(deadline + kAnswerMargin));
         !ran.ok()) {
       // (No answer by now: were it run later, Redis's clock would be past the cut-off.)
-      return "not made: Redis did not answer before the change's deadline (" + ran.message() + ")";
+      return unanswered(ran);
     }
-    if (replies.size() != 1) return "not made: Redis gave no reply";
-    if (replies[0].is_error()) return "not made: Redis: " + replies[0].text;
-    if (replies[0].integer != 1) return "not made: it reached Redis after its deadline";
+    if (replies.size() != 1) return Status(Status::Code::protocol, "not made: Redis gave no reply");
+    if (replies[0].is_error())
+      return Status(Status::Code::refused, "not made: Redis: " + replies[0].text);
+    if (replies[0].integer != 1) return too_late("not made: it reached Redis after its deadline");
     return {};
   });
 }
 
-std::string Overrides::apply(const OverrideChange& change, Deadline deadline) {
+Status Overrides::apply(const OverrideChange& change, Deadline deadline) {
   if (shared()) {
-    std::string error = write(change, deadline);
-    if (!error.empty()) return error;
+    if (Status written = write(change, deadline); !written.ok()) return written;
   }
   publish_local([&](OverrideMap& map) {
     if (change.value) {
@@ -216,7 +221,7 @@ bool Overrides::submit(OverrideChange change, Deadline deadline, Done done) {
                  std::move(done));
 }
 
-bool Overrides::submit_job(std::function<std::string()> job, Done done) {
+bool Overrides::submit_job(JobQueue::Job job, Done done) {
   return enqueue(std::move(job), std::move(done));
 }
 
@@ -299,7 +304,9 @@ void Overrides::run() {
     if (reader == nullptr) {
       error = opened.message();
       if (error.empty()) error = "no connection";
-    } else if (error = run_all(*subscriber, subscribe); error.empty() && !reload(*reader)) {
+    } else if (const Status subscribed = run_all(*subscriber, subscribe); !subscribed.ok()) {
+      error = subscribed.message();
+    } else if (!reload(*reader)) {
       error = "reading " + hash_key_ + " failed (logged above)";
     }
     if (!error.empty()) {

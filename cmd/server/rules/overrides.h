@@ -72,18 +72,18 @@ class Overrides {
   static constexpr std::chrono::milliseconds kAnswerMargin{500};
 
   // Sets or removes a key's override, as `change` says (stored in Redis and announced
-  // when there is one). An empty result is success; otherwise it says why the change was
-  // not made, and it never will be. With Redis, the change is made only if Redis runs it
-  // before `deadline`: a script compares Redis's own clock (TIME) with the deadline
-  // mapped onto it by a TIME read just before, bounded by that read's round trip, so a
-  // change that reaches a paused or slow Redis later refuses itself. This blocks until
-  // the deadline plus kAnswerMargin at most; no answer by then means not made (an answer
-  // delayed longer than kAnswerMargin on its way back would be the only exception, as
-  // would Redis's clock stepping back by more than it). Thread-safe.
-  std::string apply(const OverrideChange& change, Deadline deadline);
+  // when there is one). An ok Status is success; otherwise it says why the change was not
+  // made (a Redis failure's code, `timeout` for a deadline passed), and it never will be.
+  // With Redis, the change is made only if Redis runs it before `deadline`: a script
+  // compares Redis's own clock (TIME) with the deadline mapped onto it by a TIME read just
+  // before, bounded by that read's round trip, so a change that reaches a paused or slow
+  // Redis later refuses itself. This blocks until the deadline plus kAnswerMargin at most;
+  // no answer by then means not made (an answer delayed longer than kAnswerMargin on its
+  // way back would be the only exception, as would Redis's clock stepping back by more
+  // than it). Thread-safe.
+  Status apply(const OverrideChange& change, Deadline deadline);
 
-  // What submit() calls once the change is made or has failed: the error, empty on
-  // success.
+  // What submit() calls once the change is made or has failed, with apply()'s outcome.
   using Done = JobQueue::Done;
   // Queues `change` for the writer thread, which makes the changes one after the other in
   // the order they came, as apply() does, and then calls `done` on that thread. Without
@@ -93,9 +93,9 @@ class Overrides {
   // not made, and their `done` gets an error saying so. Thread-safe.
   bool submit(OverrideChange change, Deadline deadline, Done done);
   // The same for other admin work that waits on Redis (resetting a key's counts): `job`
-  // runs on the writer thread, in turn with the changes, and its result (an error, empty
-  // on success) goes to `done`. Without Redis it runs before this returns.
-  bool submit_job(std::function<std::string()> job, Done done);
+  // runs on the writer thread, in turn with the changes, and its outcome goes to `done`.
+  // Without Redis it runs before this returns.
+  bool submit_job(JobQueue::Job job, Done done);
   static constexpr std::size_t kMaxQueuedChanges = 16;
 
   const Published<OverrideMap>& current() const noexcept { return current_; }
@@ -116,10 +116,9 @@ class Overrides {
   // Reads the hash and publishes it. False when Redis could not be read.
   bool reload(internal::RedisClient& connection);
   // Runs `body` on the command connection (opened first if need be, within `deadline`).
-  std::string command(Deadline deadline,
-                      const std::function<std::string(internal::RedisClient&)>& body);
+  Status command(Deadline deadline, const std::function<Status(internal::RedisClient&)>& body);
   // apply()'s Redis part.
-  std::string write(const OverrideChange& change, Deadline deadline);
+  Status write(const OverrideChange& change, Deadline deadline);
   void publish_local(const std::function<void(OverrideMap&)>& change);
 
   RedisTarget redis_;  // the address; empty: local only

@@ -31,7 +31,7 @@ void assign_prefix_key(std::string& out, const IpAddress& address, unsigned pref
 
 }  // namespace
 
-std::string ambiguous_client_headers(const Request& request) {
+Status ambiguous_client_headers(const Request& request) {
   // (Names are in lower case.)
   static constexpr std::string_view kRead[] = {
       "x-api-key",   "authorization",   "x-forwarded-for", "x-real-ip",
@@ -46,21 +46,21 @@ std::string ambiguous_client_headers(const Request& request) {
     std::replace(dashed.begin(), dashed.end(), '_', '-');
     for (const std::string_view read : kRead)
       if (dashed == read)
-        return "header " + name + ": '_' for '-' in a header this server reads is refused";
+        return invalid("header " + name + ": '_' for '-' in a header this server reads is refused");
   }
-  if (keys > 1) return "more than one X-API-Key header";
-  if (authorizations > 1) return "more than one Authorization header";
+  if (keys > 1) return invalid("more than one X-API-Key header");
+  if (authorizations > 1) return invalid("more than one Authorization header");
   return {};
 }
 
-std::string method_override_problem(const Request& request, std::string_view method) {
+Status method_override_problem(const Request& request, std::string_view method) {
   for (const auto& [name, value] : request.headers) {
     if (name != "x-http-method-override" && name != "x-http-method" &&
         name != "x-method-override")
       continue;
     if (!iequals(trim_ows(value), method))
-      return "header " + name + ": a method override (to another method than " +
-             std::string(method) + ") is refused: backends disagree on it";
+      return invalid("header " + name + ": a method override (to another method than " +
+                     std::string(method) + ") is refused: backends disagree on it");
   }
   return {};
 }

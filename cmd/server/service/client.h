@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/address.h"
+#include "common/status.h"
 #include "http/http.h"
 #include "rules/rules.h"
 
@@ -18,18 +19,19 @@ std::string_view bearer(const Request& request);
 // if there is none.
 std::optional<std::string> basic_password(const Request& request);
 
-// Why the headers that say who the client is cannot be read one way only, or empty: the
-// key's header (X-API-Key, Authorization) twice (this server reads the first; another
-// reader may take the last), or any header it reads spelt with '_' for '-' (X_API_Key:
-// CGI and WSGI backends read it as X-API-Key, which this server would not have seen).
-std::string ambiguous_client_headers(const Request& request);
+// Ok, or `invalid` saying why the headers that say who the client is cannot be read one
+// way only: the key's header (X-API-Key, Authorization) twice (this server reads the
+// first; another reader may take the last), or any header it reads spelt with '_' for
+// '-' (X_API_Key: CGI and WSGI backends read it as X-API-Key, which this server would not
+// have seen).
+Status ambiguous_client_headers(const Request& request);
 
-// Why the request's method is in doubt, or empty: a method-override header
+// Ok, or `invalid` saying why the request's method is in doubt: a method-override header
 // (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) naming another method than
 // `method`. A backend that honours it serves another method than the one the rules
 // matched, and one that does not serves `method`: counting it as either would let it
 // dodge the other's limits.
-std::string method_override_problem(const Request& request, std::string_view method);
+Status method_override_problem(const Request& request, std::string_view method);
 
 struct Client {
   // API keys and addresses are counted apart (an API key "ip:..." is not that address).

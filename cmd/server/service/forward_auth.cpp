@@ -35,21 +35,21 @@ std::string_view single(const Request& r, std::string_view name, bool& repeated)
 
 }  // namespace
 
-std::string check_path_problem(std::string_view path) {
-  if (path.empty() || path.front() != '/') return "it must start with '/'";
-  if (path == "/") return "it must not be \"/\" (every request would be a check)";
+Status check_path_problem(std::string_view path) {
+  if (path.empty() || path.front() != '/') return invalid("it must start with '/'");
+  if (path == "/") return invalid("it must not be \"/\" (every request would be a check)");
   const bool plain = std::all_of(path.begin(), path.end(), [](char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
            c == '.' || c == '_' || c == '~' || c == '/';
   });
-  if (!plain) return "letters, digits, '/', '-', '.', '_' and '~' only";
-  if (path.back() == '/') return "it must not end with '/'";
+  if (!plain) return invalid("letters, digits, '/', '-', '.', '_' and '~' only");
+  if (path.back() == '/') return invalid("it must not end with '/'");
   std::string normalised;
   std::string_view problem;
   if (!normalise_path(path, normalised, problem) || normalised != path)
-    return "it must be a normalised path (no //, . or ..)";
+    return invalid("it must be a normalised path (no //, . or ..)");
   if (path == "/healthz" || path == "/metrics" || path == "/admin" || path.starts_with("/admin/"))
-    return "it must not be /healthz, /metrics, or /admin or under it";
+    return invalid("it must not be /healthz, /metrics, or /admin or under it");
   return {};
 }
 
@@ -106,15 +106,13 @@ bool under(std::string_view path, std::string_view check_path) {
 
 }  // namespace
 
-bool wants_forbidden_refusals(const Request& check, bool& forbidden, std::string& error) {
+Result<bool> wants_forbidden_refusals(const Request& check) {
   bool repeated = false;
   const std::string_view value = single(check, "x-ratewin-refusal-status", repeated);
-  forbidden = value == "403";
-  if (repeated || !(value.empty() || forbidden)) {
-    error = "X-Ratewin-Refusal-Status may only be 403, sent once";
-    return false;
-  }
-  return true;
+  const bool forbidden = value == "403";
+  if (repeated || !(value.empty() || forbidden))
+    return invalid("X-Ratewin-Refusal-Status may only be 403, sent once");
+  return forbidden;
 }
 
 void refuse_as_forbidden(Response& response) {
@@ -136,8 +134,7 @@ bool is_check(const Request& request, std::string_view check_path) {
   return under(request.path, check_path) || under(raw.substr(0, raw.find_first_of("?#")), check_path);
 }
 
-std::optional<CheckedRequest> checked_request(const Request& check, std::string_view check_path,
-                                              std::string& error) {
+Result<CheckedRequest> checked_request(const Request& check, std::string_view check_path) {
   // The check's own target, as written.
   const std::string_view raw = raw_target(check);
   const std::string_view raw_path = raw.substr(0, raw.find_first_of("?#"));
@@ -150,26 +147,23 @@ std::optional<CheckedRequest> checked_request(const Request& check, std::string_
     const std::string_view forwarded_uri = single(check, "x-forwarded-uri", repeated);
     const std::string_view forwarded_method = single(check, "x-forwarded-method", repeated);
     if (repeated) {
-      error =
+      return invalid(
           "X-Original-URI, X-Original-Method, X-Forwarded-Uri and X-Forwarded-Method may "
-          "each be sent once only";
-      return std::nullopt;
+          "each be sent once only");
     }
     const bool original = !original_uri.empty() || !original_method.empty();
     const bool forwarded = !forwarded_uri.empty() || !forwarded_method.empty();
     if (original && forwarded) {
-      error =
+      return invalid(
           "both X-Original-URI/-Method and X-Forwarded-Uri/-Method: the gateway must send "
-          "one pair and remove the other";
-      return std::nullopt;
+          "one pair and remove the other");
     }
     const std::string_view uri = original ? original_uri : forwarded_uri;
     const std::string_view method = original ? original_method : forwarded_method;
     if (uri.empty()) {
-      error =
+      return invalid(
           "a check needs the original request's URI (X-Original-URI or X-Forwarded-Uri), "
-          "or its path after the check path";
-      return std::nullopt;
+          "or its path after the check path");
     }
     path = target_path(uri);
     out.query.assign(query_of(uri));
@@ -180,17 +174,14 @@ std::optional<CheckedRequest> checked_request(const Request& check, std::string_
     out.query.assign(query_of(raw));
     out.method = check.method;
   } else {
-    error = "the check path must be sent as it is written (" + std::string(check_path) +
-            ", or the original path after it)";
-    return std::nullopt;
+    return invalid("the check path must be sent as it is written (" + std::string(check_path) +
+                   ", or the original path after it)");
   }
   if (!path) {
-    error = "the original URI is not a request target (origin or absolute form)";
-    return std::nullopt;
+    return invalid("the original URI is not a request target (origin or absolute form)");
   }
   if (!is_token(out.method) || out.method.size() > 32) {
-    error = "the original method is not an HTTP method";
-    return std::nullopt;
+    return invalid("the original method is not an HTTP method");
   }
   out.path = std::move(*path);
   return out;

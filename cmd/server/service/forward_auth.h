@@ -8,14 +8,15 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
 #include "http/http.h"
 
 namespace ratewin::server {
 
 // The check path's rules: it starts with '/', is not "/", has no trailing '/', no query,
-// is already normalised, and does not reach /healthz, /metrics or /admin. Empty if
-// `path` is fine, else the problem.
-std::string check_path_problem(std::string_view path);
+// is already normalised, and does not reach /healthz, /metrics or /admin. Ok if `path` is
+// fine, else `invalid` with the problem.
+Status check_path_problem(std::string_view path);
 
 // The path of a request target, as endpoints are matched: the one place where a target
 // given as text (the request's own, or a forward-auth check's original URI) is checked
@@ -42,18 +43,17 @@ struct CheckedRequest {
 //     /ratewin/check/api/x?q is a check of /api/x?q), and the method is the check's own.
 //     The headers above are ignored.
 // The target's path must reach the check path as written: "/ratewin//check" or
-// "/x/../ratewin/check" is refused (`error` set) rather than guessed at.
-// On failure nullopt, and `error` says what is wrong (for a 400).
-std::optional<CheckedRequest> checked_request(const Request& check, std::string_view check_path,
-                                              std::string& error);
+// "/x/../ratewin/check" is refused rather than guessed at.
+// On failure `invalid`, saying what is wrong (for a 400).
+Result<CheckedRequest> checked_request(const Request& check, std::string_view check_path);
 
 // How the gateway wants a check's refusals. nginx's auth_request passes a 401 or 403 on
 // and turns any other answer into a 500, logging an error for each (one per refused
 // request under an attack); so a check may say "X-Ratewin-Refusal-Status: 403", and its
 // refusals (429, 400) are then answered 403 with the status meant in X-Ratewin-Status,
 // which the gateway's error page turns back into it. Without the header, as they are.
-// False, and `error` set, for any other value or a repeated header.
-bool wants_forbidden_refusals(const Request& check, bool& forbidden, std::string& error);
+// Whether it says 403; `invalid` for any other value or a repeated header.
+Result<bool> wants_forbidden_refusals(const Request& check);
 // A refusal in `response` answered 403, its own status in X-Ratewin-Status; a 2xx or a
 // 403 is left as it is.
 void refuse_as_forbidden(Response& response);

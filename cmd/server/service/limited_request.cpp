@@ -35,9 +35,9 @@ void LimitedRequest::limit_request(const Request& request, const ClientIdentifie
                                    Reply& reply) {
   reply_ = &reply;
   pass_ = Pass::backend;
-  std::string problem = ambiguous_client_headers(request);
-  if (problem.empty()) problem = method_override_problem(request, request.method);
-  if (!problem.empty()) return refuse(400, "ambiguous-header", problem);
+  Status ambiguous = ambiguous_client_headers(request);
+  if (ambiguous.ok()) ambiguous = method_override_problem(request, request.method);
+  if (!ambiguous.ok()) return refuse(400, "ambiguous-header", ambiguous.message());
   path_.assign(request.path);
   const IpAddress address = home_.clients_.address(request, peer, false).address;
   if (identify(request, request.query, address) && match(request, request.query, request.method))
@@ -51,21 +51,20 @@ void LimitedRequest::limit_check(const Request& request, const ClientIdentifier:
   if (!peer.trusted)
     return refuse(403, "untrusted-check",
                   "forward-auth checks are answered for --trust-proxy peers only");
-  std::string error;
-  bool forbidden = false;
-  if (!wants_forbidden_refusals(request, forbidden, error)) return refuse(400, "bad-check", error);
+  const Result<bool> forbidden = wants_forbidden_refusals(request);
+  if (!forbidden) return refuse(400, "bad-check", forbidden.message());
   // The check's own 400s are refusals too (refuse() answers them 403 when asked).
-  if (forbidden) pass_ = Pass::check_forbidden;
-  if (error = ambiguous_client_headers(request); !error.empty())
-    return refuse(400, "ambiguous-header", error);
-  const std::optional<CheckedRequest> checked =
-      checked_request(request, home_.parts_.check_path, error);
+  if (*forbidden) pass_ = Pass::check_forbidden;
+  if (const Status ambiguous = ambiguous_client_headers(request); !ambiguous.ok())
+    return refuse(400, "ambiguous-header", ambiguous.message());
+  const Result<CheckedRequest> checked = checked_request(request, home_.parts_.check_path);
+  if (!checked) return refuse(400, "bad-check", checked.message());
   const ClientIdentifier::Address address = home_.clients_.address(request, peer, true);
-  if (checked && !address.ok)
-    error = "a check needs the client's address (X-Forwarded-For or X-Real-IP)";
-  if (!checked || !address.ok) return refuse(400, "bad-check", error);
-  if (error = method_override_problem(request, checked->method); !error.empty())
-    return refuse(400, "ambiguous-header", error);
+  if (!address.ok)
+    return refuse(400, "bad-check",
+                  "a check needs the client's address (X-Forwarded-For or X-Real-IP)");
+  if (const Status ambiguous = method_override_problem(request, checked->method); !ambiguous.ok())
+    return refuse(400, "ambiguous-header", ambiguous.message());
   path_.assign(checked->path);
   if (identify(request, checked->query, address.address) &&
       match(request, checked->query, checked->method))

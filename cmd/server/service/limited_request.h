@@ -16,7 +16,6 @@
 #include <string_view>
 #include <vector>
 
-#include "admin/refusals.h"
 #include "common/published.h"
 #include "http/http.h"
 #include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
@@ -25,6 +24,7 @@
 #include "service/client.h"
 #include "service/limit_response.h"
 #include "service/limit_step.h"
+#include "service/refusals.h"
 #include "service/request_tally.h"
 
 namespace ratewin::server {

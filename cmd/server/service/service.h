@@ -1,9 +1,11 @@
-// What the server does with a request: identify the client (client.h) and the endpoint,
-// match the rules, ask the engine for every matching limit at once (limit_step.h), and
-// answer with the headers (limit_response.h); the same for a forward-auth check about
-// another server's request (forward_auth.h); plus /healthz, /metrics (prometheus.h,
-// request_tally.h) and the admin API (admin.h). Transport-independent (see http.h), so
-// the fuzz target drives it without sockets.
+// What the server holds for its requests: the rules in force and their reloads, the
+// refusals (refusals.h), the requests' tally (request_tally.h), the connections'
+// counters, /metrics' text, and what each loop's limited requests use
+// (limited_request.h: identify the client, match the rules, ask the engine for every
+// matching limit at once, answer with the headers; the same for a forward-auth check).
+// Each loop's router (app/router.h) routes its requests to it, to /healthz, and to the
+// admin API (admin/, which reads and changes what this holds). Transport-independent
+// (see http.h), so the fuzz target drives it without sockets.
 #pragma once
 
 #include <atomic>
@@ -19,18 +21,17 @@
 #include <utility>
 #include <vector>
 
-#include "admin/admin.h"
-#include "admin/refusals.h"
 #include "common/address.h"
 #include "common/job_queue.h"
 #include "common/published.h"
-#include "http/http.h"
+#include "common/status.h"
 #include "http/http_loops.h"  // ConnectionCounters
-#include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
+#include "ratewin/ratewin.h"  // Engine
 #include "rules/overrides.h"
 #include "rules/reloader.h"
 #include "rules/rules.h"
 #include "service/limited_request.h"
+#include "service/refusals.h"
 #include "service/request_tally.h"
 
 namespace ratewin::server {
@@ -38,12 +39,12 @@ namespace ratewin::server {
 class PrometheusText;
 
 struct ServiceOptions {
-  std::string rules_path;   // empty: no rules (every request allowed)
-  std::string admin_token;  // empty: no admin API
+  std::string rules_path;  // empty: no rules (every request allowed)
+  // The admin API's token, for wire() to make the admin API with (admin/admin.h); empty:
+  // no admin API.
+  std::string admin_token;
   // Peers whose X-Forwarded-For and X-Real-IP are believed (--trust-proxy); empty: none.
   AddressRanges trusted_proxies;
-  // Addresses the admin lockout holds at most (see admin_lockout.h).
-  std::size_t admin_lockout_capacity = AdminLockout::kDefaultCapacity;
   // Forward-auth checks (forward_auth.h) go to this path, or under it (--check-path; see
   // check_path_problem() for what it may be).
   std::string check_path = "/ratewin/check";
@@ -72,9 +73,9 @@ struct ServiceOptions {
 };
 
 // Why the store is down (its commands fail, or it is not connected yet), while it is:
-// decisions are degraded. Nothing with a store that is up, or without one. For /healthz
-// and the status page.
-std::optional<std::string> store_down_reason(const Stats& s);
+// decisions are degraded (code `unavailable`). Ok with a store that is up, or without
+// one. For /healthz and the status page.
+Status store_down_reason(const Stats& s);
 
 // The rules in `text` (read from `path`), checked as every load of the server is: a file
 // that says nothing is refused unless `allow_empty`, and so is a limit of which not one
@@ -100,9 +101,16 @@ class Service {
   bool reload(std::string_view why, ReloadCause cause = ReloadCause::request) {
     return rules_.reload(why, cause);
   }
+  // A reload for the admin API (POST /admin/reload): ok when the file's rules are in
+  // force, else `invalid` with the load's error. Waits on the read and the parse.
+  Status admin_reload();
+  // Queues admin_reload() on the service's reload thread, whose outcome goes to `done`
+  // there; reloading() from now until then. False when too many wait already.
+  bool submit_reload(JobQueue::Done done);
   // Forgets every count `key` has under the rules in force (LimitStep::key_counters), in
-  // Redis and in this server's engine. Waits on Redis: off the loops. The error (empty: done).
-  std::string reset_key(std::string_view key);
+  // Redis and in this server's engine. Waits on Redis: off the loops. Not ok (`unavailable`)
+  // when Redis did not confirm it.
+  Status reset_key(std::string_view key);
   std::shared_ptr<const Rules> rules() const { return rules_.get(); }
   const std::string& rules_path() const noexcept { return options_.rules_path; }
   std::uint64_t reload_settle_ms() const noexcept { return options_.reload_settle_ms; }
@@ -119,19 +127,18 @@ class Service {
   const Refusals& refusals() const noexcept { return refusals_; }
   // The Prometheus text of /metrics.
   std::string metrics_text() const;
-  // Another part of the server whose figures /metrics shows too (after the service's own).
-  // Before serving.
-  void add_metrics(std::function<void(PrometheusText&)> part) { metric_parts_.push_back(std::move(part)); }
+  // Where another part's figures go in /metrics: after the rules' and the overrides' (the
+  // admin API's), or after the engine's, last (the RLS listener's).
+  enum class MetricsPlace { after_rules, last };
+  // Another part of the server whose figures /metrics shows too. Before serving.
+  void add_metrics(std::function<void(PrometheusText&)> part,
+                   MetricsPlace place = MetricsPlace::last) {
+    (place == MetricsPlace::after_rules ? metric_parts_after_rules_ : metric_parts_)
+        .push_back(std::move(part));
+  }
 
-  // A handler per transport thread (its counters are its own).
-  class Worker;
-  // On a transport's loop thread. With `loop` and a store, admissions' writes go out on
-  // that loop (ratewin::AsyncAcquirer) and their requests are answered when the replies
-  // arrive; without, each waits for its write. Likewise, with `loop` and Redis, admin
-  // override changes are written by the overrides' writer thread (Overrides::submit) and
-  // answered back on the loop; without, each is made before its request is answered.
-  // The handler then holds a handle on `loop` until its close().
-  std::unique_ptr<RequestHandler> worker(uv_loop_s* loop = nullptr);
+  // What each loop's limited requests use (its router's LimitedRequests).
+  LimitedRequests::Parts limiting_parts();
 
   // What the requests came to (by status and rule, shadow refusals, latency); the status
   // page's rates from sample_rates(), which the control loop calls every second. Thread-safe.
@@ -139,16 +146,15 @@ class Service {
   const RequestTally& tally() const noexcept { return tally_; }
   void sample_rates(std::chrono::steady_clock::time_point now) { tally_.sample_rates(now); }
 
+  const ServiceOptions& options() const noexcept { return options_; }
   const Engine& engine() const noexcept { return engine_; }
+  Overrides& overrides() noexcept { return overrides_; }
   const Overrides& overrides() const noexcept { return overrides_; }
   std::chrono::steady_clock::time_point started() const noexcept { return started_; }
 
  private:
-  friend class Worker;
   // metrics_text()'s part about the rules and the overrides.
   void write_rules_metrics(PrometheusText& out) const;
-  // What each loop's limited requests use (Worker's LimitedRequests).
-  LimitedRequests::Parts limiting_parts();
   // How the rules file is read and checked (checked_rules()), and its reloads logged.
   Reloader<Rules>::Hooks rules_hooks();
 
@@ -163,7 +169,7 @@ class Service {
   Refusals refusals_;
   RequestTally tally_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::unique_ptr<AdminApi> admin_;  // null without an admin token
+  std::vector<std::function<void(PrometheusText&)>> metric_parts_after_rules_;
   std::vector<std::function<void(PrometheusText&)>> metric_parts_;
   // POST /admin/reload's reads and parses, off the loops (last: it goes first, waiting for
   // the one it runs).

@@ -1,4 +1,4 @@
-#include "admin/refusals.h"
+#include "service/refusals.h"
 
 #include <algorithm>
 #include <cstdio>
