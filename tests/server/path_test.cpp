@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/glob_set.h"
 #include "rules/rules.h"
 
 namespace doctest {

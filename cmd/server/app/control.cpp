@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "app/log.h"
+#include "common/log.h"
 
 namespace ratewin::server {
 

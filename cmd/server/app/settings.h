@@ -6,7 +6,7 @@
 #include <string>
 #include <variant>
 
-#include "app/log_event.h"    // LogFormat
+#include "common/log_event.h"    // LogFormat
 #include "http/http_loops.h"  // Config
 #include "ratewin/engine.h"   // Options, LogLevel
 #include "rls/rls_service.h"  // rls::ServiceOptions

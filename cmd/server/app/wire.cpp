@@ -14,7 +14,7 @@
 
 #include "admin/admin.h"
 #include "app/control.h"
-#include "app/log.h"
+#include "common/log.h"
 #include "app/router.h"
 #include "http/http_loops.h"
 #include "ratewin/engine.h"

@@ -5,9 +5,32 @@
 #include <limits>
 #include <stdexcept>
 
-#include "http/path.h"
-
 namespace ratewin::server {
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+  // On a mismatch, backtrack to the latest '*' and let it swallow one more byte; earlier
+  // stars never need revisiting, which bounds the work by pattern * text.
+  std::size_t p = 0;
+  std::size_t t = 0;
+  std::size_t star = std::string_view::npos;
+  std::size_t star_text = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      star_text = t;
+    } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++star_text;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
 
 namespace {
 

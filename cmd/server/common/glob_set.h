@@ -1,4 +1,4 @@
-// glob_set.h: a list of globs (path.h's glob_match) matched in time that does not grow
+// glob_set.h: glob_match, and a list of globs matched in time that does not grow
 // with the list's length, for the rules' allow, deny and key lists.
 #pragma once
 
@@ -11,6 +11,11 @@
 #include <vector>
 
 namespace ratewin::server {
+
+// Whether `text` matches `pattern` as a whole: '*' matches any run of bytes (including
+// '/'), '?' exactly one byte, everything else itself; there is no escape. Iterative,
+// O(pattern * text) at worst.
+bool glob_match(std::string_view pattern, std::string_view text);
 
 // Entries are indexed by their literal head (the text before the first '*' or '?'; the
 // whole glob when it has none) and, for those that start with a wildcard, by their literal

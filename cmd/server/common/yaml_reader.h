@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "rules/rules.h"  // RulesError
+#include "common/rules_error.h"
 
 namespace ratewin::server {
 

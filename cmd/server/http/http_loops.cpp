@@ -15,7 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "app/log.h"
+#include "common/log.h"
 
 namespace ratewin::server {
 

@@ -42,9 +42,4 @@ bool normalise_path(std::string_view path, std::string& out, std::string_view& p
 // `out` is overwritten.
 void loose_path(std::string_view path, std::string& out);
 
-// Whether `text` matches `pattern` as a whole: '*' matches any run of bytes (including
-// '/'), '?' exactly one byte, everything else itself; there is no escape. Iterative,
-// O(pattern * text) at worst.
-bool glob_match(std::string_view pattern, std::string_view text);
-
 }  // namespace ratewin::server

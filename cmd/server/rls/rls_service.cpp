@@ -6,7 +6,7 @@
 #include <utility>
 #include <variant>
 
-#include "app/log.h"
+#include "common/log.h"
 #include "common/prometheus.h"
 #include "common/text.h"
 #include "ratewin/hash.h"

@@ -12,15 +12,6 @@
 
 namespace ratewin::server {
 
-namespace {
-
-std::string located(std::string source, int line, int column, const std::string& problem) {
-  if (line > 0) source += ":" + std::to_string(line) + ":" + std::to_string(column);
-  return source + ": " + problem;
-}
-
-}  // namespace
-
 bool parse_failure_policy(std::string_view name, FailurePolicy& out) noexcept {
   for (const auto& [n, policy] : kPolicies) {
     if (n == name) {
@@ -40,11 +31,6 @@ std::string version_of(std::string_view label, std::string_view bytes) {
   return v;
 }
 
-RulesError::RulesError(std::string source, int line_, int column_, std::string problem_)
-    : std::runtime_error(located(std::move(source), line_, column_, problem_)),
-      line(line_),
-      column(column_),
-      problem(std::move(problem_)) {}
 Rules::Rules() {
   auto data = std::make_unique<Data>();
   data->version = version_of("unversioned", "");

@@ -11,19 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "common/rules_error.h"
 #include "http/path.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::server {
-
-// Any problem with a rules file. what() is "<source>:<line>:<column>: <problem>" with a
-// 1-based position, or "<source>: <problem>" when there is none (line and column 0).
-struct RulesError : std::runtime_error {
-  RulesError(std::string source, int line, int column, std::string problem);
-  int line;
-  int column;
-  std::string problem;  // without the source and position
-};
 
 // Whose requests share one counter of a limit.
 enum class Scope {

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "app/log_event.h"
+#include "common/log_event.h"
 #include "ratewin/limit.h"
 
 namespace ratewin::server {

@@ -5,7 +5,7 @@
 #include <span>
 #include <string_view>
 
-#include "app/log_event.h"
+#include "common/log_event.h"
 #include "ratewin/engine.h"
 
 namespace ratewin::server {

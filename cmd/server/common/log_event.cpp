@@ -1,4 +1,4 @@
-#include "app/log_event.h"
+#include "common/log_event.h"
 
 #include "common/json_writer.h"
 #include "common/text.h"
