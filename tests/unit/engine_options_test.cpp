@@ -45,6 +45,7 @@ TEST_CASE("kOptionRanges names each numeric option once, and the defaults are in
     CHECK(r.get(o) == r.min);
   }
   CHECK(internal::options_problem(defaults).empty());
+  CHECK_THROWS_AS(internal::option_range("max_limiter"), std::logic_error);
 }
 
 TEST_CASE("The Engine accepts each option's range and refuses just outside it, as the table says") {

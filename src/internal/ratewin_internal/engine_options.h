@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -175,12 +176,12 @@ inline constexpr OptionRange kOptionRanges[] = {
         "flush_interval", 1, 1000, true, "0 (chosen per window) or between 1 ms and 1 s"),
 };
 
-// The range of the option named `name` (one of kOptionRanges'; a name not there is a
-// programming error, caught where the tables are tested).
+// The range of the option named `name`. A name not in kOptionRanges is a programming
+// error: std::logic_error (and no constant, in a constant expression).
 constexpr const OptionRange& option_range(std::string_view name) {
   for (const OptionRange& r : kOptionRanges)
     if (r.name == name) return r;
-  return kOptionRanges[0];
+  throw std::logic_error("no engine option named " + std::string(name));
 }
 
 // The first problem with `o`, as "<option> must be ...", or empty when every option is
