@@ -3,13 +3,13 @@
 
 #include <string>
 
-#include "internal/ratewin_internal/status.h"
+#include "internal/ratewin_internal/outcome.h"
 
 namespace ratewin {
 inline namespace v1 {
 namespace detail {
 
-// The internal Status (ratewin_internal/status.h), under the name the store has always
+// The internal Status (ratewin_internal/outcome.h), under the name the store has always
 // used for it.
 using Status = internal::Status;
 

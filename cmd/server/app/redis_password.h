@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/status.h"
+#include "common/outcome.h"
 
 namespace ratewin::server {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "common/outcome.h"
 
 namespace ratewin::server {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 
-#include "common/status.h"
+#include "common/outcome.h"
 #include "http/http.h"
 
 struct uv_loop_s;

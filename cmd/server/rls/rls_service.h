@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "common/outcome.h"
 #include "ratewin/engine.h"
 #include "rls/rls_config.h"
 #include "rules/reloader.h"

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "common/address.h"
-#include "common/status.h"
+#include "common/outcome.h"
 #include "http/http.h"
 #include "rules/rules.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/status.h"
+#include "common/outcome.h"
 #include "http/http.h"
 
 namespace ratewin::server {

@@ -24,7 +24,7 @@
 #include "common/address.h"
 #include "common/job_queue.h"
 #include "common/published.h"
-#include "common/status.h"
+#include "common/outcome.h"
 #include "http/http_loops.h"  // ConnectionCounters
 #include "ratewin/ratewin.h"  // Engine
 #include "rules/overrides.h"

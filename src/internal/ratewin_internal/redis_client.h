@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ratewin/engine.h"
-#include "ratewin_internal/status.h"
+#include "ratewin_internal/outcome.h"
 
 namespace ratewin {
 inline namespace v1 {

@@ -1,4 +1,4 @@
-// status.h: the one error convention inside ratewin (ratewin_internal/status.h;
+// outcome.h: the one error convention inside ratewin (ratewin_internal/outcome.h;
 // docs/architecture.md, "Errors, one convention"), named in the server's namespace. An
 // action that can fail returns a Status (code `invalid` for bad input or settings); a call
 // that makes something returns a Result<T>, the thing or the Status of why not. The
@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "ratewin_internal/status.h"
+#include "ratewin_internal/outcome.h"
 
 namespace ratewin::server {
 
