@@ -123,7 +123,8 @@ packages=(
   libssl-dev openssl           # TLS to Redis (OpenSSL); the TLS tests make their certificates
   libcxxopts-dev               # command-line options of ratewin-bench and ratewin-server
   libyaml-cpp-dev              # ratewin-server: the rules file
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # its gRPC listener (Envoy's RLS)
+  libnghttp2-dev libprotobuf-dev protobuf-compiler  # its gRPC listener (Envoy's RLS): HTTP/2, messages
+  libgrpc++-dev protobuf-compiler-grpc  # ratewin-bench rls's gRPC client
   python3-grpcio python3-protobuf  # the gRPC listener's end-to-end tests
   clang-14 libclang-rt-14-dev  # the libFuzzer smoke runs in the test command
   doctest-dev                  # unit tests

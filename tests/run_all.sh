@@ -75,50 +75,50 @@ stage_done "the main suites"
 ROOT="$root" source "$root/tests/sanitizer_env.sh"
 # Each sanitizer builds what its entries need: ASan+UBSan every suite labelled
 # "sanitized" (C, C++ and the server end to end, against this build's server), TSan those
-# labelled "threaded" (tests/suites.cmake). gRPC (the server's --grpc-listen) under ASan
-# only: TSan reports races inside Debian's uninstrumented gRPC and Abseil, which it cannot
-# see synchronise. Under TSan the service's asynchronous completions are checked by
-# server_redis instead.
+# labelled "threaded" (tests/suites.cmake). Both build the server's gRPC listener (its
+# own loops over nghttp2, protobuf's messages) and run its end-to-end suite.
 targets=(ratewin_unit_tests ratewin_redis_tests ratewin_cluster_tests ratewin_sentinel_tests
-         ratewin_capi_test ratewin_server_tests ratewin_server_redis_tests ratewin-server)
+         ratewin_capi_test ratewin_server_tests ratewin_server_redis_tests ratewin-server
+         ratewin_rls_python)
 for sanitizer in address thread; do
   dir="$root/build-$sanitizer"
   if [[ $sanitizer == address ]]; then
-    grpc=ON stage_flags=("${address_flags[@]}") extra=(ratewin_rls_python)
+    stage_flags=("${address_flags[@]}")
   else
-    grpc=OFF stage_flags=("${thread_flags[@]}") extra=()
+    stage_flags=("${thread_flags[@]}")
   fi
   label="$(sanitizer_label "$sanitizer")"
   cmake -S "$root" -B "$dir" "${unity[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${stage_flags[@]}" \
     -DRATEWIN_SANITIZE="$sanitizer" \
     -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF \
-    -DRATEWIN_BUILD_GRPC="$grpc" >/dev/null
-  cmake --build "$dir" -j"$jobs" --target "${targets[@]}" "${extra[@]}"
+    -DRATEWIN_BUILD_GRPC=ON >/dev/null
+  cmake --build "$dir" -j"$jobs" --target "${targets[@]}"
   stage_done "the $sanitizer sanitizer build"
   ctest --test-dir "$dir" -L "^$label\$" --output-on-failure -j"$suite_jobs"
   stage_done "the $sanitizer sanitizer suites"
 done
 
-# libFuzzer smoke runs (clang): the request path, paths and targets, the admin API's JSON
-# parser and the rules parser, each for a bounded time from its seed corpus (copied: a run
-# adds what it finds to the corpus directory), as many at once as there are cores.
+# libFuzzer smoke runs (clang): gRPC over HTTP/2, the request path, paths and targets, the
+# admin API's JSON parser and the rules parser, each for a bounded time from its seed
+# corpus (copied: a run adds what it finds to the corpus directory), as many at once as
+# there are cores (24 s each: five targets in three rounds of two cores).
 cmake -S "$root" -B "$root/build-fuzz" "${unity[@]}" -DCMAKE_C_COMPILER=clang-14 \
   -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo "${fuzz_flags[@]}" \
   -DRATEWIN_SANITIZE=fuzz -DRATEWIN_WARNINGS_AS_ERRORS=ON -DRATEWIN_BUILD_TESTS=OFF \
   -DRATEWIN_BUILD_BENCH=OFF -DRATEWIN_BUILD_PYTHON=OFF -DRATEWIN_BUILD_GRPC=OFF >/dev/null
-cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_http fuzz_json fuzz_path fuzz_rules
+cmake --build "$root/build-fuzz" -j"$jobs" --target fuzz_grpc fuzz_http fuzz_json fuzz_path fuzz_rules
 fuzz() {
   local target="$1" corpus log
   corpus="$(mktemp -d)"
   cp "$root/tests/fuzz/corpus/$target/"* "$corpus/"
   log="$root/build-fuzz/fuzz_$target.log"
   local status=0
-  "$root/build-fuzz/tests/fuzz/fuzz_$target" -max_total_time="${RATEWIN_FUZZ_SECONDS:-30}" \
+  "$root/build-fuzz/tests/fuzz/fuzz_$target" -max_total_time="${RATEWIN_FUZZ_SECONDS:-24}" \
     -print_final_stats=1 "$corpus" >"$log" 2>&1 || status=$?
   rm -rf "$corpus"
   return $status
 }
-fuzz_targets=(http json path rules)
+fuzz_targets=(grpc http json path rules)
 for ((first = 0; first < ${#fuzz_targets[@]}; first += jobs)); do
   pids=()
   batch=("${fuzz_targets[@]:first:jobs}")

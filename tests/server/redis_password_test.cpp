@@ -18,7 +18,7 @@ std::string spliced(std::string_view url, std::string_view password) {
   return *out;
 }
 
-std::string refused(std::string_view url, std::string_view password = "pw") {
+std::string splice_refused(std::string_view url, std::string_view password = "pw") {
   const Result<std::string> out = with_redis_password(url, password);
   CHECK_MESSAGE(!out.ok(), url, " gave ", out.ok() ? *out : std::string());
   CHECK(out.status().code() == Status::Code::invalid);
@@ -86,15 +86,15 @@ TEST_CASE("the password is percent-encoded") {
 }
 
 TEST_CASE("a URL that already holds a password, or is not a URL, is refused") {
-  CHECK(refused("redis://:secret@host").find("already holds a password") != std::string::npos);
-  CHECK(refused("redis://alice:secret@host").find("already holds a password") !=
+  CHECK(splice_refused("redis://:secret@host").find("already holds a password") != std::string::npos);
+  CHECK(splice_refused("redis://alice:secret@host").find("already holds a password") !=
         std::string::npos);
-  CHECK(refused("redis-sentinel://alice:secret@s1/main").find("already holds") !=
+  CHECK(splice_refused("redis-sentinel://alice:secret@s1/main").find("already holds") !=
         std::string::npos);
-  CHECK(refused("127.0.0.1:6379").find("no scheme") != std::string::npos);
-  CHECK(refused("://host").find("no scheme") != std::string::npos);
+  CHECK(splice_refused("127.0.0.1:6379").find("no scheme") != std::string::npos);
+  CHECK(splice_refused("://host").find("no scheme") != std::string::npos);
   // The refusal never repeats the password it was given.
-  CHECK(refused("redis://:secret@host", "hunter2").find("hunter2") == std::string::npos);
+  CHECK(splice_refused("redis://:secret@host", "hunter2").find("hunter2") == std::string::npos);
 }
 
 TEST_CASE("a password file: its content, one trailing newline dropped") {

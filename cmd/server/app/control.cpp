@@ -10,8 +10,8 @@
 namespace ratewin::server {
 
 Control::Control(Service& service, std::vector<std::unique_ptr<HttpLoop>>& loops,
-                 rls::RateLimitService* rls, GrpcFront* grpc)
-    : service_(service), loops_(loops), rls_(rls), grpc_(grpc) {
+                 rls::RateLimitService* rls)
+    : service_(service), loops_(loops), rls_(rls) {
   uv_loop_init(&loop_);
   for (uv_signal_t* s : {&sigterm_, &sigint_, &sighup_}) {
     uv_signal_init(&loop_, s);
@@ -86,7 +86,6 @@ void Control::on_stop(uv_signal_t* s, int signum) {
   log(LogLevel::info, std::string(signum == SIGTERM ? "SIGTERM" : "SIGINT") +
                           ": draining in-flight requests, then exiting");
   for (auto& w : self->loops_) w->drain();
-  if (self->grpc_ != nullptr) self->grpc_->draining();
   // The signal handles stay (a repeated signal is ignored) but no longer keep the
   // loop alive: it ends with the HTTP loops' drain.
   for (uv_signal_t* h : {&self->sigterm_, &self->sigint_, &self->sighup_})

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "http/http_loops.h"
-#include "rls/grpc_front.h"
 #include "rls/rls_service.h"
 #include "service/service.h"
 
@@ -19,9 +18,9 @@ namespace ratewin::server {
 
 class Control {
  public:
-  // `rls` and `grpc` may be null (no gRPC listener).
+  // `rls` may be null (no gRPC listener).
   Control(Service& service, std::vector<std::unique_ptr<HttpLoop>>& loops,
-          rls::RateLimitService* rls = nullptr, GrpcFront* grpc = nullptr);
+          rls::RateLimitService* rls = nullptr);
   ~Control();
   Control(const Control&) = delete;
   Control& operator=(const Control&) = delete;
@@ -48,7 +47,6 @@ class Control {
   Service& service_;
   std::vector<std::unique_ptr<HttpLoop>>& loops_;
   rls::RateLimitService* rls_;
-  GrpcFront* grpc_;
   uv_loop_t loop_{};
   uv_signal_t sigterm_{}, sigint_{}, sighup_{};
   uv_timer_t debounce_{};

@@ -20,7 +20,7 @@
 #include "app/redis_password.h"
 #include "ratewin_internal/engine_options.h"
 #include "common/address.h"
-#include "rls/grpc_front.h"
+#include "rls/rls_calls.h"
 #include "rules/rules.h"
 #include "service/forward_auth.h"
 
@@ -283,7 +283,15 @@ const Flag kFlags[] = {
                   "and other gateways that call envoyproxy/ratelimit. Its limits come from "
                   "--rls-config. With --listen none, only gRPC is served",
    text(""), Step::store,
-   [](const Value& v, S& s) { s.grpc_listen = text_of(v); return std::string(); }},
+   [](const Value& v, S& s) -> std::string {
+     s.grpc_listen = text_of(v);
+     Config where;
+     if (!s.grpc_listen.empty() && !parse_listen(s.grpc_listen, where))
+       return "--grpc-listen must be host:port";
+     s.grpc_host = where.host;
+     s.grpc_port = where.port;
+     return {};
+   }},
   {"rls-config", "A folder of envoyproxy/ratelimit configuration files (every *.yaml, one "
                  "domain each), read unchanged; reloaded when it changes and on SIGHUP",
    text(""), Step::store,
@@ -578,7 +586,7 @@ const CrossCheck kCrossChecks[] = {
      }},
     {Step::grpc_built,
      [](Args, ServerSettings& s) -> std::string {
-       return !s.grpc_listen.empty() && !GrpcFront::available()
+       return !s.grpc_listen.empty() && !rls_calls_available()
                   ? "--grpc-listen: built without gRPC (RATEWIN_BUILD_GRPC=OFF)"
                   : "";
      }},
@@ -646,7 +654,7 @@ std::variant<ServerSettings, Exit> parse(int argc, char** argv) {
   if (args.count("version") != 0) {
     return Exit{
         0, std::string("ratewin-server " RATEWIN_SERVER_VERSION " (gRPC rate limit service: ") +
-               (GrpcFront::available() ? "built in" : "not built") + ")\n"};
+               (rls_calls_available() ? "built in" : "not built") + ")\n"};
   }
   ServerSettings settings;
   if (std::optional<Exit> problem = apply(args, settings)) return *std::move(problem);

@@ -20,6 +20,8 @@ struct ServerSettings {
   rls::ServiceOptions rls;  // --rls-*
   Options engine;           // --redis, --redis-tls-*, --max-memory, --write-mode, ...
   std::string grpc_listen;  // empty: no gRPC listener
+  std::string grpc_host;    // --grpc-listen's host and port
+  int grpc_port = 0;
   bool serve_http = true;   // false: --listen none
   bool reuse_port = false;
   // --check (or `ratewin-server check RULES`): check the rules file, print it and exit.

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +19,7 @@
 #include "app/router.h"
 #include "http/http_loops.h"
 #include "ratewin/engine.h"
-#include "rls/grpc_front.h"
+#include "rls/rls_calls.h"
 #include "rls/rls_service.h"
 #include "rules/overrides.h"
 #include "rules/rules.h"
@@ -84,17 +85,31 @@ sigset_t hold_signals() {
   return handled;
 }
 
-// An HTTP loop per thread, each on its own socket of --listen's port (`port`: the one
-// bound, when --listen asked for 0), its requests routed by a Router of its own to
-// `service` and `admin` (null without an admin API). False, the reason logged and the
-// loops started drained, when the port is another process's (without --reuse-port) or a
-// loop cannot start.
+// An event loop per thread, each on its own socket of every port served: --listen's
+// (HTTP/1.1; `port`: the one bound, when --listen asked for 0) and --grpc-listen's (gRPC
+// over HTTP/2, with `rls_service`; `grpc_port` likewise). A loop's HTTP requests are
+// routed by a Router of its own to `service` and `admin` (null without an admin API), its
+// gRPC calls by RLS calls of its own; both kinds of connection share the loops' slots,
+// timeouts and buffer bound. False, the reason logged and the loops started drained,
+// when a port is another process's (without --reuse-port) or a loop cannot start.
 bool start_loops(const ServerSettings& settings, Service& service, AdminApi* admin,
-                 std::vector<std::unique_ptr<HttpLoop>>& loops, int& port) {
+                 rls::RateLimitService* rls_service, Engine& engine,
+                 std::vector<std::unique_ptr<HttpLoop>>& loops, int& port, int& grpc_port) {
   const Config& config = settings.http;
-  if (!settings.reuse_port && port_in_use(config)) {
+  struct Served {
+    const std::string& host;
+    int& port;
+    Protocol protocol;
+    const char* flag;
+  };
+  std::vector<Served> served;
+  if (settings.serve_http) served.push_back({config.host, port, Protocol::http1, "--listen"});
+  if (rls_service != nullptr)
+    served.push_back({settings.grpc_host, grpc_port, Protocol::grpc, "--grpc-listen"});
+  for (const Served& s : served) {
+    if (settings.reuse_port || !port_in_use(s.host, s.port)) continue;
     log(LogLevel::error,
-        "cannot listen on " + config.host + ":" + std::to_string(config.port) +
+        std::string(s.flag) + ": cannot listen on " + s.host + ":" + std::to_string(s.port) +
             ": another process listens there (another ratewin-server?). To serve one "
             "port from several processes, give each --reuse-port and the same --redis");
     return false;
@@ -109,17 +124,31 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
                  : std::string()));
   }
   raise_file_limit(config.max_connections);
-  const HandlerFactory handlers = [&service, admin](uv_loop_s* loop) {
-    return std::make_unique<Router>(service, admin, loop);
+  const HandlerFactory handlers = [&settings, &service, admin, rls_service,
+                                   &engine](uv_loop_s* loop) {
+    LoopHandlers h;
+    if (settings.serve_http) h.http = std::make_unique<Router>(service, admin, loop);
+    if (rls_service != nullptr) h.grpc = make_rls_calls(*rls_service, engine, loop);
+    return h;
   };
   for (unsigned i = 0; i < config.threads; ++i) {
-    const Result<int> fd = listen_socket(config, port);
-    Status started = fd.status();
-    if (fd) {
-      if (i == 0) port = bound_port(*fd);  // port 0: the others share the one picked
-      loops.push_back(HttpLoop::create(config, handlers, service.connections(), *fd));
+    std::vector<Listener> listeners;
+    Status started;
+    for (const Served& s : served) {
+      const Result<int> fd = listen_socket(s.host, s.port);
+      if (!fd) {
+        started = Status(fd.status().code(), std::string(s.flag) + ": " + fd.status().message());
+        break;
+      }
+      if (i == 0) s.port = bound_port(*fd);  // port 0: the others share the one picked
+      listeners.push_back(Listener{*fd, s.protocol});
+    }
+    if (started.ok()) {
+      loops.push_back(HttpLoop::create(config, handlers, service.connections(), listeners));
       started = loops.back()->start();
       if (started.ok()) continue;
+    } else {
+      for (const Listener& l : listeners) ::close(l.fd);
     }
     log(LogLevel::error, started.message());
     for (auto& loop : loops) loop->drain();
@@ -129,18 +158,17 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
 }
 
 // What is served where, on stdout (scripts and tests read the ports picked from it).
-void say_listening(const ServerSettings& settings, int port, const Service& service,
-                   const rls::RateLimitService* rls_service, const GrpcFront* grpc) {
+void say_listening(const ServerSettings& settings, int port, int grpc_port,
+                   const Service& service, const rls::RateLimitService* rls_service) {
   const char* store = settings.engine.redis.empty() ? "local-only" : "Redis";
   if (settings.serve_http) {
     std::printf("ratewin-server listening on %s:%d (%u threads, %s, rules %s)\n",
                 settings.http.host.c_str(), port, settings.http.threads, store,
                 service.rules()->version().c_str());
   }
-  if (grpc != nullptr) {
-    const std::size_t colon = settings.grpc_listen.rfind(':');
+  if (rls_service != nullptr) {
     std::printf("ratewin-server gRPC listening on %s:%d (%s, rls config %s)\n",
-                settings.grpc_listen.substr(0, colon).c_str(), grpc->port(), store,
+                settings.grpc_host.c_str(), grpc_port, store,
                 rls_service->config()->version().c_str());
   }
   std::fflush(stdout);
@@ -166,7 +194,6 @@ int serve(const ServerSettings& settings) {
                           Service::MetricsPlace::after_rules);
     }
     std::unique_ptr<rls::RateLimitService> rls_service;
-    std::unique_ptr<GrpcFront> grpc;
     if (!settings.grpc_listen.empty()) {
       rls::ServiceOptions rls_options = settings.rls;
       rls_options.config.capacity = [&engine](const Limit& limit) {
@@ -174,18 +201,19 @@ int serve(const ServerSettings& settings) {
       };
       rls_service = std::make_unique<rls::RateLimitService>(engine, rls_options, log);
       service.add_metrics([&rls_service](PrometheusText& out) { rls_service->write_metrics(out); });
-      grpc = GrpcFront::start(*rls_service, settings.grpc_listen, settings.http.threads);
     }
     std::vector<std::unique_ptr<HttpLoop>> loops;
     int port = settings.http.port;
-    if (settings.serve_http && !start_loops(settings, service, admin.get(), loops, port)) return 1;
-    Control control(service, loops, rls_service.get(), grpc.get());
-    say_listening(settings, port, service, rls_service.get(), grpc.get());
+    int grpc_port = settings.grpc_port;
+    if (!start_loops(settings, service, admin.get(), rls_service.get(), engine, loops, port,
+                     grpc_port))
+      return 1;
+    Control control(service, loops, rls_service.get());
+    say_listening(settings, port, grpc_port, service, rls_service.get());
     // From here on the signals reach this thread (and only it: every other thread was
     // started with them blocked).
     pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
     control.run();
-    if (grpc) grpc->stop(std::chrono::milliseconds(settings.http.drain_timeout_ms));
     for (auto& loop : loops) loop->join();
     control.close();
     log(LogLevel::info, "drained; exiting");

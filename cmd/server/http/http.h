@@ -21,6 +21,7 @@
 
 #include "common/json_writer.h"
 #include "http/request_parser.h"
+#include "http/session.h"
 
 namespace ratewin::server {
 
@@ -160,11 +161,11 @@ void json_body(Response& response, Members&& members) {
 // The reason phrase of a status this server sends.
 std::string_view reason(int status) noexcept;
 
-class HttpSession {
+class HttpSession final : public Session {
  public:
   HttpSession(RequestHandler& handler, std::string peer, HttpLimits limits = {});
   // Every Responder still holding one of its requests turns into a no-op.
-  ~HttpSession();
+  ~HttpSession() override;
   HttpSession(const HttpSession&) = delete;
   HttpSession& operator=(const HttpSession&) = delete;
 
@@ -176,12 +177,11 @@ class HttpSession {
   // holds kOutputCap bytes (call resume() after output() has been written: a client
   // pipelining requests without reading the responses gets no more work done for it)
   // or once max_pending requests wait for answers (resume() goes on when some landed).
-  bool feed(std::string_view data);
-  bool blocked() const noexcept { return blocked_; }
-  bool resume();
-  static constexpr std::size_t kOutputCap = 16 * 1024;
+  bool feed(std::string_view data) override;
+  bool blocked() const noexcept override { return blocked_; }
+  bool resume() override;
   // The bytes it holds: output not taken yet, input held back, a request arriving.
-  std::size_t buffered() const noexcept {
+  std::size_t buffered() const noexcept override {
     return output_.capacity() + held_.capacity() + parser_.buffered();
   }
   // Called when the connection's time is up (the request timeout, or the longest wait of
@@ -192,35 +192,35 @@ class HttpSession {
   // false when late answers stood in for every answer owed and no request was arriving:
   // the client was not the slow one, and the connection goes on (closing() only if no
   // more input was to be read anyway).
-  bool timed_out();
+  bool timed_out() override;
   // How long the transport waits for the answers owed (after the last request received):
   // the longest of their own waits (Reply::defer(wait_ms, late)), `otherwise` (the
   // request timeout) for an answer without one.
-  std::uint64_t owed_wait_ms(std::uint64_t otherwise) const noexcept;
+  std::uint64_t owed_wait_ms(std::uint64_t otherwise) const noexcept override;
   // The client sends no more (end of its stream): a partial request is dropped, and
   // closing() once the answers owed are written.
-  void input_ended();
+  void input_ended() override;
   // Shutting down: the last response (the one to the request in progress, else to the
   // last one pending) says "Connection: close". True when the connection can go now
   // (closing()): nothing in progress and no answer owed.
-  bool drain();
+  bool drain() override;
   // Called (on the loop thread) when a deferred answer has landed from outside feed()
   // and resume(): output() may have grown, closing() turned true, or blocked() parsing
   // be ready to go on. The transport flushes then. It must not destroy the session.
-  void on_answer(std::function<void()> callback) { on_answer_ = std::move(callback); }
+  void on_answer(std::function<void()> callback) override { on_answer_ = std::move(callback); }
 
-  std::string& output() noexcept { return output_; }
+  std::string& output() noexcept override { return output_; }
   // Some bytes of a request have arrived, but not all of it.
-  bool mid_request() const noexcept { return parser_.mid_request(); }
+  bool mid_request() const noexcept override { return parser_.mid_request(); }
   // No more input is read and every answer owed is in output().
-  bool closing() const noexcept { return input_done_ && queue_.empty(); }
+  bool closing() const noexcept override { return input_done_ && queue_.empty(); }
   // Requests parsed (answered or not).
-  std::uint64_t requests() const noexcept { return requests_; }
+  std::uint64_t requests() const noexcept override { return requests_; }
   // Requests whose responses are not in output() yet: deferred ones not answered, and
   // those answered behind them.
-  std::size_t pending() const noexcept { return queue_.size(); }
+  std::size_t pending() const noexcept override { return queue_.size(); }
   const std::string& peer() const noexcept { return peer_; }
-  void set_peer(std::string peer) { peer_ = std::move(peer); }
+  void set_peer(std::string peer) override { peer_ = std::move(peer); }
 
  private:
   friend class Reply;

@@ -26,12 +26,11 @@ std::string uv_message(int code) { return uv_strerror(code); }
 class UvHttpLoop;
 
 struct Connection {
-  Connection(UvHttpLoop& w, RequestHandler& handler, const HttpLimits& limits)
-      : owner(w), session(handler, {}, limits) {}
+  Connection(UvHttpLoop& w, std::unique_ptr<Session> s) : owner(w), session(std::move(s)) {}
   UvHttpLoop& owner;
   uv_tcp_t tcp{};
   uv_timer_t timer{};
-  HttpSession session;
+  std::unique_ptr<Session> session;
   std::size_t writes = 0;  // in flight
   std::size_t queued = 0;  // bytes of the writes in flight
   std::size_t counted = 0;  // bytes of this connection in ConnectionCounters::buffered
@@ -55,6 +54,13 @@ struct Connection {
   int handles = 2;  // open libuv handles (tcp, timer)
 };
 
+// A listening socket of the loop, and what its connections speak.
+struct ListenSocket {
+  UvHttpLoop* owner = nullptr;
+  Protocol protocol = Protocol::http1;
+  uv_tcp_t tcp{};
+};
+
 struct WriteRequest {
   uv_write_t req{};
   std::string data;
@@ -63,13 +69,23 @@ struct WriteRequest {
 class UvHttpLoop final : public HttpLoop {
  public:
   UvHttpLoop(const Config& config, const HandlerFactory& handlers, ConnectionCounters& counters,
-             int fd)
+             const std::vector<Listener>& listeners)
       : config_(config), counters_(counters) {
     uv_loop_init(&loop_);
-    handler_ = handlers(&loop_);
-    uv_tcp_init(&loop_, &listener_);
-    listener_.data = this;
-    uv_tcp_open(&listener_, fd);
+    handlers_ = handlers(&loop_);
+    grpc_limits_ = config.grpc;
+    grpc_limits_.answer_timeout_ms = config.request_timeout_ms;
+    grpc_limits_.buffered = &counters.buffered;
+    grpc_limits_.max_buffered = static_cast<std::int64_t>(config.max_buffer_bytes);
+    grpc_limits_.now = [loop = &loop_] { return uv_now(loop); };
+    for (const Listener& l : listeners) {
+      auto& socket = *listeners_.emplace_back(std::make_unique<ListenSocket>());
+      socket.owner = this;
+      socket.protocol = l.protocol;
+      uv_tcp_init(&loop_, &socket.tcp);
+      socket.tcp.data = &socket;
+      uv_tcp_open(&socket.tcp, l.fd);
+    }
     uv_async_init(&loop_, &wake_, on_wake);
     wake_.data = this;
     uv_timer_init(&loop_, &drain_timer_);
@@ -83,11 +99,13 @@ class UvHttpLoop final : public HttpLoop {
   }
 
   Status start() override {
-    const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 1024, on_connection);
-    if (rc != 0) return Status(Status::Code::io, "listen: " + uv_message(rc));
+    for (const auto& socket : listeners_) {
+      const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&socket->tcp), 1024, on_connection);
+      if (rc != 0) return Status(Status::Code::io, "listen: " + uv_message(rc));
+    }
     thread_ = std::thread([this] {
       uv_run(&loop_, UV_RUN_DEFAULT);
-      handler_.reset();
+      handlers_ = LoopHandlers();
     });
     return {};
   }
@@ -105,13 +123,14 @@ class UvHttpLoop final : public HttpLoop {
     auto* self = static_cast<UvHttpLoop*>(handle->data);
     if (!self->draining_.load(std::memory_order_acquire) || self->drain_started_) return;
     self->drain_started_ = true;
-    uv_close(reinterpret_cast<uv_handle_t*>(&self->listener_), nullptr);
+    for (const auto& socket : self->listeners_)
+      uv_close(reinterpret_cast<uv_handle_t*>(&socket->tcp), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->wake_), nullptr);
     uv_timer_start(&self->drain_timer_, on_drain_deadline, self->config_.drain_timeout_ms, 0);
     uv_unref(reinterpret_cast<uv_handle_t*>(&self->drain_timer_));
     const std::vector<Connection*> all(self->connections_.begin(), self->connections_.end());
     for (Connection* c : all) {
-      if (c->session.drain()) self->flush(*c);
+      if (c->session->drain()) self->flush(*c);
     }
     self->maybe_finish();
   }
@@ -129,12 +148,15 @@ class UvHttpLoop final : public HttpLoop {
       drain_timer_closed_ = true;
       uv_close(reinterpret_cast<uv_handle_t*>(&drain_timer_), nullptr);
       uv_close(reinterpret_cast<uv_handle_t*>(&resume_yielded_), nullptr);
-      handler_->close();  // its connections to Redis: then the loop ends
+      // Their connections to Redis: then the loop ends.
+      if (handlers_.http) handlers_.http->close();
+      if (handlers_.grpc) handlers_.grpc->close();
     }
   }
 
   static void on_connection(uv_stream_t* server, int status) {
-    auto* self = static_cast<UvHttpLoop*>(server->data);
+    const auto& socket = *static_cast<ListenSocket*>(server->data);
+    UvHttpLoop* self = socket.owner;
     ConnectionCounters& counters = self->counters_;
     if (status < 0) {
       // Most likely the process's file limit (EMFILE): logged once a minute at most, with
@@ -153,7 +175,7 @@ class UvHttpLoop final : public HttpLoop {
       }
       return;
     }
-    auto* c = new Connection(*self, *self->handler_, self->config_.limits);
+    auto* c = new Connection(*self, self->session(socket.protocol));
     uv_tcp_init(&self->loop_, &c->tcp);
     uv_timer_init(&self->loop_, &c->timer);
     c->tcp.data = c;
@@ -186,9 +208,9 @@ class UvHttpLoop final : public HttpLoop {
       counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
       self->close(*self->idle_.front());
     }
-    c->session.set_peer(name);
+    c->session->set_peer(name);
     // A deferred answer landed: write it out (and go on parsing what waited for it).
-    c->session.on_answer([c] {
+    c->session->on_answer([c] {
       if (c->closing) return;
       c->owner.flush(*c);
       c->owner.pump(*c);
@@ -256,8 +278,8 @@ class UvHttpLoop final : public HttpLoop {
   // answered. So a client that sends nothing holds its slot no longer than one that
   // sends slowly.
   void arm(Connection& c) {
-    if (c.closing || c.session.closing()) return;  // finish() keeps the time left to write
-    const HttpSession& s = c.session;
+    if (c.closing || c.session->closing()) return;  // finish() keeps the time left to write
+    const Session& s = *c.session;
     if (c.writes != 0 && !c.reading && !c.input_ended) {
       // Waiting for the client to take its responses: each write it takes restarts this.
       c.deadline_of.reset();
@@ -268,7 +290,7 @@ class UvHttpLoop final : public HttpLoop {
       // What the deadline is of: the request being received (or the first to come), else
       // the answers owed after the requests received so far.
       const bool receiving = s.mid_request() || s.requests() == 0;
-      const std::uint64_t key = 2 * s.requests() + (receiving ? 0 : 1);
+      const std::uint64_t key = s.deadline_key();
       if (c.deadline_of == key) return;
       c.deadline_of = key;
       c.idle = false;
@@ -302,13 +324,13 @@ class UvHttpLoop final : public HttpLoop {
       uv_read_stop(stream);
       c->reading = false;
       c->input_ended = true;
-      c->session.input_ended();
+      c->session->input_ended();
       self.flush(*c);
       self.arm(*c);
       return;
     }
     if (nread == 0) return;
-    const bool more = c->session.feed(std::string_view(buf->base, static_cast<std::size_t>(nread)));
+    const bool more = c->session->feed(std::string_view(buf->base, static_cast<std::size_t>(nread)));
     self.flush(*c);
     if (!more) {
       self.arm(*c);  // answers may still be owed
@@ -347,17 +369,17 @@ class UvHttpLoop final : public HttpLoop {
   // at once. A client that does not read its responses is not read either; if it stays
   // that way, its timer closes it.
   void pump(Connection& c) {
-    while (c.session.blocked() && c.writes == 0 && !c.closing) {
-      const std::uint64_t before = c.session.requests();
-      const bool more = c.session.resume();
+    while (c.session->blocked() && c.writes == 0 && !c.closing) {
+      const std::uint64_t before = c.session->requests();
+      const bool more = c.session->resume();
       flush(c);
       if (!more) break;
-      if (c.session.requests() == before && c.session.blocked()) break;  // answers owed
+      if (c.session->requests() == before && c.session->blocked()) break;  // answers owed
     }
     if (c.closing) return;
     // Answers not taken: no more is read until they are (per connection, at most
     // kOutputCap in the session and as much queued to the socket, plus a read held back).
-    const bool backlog = c.session.blocked() || c.queued > HttpSession::kOutputCap;
+    const bool backlog = c.session->blocked() || c.queued > Session::kOutputCap;
     if (backlog) {
       if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
       c.reading = false;
@@ -379,9 +401,9 @@ class UvHttpLoop final : public HttpLoop {
   // Brings the connection's part of ConnectionCounters::buffered up to date, giving back
   // the output buffer's memory once it has grown past the cap.
   void account(Connection& c) {
-    std::string& out = c.session.output();
-    if (out.empty() && out.capacity() > HttpSession::kOutputCap) std::string().swap(out);
-    const std::size_t now = c.closing ? 0 : c.session.buffered() + c.queued;
+    std::string& out = c.session->output();
+    if (out.empty() && out.capacity() > Session::kOutputCap) std::string().swap(out);
+    const std::size_t now = c.closing ? 0 : c.session->buffered() + c.queued;
     if (now == c.counted) return;
     counters_.buffered.fetch_add(
         static_cast<std::int64_t>(now) - static_cast<std::int64_t>(c.counted),
@@ -409,7 +431,7 @@ class UvHttpLoop final : public HttpLoop {
       c->owner.close(*c);
       return;
     }
-    if (!c->session.timed_out()) {
+    if (!c->session->timed_out()) {
       // Late answers stood in for the answers owed (the server's own work outlasted its
       // wait): the client was not the slow one, and its connection goes on.
       c->owner.flush(*c);
@@ -425,7 +447,7 @@ class UvHttpLoop final : public HttpLoop {
   // completion callback, no change to the poll set); only what the socket does not take
   // is queued.
   void flush(Connection& c) {
-    std::string& out = c.session.output();
+    std::string& out = c.session->output();
     if (!out.empty() && !c.closing) {
       auto* stream = reinterpret_cast<uv_stream_t*>(&c.tcp);
       std::size_t sent = 0;
@@ -454,7 +476,7 @@ class UvHttpLoop final : public HttpLoop {
     }
     out.clear();
     account(c);
-    if (c.session.closing()) finish(c);
+    if (c.session->closing()) finish(c);
   }
 
   static void on_written(uv_write_t* req, int status) {
@@ -468,7 +490,7 @@ class UvHttpLoop final : public HttpLoop {
       self.close(*c);
       return;
     }
-    if (c->session.closing()) {
+    if (c->session->closing()) {
       self.finish(*c);
     } else {
       self.pump(*c);
@@ -507,11 +529,19 @@ class UvHttpLoop final : public HttpLoop {
     maybe_finish();
   }
 
+  // A new connection's session, for what its listener speaks.
+  std::unique_ptr<Session> session(Protocol protocol) {
+    if (protocol == Protocol::grpc)
+      return std::make_unique<GrpcSession>(*handlers_.grpc, std::string(), grpc_limits_);
+    return std::make_unique<HttpSession>(*handlers_.http, std::string(), config_.limits);
+  }
+
   const Config& config_;
   ConnectionCounters& counters_;
-  std::unique_ptr<RequestHandler> handler_;
+  LoopHandlers handlers_;
+  GrpcLimits grpc_limits_;  // the configured ones, with this loop's clock and counts
   uv_loop_t loop_{};
-  uv_tcp_t listener_{};
+  std::vector<std::unique_ptr<ListenSocket>> listeners_;
   uv_async_t wake_{};
   uv_timer_t drain_timer_{};
   uv_check_t resume_yielded_{};
@@ -570,15 +600,15 @@ Result<int> bound_socket(const std::string& host, int port, bool shared) {
 
 }  // namespace
 
-Result<int> listen_socket(const Config& config, int port) {
-  return bound_socket(config.host, port, true);
+Result<int> listen_socket(const std::string& host, int port) {
+  return bound_socket(host, port, true);
 }
 
-bool port_in_use(const Config& config) {
-  if (config.port == 0) return false;
+bool port_in_use(const std::string& host, int port) {
+  if (port == 0) return false;
   // A bind without SO_REUSEPORT fails where any socket listens (SO_REUSEADDR lets it
   // past connections still in TIME_WAIT only). Other failures are listen_socket's to say.
-  const Result<int> fd = bound_socket(config.host, config.port, false);
+  const Result<int> fd = bound_socket(host, port, false);
   if (fd) {
     ::close(*fd);
     return false;
@@ -596,8 +626,9 @@ int bound_port(int fd) {
 }
 
 std::unique_ptr<HttpLoop> HttpLoop::create(const Config& config, const HandlerFactory& handlers,
-                                           ConnectionCounters& counters, int fd) {
-  return std::make_unique<UvHttpLoop>(config, handlers, counters, fd);
+                                           ConnectionCounters& counters,
+                                           const std::vector<Listener>& listeners) {
+  return std::make_unique<UvHttpLoop>(config, handlers, counters, listeners);
 }
 
 }  // namespace ratewin::server

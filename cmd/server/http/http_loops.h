@@ -1,7 +1,8 @@
-// The libuv transport: one loop per thread, each on its own SO_REUSEPORT socket, its
-// connections' bytes through an HttpSession each and its requests to the RequestHandler
-// the loop was given. Connection slots, timeouts (request and idle), output bounds and
-// draining live here, and their counts (ConnectionCounters).
+// The libuv transport: one loop per thread, each on its own SO_REUSEPORT socket of every
+// port served (HTTP/1.1, and gRPC over HTTP/2), its connections' bytes through a Session
+// each (an HttpSession, or a GrpcSession) and their requests to the handlers the loop was
+// given. Connection slots, timeouts (request and idle), buffer bounds and draining live
+// here, one set for both protocols, and their counts (ConnectionCounters).
 #pragma once
 
 #include <atomic>
@@ -12,8 +13,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/outcome.h"
+#include "http/grpc_session.h"
 #include "http/http.h"
 
 struct uv_loop_s;
@@ -35,6 +38,8 @@ struct Config {
   // connection that is not reading its answers is closed.
   std::size_t max_buffer_bytes = std::size_t{64} << 20;
   HttpLimits limits;
+  // gRPC's own (its answer timeout, buffer count and clock are the transport's).
+  GrpcLimits grpc;
 };
 
 // Connection counts, kept by the transport.
@@ -60,25 +65,40 @@ struct ConnectionCounters {
   std::map<std::string, std::uint32_t, std::less<>> per_address;
 };
 
-// One listening socket on config.host:port (SO_REUSEPORT, not listening yet), or why not
+// One listening socket on host:port (SO_REUSEPORT, not listening yet), or why not
 // (`invalid` for a host that is no IP address).
-Result<int> listen_socket(const Config& config, int port);
-// Whether a socket of another process already listens on config.host:config.port: one of
-// ours, with SO_REUSEPORT, would join it there and share its clients. Port 0 never is.
-bool port_in_use(const Config& config);
+Result<int> listen_socket(const std::string& host, int port);
+// Whether a socket of another process already listens on host:port: one of ours, with
+// SO_REUSEPORT, would join it there and share its clients. Port 0 never is.
+bool port_in_use(const std::string& host, int port);
 // The port a socket is bound to.
 int bound_port(int fd);
 
-// The request handler of one loop, made on the loop (its thread's own: see app/router.h).
-using HandlerFactory = std::function<std::unique_ptr<RequestHandler>(uv_loop_s* loop)>;
+// The handlers of one loop, made on the loop (its thread's own: see app/router.h): one per
+// protocol it serves.
+struct LoopHandlers {
+  std::unique_ptr<RequestHandler> http;  // for Protocol::http1 listeners
+  std::unique_ptr<GrpcHandler> grpc;     // for Protocol::grpc listeners
+};
+using HandlerFactory = std::function<LoopHandlers(uv_loop_s* loop)>;
 
-// One event loop on its own thread, serving the connections of one listening socket.
+enum class Protocol : std::uint8_t { http1, grpc };
+
+// A listening socket (from listen_socket) and what its connections speak.
+struct Listener {
+  int fd = -1;
+  Protocol protocol = Protocol::http1;
+};
+
+// One event loop on its own thread, serving the connections of its listening sockets.
 class HttpLoop {
  public:
-  // Takes over `fd` (from listen_socket). The loop's handler comes from `handlers`, called
-  // once, here; `counters` (shared by every loop) must outlive the loop.
+  // Takes over the listeners' sockets. The loop's handlers come from `handlers`, called
+  // once, here (one for each protocol of `listeners`); `counters` (shared by every loop)
+  // must outlive the loop.
   static std::unique_ptr<HttpLoop> create(const Config& config, const HandlerFactory& handlers,
-                                          ConnectionCounters& counters, int fd);
+                                          ConnectionCounters& counters,
+                                          const std::vector<Listener>& listeners);
   virtual ~HttpLoop() = default;
   // Listens and starts the thread, or says why it cannot.
   virtual Status start() = 0;

@@ -119,7 +119,7 @@ RateLimitService::RateLimitService(Engine& engine, ServiceOptions options, Log l
 
 RateLimitService::~RateLimitService() = default;
 
-Status RateLimitService::decide(const Request& request, Done done) {
+Status RateLimitService::decide(const Request& request, Done done, AsyncAcquirer* acquirer) {
   if (request.domain.empty()) return invalid("rate limit domain must not be empty");
   if (request.descriptors.empty()) return invalid("rate limit descriptor list must not be empty");
   for (std::size_t i = 0; i < request.descriptors.size(); ++i) {
@@ -223,12 +223,14 @@ Status RateLimitService::decide(const Request& request, Done done) {
     call->pending.fetch_add(call->groups.size(), std::memory_order_relaxed);
     for (Call::Group& g : call->groups) {
       Call* raw = call.get();
-      const std::size_t refused = engine_.try_acquire_all_async(
-          g.acquisitions, g.decisions,
-          [this, call, &g](std::size_t r, std::span<const Decision> decisions) {
-            call->answered(g, r, decisions);
-            if (call->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*call);
-          });
+      auto then = [this, call, &g](std::size_t r, std::span<const Decision> decisions) {
+        call->answered(g, r, decisions);
+        if (call->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*call);
+      };
+      const std::size_t refused =
+          acquirer != nullptr
+              ? acquirer->try_acquire_all(g.acquisitions, g.decisions, std::move(then))
+              : engine_.try_acquire_all_async(g.acquisitions, g.decisions, std::move(then));
       if (refused != Engine::kPending) {
         raw->answered(g, refused, g.decisions);
         if (raw->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*raw);

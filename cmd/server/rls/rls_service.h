@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/outcome.h"
+#include "ratewin/async.h"
 #include "ratewin/engine.h"
 #include "rls/rls_config.h"
 #include "rules/reloader.h"
@@ -114,8 +115,9 @@ class RateLimitService {
   // override with an unknown unit) is refused: an `invalid` Status says why
   // (INVALID_ARGUMENT) and `done` is not called. Otherwise ok, and `done` runs once:
   // before this returns when no round trip is needed (refusals, local mode), else on the
+  // loop of `acquirer` (a loop's own admissions, AsyncAcquirer), or without one on the
   // engine's I/O thread. Never blocks on the network.
-  Status decide(const Request& request, Done done);
+  Status decide(const Request& request, Done done, AsyncAcquirer* acquirer = nullptr);
 
   // The per-descriptor counters (ratewin_rls_*), the reload counters and the version.
   void write_metrics(PrometheusText& out) const;

@@ -1,0 +1,136 @@
+#include "rls/rls_calls.h"
+
+#include <string_view>
+#include <utility>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "grpc/health/v1/health.pb.h"
+#include "ratewin/async.h"
+
+namespace ratewin::server {
+
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+
+constexpr std::string_view kShouldRateLimit =
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+constexpr std::string_view kHealthCheck = "/grpc.health.v1.Health/Check";
+
+pb::RateLimitResponse::Code code_of(rls::Code code) {
+  switch (code) {
+    case rls::Code::ok:
+      return pb::RateLimitResponse::OK;
+    case rls::Code::over_limit:
+      return pb::RateLimitResponse::OVER_LIMIT;
+    case rls::Code::unknown:
+      break;
+  }
+  return pb::RateLimitResponse::UNKNOWN;
+}
+
+// A unit as the protocol numbers it (a 32-bit enum), unknown past the last one.
+rls::Unit unit_of(int unit) {
+  return unit > 0 && unit <= static_cast<int>(rls::Unit::week) ? static_cast<rls::Unit>(unit)
+                                                              : rls::Unit::unknown;
+}
+
+void fill(pb::RateLimitResponse& out, const rls::Response& in) {
+  out.set_overall_code(code_of(in.overall_code));
+  for (const rls::DescriptorStatus& s : in.statuses) {
+    pb::RateLimitResponse::DescriptorStatus* status = out.add_statuses();
+    status->set_code(code_of(s.code));
+    if (s.current_limit) {
+      pb::RateLimitResponse::RateLimit* limit = status->mutable_current_limit();
+      limit->set_name(s.current_limit->name);
+      limit->set_requests_per_unit(s.current_limit->requests_per_unit);
+      limit->set_unit(static_cast<pb::RateLimitResponse::RateLimit::Unit>(s.current_limit->unit));
+    }
+    status->set_limit_remaining(s.limit_remaining);
+    if (s.duration_until_reset)
+      status->mutable_duration_until_reset()->set_seconds(s.duration_until_reset->count());
+  }
+  for (const rls::Header& h : in.response_headers_to_add) {
+    envoy::config::core::v3::HeaderValue* header = out.add_response_headers_to_add();
+    header->set_key(h.key);
+    header->set_value(h.value);
+  }
+}
+
+class RlsCalls final : public GrpcHandler {
+ public:
+  RlsCalls(rls::RateLimitService& service, Engine& engine, uv_loop_s* loop) : service_(service) {
+    if (loop != nullptr && engine.stats().store)
+      acquirer_ = std::make_unique<AsyncAcquirer>(engine, loop);
+  }
+
+  void call(const GrpcCall& call, GrpcResponder responder) override {
+    if (call.method == kShouldRateLimit) return should_rate_limit(call, std::move(responder));
+    if (call.method == kHealthCheck) return health(call, responder);
+    responder.fail(GrpcCode::unimplemented, "unknown method " + std::string(call.method));
+  }
+
+  void close() override {
+    if (acquirer_) acquirer_->close();  // what is in flight is answered now
+  }
+
+ private:
+  void should_rate_limit(const GrpcCall& call, GrpcResponder responder) {
+    pb::RateLimitRequest& request = request_;
+    if (!request.ParseFromArray(call.message.data(), static_cast<int>(call.message.size())))
+      return responder.fail(GrpcCode::invalid_argument, "not a RateLimitRequest");
+    rls::Request r;
+    r.domain = request.domain();
+    r.hits_addend = request.hits_addend();
+    r.descriptors.resize(static_cast<std::size_t>(request.descriptors_size()));
+    for (int i = 0; i < request.descriptors_size(); ++i) {
+      const auto& d = request.descriptors(i);
+      rls::RequestDescriptor& out = r.descriptors[static_cast<std::size_t>(i)];
+      out.entries.reserve(static_cast<std::size_t>(d.entries_size()));
+      for (const auto& e : d.entries()) out.entries.push_back(rls::Entry{e.key(), e.value()});
+      if (d.has_limit())
+        out.limit = rls::LimitOverride{d.limit().requests_per_unit(), unit_of(d.limit().unit())};
+      if (d.has_hits_addend()) out.hits_addend = d.hits_addend().value();
+    }
+    // The answer comes before decide() returns, or later on this loop.
+    auto held = std::make_shared<GrpcResponder>(std::move(responder));
+    const Status problem = service_.decide(
+        r,
+        [held](rls::Response&& answer) {
+          pb::RateLimitResponse response;
+          fill(response, answer);
+          held->finish(response.SerializeAsString());
+        },
+        acquirer_.get());
+    if (!problem.ok()) held->fail(GrpcCode::invalid_argument, problem.message());
+  }
+
+  // Serving, for the whole server and the rate limit service by either name.
+  static void health(const GrpcCall& call, GrpcResponder& responder) {
+    grpc::health::v1::HealthCheckRequest request;
+    if (!request.ParseFromArray(call.message.data(), static_cast<int>(call.message.size())))
+      return responder.fail(GrpcCode::invalid_argument, "not a HealthCheckRequest");
+    const std::string& name = request.service();
+    if (!name.empty() && name != "envoy.service.ratelimit.v3.RateLimitService" &&
+        name != "ratelimit")
+      return responder.fail(GrpcCode::not_found, "unknown service " + name);
+    grpc::health::v1::HealthCheckResponse response;
+    response.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    responder.finish(response.SerializeAsString());
+  }
+
+  rls::RateLimitService& service_;
+  std::unique_ptr<AsyncAcquirer> acquirer_;  // with a loop and a store
+  pb::RateLimitRequest request_;  // reused: its strings keep their room from call to call
+};
+
+}  // namespace
+
+bool rls_calls_available() noexcept { return true; }
+
+std::unique_ptr<GrpcHandler> make_rls_calls(rls::RateLimitService& service, Engine& engine,
+                                            uv_loop_s* loop) {
+  return std::make_unique<RlsCalls>(service, engine, loop);
+}
+
+}  // namespace ratewin::server

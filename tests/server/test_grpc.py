@@ -1,0 +1,151 @@
+"""The gRPC listener (--grpc-listen) as a transport, end to end: it is served by the
+server's own HTTP/2 loops, so its connections count against --max-connections-per-address
+with HTTP's, a connection that never sends a whole request is closed after
+--request-timeout-ms, and a hostile client holds nothing for long; gRPC's own rules as
+grpcio speaks them (unknown methods, compression, message bounds, cancellation). The RLS
+semantics are test_rls.py's."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import pytest
+
+from ratewin_testkit import PATIENCE, metric_value, request
+
+if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
+    pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
+                allow_module_level=True)
+
+import grpc  # noqa: E402  (python3-grpcio)
+
+_python = os.environ.get("RATEWIN_RLS_PYTHON", "")
+if not _python or not os.path.isdir(_python):
+    pytest.fail("RATEWIN_RLS_PYTHON must name the folder of the RLS messages for Python",
+                pytrace=False)
+sys.path.insert(0, _python)
+from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+CONFIG = """\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+"""
+
+
+@pytest.fixture
+def grpc_server(start_server, tmp_path):
+    def start(*flags: str):
+        folder = tmp_path / "rls"
+        folder.mkdir(exist_ok=True)
+        (folder / "config.yaml").write_text(CONFIG)
+        return start_server("--grpc-listen", "127.0.0.1:0", "--rls-config", str(folder), *flags)
+    return start
+
+
+def call(port: int, value: str = "1.2.3.4", timeout: float = PATIENCE, **channel_options):
+    with grpc.insecure_channel(f"127.0.0.1:{port}", **channel_options) as channel:
+        stub = channel.unary_unary(METHOD,
+                                   request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                   response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        r = rls_pb2.RateLimitRequest(domain="edge")
+        e = r.descriptors.add().entries.add()
+        e.key, e.value = "remote_address", value
+        return stub(r, timeout=timeout)
+
+
+def closed_by_server(sock: socket.socket, timeout: float) -> bool:
+    """Reads until the server closes (True) or `timeout` passes (False)."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_grpc_connections_count_against_the_per_address_bound(grpc_server):
+    server = grpc_server("--max-connections-per-address", "4")
+    held = []
+    try:
+        # Six from 127.0.0.2, each greeting and then silent: four are held, two closed.
+        for _ in range(6):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", server.grpc_port))
+            s.sendall(PREFACE)
+            held.append(s)
+        closed = [s for s in held if closed_by_server(s, 0.5)]
+        assert len(closed) == 2
+        # The HTTP port's bound is the same one: 127.0.0.2 has no slot left there either.
+        h = socket.socket()
+        h.bind(("127.0.0.2", 0))
+        h.connect(("127.0.0.1", server.port))
+        assert closed_by_server(h, PATIENCE)
+        h.close()
+        # Another address is served on both ports.
+        assert call(server.grpc_port).overall_code == rls_pb2.RateLimitResponse.OK
+        assert request(server.port, "GET", "/healthz").status == 200
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_a_connection_that_never_sends_a_whole_call_is_closed(grpc_server):
+    server = grpc_server("--request-timeout-ms", "300")
+    s = socket.create_connection(("127.0.0.1", server.grpc_port))
+    try:
+        s.sendall(PREFACE)
+        assert closed_by_server(s, PATIENCE)
+    finally:
+        s.close()
+    metrics = request(server.port, "GET", "/metrics").body.decode()
+    assert metric_value(metrics, 'ratewin_server_connections_total{outcome="timed_out"}') == 1
+    assert metric_value(metrics, 'ratewin_server_connections_total{outcome="accepted"}') >= 1
+
+
+def test_unknown_methods_and_compressed_calls_are_unimplemented(grpc_server):
+    server = grpc_server()
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        unknown = channel.unary_unary("/no.Such/Method")
+        with pytest.raises(grpc.RpcError) as e:
+            unknown(b"", timeout=PATIENCE)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with pytest.raises(grpc.RpcError) as e:
+        call(server.grpc_port, compression=grpc.Compression.Gzip)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # The connection and the server go on.
+    assert call(server.grpc_port).overall_code == rls_pb2.RateLimitResponse.OK
+
+
+def test_a_request_message_over_the_bound_is_resource_exhausted(grpc_server):
+    server = grpc_server()
+    with pytest.raises(grpc.RpcError) as e:
+        call(server.grpc_port, value="x" * 200_000)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert call(server.grpc_port).overall_code == rls_pb2.RateLimitResponse.OK
+
+
+def test_many_calls_on_one_connection_in_flight_at_once(grpc_server):
+    server = grpc_server("--threads", "1")
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = channel.unary_unary(METHOD,
+                                   request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                   response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        futures = []
+        for i in range(300):
+            r = rls_pb2.RateLimitRequest(domain="edge")
+            e = r.descriptors.add().entries.add()
+            e.key, e.value = "remote_address", f"10.0.0.{i % 7}"
+            futures.append(stub.future(r, timeout=PATIENCE))
+        codes = [f.result().overall_code for f in futures]
+    assert codes == [rls_pb2.RateLimitResponse.OK] * 300
