@@ -3,9 +3,11 @@
 // with a manual clock.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -691,6 +693,91 @@ TEST_CASE(
   CHECK(f.service->reload("SIGHUP"));
   CHECK(counted(3, 2));
   CHECK(f.log_count("configuration reloaded") == 1);
+}
+
+TEST_CASE("a folder that defines no rate limit is refused, at start and on reload") {
+  constexpr std::string_view kGood =
+      "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
+      "requests_per_unit: 7}\n";
+  SUBCASE("at start, unless allowed") {
+    for (const std::string_view empty :
+         {std::string_view("domain: edge\n"), std::string_view("domain: edge\ndescriptors: []\n")}) {
+      const auto start = [&] { const Fixture f(empty); };
+      CHECK_THROWS_WITH_AS(start(), doctest::Contains("defines no rate limit: refused"),
+                           RulesError);
+    }
+    ServiceOptions allowed;
+    allowed.allow_empty_config = true;
+    Fixture f("domain: edge\n", allowed);
+    CHECK(f.service->config()->rule_count() == 0);
+  }
+  SUBCASE("on reload: the last good one serves") {
+    Fixture f(kGood);
+    const std::string v1 = f.service->config()->version();
+    f.write("domain: d\n");
+    CHECK_FALSE(f.service->reload("SIGHUP"));
+    CHECK(f.service->config()->version() == v1);
+    CHECK(f.service->last_reload_error().find("defines no rate limit") != std::string::npos);
+  }
+}
+
+TEST_CASE("a FIFO or a dangling link named *.yaml is reported, not skipped") {
+  const std::string dir = "/tmp/ratewin-rls-special-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  REQUIRE(static_cast<bool>(std::ofstream(dir + "/a.yaml") << "domain: a\n"));
+  SUBCASE("a FIFO") { REQUIRE(::mkfifo((dir + "/x.yaml").c_str(), 0600) == 0); }
+  SUBCASE("a dangling link") {
+    std::filesystem::create_symlink(dir + "/gone.txt", dir + "/x.yaml");
+  }
+  CHECK_THROWS_WITH_AS(Config::read(dir), doctest::Contains("x.yaml: not a regular file"),
+                       RulesError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a call's bounds: descriptors and an entry's bytes are INVALID_ARGUMENT past them") {
+  ServiceOptions options;
+  options.max_descriptors = 3;
+  options.max_entry_bytes = 100;
+  Fixture f(kTwo, options);
+  Request r;
+  r.domain = "d";
+  for (int i = 0; i < 4; ++i) r.descriptors.push_back(one("a", "x"));
+  const auto said = [&] { return f.service->decide(r, [](Response&&) { FAIL("answered"); }); };
+  CHECK(said().code() == Status::Code::invalid);
+  CHECK(said().message().find("at most 3 descriptors") != std::string::npos);
+  r.descriptors.resize(1);
+  const std::string long_value(100, 'v');  // and the key's byte: 101
+  r.descriptors[0] = one("a", long_value);
+  CHECK(said().code() == Status::Code::invalid);
+  CHECK(said().message().find("over 100") != std::string::npos);
+  CHECK(f.ask("d", {one("a", std::string_view(long_value).substr(0, 98))}).overall_code ==
+        Code::ok);
+}
+
+TEST_CASE("stats: long keys hashed, override series by keys, counters saturate") {
+  const std::string long_key = "d.k_" + std::string(5000, 'x');
+  const std::string bounded = HitStats::bounded(long_key);
+  CHECK(bounded.size() <= HitStats::kMaxKeyBytes);
+  CHECK(bounded != HitStats::bounded(long_key + "y"));
+  CHECK(HitStats::bounded("d.k_short") == "d.k_short");
+  // Not cut inside a character.
+  const std::string wide = "d.k_" + std::string(4000, 'a').replace(236, 2, "\xc3\xa9");
+  const std::string cut = HitStats::bounded(wide);
+  CHECK((static_cast<unsigned char>(cut[cut.find('~') - 1]) & 0xc0) != 0xc0);
+
+  std::atomic<std::uint64_t> c{UINT64_MAX - 2};
+  HitCounters::add(c, 1);
+  CHECK(c == UINT64_MAX - 1);
+  HitCounters::add(c, UINT64_MAX);
+  CHECK(c == UINT64_MAX);
+
+  Fixture f(kTwo);
+  for (const char* value : {"v1", "v2", "v3"}) {
+    RequestDescriptor d = one("a", value);
+    d.limit = LimitOverride{5, Unit::minute};
+    f.ask("d", {d});
+  }
+  CHECK(f.metric_line("ratewin_rls_total_hits_total{domain=\"d\",key=\"d.a\"} 3"));
 }
 
 }  // namespace

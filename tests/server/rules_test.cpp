@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/published.h"
+#include "common/yaml_reader.h"
 #include "common/text.h"
 
 #ifndef RATEWIN_RULES_EXAMPLE
@@ -317,6 +319,41 @@ TEST_CASE("YAML anchors and aliases share text, and cycles cannot loop") {
   CHECK(failure_of("tiers: &t {free: *t}\n").problem ==
         "tiers.free: unknown field \"free\" (expected one of: limits, mode)");
   CHECK(failure_of("allow: &a [*a]\n").problem == "allow[0]: expected a string, got a list");
+}
+
+TEST_CASE("YAML aliases cannot multiply a small file past the node bound (both parsers)") {
+  // Seven levels of ten aliases each: 10^7 nodes from under a kilobyte.
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char level = 'b'; level <= 'g'; ++level) {
+    bomb += std::string(1, level) + ": &" + std::string(1, level) + " [";
+    for (int i = 0; i < 10; ++i) bomb += std::string(i == 0 ? "*" : ", *") + static_cast<char>(level - 1);
+    bomb += "]\n";
+  }
+  YamlReader reader("bomb.yaml");
+  const YAML::Node root = reader.document(bomb);
+  std::size_t scalars = 0;
+  std::function<void(const YamlReader&, const YamlItem&)> walk = [&](const YamlReader& r,
+                                                                     const YamlItem& item) {
+    if (item.node.IsSequence()) {
+      for (const YamlItem& e : r.list(item)) walk(r, e);
+    } else if (item.node.IsMap()) {
+      for (const YamlReader::Entry& e : r.entries(item)) walk(r, e.value);
+    } else {
+      ++scalars;
+    }
+  };
+  CHECK_THROWS_WITH_AS(walk(reader, YamlItem{root, root.Mark(), ""}),
+                       doctest::Contains("YAML nodes for a file of this size"), RulesError);
+  CHECK(scalars <= 10'000 + 4 * bomb.size());
+  // A file as large without aliases reads whole.
+  std::string plain = "a: [";
+  for (std::size_t i = 0; plain.size() < bomb.size(); ++i) plain += (i == 0 ? "x" : ", x");
+  plain += "]\n";
+  YamlReader fine("plain.yaml");
+  const YAML::Node doc = fine.document(plain);
+  scalars = 0;
+  walk(fine, YamlItem{doc, doc.Mark(), ""});
+  CHECK(scalars > 100);
 }
 
 TEST_CASE("defaults.failure_policy applies where a limit says nothing") {

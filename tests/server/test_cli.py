@@ -1,5 +1,5 @@
-"""The command line around serving: --version, --help's URL forms, `check RULES` (the
-messages a reload gives), and a --listen port another process holds (refused unless
+"""The command line around serving: --version, --help's URL forms, `check RULES` and
+`check --rls-config DIR` (the messages a reload gives), and a --listen port another process holds (refused unless
 --reuse-port)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import re
 import subprocess
 
-from ratewin_testkit import EXAMPLE_RULES, PATIENCE, SERVER, wait_until, write_rules
+from ratewin_testkit import EXAMPLE_RULES, PATIENCE, ROOT, SERVER, wait_until, write_rules
 
 
 def run(*args: str, timeout: float = PATIENCE) -> subprocess.CompletedProcess[str]:
@@ -101,6 +101,28 @@ def test_check_fails_with_the_message_a_reload_gives(start_server, tmp_path):
     missing = run("check", str(tmp_path / "none.yaml"))
     assert missing.returncode == 1 and "none.yaml" in missing.stderr
     assert run("--check").returncode == 2  # no rules file named
+
+
+def test_check_an_rls_config_folder_as_the_listener_loads_it(tmp_path):
+    example = ROOT / "cmd" / "server" / "rls" / "example"
+    good = run("check", "--rls-config", str(example))
+    assert good.returncode == 0, good.stderr
+    assert "valid, version rls@" in good.stderr and "rate limits" in good.stderr
+    # With a rules file too: both checked, either refusing.
+    both = run("check", str(EXAMPLE_RULES), "--rls-config", str(example))
+    assert both.returncode == 0, both.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "edge.yaml").write_text("domain: edge\ndescriptors:\n  - key: k\n"
+                                   "    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+    refused = run("check", str(EXAMPLE_RULES), "--rls-config", str(bad))
+    assert refused.returncode == 1
+    assert "rls config rejected" in refused.stderr and "edge.yaml:4" in refused.stderr
+    # A folder the server would refuse for holding no rate limit.
+    (bad / "edge.yaml").write_text("domain: edge\n")
+    assert run("check", "--rls-config", str(bad)).returncode == 1
+    assert run("check", "--rls-config", str(bad), "--allow-empty-rls-config").returncode == 0
+    assert run("check").returncode == 2
 
 
 def test_a_port_in_use_is_refused_unless_reuse_port(start_server, tmp_path):

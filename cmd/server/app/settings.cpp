@@ -296,6 +296,20 @@ const Flag kFlags[] = {
                  "domain each), read unchanged; reloaded when it changes and on SIGHUP",
    text(""), Step::store,
    [](const Value& v, S& s) { s.rls.folder = text_of(v); return std::string(); }},
+  {"allow-empty-rls-config", "Accept an --rls-config folder that defines no rate limit "
+                             "(refused by default, at start and on reload: an emptied folder, "
+                             "or files cut short, would answer OK to every call)",
+   flag(), Step::store,
+   [](const Value& v, S& s) { s.rls.allow_empty_config = given(v); return std::string(); }},
+  {"rls-max-descriptors", "Most descriptors in one ShouldRateLimit call (more is "
+                          "INVALID_ARGUMENT); 1 to 4096",
+   number<std::size_t>("64"), Step::store,
+   [](const Value& v, S& s) -> std::string {
+     s.rls.max_descriptors = v.as<std::size_t>();
+     return s.rls.max_descriptors == 0 || s.rls.max_descriptors > 4096
+                ? "--rls-max-descriptors must be 1 to 4096"
+                : "";
+   }},
   {"rls-descriptors", "Several descriptors in one call: all (nothing is counted when any "
                       "is over its limit) or each (every descriptor counted on its own, as "
                       "envoyproxy/ratelimit does)",
@@ -536,9 +550,11 @@ const Flag kFlags[] = {
      return {};
    }},
   {"check", "Check the --rules file as a reload would (with --max-memory and "
-            "--allow-empty-rules), print the rules in effect as JSON and exit: 0 when "
-            "valid, 1 with the reload's message when not. Also: ratewin-server check RULES "
-            "[options]", flag(), Step::store,
+            "--allow-empty-rules), print the rules in effect as JSON, and check the "
+            "--rls-config folder as the gRPC listener loads it (with "
+            "--allow-empty-rls-config), then exit: 0 when valid, 1 with the load's message "
+            "when not. Also: ratewin-server check RULES [options], or ratewin-server check "
+            "--rls-config DIR [options]", flag(), Step::store,
    [](const Value& v, S& s) { s.check = given(v); return std::string(); }},
   {"version", "Print the version and exit", flag()},  // (parse's own)
   {"h,help", "Print this help", flag()},
@@ -592,8 +608,9 @@ const CrossCheck kCrossChecks[] = {
      }},
     {Step::rls_config,
      [](Args, ServerSettings& s) -> std::string {
-       return s.grpc_listen.empty() && !s.rls.folder.empty() ? "--rls-config needs --grpc-listen"
-                                                             : "";
+       return s.grpc_listen.empty() && !s.rls.folder.empty() && !s.check
+                  ? "--rls-config needs --grpc-listen"
+                  : "";
      }},
     {Step::admin_deadline, admin_deadline},
     {Step::redis_password, redis_password},
@@ -604,8 +621,9 @@ const CrossCheck kCrossChecks[] = {
      }},
     {Step::check,
      [](Args, ServerSettings& s) -> std::string {
-       return s.check && s.service.rules_path.empty() ? "--check needs a rules file (--rules FILE)"
-                                                      : "";
+       return s.check && s.service.rules_path.empty() && s.rls.folder.empty()
+                  ? "--check needs a rules file (--rules FILE) or a folder (--rls-config DIR)"
+                  : "";
      }},
 };
 
@@ -637,12 +655,13 @@ std::variant<ServerSettings, Exit> parse(int argc, char** argv) {
                        "(a demo backend: allowed requests get 200 and a small JSON body), and "
                        "answers forward-auth checks for a gateway in front of other servers.");
   for (const Flag& f : kFlags) cli.add_options()(f.name, f.help, f.value);
-  // "ratewin-server check RULES [options]" is "--check --rules RULES [options]".
+  // "ratewin-server check RULES [options]" is "--check --rules RULES [options]", and
+  // "ratewin-server check --flag..." is "--check --flag...".
   std::vector<char*> argument(argv, argv + argc);
   std::string check_flag = "--check", rules_flag = "--rules";
-  if (argc >= 3 && std::string_view(argv[1]) == "check") {
+  if (argc >= 2 && std::string_view(argv[1]) == "check") {
     argument[1] = check_flag.data();
-    argument.insert(argument.begin() + 2, rules_flag.data());
+    if (argc >= 3 && argv[2][0] != '-') argument.insert(argument.begin() + 2, rules_flag.data());
   }
   cxxopts::ParseResult args;
   try {

@@ -48,25 +48,42 @@ void raise_file_limit(std::size_t max_connections) {
 }
 
 // --check: the rules file loaded as the server would (checked_rules()), its rules printed
-// as JSON on stdout. 0 when valid, 1 with the message a reload logs when not.
-int check_rules_file(const ServerSettings& settings) {
+// as JSON on stdout; the --rls-config folder loaded as the gRPC listener loads it. 0 when
+// valid, 1 with the message a reload logs when not.
+int check_files(const ServerSettings& settings) {
   const std::string& path = settings.service.rules_path;
   Options engine_options = settings.engine;
   engine_options.redis.clear();  // the memory bound is what counts; no store is needed
   engine_options.tls = TlsOptions();
   engine_options.logger = log;
-  try {
-    const Engine engine(engine_options);
-    const Rules rules =
-        checked_rules(Rules::read(path), path, engine, settings.service.allow_empty_rules, log);
-    std::printf("%s\n", rules.describe_json().c_str());
-    std::fprintf(stderr, "ratewin-server: %s: valid, version %s, %zu limits\n", path.c_str(),
-                 rules.version().c_str(), rules.limit_count());
-    return 0;
-  } catch (const RulesError& e) {
-    std::fprintf(stderr, "ratewin-server: rules rejected: %s\n", e.what());
-    return 1;
+  Engine engine(engine_options);
+  if (!path.empty()) {
+    try {
+      const Rules rules =
+          checked_rules(Rules::read(path), path, engine, settings.service.allow_empty_rules, log);
+      std::printf("%s\n", rules.describe_json().c_str());
+      std::fprintf(stderr, "ratewin-server: %s: valid, version %s, %zu limits\n", path.c_str(),
+                   rules.version().c_str(), rules.limit_count());
+    } catch (const RulesError& e) {
+      std::fprintf(stderr, "ratewin-server: rules rejected: %s\n", e.what());
+      return 1;
+    }
   }
+  if (!settings.rls.folder.empty()) {
+    try {
+      rls::ServiceOptions options = settings.rls;
+      options.config.capacity = [&engine](const Limit& limit) { return engine.capacity(limit); };
+      const rls::RateLimitService service(engine, options, [](LogLevel, std::string_view) {});
+      const std::shared_ptr<const rls::Config> config = service.config();
+      std::fprintf(stderr, "ratewin-server: %s: valid, version %s, %zu domains, %zu rate limits\n",
+                   settings.rls.folder.c_str(), config->version().c_str(), config->domain_count(),
+                   config->rule_count());
+    } catch (const RulesError& e) {
+      std::fprintf(stderr, "ratewin-server: rls config rejected: %s\n", e.what());
+      return 1;
+    }
+  }
+  return 0;
 }
 
 // A peer that resets its connection while a response is being written must not end the
@@ -232,7 +249,7 @@ int serve(const ServerSettings& settings) {
 int wire(const ServerSettings& settings) {
   set_log_threshold(settings.log_level);
   set_log_format(settings.log_format);
-  if (settings.check) return check_rules_file(settings);
+  if (settings.check) return check_files(settings);
   return serve(settings);
 }
 

@@ -106,6 +106,8 @@ YAML::Node YamlReader::document(const std::string& input) const {
       }
       fail(second, "", "more than one YAML document (a file holds one)");
     }
+    nodes_ = 0;
+    max_nodes_ = 10'000 + 4 * input.size();
     return YAML::Load(input);
   } catch (const YAML::Exception& e) {
     fail(e.mark, "", "YAML syntax: " + e.msg);
@@ -147,6 +149,7 @@ void YamlReader::fail(const YAML::Mark& mark, const std::string& path,
 std::vector<YamlReader::Entry> YamlReader::entries(const YamlItem& map,
                                                    std::string_view what) const {
   if (!map.node.IsMap()) fail(map, "expected a mapping, got " + kind_of(map.node));
+  count_nodes(map, map.node.size());
   std::vector<Entry> out;
   Seen seen;
   for (auto it = map.node.begin(); it != map.node.end(); ++it) {
@@ -167,6 +170,7 @@ std::vector<YamlItem> YamlReader::list(const YamlItem& item, bool empty_ok) cons
   std::vector<YamlItem> out;
   if (empty_ok && item.node.IsNull()) return out;
   if (!item.node.IsSequence()) fail(item, "expected a list, got " + kind_of(item.node));
+  count_nodes(item, item.node.size());
   std::size_t i = 0;
   for (auto it = item.node.begin(); it != item.node.end(); ++it, ++i) {
     const YAML::Node element = *it;
@@ -174,6 +178,15 @@ std::vector<YamlItem> YamlReader::list(const YamlItem& item, bool empty_ok) cons
                            item.path + "[" + std::to_string(i) + "]"});
   }
   return out;
+}
+
+void YamlReader::count_nodes(const YamlItem& at, std::size_t n) const {
+  nodes_ += n;
+  if (max_nodes_ != 0 && nodes_ > max_nodes_) {
+    fail(at, "more than " + std::to_string(max_nodes_) +
+                 " YAML nodes for a file of this size: aliases (*name) expand to too many; "
+                 "write them out");
+  }
 }
 
 std::string YamlReader::scalar(const YamlItem& item) const {

@@ -45,7 +45,9 @@ class YamlReader {
   explicit YamlReader(std::string source) : source_(std::move(source)) {}
 
   // The one document of `bytes` (a null node when empty). More than one document, or bad
-  // syntax, is a RulesError.
+  // syntax, is a RulesError. It also sets the bound on the nodes entries() and list() may
+  // hand out for it: 10000 + 4 per byte. A file without aliases stays far below; aliases
+  // of aliases (a kilobyte that reads as millions of nodes) are refused at the bound.
   YAML::Node document(const std::string& bytes) const;
 
   struct Entry {
@@ -104,7 +106,12 @@ class YamlReader {
   const std::string& source() const noexcept { return source_; }
 
  private:
+  // Counts `n` more nodes handed out; a RulesError at `at` past the bound.
+  void count_nodes(const YamlItem& at, std::size_t n) const;
+
   std::string source_;
+  mutable std::size_t nodes_ = 0;
+  mutable std::size_t max_nodes_ = 0;  // 0: no bound (no document() read)
 };
 
 }  // namespace ratewin::server

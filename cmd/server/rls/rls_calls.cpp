@@ -1,5 +1,8 @@
 #include "rls/rls_calls.h"
 
+#include <google/protobuf/stubs/logging.h>
+
+#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -78,7 +81,8 @@ class RlsCalls final : public GrpcHandler {
   void should_rate_limit(const GrpcCall& call, GrpcResponder responder) {
     pb::RateLimitRequest& request = request_;
     if (!request.ParseFromArray(call.message.data(), static_cast<int>(call.message.size())))
-      return responder.fail(GrpcCode::invalid_argument, "not a RateLimitRequest");
+      return responder.fail(GrpcCode::invalid_argument,
+                            "not a RateLimitRequest (or a string in it is not UTF-8)");
     rls::Request r;
     r.domain = request.domain();
     r.hits_addend = request.hits_addend();
@@ -130,6 +134,10 @@ bool rls_calls_available() noexcept { return true; }
 
 std::unique_ptr<GrpcHandler> make_rls_calls(rls::RateLimitService& service, Engine& engine,
                                             uv_loop_s* loop) {
+  // protobuf logs every message it cannot parse (a string that is not UTF-8), one line a
+  // call: a client could fill the log. The call's INVALID_ARGUMENT says it instead.
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { google::protobuf::SetLogHandler(nullptr); });
   return std::make_unique<RlsCalls>(service, engine, loop);
 }
 

@@ -71,7 +71,22 @@ const char* unit_name(Unit unit) noexcept {
   return "unknown";
 }
 
-std::shared_ptr<HitCounters> HitStats::get(const std::string& domain, const std::string& key) {
+std::string HitStats::bounded(const std::string& key) {
+  if (key.size() <= kMaxKeyBytes) return key;
+  // A prefix cut at a character's start, and the whole key's hash: distinct keys stay
+  // distinct series, each at most kMaxKeyBytes.
+  std::size_t cut = kMaxKeyBytes - 17;
+  while (cut > 0 && (static_cast<unsigned char>(key[cut]) & 0xc0) == 0x80) --cut;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = key.substr(0, cut);
+  out += '~';
+  const std::uint64_t h = hash(key);
+  for (int shift = 60; shift >= 0; shift -= 4) out += kHex[(h >> shift) & 15];
+  return out;
+}
+
+std::shared_ptr<HitCounters> HitStats::get(const std::string& domain, const std::string& whole) {
+  const std::string key = bounded(whole);
   std::lock_guard lock(mutex_);
   if (const auto it = series_.find(key); it != series_.end()) return it->second.counters;
   if (series_.size() >= kMaxSeries) {
@@ -347,7 +362,13 @@ ConfigFiles Config::read(const std::string& folder) {
     const std::string name = p.filename().string();
     if (name.starts_with('.') || (p.extension() != ".yaml" && p.extension() != ".yml")) continue;
     std::error_code type_ec;
-    if (!it->is_regular_file(type_ec)) continue;  // (follows symlinks: a ConfigMap's)
+    // (Follows symlinks: a ConfigMap's.) A FIFO, a folder or a dangling link named like a
+    // configuration file is an error, not a file skipped in silence.
+    if (!it->is_regular_file(type_ec)) {
+      throw RulesError(p.string(), 0, 0,
+                       "not a regular file (a FIFO, a folder or a dangling link?): a "
+                       "configuration file cannot be read from it");
+    }
     paths.push_back(p);
   }
   if (ec) throw RulesError(folder, 0, 0, "cannot read the folder: " + ec.message());

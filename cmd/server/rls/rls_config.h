@@ -51,14 +51,27 @@ struct HitCounters {
   std::atomic<std::uint64_t> near_limit{0};  // within the limit, above 80% of it
   std::atomic<std::uint64_t> within_limit{0};
   std::atomic<std::uint64_t> shadow_mode{0};  // over the limit, let through by shadow_mode
+
+  // Adds `hits`, stopping at the largest count instead of wrapping to 0 (a descriptor's
+  // hits_addend may be 2^64 - 1).
+  static void add(std::atomic<std::uint64_t>& counter, std::uint64_t hits) noexcept {
+    std::uint64_t now = counter.load(std::memory_order_relaxed);
+    while (!counter.compare_exchange_weak(
+        now, now > UINT64_MAX - hits ? UINT64_MAX : now + hits, std::memory_order_relaxed)) {
+    }
+  }
 };
 
 // Counters by stat key ("domain.key_value.key"), kept across reloads. At most
 // kMaxSeries keys: past it new ones count under "domain.other" (a detailed_metric rule
-// on unbounded values must not grow memory without bound).
+// on unbounded values must not grow memory without bound); and a key longer than
+// kMaxKeyBytes is its first bytes and the whole key's hash (a request's values may be
+// megabytes long).
 class HitStats {
  public:
   static constexpr std::size_t kMaxSeries = 10000;
+  static constexpr std::size_t kMaxKeyBytes = 256;
+  static std::string bounded(const std::string& key);
   // The counters of `key` (created when new). Thread-safe.
   std::shared_ptr<HitCounters> get(const std::string& domain, const std::string& key);
   // Every key's counters, sorted by key: (domain, key, counters).

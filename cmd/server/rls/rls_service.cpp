@@ -87,7 +87,18 @@ Reloader<Config>::Hooks RateLimitService::config_hooks() {
     ConfigFiles files = Config::read(options_.folder);
     const std::uint64_t fingerprint = hash(files.joined());
     return Reloader<Config>::Input{fingerprint, [this, files = std::move(files)] {
-                                     return Config::parse(files, options_.config);
+                                     Config c = Config::parse(files, options_.config);
+                                     if (c.rule_count() == 0 && !options_.allow_empty_config) {
+                                       throw RulesError(
+                                           options_.folder, 0, 0,
+                                           std::string(files.files.empty()
+                                                           ? "holds no *.yaml file"
+                                                           : "defines no rate limit") +
+                                               ": refused, since every call would be "
+                                               "answered OK (--allow-empty-rls-config "
+                                               "serves it)");
+                                     }
+                                     return c;
                                    }};
   };
   hooks.refused = [this](std::string_view why, const std::string& error, const Config&,
@@ -122,6 +133,20 @@ RateLimitService::~RateLimitService() = default;
 Status RateLimitService::decide(const Request& request, Done done, AsyncAcquirer* acquirer) {
   if (request.domain.empty()) return invalid("rate limit domain must not be empty");
   if (request.descriptors.empty()) return invalid("rate limit descriptor list must not be empty");
+  if (request.descriptors.size() > options_.max_descriptors) {
+    return invalid("a call may carry at most " + std::to_string(options_.max_descriptors) +
+                   " descriptors (--rls-max-descriptors), not " +
+                   std::to_string(request.descriptors.size()));
+  }
+  for (std::size_t i = 0; i < request.descriptors.size(); ++i) {
+    for (const Entry& e : request.descriptors[i].entries) {
+      if (e.key.size() + e.value.size() > options_.max_entry_bytes) {
+        return invalid("descriptor " + std::to_string(i) + ": an entry of " +
+                       std::to_string(e.key.size() + e.value.size()) +
+                       " bytes (key and value), over " + std::to_string(options_.max_entry_bytes));
+      }
+    }
+  }
   for (std::size_t i = 0; i < request.descriptors.size(); ++i) {
     const std::optional<LimitOverride>& o = request.descriptors[i].limit;
     if (o && unit_length(o->unit).count() == 0) {
@@ -145,12 +170,12 @@ Status RateLimitService::decide(const Request& request, Done done, AsyncAcquirer
         item.current = CurrentLimit{"", d.limit->requests_per_unit, d.limit->unit};
         item.overridden = true;
         item.resource = Config::override_resource(domain->name, d.entries);
+        // Its series: the domain and the entries' keys, as a configured path names its
+        // descriptor (the request's values would make a series per value).
         std::string key = domain->name;
         for (const Entry& e : d.entries) {
           key += '.';
           key += e.key;
-          key += '_';
-          key += e.value;
         }
         item.counters = stats_.get(domain->name, key);
         if (d.limit->requests_per_unit == 0) {
@@ -273,16 +298,16 @@ void RateLimitService::finish(Call& call) {
     if (item.kind == Kind::zero && item.shadow) would = refused;
     s.code = refused && !would ? Code::over_limit : Code::ok;
     if (HitCounters* c = item.counters.get()) {
-      c->total_hits.fetch_add(item.hits, std::memory_order_relaxed);
+      HitCounters::add(c->total_hits, item.hits);
       if (refused) {
-        c->over_limit.fetch_add(item.hits, std::memory_order_relaxed);
-        if (would) c->shadow_mode.fetch_add(item.hits, std::memory_order_relaxed);
+        HitCounters::add(c->over_limit, item.hits);
+        if (would) HitCounters::add(c->shadow_mode, item.hits);
       } else if (item.decided) {
-        c->within_limit.fetch_add(item.hits, std::memory_order_relaxed);
+        HitCounters::add(c->within_limit, item.hits);
         const auto threshold =
             static_cast<std::uint64_t>(std::floor(static_cast<double>(limit) * kNearLimitRatio));
         if (limit - std::min<std::uint64_t>(limit, item.decision.remaining) > threshold)
-          c->near_limit.fetch_add(item.hits, std::memory_order_relaxed);
+          HitCounters::add(c->near_limit, item.hits);
       }
     }
     if (s.code == Code::over_limit) {

@@ -90,6 +90,14 @@ struct ServiceOptions {
   // limit Envoy gave (a descriptor's override) is over.
   bool shadow = false;
   HeaderStyle headers = HeaderStyle::none;
+  // A call's bounds: descriptors (--rls-max-descriptors), and bytes of an entry's key and
+  // value together. Past them the call is INVALID_ARGUMENT.
+  std::size_t max_descriptors = 64;
+  std::size_t max_entry_bytes = 1024;
+  // A folder that defines no rate limit is refused (at start and on reload, the last good
+  // one kept) unless this is set: an emptied folder, or files cut short, would answer OK
+  // to every call.
+  bool allow_empty_config = false;
   ConfigOptions config;  // its stats are the service's own
 };
 
