@@ -216,3 +216,23 @@ def test_an_rls_config_without_a_rate_limit_is_refused_unless_allowed(server_bin
     server = start_server("--grpc-listen", "127.0.0.1:0", "--rls-config", str(tmp_path),
                           "--allow-empty-rls-config")
     assert call(server.grpc_port).overall_code == rls_pb2.RateLimitResponse.OK
+
+
+def test_healthz_and_the_status_json_show_the_rls_config_and_its_last_error(grpc_server,
+                                                                           tmp_path):
+    import json
+    import signal
+    server = grpc_server("--admin-token", "t0ken")
+    health = json.loads(request(server.port, "GET", "/healthz").body)
+    assert health["rls"]["version"].startswith("rls@") and health["rls"]["last_error"] == ""
+    assert health["rls"]["rate_limits"] == 1
+    (tmp_path / "rls" / "config.yaml").write_text("domain: edge\n")  # no rate limit: refused
+    server.signal(signal.SIGHUP)
+    assert wait_until(lambda: json.loads(
+        request(server.port, "GET", "/healthz").body)["rls"]["last_error"])
+    after = json.loads(request(server.port, "GET", "/healthz").body)["rls"]
+    assert after["version"] == health["rls"]["version"]
+    assert "defines no rate limit" in after["last_error"]
+    status = json.loads(request(server.port, "GET", "/status.json",
+                                headers={"Authorization": "Bearer t0ken"}).body)
+    assert status["rls"] == after

@@ -1,7 +1,8 @@
 """The operators' files in cmd/server/deploy/: the Prometheus alert rules pass promtool
 (check rules, and test rules: each alert fires on its series and not on the ones beside
 it), and every metric the rules and the Grafana dashboard query, with every label value
-they match exactly, is one a running server's /metrics exports."""
+they match exactly, is one a running server's /metrics exports (Envoy's rate limit
+service's too, with a call within its limit and one over)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from ratewin_testkit import ROOT, Client, store_up, write_rules
+from ratewin_testkit import PATIENCE, ROOT, Client, store_up, write_rules
 
 DEPLOY = ROOT / "cmd" / "server" / "deploy"
 ALERTS = DEPLOY / "prometheus-alerts.yml"
@@ -40,7 +42,7 @@ needs_promtool = pytest.mark.skipif(
 def test_alert_rules_pass_promtool():
     check = subprocess.run([PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True,
                            text=True, timeout=60)
-    assert check.returncode == 0 and "SUCCESS: 4 rules found" in check.stdout, check
+    assert check.returncode == 0 and "SUCCESS: 6 rules found" in check.stdout, check
     unit = subprocess.run([PROMTOOL, "test", "rules", ALERT_TESTS.name], capture_output=True,
                           text=True, timeout=60, cwd=ALERT_TESTS.parent)
     assert unit.returncode == 0, unit.stdout + unit.stderr
@@ -85,11 +87,24 @@ def test_every_metric_the_alerts_and_dashboard_query_is_exported(start_server, r
                 window: 1m
         default_tier: free
         """)
-    server = start_server(rules=rules, redis=redis, admin_token="t0ken")
+    # With Envoy's rate limit service too, one descriptor within its limit and one over
+    # (the ratewin_rls_* series), when this build has it.
+    grpc_built = os.environ.get("RATEWIN_GRPC", "ON") != "OFF"
+    rls_flags: list[str] = []
+    if grpc_built:
+        folder = tmp_path / "rls"
+        folder.mkdir()
+        (folder / "edge.yaml").write_text(
+            "domain: edge\ndescriptors:\n  - key: k\n"
+            "    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+        rls_flags = ["--grpc-listen", "127.0.0.1:0", "--rls-config", str(folder)]
+    server = start_server(*rls_flags, rules=rules, redis=redis, admin_token="t0ken")
     store_up(server)
     with Client(server.port) as c:
         statuses = [c.get("/", {"X-API-Key": "k"}).status for _ in range(4)]
     assert statuses == [200, 200, 429, 429]
+    if grpc_built:
+        assert rls_codes(server.grpc_port, 2) == [1, 2]  # OK, then OVER_LIMIT
     samples = exported(server.metrics())
 
     dashboard = json.loads(DASHBOARD.read_text())
@@ -101,6 +116,8 @@ def test_every_metric_the_alerts_and_dashboard_query_is_exported(start_server, r
         names = queried(text)
         assert names, source
         for name, exact in names:
+            if name.startswith("ratewin_rls_") and not grpc_built:
+                continue
             # A histogram's series are queried as _bucket, _sum and _count, as exported.
             assert name in samples, f"{source} queries {name}, which /metrics does not export"
             for label, value in exact:
@@ -110,7 +127,25 @@ def test_every_metric_the_alerts_and_dashboard_query_is_exported(start_server, r
     # spike, rejected reloads.
     alerts = re.findall(r"- alert: (\w+)", texts["alerts"])
     assert alerts == ["RatewinStoreDown", "RatewinDegradedDecisions", "RatewinRefusalSpike",
-                      "RatewinRulesRejected"]
+                      "RatewinRulesRejected", "RatewinRlsConfigRejected",
+                      "RatewinRlsOverLimitSpike"]
+
+
+def rls_codes(port: int, calls: int) -> list[int]:
+    """The overall codes of `calls` ShouldRateLimit calls for descriptor k=v of domain
+    edge (grpcio; the messages protoc made for the tests)."""
+    import grpc  # noqa: PLC0415 (python3-grpcio, only with gRPC built)
+    sys.path.insert(0, os.environ["RATEWIN_RLS_PYTHON"])
+    from envoy.service.ratelimit.v3 import rls_pb2  # noqa: PLC0415
+    request = rls_pb2.RateLimitRequest(domain="edge")
+    entry = request.descriptors.add().entries.add()
+    entry.key, entry.value = "k", "v"
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+            response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        return [call(request, timeout=PATIENCE).overall_code for _ in range(calls)]
 
 
 def test_the_check_catches_a_metric_that_is_not_exported():

@@ -77,6 +77,7 @@ std::string status_json(const Service& service, steady_clock::time_point now) {
   }
   j.end_array();
   j.end_object();
+  service.write_status_fields(j);
   const Status down = store_down_reason(st);
   j.key("store").begin_object();
   j.key("kind").string(st.store ? "redis" : "none");

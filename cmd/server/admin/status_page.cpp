@@ -51,6 +51,7 @@ dt { color:var(--muted); } dd { margin:0; font-variant-numeric:tabular-nums; }
   <h1>ratewin-server</h1>
   <span class="meta">version <span id="server-version"></span></span>
   <span class="meta">rules <span id="rules-version"></span></span>
+  <span class="meta" id="rls-meta" hidden>rls <span id="rls-version"></span></span>
   <span class="meta">up <span id="uptime"></span></span>
   <span class="meta">store <span id="store-badge" class="badge"></span></span>
   <span id="refresh"></span>
@@ -63,6 +64,7 @@ dt { color:var(--muted); } dd { margin:0; font-variant-numeric:tabular-nums; }
       <tbody></tbody>
     </table>
     <p id="rules-error" class="error"></p>
+    <p id="rls-error" class="error"></p>
   </section>
   <section>
     <h2>Most refused keys</h2>
@@ -142,6 +144,9 @@ function render(s) {
     return tr;
   }), 8, "no limits: every request is allowed");
   $("rules-error").textContent = s.rules.last_error ? "last reload failed: " + s.rules.last_error : "";
+  $("rls-meta").hidden = !s.rls;
+  if (s.rls) $("rls-version").textContent = s.rls.version + " (" + s.rls.rate_limits + " rate limits)";
+  $("rls-error").textContent = s.rls && s.rls.last_error ? "--rls-config: last reload failed: " + s.rls.last_error : "";
 
   const top = [];
   for (const rule of s.top.rules) {

@@ -155,7 +155,9 @@ void Router::health(Response& response) {
   } else {
     j.key("status").string("ok").key("store").string(s.store ? "up" : "none");
   }
-  j.key("rules").string(requests_.rules().version()).end_object();
+  j.key("rules").string(requests_.rules().version());
+  service_.write_status_fields(j);
+  j.end_object();
   response.body += '\n';
 }
 

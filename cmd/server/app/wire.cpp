@@ -218,6 +218,17 @@ int serve(const ServerSettings& settings) {
       };
       rls_service = std::make_unique<rls::RateLimitService>(engine, rls_options, log);
       service.add_metrics([&rls_service](PrometheusText& out) { rls_service->write_metrics(out); });
+      // /healthz and the status page: the --rls-config in force, and why the last load
+      // failed (empty when it did not).
+      service.add_status_fields([&rls_service](JsonWriter& j) {
+        const std::shared_ptr<const rls::Config> config = rls_service->config();
+        j.key("rls").begin_object();
+        j.key("version").string(config->version());
+        j.key("folder").string(rls_service->folder());
+        j.key("rate_limits").number(config->rule_count());
+        j.key("last_error").string(rls_service->last_reload_error());
+        j.end_object();
+      });
     }
     std::vector<std::unique_ptr<HttpLoop>> loops;
     int port = settings.http.port;

@@ -23,6 +23,7 @@
 
 #include "common/address.h"
 #include "common/job_queue.h"
+#include "common/json_writer.h"
 #include "common/published.h"
 #include "common/outcome.h"
 #include "http/http_loops.h"  // ConnectionCounters
@@ -137,6 +138,16 @@ class Service {
         .push_back(std::move(part));
   }
 
+  // Another part of the server that /healthz and the status JSON describe too (the RLS
+  // listener's configuration): `part` writes its members into their object. Before
+  // serving; called from any thread.
+  void add_status_fields(std::function<void(JsonWriter&)> part) {
+    status_parts_.push_back(std::move(part));
+  }
+  void write_status_fields(JsonWriter& j) const {
+    for (const auto& part : status_parts_) part(j);
+  }
+
   // What each loop's limited requests use (its router's LimitedRequests).
   LimitedRequests::Parts limiting_parts();
 
@@ -171,6 +182,7 @@ class Service {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<std::function<void(PrometheusText&)>> metric_parts_after_rules_;
   std::vector<std::function<void(PrometheusText&)>> metric_parts_;
+  std::vector<std::function<void(JsonWriter&)>> status_parts_;
   // POST /admin/reload's reads and parses, off the loops (last: it goes first, waiting for
   // the one it runs).
   JobQueue reloads_{4};
