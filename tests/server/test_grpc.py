@@ -236,3 +236,36 @@ def test_healthz_and_the_status_json_show_the_rls_config_and_its_last_error(grpc
     status = json.loads(request(server.port, "GET", "/status.json",
                                 headers={"Authorization": "Bearer t0ken"}).body)
     assert status["rls"] == after
+
+
+def test_a_deadline_and_a_cancel_while_the_answer_waits_on_redis(start_server, redis, tmp_path):
+    from ratewin_testkit import store_up
+    folder = tmp_path / "rls"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(CONFIG)
+    server = start_server("--grpc-listen", "127.0.0.1:0", "--rls-config", str(folder),
+                          redis=redis)
+    store_up(server)
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = channel.unary_unary(METHOD,
+                                   request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                   response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        r = rls_pb2.RateLimitRequest(domain="edge")
+        e = r.descriptors.add().entries.add()
+        e.key, e.value = "remote_address", "1.2.3.4"
+        assert stub(r, timeout=PATIENCE).overall_code == rls_pb2.RateLimitResponse.OK
+        # With Redis stopped, an admission's answer waits for its write (up to the
+        # engine's 100 ms command timeout): a 50 ms deadline passes first, and a call
+        # cancelled at once is gone before its answer comes.
+        redis.pause()
+        try:
+            late = stub.future(r, timeout=0.05)
+            gone = stub.future(r, timeout=PATIENCE)
+            assert gone.cancel()
+            assert late.exception(timeout=PATIENCE).code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        finally:
+            redis.resume()
+        # The connection goes on: the answers owed to both were dropped or cut, not sent
+        # into a closed stream.
+        assert stub(r, timeout=PATIENCE).overall_code == rls_pb2.RateLimitResponse.OK
+    assert server.alive()
