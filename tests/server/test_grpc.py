@@ -2,20 +2,23 @@
 server's own HTTP/2 loops, so its connections count against --max-connections-per-address
 with HTTP's, a connection that never sends a whole request is closed after
 --request-timeout-ms, and a hostile client holds nothing for long; gRPC's own rules as
-grpcio speaks them (unknown methods, compression, message bounds, cancellation). The RLS
+grpcio speaks them (unknown methods, compression, message bounds, deadlines, cancellation,
+a Unix socket). The RLS
 semantics are test_rls.py's; the bounds of a call (descriptors, units, UTF-8) and of the
 configuration's folder are here too."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 
 import pytest
 
-from ratewin_testkit import PATIENCE, metric_value, request, wait_until
+from ratewin_testkit import PATIENCE, metric_value, request, store_up, wait_until
 
 if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
     pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
@@ -50,15 +53,22 @@ def grpc_server(start_server, tmp_path):
     return start
 
 
+def rls_stub(channel):
+    return channel.unary_unary(METHOD,
+                               request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                               response_deserializer=rls_pb2.RateLimitResponse.FromString)
+
+
+def rls_request(value: str):
+    r = rls_pb2.RateLimitRequest(domain="edge")
+    e = r.descriptors.add().entries.add()
+    e.key, e.value = "remote_address", value
+    return r
+
+
 def call(port: int, value: str = "1.2.3.4", timeout: float = PATIENCE, **channel_options):
     with grpc.insecure_channel(f"127.0.0.1:{port}", **channel_options) as channel:
-        stub = channel.unary_unary(METHOD,
-                                   request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                                   response_deserializer=rls_pb2.RateLimitResponse.FromString)
-        r = rls_pb2.RateLimitRequest(domain="edge")
-        e = r.descriptors.add().entries.add()
-        e.key, e.value = "remote_address", value
-        return stub(r, timeout=timeout)
+        return rls_stub(channel)(rls_request(value), timeout=timeout)
 
 
 def closed_by_server(sock: socket.socket, timeout: float) -> bool:
@@ -152,15 +162,9 @@ def test_a_request_message_over_the_bound_is_resource_exhausted(grpc_server):
 def test_many_calls_on_one_connection_in_flight_at_once(grpc_server):
     server = grpc_server("--threads", "1")
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        stub = channel.unary_unary(METHOD,
-                                   request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                                   response_deserializer=rls_pb2.RateLimitResponse.FromString)
-        futures = []
-        for i in range(300):
-            r = rls_pb2.RateLimitRequest(domain="edge")
-            e = r.descriptors.add().entries.add()
-            e.key, e.value = "remote_address", f"10.0.0.{i % 7}"
-            futures.append(stub.future(r, timeout=PATIENCE))
+        stub = rls_stub(channel)
+        futures = [stub.future(rls_request(f"10.0.0.{i % 7}"), timeout=PATIENCE)
+                   for i in range(300)]
         codes = [f.result().overall_code for f in futures]
     assert codes == [rls_pb2.RateLimitResponse.OK] * 300
 
@@ -220,8 +224,6 @@ def test_an_rls_config_without_a_rate_limit_is_refused_unless_allowed(server_bin
 
 def test_healthz_and_the_status_json_show_the_rls_config_and_its_last_error(grpc_server,
                                                                            tmp_path):
-    import json
-    import signal
     server = grpc_server("--admin-token", "t0ken")
     health = json.loads(request(server.port, "GET", "/healthz").body)
     assert health["rls"]["version"].startswith("rls@") and health["rls"]["last_error"] == ""
@@ -239,7 +241,6 @@ def test_healthz_and_the_status_json_show_the_rls_config_and_its_last_error(grpc
 
 
 def test_a_deadline_and_a_cancel_while_the_answer_waits_on_redis(start_server, redis, tmp_path):
-    from ratewin_testkit import store_up
     folder = tmp_path / "rls"
     folder.mkdir()
     (folder / "config.yaml").write_text(CONFIG)
@@ -247,12 +248,8 @@ def test_a_deadline_and_a_cancel_while_the_answer_waits_on_redis(start_server, r
                           redis=redis)
     store_up(server)
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        stub = channel.unary_unary(METHOD,
-                                   request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                                   response_deserializer=rls_pb2.RateLimitResponse.FromString)
-        r = rls_pb2.RateLimitRequest(domain="edge")
-        e = r.descriptors.add().entries.add()
-        e.key, e.value = "remote_address", "1.2.3.4"
+        stub = rls_stub(channel)
+        r = rls_request("1.2.3.4")
         assert stub(r, timeout=PATIENCE).overall_code == rls_pb2.RateLimitResponse.OK
         # With Redis stopped, an admission's answer waits for its write (up to the
         # engine's 100 ms command timeout): a 50 ms deadline passes first, and a call
@@ -269,3 +266,30 @@ def test_a_deadline_and_a_cancel_while_the_answer_waits_on_redis(start_server, r
         # into a closed stream.
         assert stub(r, timeout=PATIENCE).overall_code == rls_pb2.RateLimitResponse.OK
     assert server.alive()
+
+
+def test_a_unix_socket_listener(start_server, server_binary, tmp_path):
+    """--grpc-listen unix:PATH (the reference's GRPC_UDS): served by every loop, a stale
+    socket file replaced, a live one refused, the file removed at exit."""
+    folder = tmp_path / "rls"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(CONFIG)
+    path = tmp_path / "rls.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))  # bound, never listening: what a killed server leaves
+    stale.close()
+    server = start_server("--grpc-listen", f"unix:{path}", "--rls-config", str(folder))
+    with grpc.insecure_channel(f"unix:{path}") as channel:
+        stub = rls_stub(channel)
+        r = rls_request("1.2.3.4")
+        futures = [stub.future(r, timeout=PATIENCE) for _ in range(20)]
+        assert [f.result().overall_code for f in futures] == [rls_pb2.RateLimitResponse.OK] * 20
+    # A second server on the same path is refused while the first listens.
+    second = subprocess.run([server_binary, "--listen", "127.0.0.1:0", "--grpc-listen",
+                             f"unix:{path}", "--rls-config", str(folder)],
+                            capture_output=True, timeout=PATIENCE)
+    assert second.returncode != 0
+    assert "another process listens there" in second.stderr.decode()
+    server.signal(signal.SIGTERM)
+    assert server.wait(PATIENCE) == 0
+    assert not path.exists()

@@ -279,15 +279,20 @@ const Flag kFlags[] = {
    [](const Value& v, S& s) { s.service.rules_path = text_of(v); return std::string(); }},
   {"grpc-listen", "Also serve Envoy's rate limit service (gRPC: envoy.service.ratelimit.v3."
                   "RateLimitService/ShouldRateLimit, and grpc.health.v1.Health) on this "
-                  "host:port (port 0 picks a free one, printed on stdout), for Envoy, Istio "
+                  "host:port (port 0 picks a free one, printed on stdout) or Unix socket "
+                  "(unix:/path), for Envoy, Istio "
                   "and other gateways that call envoyproxy/ratelimit. Its limits come from "
                   "--rls-config. With --listen none, only gRPC is served",
    text(""), Step::store,
    [](const Value& v, S& s) -> std::string {
      s.grpc_listen = text_of(v);
+     if (s.grpc_listen.starts_with("unix:")) {
+       s.grpc_unix_path = s.grpc_listen.substr(5);
+       return s.grpc_unix_path.empty() ? "--grpc-listen unix: needs a path" : "";
+     }
      Config where;
      if (!s.grpc_listen.empty() && !parse_listen(s.grpc_listen, where))
-       return "--grpc-listen must be host:port";
+       return "--grpc-listen must be host:port or unix:PATH";
      s.grpc_host = where.host;
      s.grpc_port = where.port;
      return {};

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,13 +119,18 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
     int& port;
     Protocol protocol;
     const char* flag;
+    const std::string& unix_path;  // not empty: a Unix socket, bound once, shared by the loops
   };
+  static const std::string kNoPath;
   std::vector<Served> served;
-  if (settings.serve_http) served.push_back({config.host, port, Protocol::http1, "--listen"});
-  if (rls_service != nullptr)
-    served.push_back({settings.grpc_host, grpc_port, Protocol::grpc, "--grpc-listen"});
+  if (settings.serve_http)
+    served.push_back({config.host, port, Protocol::http1, "--listen", kNoPath});
+  if (rls_service != nullptr) {
+    served.push_back({settings.grpc_host, grpc_port, Protocol::grpc, "--grpc-listen",
+                      settings.grpc_unix_path});
+  }
   for (const Served& s : served) {
-    if (settings.reuse_port || !port_in_use(s.host, s.port)) continue;
+    if (settings.reuse_port || !s.unix_path.empty() || !port_in_use(s.host, s.port)) continue;
     log(LogLevel::error,
         std::string(s.flag) + ": cannot listen on " + s.host + ":" + std::to_string(s.port) +
             ": another process listens there (another ratewin-server?). To serve one "
@@ -148,10 +154,25 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
     if (rls_service != nullptr) h.grpc = make_rls_calls(*rls_service, engine, loop);
     return h;
   };
+  int unix_fd = -1;  // the loops' shared Unix socket (each takes a dup of it)
   for (unsigned i = 0; i < config.threads; ++i) {
     std::vector<Listener> listeners;
     Status started;
     for (const Served& s : served) {
+      if (!s.unix_path.empty()) {
+        if (unix_fd < 0) {
+          const Result<int> fd = listen_unix_socket(s.unix_path);
+          if (!fd) {
+            started = Status(fd.status().code(), std::string(s.flag) + ": " + fd.status().message());
+            break;
+          }
+          unix_fd = *fd;
+          listeners.push_back(Listener{unix_fd, s.protocol, true});
+        } else {
+          listeners.push_back(Listener{::fcntl(unix_fd, F_DUPFD_CLOEXEC, 0), s.protocol, true});
+        }
+        continue;
+      }
       const Result<int> fd = listen_socket(s.host, s.port);
       if (!fd) {
         started = Status(fd.status().code(), std::string(s.flag) + ": " + fd.status().message());
@@ -183,7 +204,10 @@ void say_listening(const ServerSettings& settings, int port, int grpc_port,
                 settings.http.host.c_str(), port, settings.http.threads, store,
                 service.rules()->version().c_str());
   }
-  if (rls_service != nullptr) {
+  if (rls_service != nullptr && !settings.grpc_unix_path.empty()) {
+    std::printf("ratewin-server gRPC listening on unix:%s (%s, rls config %s)\n",
+                settings.grpc_unix_path.c_str(), store, rls_service->config()->version().c_str());
+  } else if (rls_service != nullptr) {
     std::printf("ratewin-server gRPC listening on %s:%d (%s, rls config %s)\n",
                 settings.grpc_host.c_str(), grpc_port, store,
                 rls_service->config()->version().c_str());
@@ -243,6 +267,7 @@ int serve(const ServerSettings& settings) {
     pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
     control.run();
     for (auto& loop : loops) loop->join();
+    if (!settings.grpc_unix_path.empty()) ::unlink(settings.grpc_unix_path.c_str());
     control.close();
     log(LogLevel::info, "drained; exiting");
     return 0;

@@ -2,6 +2,8 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -28,7 +30,12 @@ class UvHttpLoop;
 struct Connection {
   Connection(UvHttpLoop& w, std::unique_ptr<Session> s) : owner(w), session(std::move(s)) {}
   UvHttpLoop& owner;
-  uv_tcp_t tcp{};
+  // The client's socket: TCP, or a Unix socket's (a listener on a path).
+  union Handle {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } handle{};
+  uv_stream_t* stream() noexcept { return reinterpret_cast<uv_stream_t*>(&handle); }
   uv_timer_t timer{};
   std::unique_ptr<Session> session;
   std::size_t writes = 0;  // in flight
@@ -58,7 +65,9 @@ struct Connection {
 struct ListenSocket {
   UvHttpLoop* owner = nullptr;
   Protocol protocol = Protocol::http1;
-  uv_tcp_t tcp{};
+  bool unix_socket = false;
+  Connection::Handle handle{};
+  uv_stream_t* stream() noexcept { return reinterpret_cast<uv_stream_t*>(&handle); }
 };
 
 struct WriteRequest {
@@ -82,9 +91,15 @@ class UvHttpLoop final : public HttpLoop {
       auto& socket = *listeners_.emplace_back(std::make_unique<ListenSocket>());
       socket.owner = this;
       socket.protocol = l.protocol;
-      uv_tcp_init(&loop_, &socket.tcp);
-      socket.tcp.data = &socket;
-      uv_tcp_open(&socket.tcp, l.fd);
+      socket.unix_socket = l.unix_socket;
+      if (l.unix_socket) {
+        uv_pipe_init(&loop_, &socket.handle.pipe, 0);
+        uv_pipe_open(&socket.handle.pipe, l.fd);
+      } else {
+        uv_tcp_init(&loop_, &socket.handle.tcp);
+        uv_tcp_open(&socket.handle.tcp, l.fd);
+      }
+      socket.stream()->data = &socket;
     }
     uv_async_init(&loop_, &wake_, on_wake);
     wake_.data = this;
@@ -100,7 +115,7 @@ class UvHttpLoop final : public HttpLoop {
 
   Status start() override {
     for (const auto& socket : listeners_) {
-      const int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&socket->tcp), 1024, on_connection);
+      const int rc = uv_listen(socket->stream(), 1024, on_connection);
       if (rc != 0) return Status(Status::Code::io, "listen: " + uv_message(rc));
     }
     thread_ = std::thread([this] {
@@ -124,7 +139,7 @@ class UvHttpLoop final : public HttpLoop {
     if (!self->draining_.load(std::memory_order_acquire) || self->drain_started_) return;
     self->drain_started_ = true;
     for (const auto& socket : self->listeners_)
-      uv_close(reinterpret_cast<uv_handle_t*>(&socket->tcp), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(socket->stream()), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->wake_), nullptr);
     uv_timer_start(&self->drain_timer_, on_drain_deadline, self->config_.drain_timeout_ms, 0);
     uv_unref(reinterpret_cast<uv_handle_t*>(&self->drain_timer_));
@@ -176,17 +191,25 @@ class UvHttpLoop final : public HttpLoop {
       return;
     }
     auto* c = new Connection(*self, self->session(socket.protocol));
-    uv_tcp_init(&self->loop_, &c->tcp);
+    if (socket.unix_socket) {
+      uv_pipe_init(&self->loop_, &c->handle.pipe, 0);
+    } else {
+      uv_tcp_init(&self->loop_, &c->handle.tcp);
+    }
     uv_timer_init(&self->loop_, &c->timer);
-    c->tcp.data = c;
+    c->stream()->data = c;
     c->timer.data = c;
     c->idle_at = self->idle_.end();
-    if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) return self->close(*c);
-    uv_tcp_nodelay(&c->tcp, 1);
-    sockaddr_storage peer{};
+    if (uv_accept(server, c->stream()) != 0) return self->close(*c);
+    sockaddr_storage peer{};  // (a Unix socket's peer: no address, no per-address bound)
+    char name[64] = "unix";
     int size = sizeof peer;
-    char name[64] = "unknown";
-    if (uv_tcp_getpeername(&c->tcp, reinterpret_cast<sockaddr*>(&peer), &size) == 0) {
+    if (!socket.unix_socket) {
+      uv_tcp_nodelay(&c->handle.tcp, 1);
+      std::strcpy(name, "unknown");
+    }
+    if (!socket.unix_socket &&
+        uv_tcp_getpeername(&c->handle.tcp, reinterpret_cast<sockaddr*>(&peer), &size) == 0) {
       if (peer.ss_family == AF_INET)
         uv_ip4_name(reinterpret_cast<sockaddr_in*>(&peer), name, sizeof name);
       else if (peer.ss_family == AF_INET6)
@@ -267,7 +290,7 @@ class UvHttpLoop final : public HttpLoop {
 
   void start_reading(Connection& c) {
     if (c.reading || c.closing || c.input_ended || c.yielded) return;
-    c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), on_alloc, on_read) == 0;
+    c.reading = uv_read_start(c.stream(), on_alloc, on_read) == 0;
   }
 
   // The request timeout runs from a connection's accept until its first request is in,
@@ -345,7 +368,7 @@ class UvHttpLoop final : public HttpLoop {
   }
 
   void yield(Connection& c) {
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    uv_read_stop(c.stream());
     c.reading = false;
     c.yielded = true;
     if (yielded_.empty()) uv_check_start(&resume_yielded_, on_resume_yielded);
@@ -381,7 +404,7 @@ class UvHttpLoop final : public HttpLoop {
     // kOutputCap in the session and as much queued to the socket, plus a read held back).
     const bool backlog = c.session->blocked() || c.queued > Session::kOutputCap;
     if (backlog) {
-      if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+      if (c.reading) uv_read_stop(c.stream());
       c.reading = false;
       if (c.queued != 0 &&
           counters_.buffered.load(std::memory_order_relaxed) >
@@ -449,7 +472,7 @@ class UvHttpLoop final : public HttpLoop {
   void flush(Connection& c) {
     std::string& out = c.session->output();
     if (!out.empty() && !c.closing) {
-      auto* stream = reinterpret_cast<uv_stream_t*>(&c.tcp);
+      uv_stream_t* stream = c.stream();
       std::size_t sent = 0;
       if (c.writes == 0) {  // with writes queued, this must queue behind them
         const uv_buf_t all = uv_buf_init(out.data(), static_cast<unsigned>(out.size()));
@@ -525,7 +548,7 @@ class UvHttpLoop final : public HttpLoop {
       if (--conn->handles == 0) delete conn;
     };
     uv_close(reinterpret_cast<uv_handle_t*>(&c.timer), closed);
-    uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), closed);
+    uv_close(reinterpret_cast<uv_handle_t*>(c.stream()), closed);
     maybe_finish();
   }
 
@@ -602,6 +625,40 @@ Result<int> bound_socket(const std::string& host, int port, bool shared) {
 
 Result<int> listen_socket(const std::string& host, int port) {
   return bound_socket(host, port, true);
+}
+
+Result<int> listen_unix_socket(const std::string& path) {
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof address.sun_path) {
+    return invalid("a Unix socket's path must be 1 to " +
+                   std::to_string(sizeof address.sun_path - 1) + " bytes: " + path);
+  }
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  const auto* where = reinterpret_cast<const sockaddr*>(&address);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      return Status(Status::Code::io, "cannot listen on unix:" + path + ": not a socket file");
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool live = probe >= 0 && ::connect(probe, where, sizeof address) == 0;
+    if (probe >= 0) ::close(probe);
+    if (live) {
+      return Status(Status::Code::io, "cannot listen on unix:" + path +
+                                          ": another process listens there (another "
+                                          "ratewin-server?)");
+    }
+    ::unlink(path.c_str());  // left by a server that is gone
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status(Status::Code::io, std::string("socket: ") + std::strerror(errno));
+  if (::bind(fd, where, sizeof address) != 0) {
+    Status failed(Status::Code::io,
+                  "cannot listen on unix:" + path + ": " + std::strerror(errno));
+    ::close(fd);
+    return failed;
+  }
+  return fd;
 }
 
 bool port_in_use(const std::string& host, int port) {

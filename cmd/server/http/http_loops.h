@@ -71,6 +71,10 @@ Result<int> listen_socket(const std::string& host, int port);
 // Whether a socket of another process already listens on host:port: one of ours, with
 // SO_REUSEPORT, would join it there and share its clients. Port 0 never is.
 bool port_in_use(const std::string& host, int port);
+// A Unix socket bound to `path` (not listening yet), or why not. A socket file that no
+// process listens on (one a server left) is replaced; a live one, or a file that is not a
+// socket, is refused.
+Result<int> listen_unix_socket(const std::string& path);
 // The port a socket is bound to.
 int bound_port(int fd);
 
@@ -84,10 +88,13 @@ using HandlerFactory = std::function<LoopHandlers(uv_loop_s* loop)>;
 
 enum class Protocol : std::uint8_t { http1, grpc };
 
-// A listening socket (from listen_socket) and what its connections speak.
+// A listening socket (from listen_socket or listen_unix_socket) and what its connections
+// speak. Each loop takes its own descriptor (a Unix socket's: a dup of one, the loops
+// then sharing its clients).
 struct Listener {
   int fd = -1;
   Protocol protocol = Protocol::http1;
+  bool unix_socket = false;  // its clients have no address: no per-address bound
 };
 
 // One event loop on its own thread, serving the connections of its listening sockets.

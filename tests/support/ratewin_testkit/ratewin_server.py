@@ -26,7 +26,8 @@ EXAMPLE_RULES = ROOT / "cmd" / "server" / "rules.example.yaml"
 
 # "127.0.0.1:port", or ":::port" for a test that listens on [::] (its own --listen wins).
 LISTENING = re.compile(rb"^ratewin-server listening on .*:(\d+) \((.*)\)\s*$")
-GRPC_LISTENING = re.compile(rb"^ratewin-server gRPC listening on .*:(\d+) \((.*)\)\s*$")
+# "127.0.0.1:port", or "unix:/path" (no port: grpc_port stays 0).
+GRPC_LISTENING = re.compile(rb"^ratewin-server gRPC listening on (?:unix:\S+|.*:(\d+)) \((.*)\)\s*$")
 
 
 class ServerProcess:
@@ -53,7 +54,7 @@ class ServerProcess:
         self.port = int(m.group(1))
         self.banner = m.group(0).decode().strip()
         if "--grpc-listen" in self.args:
-            self.grpc_port = int(self._banner(deadline, GRPC_LISTENING).group(1))
+            self.grpc_port = int(self._banner(deadline, GRPC_LISTENING).group(1) or 0)
         return self
 
     def _banner(self, deadline: float, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
