@@ -67,6 +67,11 @@ class Client {
     nghttp2_session_callbacks_del(cb);
     nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, nullptr, 0);
   }
+  // A client whose receive window is `window` bytes (0: it lets no DATA in).
+  explicit Client(std::uint32_t window) : Client() {
+    const nghttp2_settings_entry e{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window};
+    nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, &e, 1);
+  }
   ~Client() { nghttp2_session_del(ng_); }
 
   // A call: its request message whole (end_stream) or only begun.
@@ -473,6 +478,55 @@ TEST_CASE("grpc: a CONTINUATION flood ends the connection, its bytes never held"
   }
   CHECK(session.closing());
   CHECK(frames < 100);
+}
+
+TEST_CASE("grpc: the bytes held come back to nothing after calls (none counted twice or lost)") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());
+  Client client;
+  exchange(client, session);
+  const auto held = [&] { return session.buffered() - session.output().capacity(); };
+  const std::size_t idle = held();
+  for (int i = 0; i < 50; ++i) client.call("/t.S/Echo", std::string(100 + i, 'x'));
+  client.call("/t.S/Echo", std::string(100000, 'x'));  // refused early: over the bound
+  exchange(client, session);
+  CHECK(session.streams() == 0);
+  CHECK(held() == idle);
+  // A header value held while its request arrives is counted.
+  client.call("/t.S/Later", "a", {{"grpc-encoding", std::string(15000, 'e')}}, false);
+  exchange(client, session);
+  CHECK(held() >= idle + 15000);
+}
+
+TEST_CASE("grpc: each stream arriving has the request timeout from its own start") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());
+  Client client;
+  const std::int32_t first = client.call("/t.S/Later", "a", {}, false);
+  exchange(client, session);
+  f.clock += 6000;
+  client.call("/t.S/Later", "b", {}, false);
+  exchange(client, session);
+  CHECK(session.receiving_wait_ms(10000) == 4000);  // the first's, not a fresh 10 s
+  client.cancel(first);
+  exchange(client, session);
+  CHECK(session.receiving_wait_ms(10000) == 10000);  // the second's, opened just now
+  f.clock += 5000;
+  CHECK(session.receiving_wait_ms(10000) == 5000);
+}
+
+TEST_CASE("grpc: a client gone with answers it never let out does not keep its connection") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());
+  Client client(0);  // no window: the answer's DATA can never go
+  client.call("/t.S/Echo", "hello");
+  exchange(client, session);
+  CHECK(session.streams() == 1);
+  session.input_ended();
+  CHECK_FALSE(session.closing());
+  CHECK(session.timed_out());
+  CHECK(session.closing());
+  CHECK(session.streams() == 0);
 }
 
 }  // namespace

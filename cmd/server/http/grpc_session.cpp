@@ -79,7 +79,12 @@ struct GrpcSession::Stream {
   // The response message (its prefix included) and how much of it nghttp2 has taken.
   std::string out;
   std::size_t out_taken = 0;
-  std::size_t held() const noexcept { return message.capacity() + path.capacity(); }
+  std::uint64_t opened_at = 0;  // on the session's clock: its request's deadline runs from it
+  // Every byte it holds (the session's held_ counts each change of it).
+  std::size_t held() const noexcept {
+    return sizeof(*this) + message.capacity() + path.capacity() + method.capacity() +
+           content_type.capacity() + encoding.capacity() + out.capacity();
+  }
 };
 
 // nghttp2's callbacks, back into the session.
@@ -106,10 +111,9 @@ struct GrpcSession::Callbacks {
     if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;  // trailers: not read
     const std::string_view n = view(name, name_size);
     const std::string_view v = view(value, value_size);
+    session.held_ -= s->held();
     if (n == ":path") {
-      session.held_ -= s->path.capacity();
       s->path.assign(v);
-      session.held_ += s->path.capacity();
     } else if (n == ":method") {
       s->method.assign(v);
     } else if (n == "content-type") {
@@ -119,6 +123,7 @@ struct GrpcSession::Callbacks {
     } else if (n == "grpc-timeout") {
       s->timeout = timeout_ms(v);
     }
+    session.held_ += s->held();
     return 0;
   }
 
@@ -173,8 +178,11 @@ struct GrpcSession::Callbacks {
       const nghttp2_nv trailers[] = {field("grpc-status", "0")};
       if (nghttp2_submit_trailer(ng, stream_id, trailers, 1) != 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      GrpcSession& session = self(user);
+      session.held_ -= s->held();
       std::string().swap(s->out);
       s->out_taken = 0;
+      session.held_ += s->held();
     }
     return static_cast<ssize_t>(n);
   }
@@ -264,6 +272,8 @@ GrpcSession::Stream* GrpcSession::stream(std::int32_t id) noexcept {
 void GrpcSession::opened(std::int32_t id) {
   auto s = std::make_unique<Stream>();
   s->id = id;
+  s->opened_at = now();
+  held_ += s->held();
   streams_.emplace(id, std::move(s));
   ++receiving_;
 }
@@ -294,9 +304,9 @@ int GrpcSession::data(Stream& s, std::string_view chunk) {
            nullptr);
     return 0;
   }
-  held_ -= s.message.capacity();
+  held_ -= s.held();
   s.message.append(chunk);
-  held_ += s.message.capacity();
+  held_ += s.held();
   return 0;
 }
 
@@ -339,25 +349,28 @@ void GrpcSession::answer(std::int32_t id, GrpcCode code, std::string_view why,
     message = nullptr;
   }
   const bool early = !s->complete;  // the client is still sending
-  if (early) {  // what came of it is not needed (a whole request's, the handler may be reading)
-    held_ -= s->message.capacity();
-    std::string().swap(s->message);
-  }
+  held_ -= s->held();
+  // What came of a request refused early is not needed (a whole request's, the handler
+  // may be reading).
+  if (early) std::string().swap(s->message);
   if (code == GrpcCode::ok && message != nullptr) {
     const auto n = static_cast<std::uint32_t>(message->size());
     s->out.reserve(5 + message->size());
     s->out += '\0';
     for (const int shift : {24, 16, 8, 0}) s->out += static_cast<char>((n >> shift) & 0xff);
     s->out += *message;
+    held_ += s->held();
     const nghttp2_nv headers[] = {field(":status", "200"),
                                   field("content-type", "application/grpc")};
     nghttp2_data_provider provider{};
     provider.read_callback = Callbacks::read;
     nghttp2_submit_response(session_, id, headers, std::size(headers), &provider);
   } else {
-    // Trailers only: the status in the one HEADERS frame, which ends the stream.
+    held_ += s->held();
+    // Trailers only: the status in the one HEADERS frame, which ends the stream. (The
+    // reason is cut short: it may quote what the client sent.)
     const std::string status = std::to_string(static_cast<int>(code));
-    const std::string text = percent_encoded(why);
+    const std::string text = percent_encoded(why.substr(0, 512));
     const std::vector<nghttp2_nv> headers = {
         field(":status", "200"), field("content-type", "application/grpc"),
         field("grpc-status", status), field("grpc-message", text)};
@@ -419,7 +432,12 @@ bool GrpcSession::feed(std::string_view data) {
 }
 
 bool GrpcSession::timed_out() {
-  if (input_done_) return true;
+  if (input_done_) {
+    // No more input, and what is owed has had its time (an answer the client's flow
+    // control never lets out, say): nothing is kept for it.
+    forget_streams();
+    return true;
+  }
   if (!greeted_ || receiving_ != 0 || pending_ == 0) {
     // A request not coming whole in time, or an idle connection: it ends.
     terminate(NGHTTP2_NO_ERROR);
@@ -449,6 +467,17 @@ std::uint64_t GrpcSession::owed_wait_ms(std::uint64_t otherwise) const noexcept 
   if (!first) return otherwise;
   const std::uint64_t t = now();
   return *first > t ? *first - t : 1;
+}
+
+std::uint64_t GrpcSession::receiving_wait_ms(std::uint64_t otherwise) const noexcept {
+  // From the oldest stream still arriving: each request has `otherwise` from its opening,
+  // however many others finished meanwhile.
+  for (const auto& [id, s] : streams_) {
+    if (s->complete) continue;
+    const std::uint64_t t = now();
+    return s->opened_at + otherwise > t ? s->opened_at + otherwise - t : 1;
+  }
+  return otherwise;
 }
 
 std::uint64_t GrpcSession::deadline_key() const noexcept {

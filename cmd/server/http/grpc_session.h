@@ -137,6 +137,7 @@ class GrpcSession final : public Session {
   }
   bool timed_out() override;
   std::uint64_t owed_wait_ms(std::uint64_t otherwise) const noexcept override;
+  std::uint64_t receiving_wait_ms(std::uint64_t otherwise) const noexcept override;
   void input_ended() override;
   bool drain() override;
   void on_answer(std::function<void()> callback) override { on_answer_ = std::move(callback); }

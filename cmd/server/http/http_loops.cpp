@@ -145,7 +145,8 @@ class UvHttpLoop final : public HttpLoop {
     uv_unref(reinterpret_cast<uv_handle_t*>(&self->drain_timer_));
     const std::vector<Connection*> all(self->connections_.begin(), self->connections_.end());
     for (Connection* c : all) {
-      if (c->session->drain()) self->flush(*c);
+      c->session->drain();
+      self->flush(*c);  // (gRPC's GOAWAY goes now, its calls in flight still answered)
     }
     self->maybe_finish();
   }
@@ -319,7 +320,7 @@ class UvHttpLoop final : public HttpLoop {
       c.idle = false;
       set_idle(c, false);
       uv_timer_start(&c.timer, on_timeout,
-                     receiving ? config_.request_timeout_ms
+                     receiving ? s.receiving_wait_ms(config_.request_timeout_ms)
                                : s.owed_wait_ms(config_.request_timeout_ms),
                      0);
     } else {

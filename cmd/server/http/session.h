@@ -41,6 +41,11 @@ class Session {
   // How long the transport waits for the answers owed (after the last request received):
   // `otherwise` (the request timeout) unless the answers have waits of their own.
   virtual std::uint64_t owed_wait_ms(std::uint64_t otherwise) const noexcept = 0;
+  // How long the transport waits for the request arriving (from now): `otherwise` (the
+  // request timeout) unless it began earlier than the timer starts (a stream of several).
+  virtual std::uint64_t receiving_wait_ms(std::uint64_t otherwise) const noexcept {
+    return otherwise;
+  }
   // The client sends no more: closing() once the answers owed are written.
   virtual void input_ended() = 0;
   // Shutting down: no new requests, the ones in progress answered. True when the
