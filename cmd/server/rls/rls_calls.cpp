@@ -8,7 +8,6 @@
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "grpc/health/v1/health.pb.h"
-#include "ratewin/async.h"
 
 namespace ratewin::server {
 

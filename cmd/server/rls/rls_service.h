@@ -15,8 +15,7 @@
 #include <vector>
 
 #include "common/outcome.h"
-#include "ratewin/async.h"
-#include "ratewin/engine.h"
+#include "ratewin/ratewin.h"  // Engine, AsyncAcquirer
 #include "rls/rls_config.h"
 #include "rules/reloader.h"
 
