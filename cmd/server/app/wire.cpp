@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -169,7 +171,13 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
           unix_fd = *fd;
           listeners.push_back(Listener{unix_fd, s.protocol, true});
         } else {
-          listeners.push_back(Listener{::fcntl(unix_fd, F_DUPFD_CLOEXEC, 0), s.protocol, true});
+          const int dup = ::fcntl(unix_fd, F_DUPFD_CLOEXEC, 0);
+          if (dup < 0) {
+            started = Status(Status::Code::io, std::string(s.flag) + ": unix:" + s.unix_path +
+                                                   ": " + std::strerror(errno));
+            break;
+          }
+          listeners.push_back(Listener{dup, s.protocol, true});
         }
         continue;
       }
@@ -190,6 +198,9 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
     }
     log(LogLevel::error, started.message());
     for (auto& loop : loops) loop->drain();
+    // The socket file this server made goes with it (a later start would replace it,
+    // but nothing else should find it meanwhile).
+    if (unix_fd >= 0) ::unlink(settings.grpc_unix_path.c_str());
     return false;
   }
   return true;

@@ -57,6 +57,11 @@ struct Connection {
   // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
   std::string address;
   bool closing = false;
+  // The timer runs as the wait for the client to take what was written (arm()'s first
+  // branch, finish()): when it fires with writes still queued, the client is the slow one.
+  // Otherwise a write in flight when it fires (a gRPC call's own short deadline) is no
+  // reason to close.
+  bool write_wait = false;
   bool yielded = false;  // its read stopped to let the loop's other connections have theirs
   int handles = 2;  // open libuv handles (tcp, timer)
 };
@@ -92,13 +97,16 @@ class UvHttpLoop final : public HttpLoop {
       socket.owner = this;
       socket.protocol = l.protocol;
       socket.unix_socket = l.unix_socket;
+      int opened = 0;
       if (l.unix_socket) {
         uv_pipe_init(&loop_, &socket.handle.pipe, 0);
-        uv_pipe_open(&socket.handle.pipe, l.fd);
+        opened = uv_pipe_open(&socket.handle.pipe, l.fd);
       } else {
         uv_tcp_init(&loop_, &socket.handle.tcp);
-        uv_tcp_open(&socket.handle.tcp, l.fd);
+        opened = uv_tcp_open(&socket.handle.tcp, l.fd);
       }
+      if (opened != 0 && open_failure_.ok())  // (start() says so)
+        open_failure_ = Status(Status::Code::io, "listening socket: " + uv_message(opened));
       socket.stream()->data = &socket;
     }
     uv_async_init(&loop_, &wake_, on_wake);
@@ -114,6 +122,7 @@ class UvHttpLoop final : public HttpLoop {
   }
 
   Status start() override {
+    if (!open_failure_.ok()) return open_failure_;
     for (const auto& socket : listeners_) {
       const int rc = uv_listen(socket->stream(), 1024, on_connection);
       if (rc != 0) return Status(Status::Code::io, "listen: " + uv_message(rc));
@@ -308,9 +317,13 @@ class UvHttpLoop final : public HttpLoop {
       // Waiting for the client to take its responses: each write it takes restarts this.
       c.deadline_of.reset();
       c.idle = false;
+      c.write_wait = true;
       set_idle(c, false);
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
-    } else if (s.mid_request() || s.requests() == 0 || s.pending() != 0) {
+      return;
+    }
+    c.write_wait = false;
+    if (s.mid_request() || s.requests() == 0 || s.pending() != 0) {
       // What the deadline is of: the request being received (or the first to come), else
       // the answers owed after the requests received so far.
       const bool receiving = s.mid_request() || s.requests() == 0;
@@ -448,7 +461,7 @@ class UvHttpLoop final : public HttpLoop {
       c->owner.set_idle(*c, false);
     }
     std::atomic<std::uint64_t>& timed_out = c->owner.counters_.timed_out;
-    if (c->writes != 0) {
+    if (c->writes != 0 && c->write_wait) {
       // Its responses have not been taken for a whole timeout: a client that does not
       // read does not keep a connection (and its buffers).
       timed_out.fetch_add(1, std::memory_order_relaxed);
@@ -527,6 +540,7 @@ class UvHttpLoop final : public HttpLoop {
       close(c);
     } else if (!c.closing) {
       c.idle = false;
+      c.write_wait = true;
       set_idle(c, false);
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
     }
@@ -566,6 +580,7 @@ class UvHttpLoop final : public HttpLoop {
   GrpcLimits grpc_limits_;  // the configured ones, with this loop's clock and counts
   uv_loop_t loop_{};
   std::vector<std::unique_ptr<ListenSocket>> listeners_;
+  Status open_failure_;  // a listener's socket the loop could not take
   uv_async_t wake_{};
   uv_timer_t drain_timer_{};
   uv_check_t resume_yielded_{};
@@ -641,10 +656,18 @@ Result<int> listen_unix_socket(const std::string& path) {
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
       return Status(Status::Code::io, "cannot listen on unix:" + path + ": not a socket file");
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool live = probe >= 0 && ::connect(probe, where, sizeof address) == 0;
-    if (probe >= 0) ::close(probe);
-    if (live) {
+    // (Non-blocking: a listener whose backlog is full answers EAGAIN at once, and is
+    // live; only a socket nobody listens on refuses.)
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (probe < 0) return Status(Status::Code::io, std::string("socket: ") + std::strerror(errno));
+    const int connected = ::connect(probe, where, sizeof address);
+    const int connect_errno = errno;
+    ::close(probe);
+    if (connected != 0 && connect_errno != ECONNREFUSED && connect_errno != EAGAIN) {
+      return Status(Status::Code::io,
+                    "cannot listen on unix:" + path + ": " + std::strerror(connect_errno));
+    }
+    if (connected == 0 || connect_errno == EAGAIN) {
       return Status(Status::Code::io, "cannot listen on unix:" + path +
                                           ": another process listens there (another "
                                           "ratewin-server?)");
