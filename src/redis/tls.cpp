@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "internal/ratewin_internal/engine_options.h"
+#include "internal/ratewin_internal/tls_files.h"
 
 namespace ratewin {
 inline namespace v1 {
@@ -25,21 +26,7 @@ namespace {
 // The sessions kept to resume, at most (one per server; a Cluster has a few dozen).
 constexpr std::size_t kMaxSessions = 1024;
 
-// The reason of the oldest error OpenSSL queued on this thread (the root cause), and the
-// queue emptied.
-std::string openssl_reason() {
-  std::string reason;
-  while (const unsigned long e = ERR_get_error()) {
-    if (!reason.empty()) continue;
-    if (ERR_SYSTEM_ERROR(e)) {  // an errno: a file missing, unreadable
-      reason = errno_text(ERR_GET_REASON(e));
-      continue;
-    }
-    const char* text = ERR_reason_error_string(e);
-    reason = text != nullptr ? text : "error " + std::to_string(ERR_GET_REASON(e));
-  }
-  return reason.empty() ? std::string("unknown error") : reason;
-}
+using internal::openssl_reason;
 
 bool is_address(const std::string& host) {
   std::array<unsigned char, sizeof(in6_addr)> buffer{};
@@ -187,27 +174,11 @@ std::string hint_for(const std::string& reason) {
 // The identity of each file the context was made from: a rotated file has another inode,
 // time or size.
 struct TlsContext::Files {
-  struct Stamp {
-    bool found = false;
-    ino_t inode = 0;
-    std::int64_t modified_ns = 0;
-    off_t size = 0;
-    bool operator==(const Stamp&) const = default;
-  };
-  std::array<Stamp, 3> stamps;  // ca_file, cert_file, key_file
+  std::array<internal::FileStamp, 3> stamps;  // ca_file, cert_file, key_file
 
-  static Stamp of(const std::string& path) {
-    Stamp s;
-    struct stat st {};
-    if (path.empty() || ::stat(path.c_str(), &st) != 0) return s;
-    s.found = true;
-    s.inode = st.st_ino;
-    s.modified_ns = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-    s.size = st.st_size;
-    return s;
-  }
   static Files of(const TlsOptions& o) {
-    return Files{{of(o.ca_file), of(o.cert_file), of(o.key_file)}};
+    using internal::FileStamp;
+    return Files{{FileStamp::of(o.ca_file), FileStamp::of(o.cert_file), FileStamp::of(o.key_file)}};
   }
   bool operator==(const Files&) const = default;
 };

@@ -7,29 +7,16 @@ start, and health checks."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from ratewin_testkit import PATIENCE, RedisCluster, store_up, wait_until
 
-if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
-    pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
-                allow_module_level=True)
-
-import grpc  # noqa: E402  (python3-grpcio)
-
-_python = os.environ.get("RATEWIN_RLS_PYTHON", "")
-if not _python or not os.path.isdir(_python):
-    pytest.fail("RATEWIN_RLS_PYTHON must name the folder of the RLS messages for Python "
-                "(build/cmd/server/rls/python)", pytrace=False)
-sys.path.insert(0, _python)
-from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
+from rls_messages import grpc, rls_pb2  # (skips this module in a build without gRPC)
 
 OK = rls_pb2.RateLimitResponse.OK
 OVER = rls_pb2.RateLimitResponse.OVER_LIMIT

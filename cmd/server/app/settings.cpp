@@ -81,6 +81,7 @@ enum class Step : unsigned char {
   rls_algorithm,
   rls_failure_policy,
   rls_config,   // cross: --rls-config needs --grpc-listen
+  grpc_tls,     // and its cross-check: --grpc-tls-* need --grpc-listen and a certificate
   http_bounds,  // --threads, --max-connections and the timeouts: one message
   check_path,
   mode,
@@ -296,6 +297,26 @@ const Flag kFlags[] = {
      s.grpc_host = where.host;
      s.grpc_port = where.port;
      return {};
+   }},
+  {"grpc-tls-cert-file", "Serve --grpc-listen over TLS (ALPN h2) with this certificate "
+                         "chain (PEM). Its files are read again when they change",
+   text(""), Step::store,
+   [](const Value& v, S& s) { s.grpc_tls.cert_file = text_of(v); return std::string(); }},
+  {"grpc-tls-key-file", "Its private key (PEM); without it, the key is in "
+                        "--grpc-tls-cert-file",
+   text(""), Step::store,
+   [](const Value& v, S& s) { s.grpc_tls.key_file = text_of(v); return std::string(); }},
+  {"grpc-tls-client-ca-file", "Mutual TLS: clients of --grpc-listen must present a "
+                              "certificate signed by one of these CAs (PEM)",
+   text(""), Step::store,
+   [](const Value& v, S& s) { s.grpc_tls.client_ca_file = text_of(v); return std::string(); }},
+  {"grpc-tls-min-version", "The oldest TLS version --grpc-listen accepts, 1.2 or 1.3",
+   text("1.2"), Step::grpc_tls,
+   [](const Value& v, S& s) -> std::string {
+     s.grpc_tls.min_version = text_of(v);
+     return s.grpc_tls.min_version == "1.2" || s.grpc_tls.min_version == "1.3"
+                ? ""
+                : "--grpc-tls-min-version must be 1.2 or 1.3";
    }},
   {"rls-config", "A folder of envoyproxy/ratelimit configuration files (every *.yaml, one "
                  "domain each), read unchanged; reloaded when it changes and on SIGHUP",
@@ -616,6 +637,15 @@ const CrossCheck kCrossChecks[] = {
        return s.grpc_listen.empty() && !s.rls.folder.empty() && !s.check
                   ? "--rls-config needs --grpc-listen"
                   : "";
+     }},
+    {Step::grpc_tls,
+     [](Args, ServerSettings& s) -> std::string {
+       const ServerTlsOptions& t = s.grpc_tls;
+       if (t.cert_file.empty() && (!t.key_file.empty() || !t.client_ca_file.empty()))
+         return "--grpc-tls-key-file and --grpc-tls-client-ca-file need --grpc-tls-cert-file";
+       if (!t.cert_file.empty() && s.grpc_listen.empty() && !s.check)
+         return "--grpc-tls-cert-file needs --grpc-listen";
+       return {};
      }},
     {Step::admin_deadline, admin_deadline},
     {Step::redis_password, redis_password},

@@ -23,6 +23,7 @@ struct ServerSettings {
   std::string grpc_host;    // --grpc-listen's host and port
   int grpc_port = 0;
   std::string grpc_unix_path;  // --grpc-listen unix:PATH (then no host and port)
+  ServerTlsOptions grpc_tls;   // --grpc-tls-*: TLS when its cert_file is set
   bool serve_http = true;   // false: --listen none
   bool reuse_port = false;
   // --check (or `ratewin-server check RULES`): check the rules file, print it and exit.

@@ -19,6 +19,7 @@
 #include "admin/admin.h"
 #include "app/control.h"
 #include "common/log.h"
+#include "common/prometheus.h"
 #include "app/router.h"
 #include "http/http_loops.h"
 #include "ratewin/engine.h"
@@ -50,6 +51,35 @@ void raise_file_limit(std::size_t max_connections) {
   }
 }
 
+// --grpc-tls-*: the gRPC listener's TLS, its files loaded (null without
+// --grpc-tls-cert-file), or why they cannot be used.
+Result<std::shared_ptr<ServerTls>> grpc_tls_of(const ServerSettings& settings) {
+  if (settings.grpc_tls.cert_file.empty()) return std::shared_ptr<ServerTls>();
+  ServerTlsOptions options = settings.grpc_tls;
+  options.alpn = "h2";
+  Result<std::shared_ptr<ServerTls>> made =
+      ServerTls::make(std::move(options), [](bool error, const std::string& message) {
+        log(error ? LogLevel::error : LogLevel::info, "--grpc-listen: " + message);
+      });
+  if (!made) return Status(made.status().code(), "--grpc-tls-cert-file: " + made.message());
+  return made;
+}
+
+// The TLS listener's handshakes and reloads, for /metrics.
+void write_tls_metrics(PrometheusText& out, ServerTls& tls) {
+  const TlsCounters& c = tls.counters();
+  out.family("ratewin_server_grpc_tls_handshakes_total", "counter",
+             "TLS handshakes on --grpc-listen, by outcome (failed: refused, broken, or not "
+             "done within --request-timeout-ms)");
+  out.sample("outcome=\"ok\"", static_cast<double>(c.handshakes.load(std::memory_order_relaxed)));
+  out.sample("outcome=\"failed\"", static_cast<double>(c.failed.load(std::memory_order_relaxed)));
+  out.family("ratewin_server_grpc_tls_reloads_total", "counter",
+             "Times --grpc-tls-* files changed, by outcome (failed: the ones loaded before kept)");
+  out.sample("outcome=\"ok\"", static_cast<double>(c.reloads.load(std::memory_order_relaxed)));
+  out.sample("outcome=\"failed\"",
+             static_cast<double>(c.reload_failures.load(std::memory_order_relaxed)));
+}
+
 // --check: the rules file loaded as the server would (checked_rules()), its rules printed
 // as JSON on stdout; the --rls-config folder loaded as the gRPC listener loads it. 0 when
 // valid, 1 with the message a reload logs when not.
@@ -71,6 +101,13 @@ int check_files(const ServerSettings& settings) {
       std::fprintf(stderr, "ratewin-server: rules rejected: %s\n", e.what());
       return 1;
     }
+  }
+  if (const Result<std::shared_ptr<ServerTls>> tls = grpc_tls_of(settings); !tls) {
+    std::fprintf(stderr, "ratewin-server: %s\n", tls.message().c_str());
+    return 1;
+  } else if (*tls) {
+    std::fprintf(stderr, "ratewin-server: %s: valid%s\n", settings.grpc_tls.cert_file.c_str(),
+                 settings.grpc_tls.client_ca_file.empty() ? "" : ", clients' CAs loaded");
   }
   if (!settings.rls.folder.empty()) {
     try {
@@ -113,8 +150,9 @@ sigset_t hold_signals() {
 // timeouts and buffer bound. False, the reason logged and the loops started drained,
 // when a port is another process's (without --reuse-port) or a loop cannot start.
 bool start_loops(const ServerSettings& settings, Service& service, AdminApi* admin,
-                 rls::RateLimitService* rls_service, Engine& engine,
-                 std::vector<std::unique_ptr<HttpLoop>>& loops, int& port, int& grpc_port) {
+                 rls::RateLimitService* rls_service, const std::shared_ptr<ServerTls>& grpc_tls,
+                 Engine& engine, std::vector<std::unique_ptr<HttpLoop>>& loops, int& port,
+                 int& grpc_port) {
   const Config& config = settings.http;
   struct Served {
     const std::string& host;
@@ -122,14 +160,15 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
     Protocol protocol;
     const char* flag;
     const std::string& unix_path;  // not empty: a Unix socket, bound once, shared by the loops
+    std::shared_ptr<ServerTls> tls;  // not null: TLS
   };
   static const std::string kNoPath;
   std::vector<Served> served;
   if (settings.serve_http)
-    served.push_back({config.host, port, Protocol::http1, "--listen", kNoPath});
+    served.push_back({config.host, port, Protocol::http1, "--listen", kNoPath, nullptr});
   if (rls_service != nullptr) {
     served.push_back({settings.grpc_host, grpc_port, Protocol::grpc, "--grpc-listen",
-                      settings.grpc_unix_path});
+                      settings.grpc_unix_path, grpc_tls});
   }
   for (const Served& s : served) {
     if (settings.reuse_port || !s.unix_path.empty() || !port_in_use(s.host, s.port)) continue;
@@ -169,7 +208,7 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
             break;
           }
           unix_fd = *fd;
-          listeners.push_back(Listener{unix_fd, s.protocol, true});
+          listeners.push_back(Listener{unix_fd, s.protocol, true, s.tls});
         } else {
           const int dup = ::fcntl(unix_fd, F_DUPFD_CLOEXEC, 0);
           if (dup < 0) {
@@ -177,7 +216,7 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
                                                    ": " + std::strerror(errno));
             break;
           }
-          listeners.push_back(Listener{dup, s.protocol, true});
+          listeners.push_back(Listener{dup, s.protocol, true, s.tls});
         }
         continue;
       }
@@ -187,7 +226,7 @@ bool start_loops(const ServerSettings& settings, Service& service, AdminApi* adm
         break;
       }
       if (i == 0) s.port = bound_port(*fd);  // port 0: the others share the one picked
-      listeners.push_back(Listener{*fd, s.protocol});
+      listeners.push_back(Listener{*fd, s.protocol, false, s.tls});
     }
     if (started.ok()) {
       loops.push_back(HttpLoop::create(config, handlers, service.connections(), listeners));
@@ -215,12 +254,16 @@ void say_listening(const ServerSettings& settings, int port, int grpc_port,
                 settings.http.host.c_str(), port, settings.http.threads, store,
                 service.rules()->version().c_str());
   }
+  const char* tls = settings.grpc_tls.cert_file.empty()         ? ""
+                    : settings.grpc_tls.client_ca_file.empty() ? "TLS, "
+                                                               : "mutual TLS, ";
   if (rls_service != nullptr && !settings.grpc_unix_path.empty()) {
-    std::printf("ratewin-server gRPC listening on unix:%s (%s, rls config %s)\n",
-                settings.grpc_unix_path.c_str(), store, rls_service->config()->version().c_str());
+    std::printf("ratewin-server gRPC listening on unix:%s (%s%s, rls config %s)\n",
+                settings.grpc_unix_path.c_str(), tls, store,
+                rls_service->config()->version().c_str());
   } else if (rls_service != nullptr) {
-    std::printf("ratewin-server gRPC listening on %s:%d (%s, rls config %s)\n",
-                settings.grpc_host.c_str(), grpc_port, store,
+    std::printf("ratewin-server gRPC listening on %s:%d (%s%s, rls config %s)\n",
+                settings.grpc_host.c_str(), grpc_port, tls, store,
                 rls_service->config()->version().c_str());
   }
   std::fflush(stdout);
@@ -265,11 +308,21 @@ int serve(const ServerSettings& settings) {
         j.end_object();
       });
     }
+    // --grpc-tls-*: the gRPC listener's TLS, its files loaded now (a problem ends the
+    // start), again when they change.
+    Result<std::shared_ptr<ServerTls>> tls = grpc_tls_of(settings);
+    if (!tls) {
+      log(LogLevel::error, tls.message());
+      return 1;
+    }
+    const std::shared_ptr<ServerTls> grpc_tls = rls_service != nullptr ? *tls : nullptr;
+    if (grpc_tls)
+      service.add_metrics([grpc_tls](PrometheusText& out) { write_tls_metrics(out, *grpc_tls); });
     std::vector<std::unique_ptr<HttpLoop>> loops;
     int port = settings.http.port;
     int grpc_port = settings.grpc_port;
-    if (!start_loops(settings, service, admin.get(), rls_service.get(), engine, loops, port,
-                     grpc_port))
+    if (!start_loops(settings, service, admin.get(), rls_service.get(), grpc_tls, engine, loops,
+                     port, grpc_port))
       return 1;
     Control control(service, loops, rls_service.get());
     say_listening(settings, port, grpc_port, service, rls_service.get());

@@ -71,6 +71,7 @@ struct ListenSocket {
   UvHttpLoop* owner = nullptr;
   Protocol protocol = Protocol::http1;
   bool unix_socket = false;
+  std::shared_ptr<ServerTls> tls;  // null: plain
   Connection::Handle handle{};
   uv_stream_t* stream() noexcept { return reinterpret_cast<uv_stream_t*>(&handle); }
 };
@@ -97,6 +98,7 @@ class UvHttpLoop final : public HttpLoop {
       socket.owner = this;
       socket.protocol = l.protocol;
       socket.unix_socket = l.unix_socket;
+      socket.tls = l.tls;
       int opened = 0;
       if (l.unix_socket) {
         uv_pipe_init(&loop_, &socket.handle.pipe, 0);
@@ -200,7 +202,16 @@ class UvHttpLoop final : public HttpLoop {
       }
       return;
     }
-    auto* c = new Connection(*self, self->session(socket.protocol));
+    std::unique_ptr<Session> session = self->session(socket.protocol);
+    bool refuse = false;
+    if (socket.tls) {
+      session = socket.tls->wrap(std::move(session));
+      if (!session) {  // (OpenSSL is out of memory: accepted, to be closed at once)
+        session = self->session(socket.protocol);
+        refuse = true;
+      }
+    }
+    auto* c = new Connection(*self, std::move(session));
     if (socket.unix_socket) {
       uv_pipe_init(&self->loop_, &c->handle.pipe, 0);
     } else {
@@ -210,7 +221,7 @@ class UvHttpLoop final : public HttpLoop {
     c->stream()->data = c;
     c->timer.data = c;
     c->idle_at = self->idle_.end();
-    if (uv_accept(server, c->stream()) != 0) return self->close(*c);
+    if (uv_accept(server, c->stream()) != 0 || refuse) return self->close(*c);
     sockaddr_storage peer{};  // (a Unix socket's peer: no address, no per-address bound)
     char name[64] = "unix";
     int size = sizeof peer;

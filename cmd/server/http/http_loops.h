@@ -18,6 +18,7 @@
 #include "common/outcome.h"
 #include "http/grpc_session.h"
 #include "http/http.h"
+#include "http/server_tls.h"
 
 struct uv_loop_s;
 
@@ -95,6 +96,7 @@ struct Listener {
   int fd = -1;
   Protocol protocol = Protocol::http1;
   bool unix_socket = false;  // its clients have no address: no per-address bound
+  std::shared_ptr<ServerTls> tls;  // not null: its connections speak TLS (shared by the loops)
 };
 
 // One event loop on its own thread, serving the connections of its listening sockets.

@@ -41,6 +41,7 @@ class ServerProcess:
         self.port = 0
         self.grpc_port = 0  # with --grpc-listen
         self.banner = ""
+        self.grpc_banner = ""  # with --grpc-listen
         self.returncode: int | None = None
 
     def start(self, timeout: float = PATIENCE) -> "ServerProcess":
@@ -54,7 +55,9 @@ class ServerProcess:
         self.port = int(m.group(1))
         self.banner = m.group(0).decode().strip()
         if "--grpc-listen" in self.args:
-            self.grpc_port = int(self._banner(deadline, GRPC_LISTENING).group(1) or 0)
+            m = self._banner(deadline, GRPC_LISTENING)
+            self.grpc_port = int(m.group(1) or 0)
+            self.grpc_banner = m.group(0).decode().strip()
         return self
 
     def _banner(self, deadline: float, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
