@@ -622,13 +622,20 @@ def test_healthz_and_metrics(start_server, rules):
         assert server.get("/healthz", {"X-API-Key": "m"}).status == 200
 
 
-def test_without_rules_nothing_is_limited(start_server):
-    server = start_server()
+def test_without_rules_only_health_metrics_and_admin_are_served(start_server):
+    """With no --rules nothing would be limited: rather than "allowed" for every request
+    (a gateway pointed here by mistake, a unit that lost its flag), 404 but for /healthz,
+    /metrics and the admin paths; forward-auth checks too (a gateway fails closed)."""
+    server = start_server(admin_token="t0ken")
     with Client(server.port) as c:
-        for _ in range(20):
-            r = c.get("/anything", {"X-API-Key": "k"})
-            assert r.status == 200 and r.headers["x-ratelimit-policy"] == "none"
+        for path in ("/anything", "/", "/ratewin/check"):
+            r = c.get(path, {"X-API-Key": "k"})
+            assert r.status == 404 and b"no rules" in r.body, (path, r)
+        assert c.get("/healthz").status == 200
+        assert c.get("/metrics").status == 200
+        assert c.get("/admin/overrides", {"Authorization": "Bearer t0ken"}).status == 200
     assert json.loads(server.get("/healthz").body)["rules"].startswith("unversioned@")
+    assert server.metric('ratewin_server_requests_total{status="404",rule="no-rules"}') == 3
 
 
 def test_peer_reset_while_responses_are_queued_does_not_kill_the_server(start_server, rules):

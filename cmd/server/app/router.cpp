@@ -59,6 +59,14 @@ void Router::handle(const Request& request, std::string_view peer, Reply& reply)
     }
     return count(response.status, "admin");
   }
+  if (service_.options().rules_path.empty()) {
+    // Without rules nothing is limited: a gateway pointed here by mistake (or a rules
+    // flag lost from a unit) must not read "allowed" for every request.
+    count(404, "no-rules");
+    return json_error(response, 404,
+                      "no rules (start the server with --rules FILE): only /healthz, /metrics "
+                      "and the admin paths are served");
+  }
   const std::string& check_path = service_.options().check_path;
   const bool check = is_check(request, check_path);
   if (!check && service_.options().forward_auth_only) {

@@ -275,7 +275,8 @@ const Flag kFlags[] = {
      return std::string();
    }},
   {"rules", "YAML rules file (see cmd/server/rules.example.yaml); reloaded when it "
-            "changes and on SIGHUP. Without it no request is limited",
+            "changes and on SIGHUP. Without it, nothing is limited and the HTTP port serves only "
+            "/healthz, /metrics and the admin paths (404 elsewhere)",
    text(""), Step::store,
    [](const Value& v, S& s) { s.service.rules_path = text_of(v); return std::string(); }},
   {"grpc-listen", "Also serve Envoy's rate limit service (gRPC: envoy.service.ratelimit.v3."

@@ -102,7 +102,8 @@ void write_request_metrics(PrometheusText& out, const RequestTally& tally) {
   const RequestTally::Counts counts = tally.counts();
   out.family("ratewin_server_requests_total", "counter",
              "Requests answered, by status and by the rule that decided (the refusing limit for "
-             "429; the limit closest to refusing for 200; allow, deny, none or admin otherwise).");
+             "429; the limit closest to refusing for 200; allow, deny, none, admin, not-a-check "
+             "(--mode forward-auth) or no-rules (no --rules) otherwise).");
   for (const auto& [k, v] : counts.requests) {
     std::string labels = "status=\"" + std::to_string(k.first) + "\",";
     append_label(labels, "rule", k.second);
