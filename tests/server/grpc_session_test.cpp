@@ -1,7 +1,8 @@
 // GrpcSession (gRPC over HTTP/2 on nghttp2) against an nghttp2 client written here, bytes
 // handed back and forth in memory, on a manual clock: unary calls answered at once and
-// later, statuses as trailers, the bounds (streams, header list, message, resets,
-// CONTINUATION floods, buffered bytes), cancellation, deadlines, timeouts and draining.
+// later, streams kept open (server streaming), statuses as trailers, the bounds (streams,
+// header list, message, resets, CONTINUATION floods, buffered bytes), cancellation,
+// deadlines, timeouts and draining.
 #include "http/grpc_session.h"
 
 #include <doctest/doctest.h>
@@ -35,44 +36,21 @@ class Client {
     std::uint32_t error = 0;  // the stream's close code (RST_STREAM's)
   };
 
-  Client() {
-    nghttp2_session_callbacks* cb = nullptr;
-    nghttp2_session_callbacks_new(&cb);
-    nghttp2_session_callbacks_set_on_header_callback(
-        cb, [](nghttp2_session*, const nghttp2_frame* f, const std::uint8_t* n, std::size_t nl,
-               const std::uint8_t* v, std::size_t vl, std::uint8_t, void* u) {
-          static_cast<Client*>(u)->got[f->hd.stream_id].headers[std::string(
-              reinterpret_cast<const char*>(n), nl)] = std::string(reinterpret_cast<const char*>(v), vl);
-          return 0;
-        });
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
-        cb, [](nghttp2_session*, std::uint8_t, std::int32_t id, const std::uint8_t* d,
-               std::size_t n, void* u) {
-          static_cast<Client*>(u)->got[id].data.append(reinterpret_cast<const char*>(d), n);
-          return 0;
-        });
-    nghttp2_session_callbacks_set_on_stream_close_callback(
-        cb, [](nghttp2_session*, std::int32_t id, std::uint32_t error, void* u) {
-          Got& g = static_cast<Client*>(u)->got[id];
-          g.closed = true;
-          g.error = error;
-          return 0;
-        });
-    nghttp2_session_callbacks_set_on_frame_recv_callback(
-        cb, [](nghttp2_session*, const nghttp2_frame* f, void* u) {
-          if (f->hd.type == NGHTTP2_GOAWAY) static_cast<Client*>(u)->goaway = f->goaway.error_code;
-          return 0;
-        });
-    nghttp2_session_client_new(&ng_, cb, this);
-    nghttp2_session_callbacks_del(cb);
-    nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, nullptr, 0);
-  }
-  // A client whose receive window is `window` bytes (0: it lets no DATA in).
-  explicit Client(std::uint32_t window) : Client() {
+  Client() { start(nullptr); }
+  // A client whose receive window is `window` bytes (0: it lets no DATA in), and opens it
+  // only by open_window() (none of nghttp2's own WINDOW_UPDATEs as it reads).
+  explicit Client(std::uint32_t window) {
+    nghttp2_option* options = nullptr;
+    nghttp2_option_new(&options);
+    nghttp2_option_set_no_auto_window_update(options, 1);
+    start(options);
+    nghttp2_option_del(options);
     const nghttp2_settings_entry e{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, window};
     nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, &e, 1);
   }
   ~Client() { nghttp2_session_del(ng_); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   // A call: its request message whole (end_stream) or only begun.
   std::int32_t call(std::string_view path, std::string_view message,
@@ -113,6 +91,10 @@ class Client {
   }
 
   void cancel(std::int32_t id) { nghttp2_submit_rst_stream(ng_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL); }
+  // Lets `bytes` more of a stream's DATA in.
+  void open_window(std::int32_t id, std::int32_t bytes) {
+    nghttp2_submit_window_update(ng_, NGHTTP2_FLAG_NONE, id, bytes);
+  }
 
   std::string out() {
     std::string bytes;
@@ -131,6 +113,40 @@ class Client {
   std::optional<std::uint32_t> goaway;
 
  private:
+  // The session, with its callbacks recording what comes back.
+  void start(nghttp2_option* options) {
+    nghttp2_session_callbacks* cb = nullptr;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_on_header_callback(
+        cb, [](nghttp2_session*, const nghttp2_frame* f, const std::uint8_t* n, std::size_t nl,
+               const std::uint8_t* v, std::size_t vl, std::uint8_t, void* u) {
+          static_cast<Client*>(u)->got[f->hd.stream_id].headers[std::string(
+              reinterpret_cast<const char*>(n), nl)] = std::string(reinterpret_cast<const char*>(v), vl);
+          return 0;
+        });
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+        cb, [](nghttp2_session*, std::uint8_t, std::int32_t id, const std::uint8_t* d,
+               std::size_t n, void* u) {
+          static_cast<Client*>(u)->got[id].data.append(reinterpret_cast<const char*>(d), n);
+          return 0;
+        });
+    nghttp2_session_callbacks_set_on_stream_close_callback(
+        cb, [](nghttp2_session*, std::int32_t id, std::uint32_t error, void* u) {
+          Got& g = static_cast<Client*>(u)->got[id];
+          g.closed = true;
+          g.error = error;
+          return 0;
+        });
+    nghttp2_session_callbacks_set_on_frame_recv_callback(
+        cb, [](nghttp2_session*, const nghttp2_frame* f, void* u) {
+          if (f->hd.type == NGHTTP2_GOAWAY) static_cast<Client*>(u)->goaway = f->goaway.error_code;
+          return 0;
+        });
+    nghttp2_session_client_new2(&ng_, cb, this, options);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_submit_settings(ng_, NGHTTP2_FLAG_NONE, nullptr, 0);
+  }
+
   struct Body {
     std::string bytes;
     std::size_t taken = 0;
@@ -153,17 +169,30 @@ void exchange(Client& client, GrpcSession& session) {
   FAIL("the exchange did not settle");
 }
 
-// Answers "/t.S/Echo" at once with its message, fails "/t.S/Fail", and keeps the others'
-// responders for later.
+// Answers "/t.S/Echo" at once with its message, fails "/t.S/Fail", sends "/t.S/Watch"'s
+// message (its first 16 bytes) back at once and keeps the stream open, and keeps the
+// others' responders (and the watches') for later, with those 16 bytes.
 struct Handler : GrpcHandler {
   void call(const GrpcCall& call, GrpcResponder responder) override {
     ++calls;
     if (call.method == "/t.S/Echo") return responder.finish(std::string(call.message));
     if (call.method == "/t.S/Fail") return responder.fail(GrpcCode::not_found, "no such thing: ü");
+    const std::string start(call.message.substr(0, 16));
+    if (call.method == "/t.S/Watch") responder.send(start);
     held.push_back(std::move(responder));
+    held_for.push_back(start);
+  }
+  // The responder kept for the call whose message began with `start`.
+  GrpcResponder& of(std::string_view start) {
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      if (held_for[i].compare(0, start.size(), start) == 0) return held[i];
+    }
+    FAIL("no call began with " << start);
+    return held.front();
   }
   int calls = 0;
   std::vector<GrpcResponder> held;
+  std::vector<std::string> held_for;
 };
 
 struct Fixture {
@@ -527,6 +556,194 @@ TEST_CASE("grpc: a client gone with answers it never let out does not keep its c
   CHECK(session.timed_out());
   CHECK(session.closing());
   CHECK(session.streams() == 0);
+}
+
+TEST_CASE("grpc: a streaming answer: messages as they come, the stream kept open, then trailers") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());
+  int answered = 0;
+  session.on_answer([&] { ++answered; });
+  Client client;
+  const std::int32_t ok = client.call("/t.S/Watch", "one");
+  const std::int32_t failed = client.call("/t.S/Watch", "x");
+  exchange(client, session);
+  REQUIRE(f.handler.held.size() == 2);
+  CHECK(client.got[ok].headers.at(":status") == "200");
+  CHECK(client.got[ok].data == framed("one"));
+  CHECK_FALSE(client.got[ok].headers.count("grpc-status"));
+  CHECK_FALSE(client.got[ok].closed);
+  CHECK(session.streaming() == 2);
+  CHECK(session.pending() == 0);  // nothing owed
+  CHECK(f.handler.held[0].waiting());
+  f.handler.held[0].send("two");
+  CHECK(answered == 1);
+  exchange(client, session);
+  CHECK(client.got[ok].data == framed("one") + framed("two"));
+  CHECK_FALSE(client.got[ok].closed);
+  f.handler.held[0].finish("three");
+  exchange(client, session);
+  CHECK(client.got[ok].data == framed("one") + framed("two") + framed("three"));
+  CHECK(client.got[ok].headers.at("grpc-status") == "0");
+  CHECK(client.got[ok].closed);
+  CHECK(client.got[ok].error == 0);
+  // Ended with a status other than OK: its messages first, then the trailers.
+  f.handler.held[1].send("y");
+  f.handler.held[1].fail(GrpcCode::unavailable, "going away");
+  exchange(client, session);
+  CHECK(client.got[failed].data == framed("x") + framed("y"));
+  CHECK(client.got[failed].headers.at("grpc-status") == "14");
+  CHECK(client.got[failed].headers.at("grpc-message") == "going away");
+  CHECK(client.got[failed].closed);
+  CHECK(session.streaming() == 0);
+  CHECK(session.streams() == 0);
+  CHECK_FALSE(f.handler.held[1].waiting());
+}
+
+TEST_CASE("grpc: a stream kept open is not cut by the request timeout, only by its grpc-timeout") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());  // a 10 s request timeout
+  Client client;
+  const std::int32_t open = client.call("/t.S/Watch", "a");
+  const std::int32_t timed = client.call("/t.S/Watch", "b", {{"grpc-timeout", "20S"}});
+  exchange(client, session);
+  // Nothing owed: the transport keeps the connection as idle, its timer to the deadline.
+  CHECK_FALSE(session.mid_request());
+  CHECK(session.pending() == 0);
+  CHECK(session.idle_wait_ms(60000) == 20000);
+  CHECK(session.idle_wait_ms(5000) == 5000);
+  f.clock += 10001;  // past the request timeout (and the idle timeout the timer may run)
+  CHECK_FALSE(session.timed_out());
+  exchange(client, session);
+  CHECK_FALSE(client.got[open].closed);
+  CHECK_FALSE(client.got[timed].closed);
+  CHECK(session.streaming() == 2);
+  CHECK(session.idle_wait_ms(60000) == 9999);
+  f.clock += 9999;  // the grpc-timeout is due
+  CHECK(session.idle_wait_ms(60000) == 0);
+  CHECK_FALSE(session.timed_out());
+  exchange(client, session);
+  CHECK(client.got[timed].data == framed("b"));
+  CHECK(client.got[timed].headers.at("grpc-status") == "4");
+  CHECK(client.got[timed].closed);
+  CHECK_FALSE(client.got[open].closed);
+  CHECK(session.streaming() == 1);
+  CHECK(session.idle_wait_ms(60000) == 60000);
+  CHECK_FALSE(session.closing());
+  // A unary call beside it still has the request timeout (the stream kept open does not
+  // lengthen it).
+  client.call("/t.S/Later", "c");
+  exchange(client, session);
+  CHECK(session.owed_wait_ms(10000) == 10000);
+}
+
+TEST_CASE("grpc: streams kept open hold no request, and their bytes come back to nothing") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());
+  Client client;
+  exchange(client, session);
+  const auto held = [&] { return session.buffered() - session.output().capacity(); };
+  const std::size_t idle = held();
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back(client.call("/t.S/Watch", "w" + std::to_string(i) + std::string(20000, 'r')));
+  }
+  exchange(client, session);
+  REQUIRE(f.handler.held.size() == 8);
+  // Each holds its state and its 16-byte message, not its 20 KB request (read by then).
+  CHECK(held() < idle + 8 * 1000);
+  for (int round = 0; round < 20; ++round) {
+    for (GrpcResponder& r : f.handler.held) r.send(std::string(100 + round, 's'));
+    exchange(client, session);
+  }
+  f.handler.of("w0").finish("done");
+  f.handler.of("w1").fail(GrpcCode::unavailable, std::string(400, 'w'));
+  client.cancel(ids[2]);
+  exchange(client, session);
+  CHECK(client.got[ids[0]].headers.at("grpc-status") == "0");
+  CHECK(client.got[ids[1]].headers.at("grpc-status") == "14");
+  CHECK(session.streaming() == 5);
+  session.drain();  // the others: ended by the handler after GOAWAY
+  for (int i = 3; i < 8; ++i) {
+    GrpcResponder& r = f.handler.of("w" + std::to_string(i));
+    r.send("last");
+    r.fail(GrpcCode::unavailable, "shutting down");
+  }
+  exchange(client, session);
+  exchange(client, session);
+  CHECK(session.streams() == 0);
+  CHECK(session.streaming() == 0);
+  CHECK(held() == idle);
+  CHECK(session.closing());
+}
+
+TEST_CASE("grpc: a client that lets no DATA in holds one message a stream, however many come") {
+  Fixture f;
+  GrpcSession session(f.handler, "peer", f.limits());
+  Client client(0);  // no window: no message can go
+  const std::int32_t id = client.call("/t.S/Watch", "s0000");
+  exchange(client, session);
+  REQUIRE(f.handler.held.size() == 1);
+  CHECK(client.got[id].data.empty());
+  const std::size_t first = session.buffered();
+  for (int i = 1; i <= 1000; ++i) {
+    f.handler.held[0].send("s" + std::to_string(10000 + i).substr(1));  // 5 bytes each
+    exchange(client, session);
+    CHECK(session.buffered() == first);
+  }
+  // Let in (and 3 bytes more): only the latest comes (the ones before it were replaced,
+  // never sent).
+  client.open_window(id, 10 + 3);
+  exchange(client, session);
+  CHECK(client.got[id].data == framed("s1000"));
+  CHECK_FALSE(client.got[id].closed);
+  // One begun and held back part way goes whole first, then only the latest after it.
+  f.handler.held[0].send("t0001");
+  exchange(client, session);
+  CHECK(client.got[id].data == framed("s1000") + framed("t0001").substr(0, 3));
+  const std::size_t before = session.buffered();
+  for (int i = 2; i <= 100; ++i) {
+    f.handler.held[0].send("t" + std::to_string(1000 + i));
+    CHECK(session.buffered() == before);
+  }
+  client.open_window(id, 1000);
+  exchange(client, session);
+  CHECK(client.got[id].data == framed("s1000") + framed("t0001") + framed("t1100"));
+}
+
+TEST_CASE("grpc: a stream kept open that the client cancels, or leaves, is forgotten") {
+  Fixture f;
+  SUBCASE("cancelled (RST_STREAM)") {
+    GrpcSession session(f.handler, "peer", f.limits());
+    Client client;
+    exchange(client, session);
+    const std::size_t idle = session.buffered() - session.output().capacity();
+    const std::int32_t id = client.call("/t.S/Watch", "a");
+    exchange(client, session);
+    REQUIRE(f.handler.held.size() == 1);
+    client.cancel(id);
+    exchange(client, session);
+    CHECK_FALSE(f.handler.held[0].waiting());
+    CHECK(session.streams() == 0);
+    CHECK(session.streaming() == 0);
+    CHECK(session.buffered() - session.output().capacity() == idle);
+    f.handler.held[0].send("late");
+    f.handler.held[0].fail(GrpcCode::unavailable, "late");
+    CHECK(session.output().empty());
+    // Idle again: the idle timeout ends it.
+    CHECK(session.idle_wait_ms(60000) == 60000);
+    CHECK(session.timed_out());
+    CHECK(session.closing());
+  }
+  SUBCASE("the client gone (its input ended)") {
+    GrpcSession session(f.handler, "peer", f.limits());
+    Client client;
+    client.call("/t.S/Watch", "a");
+    exchange(client, session);
+    session.input_ended();
+    CHECK(session.streams() == 0);
+    CHECK(session.closing());
+    CHECK_FALSE(f.handler.held[0].waiting());
+  }
 }
 
 }  // namespace

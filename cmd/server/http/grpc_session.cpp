@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,20 @@ std::optional<std::uint64_t> timeout_ms(std::string_view v) {
     case 'n': return (amount + 999'999) / 1'000'000;
     default: return std::nullopt;
   }
+}
+
+// A stream's deadline when it has none (a stream kept open without a grpc-timeout).
+constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
+
+// A message as gRPC frames it into `out` (its room reused): a flag byte (0: not
+// compressed), its length (big-endian), its bytes.
+void frame_into(std::string& out, std::string_view message) {
+  const auto n = static_cast<std::uint32_t>(message.size());
+  out.clear();
+  out.reserve(5 + message.size());
+  out += '\0';
+  for (const int shift : {24, 16, 8, 0}) out += static_cast<char>((n >> shift) & 0xff);
+  out += message;
 }
 
 // grpc-message is percent-encoded: bytes outside printable ASCII, and '%'.
@@ -79,11 +94,35 @@ struct GrpcSession::Stream {
   // The response message (its prefix included) and how much of it nghttp2 has taken.
   std::string out;
   std::size_t out_taken = 0;
+  // Kept open by send(): its first message has gone with the response's HEADERS, more may
+  // follow. `next` is the message after the one nghttp2 is taking (only the latest given:
+  // see queue()).
+  bool streaming = false;
+  std::string next;
+  // Once answered, the trailers' status, and its grpc-message (percent-encoded) if not OK.
+  GrpcCode code = GrpcCode::ok;
+  std::string why;
   std::uint64_t opened_at = 0;  // on the session's clock: its request's deadline runs from it
+  std::uint64_t called_at = 0;  // when its request came whole: its call's deadline runs from it
   // Every byte it holds (the session's held_ counts each change of it).
   std::size_t held() const noexcept {
     return sizeof(*this) + message.capacity() + path.capacity() + method.capacity() +
-           content_type.capacity() + encoding.capacity() + out.capacity();
+           content_type.capacity() + encoding.capacity() + out.capacity() + next.capacity() +
+           why.capacity();
+  }
+  // The next message of a stream kept open. One not begun yet is replaced (a client whose
+  // flow control holds the messages back gets the latest, and costs one message at most);
+  // one begun goes whole first, the new one after it.
+  void queue(std::string_view m) {
+    if (out_taken == out.size()) {
+      frame_into(out, m);
+      out_taken = 0;
+      next.clear();
+    } else if (out_taken == 0) {
+      frame_into(out, m);
+    } else {
+      frame_into(next, m);
+    }
   }
 };
 
@@ -165,25 +204,36 @@ struct GrpcSession::Callbacks {
     return 0;
   }
 
-  // The response message, as DATA frames; then the trailers.
+  // The response messages, as DATA frames; then, once answered, the trailers. A stream
+  // kept open with nothing more to send waits (deferred) until a message or its answer
+  // resumes it.
   static ssize_t read(nghttp2_session* ng, std::int32_t stream_id, std::uint8_t* buf,
                       std::size_t length, std::uint32_t* flags, nghttp2_data_source*, void* user) {
-    Stream* s = self(user).stream(stream_id);
+    GrpcSession& session = self(user);
+    Stream* s = session.stream(stream_id);
     if (s == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (s->out_taken == s->out.size() && !s->next.empty()) {
+      s->out.swap(s->next);  // (the bytes held stay the same)
+      s->next.clear();
+      s->out_taken = 0;
+    }
     const std::size_t n = std::min(length, s->out.size() - s->out_taken);
     std::memcpy(buf, s->out.data() + s->out_taken, n);
     s->out_taken += n;
-    if (s->out_taken == s->out.size()) {
-      *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-      const nghttp2_nv trailers[] = {field("grpc-status", "0")};
-      if (nghttp2_submit_trailer(ng, stream_id, trailers, 1) != 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-      GrpcSession& session = self(user);
-      session.held_ -= s->held();
-      std::string().swap(s->out);
-      s->out_taken = 0;
-      session.held_ += s->held();
-    }
+    if (s->out_taken < s->out.size()) return static_cast<ssize_t>(n);
+    if (!s->answered) return n == 0 ? ssize_t{NGHTTP2_ERR_DEFERRED} : static_cast<ssize_t>(n);
+    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    const std::string status = std::to_string(static_cast<int>(s->code));
+    std::vector<nghttp2_nv> trailers = {field("grpc-status", status)};
+    if (s->code != GrpcCode::ok) trailers.push_back(field("grpc-message", s->why));
+    if (nghttp2_submit_trailer(ng, stream_id, trailers.data(), trailers.size()) != 0)
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    session.held_ -= s->held();
+    std::string().swap(s->out);
+    std::string().swap(s->next);
+    std::string().swap(s->why);
+    s->out_taken = 0;
+    session.held_ += s->held();
     return static_cast<ssize_t>(n);
   }
 };
@@ -216,6 +266,10 @@ void GrpcResponder::finish(std::string message) {
 void GrpcResponder::fail(GrpcCode code, std::string_view why) {
   const std::shared_ptr<Link> link = std::move(link_);
   if (link && link->session != nullptr) link->session->answer(stream_, code, why, nullptr);
+}
+
+void GrpcResponder::send(std::string message) {
+  if (link_ && link_->session != nullptr) link_->session->stream_message(stream_, message);
 }
 
 bool GrpcResponder::waiting() const noexcept {
@@ -283,7 +337,7 @@ void GrpcSession::closed(std::int32_t id) {
   if (it == streams_.end()) return;
   Stream& s = *it->second;
   if (!s.complete) --receiving_;
-  if (s.complete && !s.answered) --pending_;
+  if (s.complete && !s.answered) --(s.streaming ? streaming_ : pending_);
   held_ -= s.held();
   streams_.erase(it);
   if (draining_ && streams_.empty()) input_done_ = true;
@@ -313,6 +367,7 @@ int GrpcSession::data(Stream& s, std::string_view chunk) {
 void GrpcSession::dispatch(Stream& s) {
   ++requests_;
   ++pending_;
+  s.called_at = now();
   s.deadline = now() + std::min(s.timeout.value_or(limits_.answer_timeout_ms),
                                 limits_.answer_timeout_ms);
   GrpcResponder responder(link_, s.id);
@@ -335,6 +390,12 @@ void GrpcSession::dispatch(Stream& s) {
   // (The stream stays while the handler runs, answered or not: it closes only when its
   // answer is sent, after feed() or timed_out() is done with it.)
   handler_.call(GrpcCall{s.path, m.substr(5), peer_}, std::move(responder));
+  // The request has been read (a GrpcCall lives until call() returns): an answer owed
+  // long, or a stream kept open for hours, holds none of it.
+  held_ -= s.held();
+  for (std::string* bytes : {&s.message, &s.path, &s.method, &s.content_type, &s.encoding})
+    std::string().swap(*bytes);
+  held_ += s.held();
 }
 
 void GrpcSession::answer(std::int32_t id, GrpcCode code, std::string_view why,
@@ -342,7 +403,7 @@ void GrpcSession::answer(std::int32_t id, GrpcCode code, std::string_view why,
   Stream* s = stream(id);
   if (s == nullptr || s->answered || (input_done_ && !s->complete)) return;
   s->answered = true;
-  if (s->complete) --pending_;
+  if (s->complete) --(s->streaming ? streaming_ : pending_);
   if (code == GrpcCode::ok && s->complete && now() > s->deadline) {
     code = GrpcCode::deadline_exceeded;
     why = "the answer came after the call's deadline";
@@ -353,12 +414,16 @@ void GrpcSession::answer(std::int32_t id, GrpcCode code, std::string_view why,
   // What came of a request refused early is not needed (a whole request's, the handler
   // may be reading).
   if (early) std::string().swap(s->message);
-  if (code == GrpcCode::ok && message != nullptr) {
-    const auto n = static_cast<std::uint32_t>(message->size());
-    s->out.reserve(5 + message->size());
-    s->out += '\0';
-    for (const int shift : {24, 16, 8, 0}) s->out += static_cast<char>((n >> shift) & 0xff);
-    s->out += *message;
+  if (s->streaming) {
+    // Its response began with its first message: the last message and the trailers follow
+    // what is still to send (Callbacks::read).
+    if (code == GrpcCode::ok && message != nullptr) s->queue(*message);
+    s->code = code;
+    if (code != GrpcCode::ok) s->why = percent_encoded(why.substr(0, 512));
+    held_ += s->held();
+    nghttp2_session_resume_data(session_, id);  // (an error when not deferred: nothing to do)
+  } else if (code == GrpcCode::ok && message != nullptr) {
+    frame_into(s->out, *message);
     held_ += s->held();
     const nghttp2_nv headers[] = {field(":status", "200"),
                                   field("content-type", "application/grpc")};
@@ -377,6 +442,36 @@ void GrpcSession::answer(std::int32_t id, GrpcCode code, std::string_view why,
     nghttp2_submit_response(session_, id, headers.data(), headers.size(), nullptr);
     s->reset_when_answered = early;
   }
+  answered();
+}
+
+void GrpcSession::stream_message(std::int32_t id, std::string& message) {
+  Stream* s = stream(id);
+  if (s == nullptr || s->answered || !s->complete) return;
+  if (now() > s->deadline)
+    return answer(id, GrpcCode::deadline_exceeded, "the call's deadline has passed", nullptr);
+  held_ -= s->held();
+  s->queue(message);
+  held_ += s->held();
+  if (s->streaming) {
+    nghttp2_session_resume_data(session_, id);  // (an error when not deferred: nothing to do)
+  } else {
+    // The first message goes with the response's HEADERS. From now on the stream owes
+    // nothing: only its call's grpc-timeout ends it, not the request timeout.
+    s->streaming = true;
+    --pending_;
+    ++streaming_;
+    s->deadline = s->timeout ? s->called_at + *s->timeout : kNever;
+    const nghttp2_nv headers[] = {field(":status", "200"),
+                                  field("content-type", "application/grpc")};
+    nghttp2_data_provider provider{};
+    provider.read_callback = Callbacks::read;
+    nghttp2_submit_response(session_, id, headers, std::size(headers), &provider);
+  }
+  answered();
+}
+
+void GrpcSession::answered() {
   if (parsing_ != 0) return;  // feed() sends
   send();
   if (on_answer_) on_answer_();
@@ -406,6 +501,7 @@ void GrpcSession::forget_streams() {
   held_ = 0;
   receiving_ = 0;
   pending_ = 0;
+  streaming_ = 0;
 }
 
 void GrpcSession::terminate(std::uint32_t error) {
@@ -438,13 +534,14 @@ bool GrpcSession::timed_out() {
     forget_streams();
     return true;
   }
-  if (!greeted_ || receiving_ != 0 || pending_ == 0) {
+  if (!greeted_ || receiving_ != 0 || (pending_ == 0 && streaming_ == 0)) {
     // A request not coming whole in time, or an idle connection: it ends.
     terminate(NGHTTP2_NO_ERROR);
     return true;
   }
-  // Answers owed past their deadlines (the call's, or the request timeout) are given as
-  // DEADLINE_EXCEEDED; the connection goes on.
+  // Answers owed past their deadlines (the call's, or the request timeout), and streams
+  // kept open past their call's deadline, are given as DEADLINE_EXCEEDED; the connection
+  // goes on. (So does one idle but for streams kept open: the idle timeout is not theirs.)
   const std::uint64_t t = now();
   std::vector<std::int32_t> late;
   for (const auto& [id, s] : streams_) {
@@ -460,9 +557,11 @@ bool GrpcSession::timed_out() {
 }
 
 std::uint64_t GrpcSession::owed_wait_ms(std::uint64_t otherwise) const noexcept {
+  // (Streams kept open are owed nothing, but their deadlines are kept as well.)
   std::optional<std::uint64_t> first;
   for (const auto& [id, s] : streams_) {
-    if (s->complete && !s->answered) first = std::min(first.value_or(s->deadline), s->deadline);
+    if (s->complete && !s->answered && s->deadline != kNever)
+      first = std::min(first.value_or(s->deadline), s->deadline);
   }
   if (!first) return otherwise;
   const std::uint64_t t = now();
@@ -478,6 +577,17 @@ std::uint64_t GrpcSession::receiving_wait_ms(std::uint64_t otherwise) const noex
     return s->opened_at + otherwise > t ? s->opened_at + otherwise - t : 1;
   }
   return otherwise;
+}
+
+std::uint64_t GrpcSession::idle_wait_ms(std::uint64_t otherwise) const noexcept {
+  if (streaming_ == 0) return otherwise;
+  const std::uint64_t t = now();
+  std::uint64_t wait = otherwise;
+  for (const auto& [id, s] : streams_) {
+    if (s->streaming && !s->answered && s->deadline != kNever)
+      wait = std::min(wait, s->deadline > t ? s->deadline - t : 0);
+  }
+  return wait;
 }
 
 std::uint64_t GrpcSession::deadline_key() const noexcept {
@@ -502,14 +612,19 @@ std::uint64_t GrpcSession::deadline_key() const noexcept {
 void GrpcSession::input_ended() {
   if (input_done_) return;
   input_done_ = true;
-  // What had not come whole never will: forgotten. Answers owed still go out.
+  // What had not come whole never will: forgotten, and so are streams kept open (their
+  // client is gone: nothing it could still want comes on them). Answers owed still go out.
   for (auto it = streams_.begin(); it != streams_.end();) {
     Stream& s = *it->second;
-    if (s.complete) {
+    if (s.complete && !s.streaming) {
       ++it;
       continue;
     }
-    --receiving_;
+    if (!s.complete) {
+      --receiving_;
+    } else if (!s.answered) {
+      --streaming_;
+    }
     held_ -= s.held();
     it = streams_.erase(it);
   }

@@ -1,9 +1,11 @@
 // grpc_session.h: gRPC over HTTP/2 for one connection, independent of sockets (a Session,
 // session.h), on Debian's nghttp2: the connection's frames, flow control, HPACK, PING and
 // SETTINGS by nghttp2 (with its CONTINUATION and rapid-reset defences), and gRPC's framing
-// of unary calls here: a call's path and its one request message handed to a GrpcHandler,
-// its answer (one message and grpc-status OK, or a status and message) sent back as
-// HEADERS, DATA and trailers, or trailers only.
+// of unary and server-streaming calls here: a call's path and its one request message
+// handed to a GrpcHandler, its answer (one message and grpc-status OK, or a status and
+// message) sent back as HEADERS, DATA and trailers, or trailers only; or, for a streaming
+// call (grpc.health.v1.Health/Watch), messages sent as they come with the stream kept open,
+// then the trailers.
 //
 // Bounds, per connection: concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS; nghttp2
 // refuses the ones over it), a header list's bytes (the stream is reset), a request
@@ -13,6 +15,11 @@
 // with RESOURCE_EXHAUSTED. A call's `grpc-timeout` is kept: an answer later than it is
 // DEADLINE_EXCEEDED, given when the deadline passes (owed_wait_ms, timed_out). A stream
 // the client resets (cancels) is forgotten: its answer, when it comes, is dropped.
+// A stream kept open (its first message sent) owes nothing: the request timeout does not
+// cut it, only its own grpc-timeout (DEADLINE_EXCEEDED), and a connection whose only
+// streams are such is idle (idle_wait_ms), evictable as idle but not ended by the idle
+// timeout. Each holds at most its latest message not yet sent (GrpcResponder::send), so a
+// client that does not read costs no more than one that does.
 //
 // Threads: the session, its handler's calls and every GrpcResponder made for it belong
 // to the connection's loop thread.
@@ -94,9 +101,15 @@ class GrpcResponder {
 
   // grpc-status OK with one response message (its serialised bytes).
   void finish(std::string message);
-  // A status other than OK, and why (grpc-message); no response message.
+  // A status other than OK, and why (grpc-message); after the messages send() gave, or
+  // without a response message.
   void fail(GrpcCode code, std::string_view why);
-  // Holds a call whose stream is still open and waiting for the answer.
+  // A response message of a server-streaming call, the stream kept open for more (until
+  // finish() or fail()). Messages are state, not a log: one the client's flow control has
+  // not let out yet is replaced by the next (only the latest is kept, and sent).
+  void send(std::string message);
+  // Holds a call whose stream is still open and waiting for the answer (or for more
+  // messages).
   bool waiting() const noexcept;
 
  private:
@@ -117,6 +130,10 @@ class GrpcHandler {
   // A unary call, on the connection's loop thread: answers through `responder`, at once
   // or later.
   virtual void call(const GrpcCall& call, GrpcResponder responder) = 0;
+  // The server is draining (every connection of the loop has had GOAWAY): the streams the
+  // handler keeps open are told and ended now, so that they do not hold the drain until
+  // its deadline. Calls still arriving may come after it.
+  virtual void drain() {}
   // The loop is ending: answers owed are given now, what the handler keeps on the loop is
   // closed.
   virtual void close() {}
@@ -138,6 +155,7 @@ class GrpcSession final : public Session {
   bool timed_out() override;
   std::uint64_t owed_wait_ms(std::uint64_t otherwise) const noexcept override;
   std::uint64_t receiving_wait_ms(std::uint64_t otherwise) const noexcept override;
+  std::uint64_t idle_wait_ms(std::uint64_t otherwise) const noexcept override;
   void input_ended() override;
   bool drain() override;
   void on_answer(std::function<void()> callback) override { on_answer_ = std::move(callback); }
@@ -149,8 +167,9 @@ class GrpcSession final : public Session {
   std::uint64_t deadline_key() const noexcept override;
   void set_peer(std::string peer) override { peer_ = std::move(peer); }
 
-  // Streams open now (tests).
+  // Streams open now, and those of them kept open by send() (tests).
   std::size_t streams() const noexcept { return streams_.size(); }
+  std::size_t streaming() const noexcept { return streaming_; }
 
  private:
   friend class GrpcResponder;
@@ -167,6 +186,10 @@ class GrpcSession final : public Session {
   int data(Stream& s, std::string_view chunk);
   // The answer of a stream: `message` with OK, or `code` and `why`.
   void answer(std::int32_t id, GrpcCode code, std::string_view why, std::string* message);
+  // A message of a stream kept open (GrpcResponder::send).
+  void stream_message(std::int32_t id, std::string& message);
+  // Sends what answer() or stream_message() queued, outside feed().
+  void answered();
   // Moves what nghttp2 has to send into output().
   void send();
   // Ends the connection: GOAWAY with `error` (an HTTP/2 error code), nothing more read.
@@ -184,6 +207,7 @@ class GrpcSession final : public Session {
   std::size_t held_ = 0;       // bytes of the requests' messages and paths held
   std::size_t receiving_ = 0;  // streams whose request has not all come
   std::size_t pending_ = 0;    // streams whose request came whole, not answered yet
+  std::size_t streaming_ = 0;  // streams kept open by send(): nothing owed (not pending_)
   std::uint64_t requests_ = 0;
   std::uint64_t timeouts_ = 0;  // answers cut by timed_out(): a new deadline_key
   bool greeted_ = false;        // the client's SETTINGS came

@@ -52,6 +52,9 @@ struct Connection {
   // waits the rest (one timer update per idle period, not per request).
   bool idle = false;
   std::uint64_t idle_since = 0;
+  // When the idle timer fires (loop time): the idle timeout, or sooner for a deadline of a
+  // stream the session keeps open (Session::idle_wait_ms).
+  std::uint64_t idle_due = 0;
   // Its place in the loop's list of idle connections, longest idle first (while idle).
   std::list<Connection*>::iterator idle_at;
   // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
@@ -159,6 +162,9 @@ class UvHttpLoop final : public HttpLoop {
       c->session->drain();
       self->flush(*c);  // (gRPC's GOAWAY goes now, its calls in flight still answered)
     }
+    // The streams the gRPC handler keeps open (Health/Watch) are told and end, their
+    // connections closing as they do (through on_answer).
+    if (self->handlers_.grpc) self->handlers_.grpc->drain();
     self->maybe_finish();
   }
   static void on_drain_deadline(uv_timer_t* timer) {
@@ -320,7 +326,10 @@ class UvHttpLoop final : public HttpLoop {
   // own slow work, a reload's parse, is not cut by the request timeout but given late,
   // see Reply::defer); the idle timeout only between requests, once one has been
   // answered. So a client that sends nothing holds its slot no longer than one that
-  // sends slowly.
+  // sends slowly. Streams a session keeps open (gRPC's Health/Watch) owe no answer: their
+  // connection is idle, evictable as idle, its timer running to the first of the idle
+  // timeout and their deadlines (Session::idle_wait_ms); the session, timed out, ends what
+  // is due and says whether the connection goes on.
   void arm(Connection& c) {
     if (c.closing || c.session->closing()) return;  // finish() keeps the time left to write
     const Session& s = *c.session;
@@ -349,11 +358,14 @@ class UvHttpLoop final : public HttpLoop {
                      0);
     } else {
       c.deadline_of.reset();
-      c.idle_since = uv_now(&loop_);
+      const std::uint64_t now = uv_now(&loop_);
+      c.idle_since = now;
       set_idle(c, true);
-      if (c.idle) return;  // the timer runs as the idle timeout already
+      const std::uint64_t due = now + s.idle_wait_ms(config_.idle_timeout_ms);
+      if (c.idle && c.idle_due <= due) return;  // the timer runs already, due no later
       c.idle = true;
-      uv_timer_start(&c.timer, on_timeout, config_.idle_timeout_ms, 0);
+      c.idle_due = due;
+      uv_timer_start(&c.timer, on_timeout, due - now, 0);
     }
   }
 
@@ -462,10 +474,16 @@ class UvHttpLoop final : public HttpLoop {
   static void on_timeout(uv_timer_t* timer) {
     auto* c = static_cast<Connection*>(timer->data);
     if (c->idle) {
-      const std::uint64_t idle_for = uv_now(timer->loop) - c->idle_since;
+      const std::uint64_t now = uv_now(timer->loop);
+      const std::uint64_t idle_for = now - c->idle_since;
       const std::uint64_t timeout = c->owner.config_.idle_timeout_ms;
-      if (idle_for < timeout) {  // it has been busy since the timer started
-        uv_timer_start(timer, on_timeout, timeout - idle_for, 0);
+      // It has been busy since the timer started: it waits the rest, unless a stream its
+      // session keeps open is due.
+      const std::uint64_t rest =
+          idle_for < timeout ? c->session->idle_wait_ms(timeout - idle_for) : 0;
+      if (rest != 0) {
+        c->idle_due = now + rest;
+        uv_timer_start(timer, on_timeout, rest, 0);
         return;
       }
       c->idle = false;

@@ -46,6 +46,14 @@ class Session {
   virtual std::uint64_t receiving_wait_ms(std::uint64_t otherwise) const noexcept {
     return otherwise;
   }
+  // How long the transport waits while the connection is idle (no request arriving, none
+  // owed), from now: `otherwise` (the idle timeout) unless a stream the session keeps open
+  // has a deadline sooner (0: one is due). timed_out() then ends what is due; it says the
+  // connection goes on while such streams remain, so they are not ended by the idle
+  // timeout, though the connection counts as idle (the first to go at --max-connections).
+  virtual std::uint64_t idle_wait_ms(std::uint64_t otherwise) const noexcept {
+    return otherwise;
+  }
   // The client sends no more: closing() once the answers owed are written.
   virtual void input_ended() = 0;
   // Shutting down: no new requests, the ones in progress answered. True when the
