@@ -3,7 +3,7 @@ server's own HTTP/2 loops, so its connections count against --max-connections-pe
 with HTTP's, a connection that never sends a whole request is closed after
 --request-timeout-ms, and a hostile client holds nothing for long; gRPC's own rules as
 grpcio speaks them (unknown methods, compression, message bounds, deadlines, cancellation,
-a Unix socket). The RLS
+a Unix socket, grpc.health.v1.Health/Watch's stream through timeouts and the drain). The RLS
 semantics are test_rls.py's; the bounds of a call (descriptors, units, UTF-8) and of the
 configuration's folder are here too."""
 
@@ -32,6 +32,8 @@ if not _python or not os.path.isdir(_python):
                 pytrace=False)
 sys.path.insert(0, _python)
 from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
+# (protoc's and grpc_python_plugin's, as grpcio's health package names them.)
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -293,3 +295,41 @@ def test_a_unix_socket_listener(start_server, server_binary, tmp_path):
     server.signal(signal.SIGTERM)
     assert server.wait(PATIENCE) == 0
     assert not path.exists()
+
+
+def test_health_watch_stays_open_through_the_timeouts_and_ends_at_the_drain(grpc_server):
+    """grpc.health.v1.Health/Watch: the status at once, the stream kept open (the request
+    and idle timeouts do not cut it), NOT_SERVING when the server drains and then the end,
+    UNAVAILABLE (the server going away: reconnect elsewhere), so the server exits at once
+    rather than at its drain timeout (ten times the wait here)."""
+    server = grpc_server("--request-timeout-ms", "300", "--idle-timeout-ms", "300",
+                         "--drain-timeout-ms", str(int(10 * PATIENCE * 1000)))
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        assert stub.Check(health_pb2.HealthCheckRequest(), timeout=PATIENCE).status == serving
+        whole = stub.Watch(health_pb2.HealthCheckRequest(), timeout=PATIENCE)
+        rls = stub.Watch(health_pb2.HealthCheckRequest(service="ratelimit"), timeout=PATIENCE)
+        unknown = stub.Watch(health_pb2.HealthCheckRequest(service="no.Such"), timeout=PATIENCE)
+        assert next(whole).status == serving
+        assert next(rls).status == serving
+        assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        # A connection made after the watches, greeting and then silent, is closed by the
+        # request timeout: by then the watches' connection has been past both timeouts.
+        # (Late timers only make this check less, never fail it.)
+        late = socket.create_connection(("127.0.0.1", server.grpc_port))
+        try:
+            late.sendall(PREFACE)
+            assert closed_by_server(late, PATIENCE)
+        finally:
+            late.close()
+        server.signal(signal.SIGTERM)
+        for watch in (whole, rls):
+            assert next(watch).status == not_serving
+        for watch in (whole, rls, unknown):  # (an unknown service's status does not change)
+            with pytest.raises(grpc.RpcError) as error:
+                next(watch)
+            assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "shutting down" in error.value.details()
+        assert server.wait(PATIENCE) == 0

@@ -2,9 +2,12 @@
 
 #include <google/protobuf/stubs/logging.h>
 
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "grpc/health/v1/health.pb.h"
@@ -18,6 +21,8 @@ namespace pb = envoy::service::ratelimit::v3;
 constexpr std::string_view kShouldRateLimit =
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 constexpr std::string_view kHealthCheck = "/grpc.health.v1.Health/Check";
+constexpr std::string_view kHealthWatch = "/grpc.health.v1.Health/Watch";
+using Health = grpc::health::v1::HealthCheckResponse;
 
 pb::RateLimitResponse::Code code_of(rls::Code code) {
   switch (code) {
@@ -69,10 +74,29 @@ class RlsCalls final : public GrpcHandler {
   void call(const GrpcCall& call, GrpcResponder responder) override {
     if (call.method == kShouldRateLimit) return should_rate_limit(call, std::move(responder));
     if (call.method == kHealthCheck) return health(call, responder);
+    if (call.method == kHealthWatch) return watch(call, std::move(responder));
     responder.fail(GrpcCode::unimplemented, "unknown method " + std::string(call.method));
   }
 
+  // Each watch of a known service gets NOT_SERVING, then every watch ends with
+  // UNAVAILABLE: the server is going away, and a watcher is to reconnect (to another
+  // server). gRPC's own servers send NOT_SERVING and keep the stream until their
+  // connections close, which their clients see as UNAVAILABLE too; here the watch ends
+  // at once, so it does not hold the drain until its deadline. (Not OK: by its contract
+  // a watch never ends while the server serves, and OK would read as a normal end.) An
+  // unknown service's status does not change: its watch only ends.
+  void drain() override {
+    draining_ = true;
+    std::vector<Watcher> watchers;
+    watchers.swap(watchers_);  // (each end may close a connection, and close() the loop)
+    for (Watcher& w : watchers) {
+      if (w.known) w.responder.send(health_response(Health::NOT_SERVING));
+      w.responder.fail(GrpcCode::unavailable, "the server is shutting down");
+    }
+  }
+
   void close() override {
+    watchers_.clear();  // (their connections have closed: nothing is sent)
     if (acquirer_) acquirer_->close();  // what is in flight is answered now
   }
 
@@ -108,23 +132,69 @@ class RlsCalls final : public GrpcHandler {
     if (!problem.ok()) held->fail(GrpcCode::invalid_argument, problem.message());
   }
 
-  // Serving, for the whole server and the rate limit service by either name.
-  static void health(const GrpcCall& call, GrpcResponder& responder) {
+  // The service a health call names: known (the whole server, "", and the rate limit
+  // service by either name) or not, its name; none when the request is not one (the call
+  // has failed).
+  static std::optional<std::pair<bool, std::string>> service(const GrpcCall& call,
+                                                             GrpcResponder& responder) {
     grpc::health::v1::HealthCheckRequest request;
-    if (!request.ParseFromArray(call.message.data(), static_cast<int>(call.message.size())))
-      return responder.fail(GrpcCode::invalid_argument, "not a HealthCheckRequest");
-    const std::string& name = request.service();
-    if (!name.empty() && name != "envoy.service.ratelimit.v3.RateLimitService" &&
-        name != "ratelimit")
-      return responder.fail(GrpcCode::not_found, "unknown service " + name);
-    grpc::health::v1::HealthCheckResponse response;
-    response.set_status(grpc::health::v1::HealthCheckResponse::SERVING);
-    responder.finish(response.SerializeAsString());
+    if (!request.ParseFromArray(call.message.data(), static_cast<int>(call.message.size()))) {
+      responder.fail(GrpcCode::invalid_argument, "not a HealthCheckRequest");
+      return std::nullopt;
+    }
+    std::string& name = *request.mutable_service();
+    const bool known = name.empty() || name == "envoy.service.ratelimit.v3.RateLimitService" ||
+                       name == "ratelimit";
+    return std::make_pair(known, std::move(name));
   }
+
+  static std::string health_response(Health::ServingStatus status) {
+    Health response;
+    response.set_status(status);
+    return response.SerializeAsString();
+  }
+
+  // SERVING once started, NOT_SERVING from the drain on.
+  Health::ServingStatus status() const {
+    return draining_ ? Health::NOT_SERVING : Health::SERVING;
+  }
+
+  void health(const GrpcCall& call, GrpcResponder& responder) const {
+    const auto named = service(call, responder);
+    if (!named) return;
+    if (!named->first) return responder.fail(GrpcCode::not_found, "unknown service " + named->second);
+    responder.finish(health_response(status()));
+  }
+
+  // The status at once, then each change, the stream kept open until the client cancels
+  // or the server drains. An unknown service is SERVICE_UNKNOWN (as grpc's health.proto
+  // says, not an error: the service may be added later).
+  void watch(const GrpcCall& call, GrpcResponder responder) {
+    const auto named = service(call, responder);
+    if (!named) return;
+    const bool known = named->first;
+    responder.send(health_response(known ? status() : Health::SERVICE_UNKNOWN));
+    if (draining_) return responder.fail(GrpcCode::unavailable, "the server is shutting down");
+    if (watchers_.size() >= sweep_at_) {
+      // Watches cancelled since (or whose connection closed) are dropped now and then,
+      // so the list stays within twice the watches open.
+      std::erase_if(watchers_, [](const Watcher& w) { return !w.responder.waiting(); });
+      sweep_at_ = std::max<std::size_t>(64, 2 * watchers_.size());
+    }
+    watchers_.push_back(Watcher{std::move(responder), known});
+  }
+
+  struct Watcher {
+    GrpcResponder responder;
+    bool known;  // a known service: its status changes with the drain
+  };
 
   rls::RateLimitService& service_;
   std::unique_ptr<AsyncAcquirer> acquirer_;  // with a loop and a store
   pb::RateLimitRequest request_;  // reused: its strings keep their room from call to call
+  bool draining_ = false;
+  std::vector<Watcher> watchers_;  // Health/Watch streams open (and some ended since)
+  std::size_t sweep_at_ = 64;      // watchers_'s size at which the ended ones are dropped
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // rls_calls.h: the gRPC calls ratewin-server answers on --grpc-listen, for one loop (a
 // GrpcHandler, http/grpc_session.h): Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), its messages translated
-// by protobuf to and from rls::RateLimitService's, and grpc.health.v1.Health/Check.
+// by protobuf to and from rls::RateLimitService's, and grpc.health.v1.Health (Check, and
+// Watch: its streams kept here, told when the server drains).
 // Built with RATEWIN_BUILD_GRPC (rls/rls_calls.cpp, protobuf); without it,
 // rls_calls_available() is false and the server refuses --grpc-listen.
 #pragma once
