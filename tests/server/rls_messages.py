@@ -1,7 +1,7 @@
 """What the gRPC end-to-end tests import first: the module is skipped whole when this
 ratewin-server was built without gRPC (RATEWIN_GRPC=OFF), and otherwise gives grpc
-(Debian's python3-grpcio) and rls_pb2, the RLS messages this build generated for Python
-(the folder RATEWIN_RLS_PYTHON names)."""
+(Debian's python3-grpcio), rls_pb2 and health_pb2 (with health_pb2_grpc's HealthStub),
+the messages this build generated for Python (the folder RATEWIN_RLS_PYTHON names)."""
 
 from __future__ import annotations
 
@@ -22,5 +22,7 @@ if not _python or not os.path.isdir(_python):
                 "(build/cmd/server/rls/python)", pytrace=False)
 sys.path.insert(0, _python)
 from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402,F401
+# (protoc's and grpc_python_plugin's, as grpcio's health package names them.)
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402,F401
 
-__all__ = ["grpc", "rls_pb2"]
+__all__ = ["grpc", "health_pb2", "health_pb2_grpc", "rls_pb2"]

@@ -10,30 +10,16 @@ configuration's folder are here too."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from ratewin_testkit import PATIENCE, metric_value, request, store_up, wait_until
 
-if os.environ.get("RATEWIN_GRPC", "ON") == "OFF":
-    pytest.skip("this ratewin-server was built without gRPC (RATEWIN_BUILD_GRPC=OFF)",
-                allow_module_level=True)
-
-import grpc  # noqa: E402  (python3-grpcio)
-
-_python = os.environ.get("RATEWIN_RLS_PYTHON", "")
-if not _python or not os.path.isdir(_python):
-    pytest.fail("RATEWIN_RLS_PYTHON must name the folder of the RLS messages for Python",
-                pytrace=False)
-sys.path.insert(0, _python)
-from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402
-# (protoc's and grpc_python_plugin's, as grpcio's health package names them.)
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from rls_messages import grpc, health_pb2, health_pb2_grpc, rls_pb2  # (skips in a build
+# without gRPC)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"

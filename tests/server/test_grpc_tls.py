@@ -19,7 +19,8 @@ import pytest
 
 from ratewin_testkit import PATIENCE, SERVER, wait_until
 
-from rls_messages import grpc, rls_pb2  # (skips this module in a build without gRPC)
+from rls_messages import grpc, health_pb2, health_pb2_grpc, rls_pb2  # (skips in a build
+# without gRPC)
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HEALTH = "/grpc.health.v1.Health/Check"
@@ -284,3 +285,19 @@ def test_flags_that_cannot_be_used(certificates, tmp_path):
             certificates["server.crt"], "--grpc-tls-key-file", certificates["server.key"],
             "--grpc-tls-client-ca-file", certificates["ca.crt"])
     assert r.returncode == 0, r.stderr
+
+
+def test_health_watch_over_mutual_tls_ends_at_the_drain(tls_server, certificates):
+    server = tls_server("--grpc-tls-client-ca-file", certificates["ca.crt"],
+                        "--drain-timeout-ms", str(int(10 * PATIENCE * 1000)))
+    target = f"127.0.0.1:{server.grpc_port}"
+    with grpc.secure_channel(target, credentials(certificates, client="client")) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(),
+                                                          timeout=PATIENCE)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        server.signal(signal.SIGTERM)
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        with pytest.raises(grpc.RpcError) as end:
+            next(watch)
+        assert end.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert server.wait(PATIENCE) == 0

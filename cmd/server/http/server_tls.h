@@ -100,6 +100,9 @@ class TlsSession final : public Session {
   std::uint64_t receiving_wait_ms(std::uint64_t otherwise) const noexcept override {
     return inner_->receiving_wait_ms(otherwise);
   }
+  std::uint64_t idle_wait_ms(std::uint64_t otherwise) const noexcept override {
+    return inner_->idle_wait_ms(otherwise);
+  }
   void input_ended() override;
   bool drain() override;
   void on_answer(std::function<void()> callback) override {
