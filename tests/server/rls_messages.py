@@ -25,4 +25,13 @@ from envoy.service.ratelimit.v3 import rls_pb2  # noqa: E402,F401
 # (protoc's and grpc_python_plugin's, as grpcio's health package names them.)
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402,F401
 
-__all__ = ["grpc", "health_pb2", "health_pb2_grpc", "rls_pb2"]
+# A folder's one file: domain `edge`, 1000 calls a minute per remote_address (the
+# transport tests' folder: a limit they do not reach).
+CONFIG = """\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+"""
+
+__all__ = ["CONFIG", "grpc", "health_pb2", "health_pb2_grpc", "rls_pb2"]

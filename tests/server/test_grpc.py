@@ -18,17 +18,11 @@ import pytest
 
 from ratewin_testkit import PATIENCE, metric_value, request, store_up, wait_until
 
-from rls_messages import grpc, health_pb2, health_pb2_grpc, rls_pb2  # (skips in a build
-# without gRPC)
+from rls_messages import (CONFIG, grpc, health_pb2, health_pb2_grpc,  # (skips in a build
+                          rls_pb2)  # without gRPC)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-CONFIG = """\
-domain: edge
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 1000}
-"""
 
 
 @pytest.fixture

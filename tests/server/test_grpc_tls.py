@@ -19,18 +19,12 @@ import pytest
 
 from ratewin_testkit import PATIENCE, SERVER, wait_until
 
-from rls_messages import grpc, health_pb2, health_pb2_grpc, rls_pb2  # (skips in a build
-# without gRPC)
+from rls_messages import (CONFIG, grpc, health_pb2, health_pb2_grpc,  # (skips in a build
+                          rls_pb2)  # without gRPC)
 
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HEALTH = "/grpc.health.v1.Health/Check"
 SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
-CONFIG = """\
-domain: edge
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 1000}
-"""
 
 
 @pytest.fixture
