@@ -250,6 +250,101 @@ def test_a_deadline_and_a_cancel_while_the_answer_waits_on_redis(start_server, r
     assert server.alive()
 
 
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") +
+            payload)
+
+
+def h2_literal(name: str, value: str) -> bytes:
+    """An HPACK field without indexing, its name new (both under 127 bytes)."""
+    return bytes([0, len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+
+
+def test_a_short_deadline_while_a_write_is_queued_does_not_close_the_connection(
+        start_server, redis, tmp_path):
+    """A call's own grpc-timeout that passes while part of the connection's output waits
+    for the socket (the client reads slowly: not yet) answers DEADLINE_EXCEEDED behind it,
+    and the connection goes on. It was closed as a slow reader: the timer's firing with a
+    write in flight was taken for the wait for the client to take its writes."""
+    folder = tmp_path / "rls"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(CONFIG)
+    # (A Unix socket: its buffer is the size it is, where TCP's grows and would take the
+    # writes waiting.)
+    path = tmp_path / "rls.sock"
+    server = start_server("--grpc-listen", f"unix:{path}", "--rls-config", str(folder),
+                          redis=redis)
+    store_up(server)
+
+    def figure(name: str) -> float:
+        return metric_value(request(server.port, "GET", "/metrics").body.decode(), name) or 0
+
+    buffered = "ratewin_server_connection_buffer_bytes"
+    timed_out = 'ratewin_server_connections_total{outcome="timed_out"}'
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(path))
+    s.settimeout(PATIENCE)
+    received = b""
+
+    def frames():
+        data = received
+        while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+            size = int.from_bytes(data[:3], "big")
+            yield data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF, data[9:9 + size]
+            data = data[9 + size:]
+
+    def read_until(found) -> None:
+        nonlocal received
+        while not any(found(*f) for f in frames()):
+            chunk = s.recv(65536)
+            assert chunk, "the server closed the connection"
+            received += chunk
+
+    def raw_call(stream: int, timeout: str) -> bytes:
+        block = b"".join(h2_literal(n, v) for n, v in (
+            (":method", "POST"), (":scheme", "http"), (":path", METHOD), (":authority", "t"),
+            ("content-type", "application/grpc"), ("te", "trailers"), ("grpc-timeout", timeout)))
+        message = rls_request("5.6.7.8").SerializeToString()
+        return h2_frame(1, 4, stream, block) + h2_frame(
+            0, 1, stream, b"\0" + len(message).to_bytes(4, "big") + message)
+
+    # The key's first call, answered (the connection's loop has its Redis connection).
+    s.sendall(PREFACE + raw_call(1, "10S"))
+    read_until(lambda kind, flags, stream, _: kind == 1 and flags & 1 and stream == 1)
+    # PINGs whose answers this client does not read. A first burst grows the session's
+    # output buffer to the most one read makes (16 KiB); then batches of 20 (340 bytes of
+    # answers), until the socket holds no more and one batch's answers wait in a write of
+    # their own, counted as the connection's: a little queued, under the 16 KiB after
+    # which the server would stop reading this client.
+    s.sendall(h2_frame(6, 0, 0, b"12345678") * 1200)
+    ping = h2_frame(6, 0, 0, b"12345678") * 20
+    counted = [figure(buffered)]
+    for _ in range(20000):
+        s.sendall(ping)
+        counted.append(figure(buffered))
+        if len(counted) >= 4 and all(b - a >= 300 for a, b in zip(counted[-4:], counted[-3:])):
+            break  # (three batches in a row queued: not another connection's passing bytes)
+    else:
+        pytest.fail("no write was ever queued")
+    redis.pause()  # (the admission's write waits: its answer is owed past the deadline)
+    try:
+        s.sendall(raw_call(3, "20m"))
+        # The 20 ms deadline passes: the old code closed the connection then, and counted
+        # it timed out. (Waiting 100 times as long can only weaken the check on a slow
+        # machine: a deadline that passes after the client reads is the ordinary case.)
+        wait_until(lambda: figure(timed_out) > 0, timeout=2.0)
+        assert figure(timed_out) == 0
+    finally:
+        redis.resume()
+    # Read it all: the PING answers, the call's trailers-only answer (HEADERS with
+    # END_STREAM on stream 3), then a new PING answered: the connection goes on.
+    read_until(lambda kind, flags, stream, _: kind == 1 and flags & 1 and stream == 3)
+    s.sendall(h2_frame(6, 0, 0, b"87654321"))
+    read_until(lambda kind, flags, _, payload: kind == 6 and flags & 1 and payload == b"87654321")
+    s.close()
+    assert figure(timed_out) == 0
+
+
 def test_a_unix_socket_listener(start_server, server_binary, tmp_path):
     """--grpc-listen unix:PATH (the reference's GRPC_UDS): served by every loop, a stale
     socket file replaced, a live one refused, the file removed at exit."""

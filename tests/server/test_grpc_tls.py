@@ -193,7 +193,8 @@ def test_a_handshake_not_finished_in_time_is_closed(tls_server, certificates):
     assert closed_by_server(silent, PATIENCE) and closed_by_server(partial, PATIENCE)
     silent.close()
     partial.close()
-    assert wait_until(lambda: (server.metric('ratewin_server_connections_total{outcome="timed_out"}') or 0) >= 2)
+    timed_out = 'ratewin_server_connections_total{outcome="timed_out"}'
+    assert wait_until(lambda: (server.metric(timed_out) or 0) >= 2)
     assert secure_call(f"127.0.0.1:{server.grpc_port}", credentials(certificates))[1] == SERVING
 
 
