@@ -110,14 +110,34 @@ def closed_by_server(sock: socket.socket, timeout: float) -> bool:
         return False
 
 
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") +
+            payload)
+
+
+def call_block() -> bytes:
+    """A ShouldRateLimit call's headers, each an HPACK literal without indexing."""
+    return b"".join(bytes([0, len(n)]) + n.encode() + bytes([len(v)]) + v.encode() for n, v in (
+        (":method", "POST"), (":scheme", "https"), (":path", METHOD), (":authority", "t"),
+        ("content-type", "application/grpc"), ("te", "trailers")))
+
+
+def frames(data: bytes) -> list[tuple[int, int, int]]:
+    """The (type, flags, stream) of each whole HTTP/2 frame in `data`."""
+    out = []
+    while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+        size = int.from_bytes(data[:3], "big")
+        out.append((data[3], data[4], int.from_bytes(data[5:9], "big") & 0x7FFFFFFF))
+        data = data[9 + size:]
+    return out
+
+
 def frame_types(data: bytes) -> list[int]:
     """The types of the HTTP/2 frames in `data` (a server's bytes, whole frames)."""
-    types = []
-    while len(data) >= 9:
-        size = int.from_bytes(data[:3], "big")
-        types.append(data[3])
-        data = data[9 + size:]
-    return types
+    return [kind for kind, _, _ in frames(data)]
 
 
 def tls_metric(server, outcome: str, family: str = "handshakes") -> float:
@@ -184,6 +204,53 @@ def test_tls_on_a_unix_socket(tls_server, certificates, tmp_path):
     assert server.stop() == 0
 
 
+def test_records_cut_by_the_network_are_read_whole(tls_server, certificates):
+    """A client whose records reach the server a few bytes at a time (each TCP write 7
+    bytes), the handshake's and the call's: the server reads on until each record is whole
+    and answers."""
+    server = tls_server()
+    context = ssl.create_default_context(cafile=certificates["ca.crt"])
+    context.set_alpn_protocols(["h2"])
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    sock = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=PATIENCE)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send_in_pieces() -> None:
+        data = outgoing.read()
+        for i in range(0, len(data), 7):
+            sock.sendall(data[i:i + 7])
+
+    def receive() -> None:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        incoming.write(chunk)
+
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            send_in_pieces()
+            receive()
+    send_in_pieces()
+    message = rls_request().SerializeToString()
+    tls.write(PREFACE + h2_frame(4, 0, 0) + h2_frame(1, 4, 1, call_block()) +
+              h2_frame(0, 1, 1, b"\0" + len(message).to_bytes(4, "big") + message))
+    send_in_pieces()
+    plain = b""
+    while not any(k == 1 and f & 1 and stream == 1 for k, f, stream in frames(plain)):
+        receive()
+        try:
+            while True:
+                plain += tls.read(65536)
+        except ssl.SSLWantReadError:
+            pass
+        send_in_pieces()  # (the client's answers to the server's SETTINGS, tickets)
+    assert 0 in [k for k, _, stream in frames(plain) if stream == 1], "no response message"
+    sock.close()
+
+
 def test_a_handshake_not_finished_in_time_is_closed(tls_server, certificates):
     server = tls_server("--request-timeout-ms", "300")
     silent = socket.create_connection(("127.0.0.1", server.grpc_port))
@@ -201,7 +268,7 @@ def test_a_handshake_not_finished_in_time_is_closed(tls_server, certificates):
 def test_drain_over_tls(tls_server, certificates):
     server = tls_server()
     with handshake(server.grpc_port, certificates, alpn=["h2"]) as s:
-        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        s.sendall(PREFACE + h2_frame(4, 0, 0))
         server.signal(signal.SIGTERM)
         # GOAWAY, then the end of the stream (close_notify): the server exits at once.
         received = b""

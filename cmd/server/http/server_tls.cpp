@@ -206,7 +206,12 @@ bool TlsSession::advance() {
   // What can be decrypted goes to the protocol, for as long as it takes more (what it
   // holds back stays here, as records, until resume()).
   char plain[16 * 1024];
-  while (!inner_done_ && !input_done_ && !ended_ && !inner_->blocked()) {
+  held_back_ = false;
+  while (!inner_done_ && !input_done_ && !ended_) {
+    if (inner_->blocked()) {
+      held_back_ = true;
+      break;
+    }
     const int n = SSL_read(ssl_, plain, sizeof plain);
     if (n > 0) {
       if (!inner_->feed(std::string_view(plain, static_cast<std::size_t>(n)))) inner_done_ = true;
@@ -238,10 +243,10 @@ void TlsSession::fail() {
 }
 
 bool TlsSession::blocked() const noexcept {
-  if (inner_->blocked()) return true;
-  // Records held back while the protocol was blocked: parsing goes on at resume().
-  return ready_ && !ended_ && !input_done_ && !inner_done_ &&
-         (SSL_pending(ssl_) > 0 || BIO_ctrl_pending(in_) > 0);
+  // Records held back while the protocol was blocked: parsing goes on at resume(). (Not
+  // merely bytes waiting: a record cut by the network waits for its rest, which must be
+  // read.)
+  return inner_->blocked() || (held_back_ && !ended_ && !input_done_ && !inner_done_);
 }
 
 bool TlsSession::resume() {

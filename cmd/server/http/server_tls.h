@@ -146,6 +146,8 @@ class TlsSession final : public Session {
   bool inner_done_ = false;    // the inner session wants no more input
   bool notified_ = false;      // our close_notify is in output_
   bool unfinished_ = false;    // counted as a failed handshake
+  // Decrypting stopped because the protocol was blocked: records wait for resume().
+  bool held_back_ = false;
 };
 
 }  // namespace ratewin::server
