@@ -47,7 +47,8 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* out_size, const 
 Result<SSL_CTX*> build(const ServerTlsOptions& o) {
   ERR_clear_error();
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-  if (ctx == nullptr) return Status(Status::Code::io, "cannot make a TLS context: " + openssl_reason());
+  if (ctx == nullptr)
+    return Status(Status::Code::io, "cannot make a TLS context: " + openssl_reason());
   const auto fail = [&](std::string what) {
     SSL_CTX_free(ctx);
     return Status(Status::Code::invalid, std::move(what));
@@ -176,7 +177,8 @@ TlsSession::~TlsSession() { SSL_free(ssl_); }
 bool TlsSession::feed(std::string_view data) {
   if (ended_ || input_done_ || inner_done_) return false;
   while (!data.empty()) {
-    const int n = BIO_write(in_, data.data(), static_cast<int>(std::min<std::size_t>(data.size(), INT_MAX)));
+    const int n =
+        BIO_write(in_, data.data(), static_cast<int>(std::min<std::size_t>(data.size(), INT_MAX)));
     if (n <= 0) {
       fail();
       return false;
@@ -259,8 +261,8 @@ bool TlsSession::resume() {
 }
 
 std::size_t TlsSession::buffered() const noexcept {
-  return output_.capacity() + inner_->buffered() + BIO_ctrl_pending(in_) +
-         BIO_ctrl_pending(out_) + sizeof(*this);
+  return output_.capacity() + inner_->buffered() + BIO_ctrl_pending(in_) + BIO_ctrl_pending(out_) +
+         sizeof(*this);
 }
 
 bool TlsSession::timed_out() {

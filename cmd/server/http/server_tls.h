@@ -45,7 +45,7 @@ struct ServerTlsOptions {
 struct TlsCounters {
   std::atomic<std::uint64_t> handshakes{0};
   std::atomic<std::uint64_t> failed{0};
-  std::atomic<std::uint64_t> reloads{0};         // the files changed and were loaded
+  std::atomic<std::uint64_t> reloads{0};          // the files changed and were loaded
   std::atomic<std::uint64_t> reload_failures{0};  // the files changed and could not be
 };
 
@@ -138,14 +138,14 @@ class TlsSession final : public Session {
   std::unique_ptr<Session> inner_;
   TlsCounters& counters_;
   std::string output_;
-  bool ready_ = false;         // the handshake is done
+  bool ready_ = false;  // the handshake is done
   // The connection ends now: the handshake or a record failed, or the handshake had not
   // finished in time or when the server drained. Only what is in output_ goes out.
   bool ended_ = false;
-  bool input_done_ = false;    // close_notify came, or input ended
-  bool inner_done_ = false;    // the inner session wants no more input
-  bool notified_ = false;      // our close_notify is in output_
-  bool unfinished_ = false;    // counted as a failed handshake
+  bool input_done_ = false;  // close_notify came, or input ended
+  bool inner_done_ = false;  // the inner session wants no more input
+  bool notified_ = false;    // our close_notify is in output_
+  bool unfinished_ = false;  // counted as a failed handshake
   // Decrypting stopped because the protocol was blocked: records wait for resume().
   bool held_back_ = false;
 };
