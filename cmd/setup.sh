@@ -124,7 +124,7 @@ packages=(
   libcxxopts-dev               # command-line options of ratewin-bench and ratewin-server
   libyaml-cpp-dev              # ratewin-server: the rules file
   libnghttp2-dev libprotobuf-dev protobuf-compiler  # its gRPC listener (Envoy's RLS): HTTP/2, messages
-  libgrpc++-dev protobuf-compiler-grpc  # ratewin-bench rls's gRPC client
+  protobuf-compiler-grpc       # grpc_python_plugin: the end-to-end tests' health service stub
   python3-grpcio python3-protobuf  # the gRPC listener's end-to-end tests
   clang-14 libclang-rt-14-dev  # the libFuzzer smoke runs in the test command
   doctest-dev                  # unit tests

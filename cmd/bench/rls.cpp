@@ -1,11 +1,11 @@
 // ratewin-bench rls: Envoy's rate limit service (gRPC) of one ratewin-server against the
 // same server's HTTP forward-auth path, in one run: a private redis-server, one server
-// with both listeners, and load clients written here (gRPC's asynchronous client; plain
-// keep-alive HTTP/1.1 on blocking sockets), each with 1 and 50 calls in flight. Reports
-// calls/s, p50 and p99, the server's CPU per call (from /proc) and Redis' CPU per
-// admitted call (INFO cpu), for a limit that admits everything (every call writes to
-// Redis) and one that refuses everything (no call should reach Redis: its write
-// commands are counted).
+// with both listeners, and load clients written here (gRPC calls as streams of one HTTP/2
+// connection, on nghttp2's client session; plain keep-alive HTTP/1.1), both on blocking
+// sockets, each with 1 and 50 calls in flight. Reports calls/s, p50 and p99, the server's
+// CPU per call (from /proc) and Redis' CPU per admitted call (INFO cpu), for a limit that
+// admits everything (every call writes to Redis) and one that refuses everything (no call
+// should reach Redis: its write commands are counted).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,12 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <grpcpp/grpcpp.h>
+#include <nghttp2/nghttp2.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <cxxopts.hpp>
@@ -27,16 +26,17 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench.h"
-#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "redis_server.h"
 
 namespace ratewin::bench {
@@ -150,64 +150,233 @@ class Latencies {
   std::vector<std::vector<double>> per_stream_;
 };
 
-// `streams` ShouldRateLimit calls in flight on one channel, for `seconds`: gRPC's
-// asynchronous client, polled by this one thread (the cheapest client gRPC offers: the
-// load client shares the machine with the server).
-Run grpc_run(int port, const std::string& key, int streams, double seconds) {
-  const auto channel =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
-  const auto stub = pb::RateLimitService::NewStub(channel);
-  pb::RateLimitRequest request;
-  request.set_domain("bench");
-  auto* entry = request.add_descriptors()->add_entries();
-  entry->set_key("client");
-  entry->set_value(key);
+// A TCP connection to a listener on 127.0.0.1, Nagle's algorithm off: both load clients
+// write whole requests and then wait for their answers, which Nagle would hold back.
+int connect_loopback(int port, const char* listener) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw std::runtime_error(std::string("cannot connect to the ") + listener + " listener");
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
 
-  struct Stream {
-    std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<pb::RateLimitResponse>> reader;
-    pb::RateLimitResponse response;
-    grpc::Status status;
-    Clock::time_point sent;
+// ShouldRateLimit calls on one HTTP/2 connection: nghttp2's client session over a blocking
+// socket, driven by the one thread that calls it, each call in flight a stream, as gRPC
+// C++'s client did over its one channel. That client cost more CPU per call than the HTTP
+// one, and the load client shares the cores with the server it measures: this one does no
+// more than a call needs. A call is what gRPC's clients send: HEADERS (POST to the method's
+// path, content-type application/grpc, te trailers) and one DATA frame, the framed request
+// made once for every call. Its answer is read whole (HEADERS, DATA, the trailers) and
+// checked as gRPC's client would: HTTP status 200, grpc-status 0, one uncompressed message
+// that parses as a RateLimitResponse.
+class GrpcConnection {
+ public:
+  // A call that ended: the slot start() was given, and whether the limit admitted it.
+  struct Ended {
+    std::size_t slot;
+    bool admitted;
   };
-  grpc::CompletionQueue queue;
-  std::vector<Stream> state(static_cast<std::size_t>(streams));
-  const auto send = [&](std::size_t i) {
-    Stream& s = state[i];
-    s.context = std::make_unique<grpc::ClientContext>();
-    s.response.Clear();
-    s.sent = Clock::now();
-    s.reader = stub->AsyncShouldRateLimit(s.context.get(), request, &queue);
-    s.reader->Finish(&s.response, &s.status, reinterpret_cast<void*>(i));
-  };
-  Latencies latencies(state.size());
-  std::uint64_t calls = 0;
-  std::uint64_t admitted = 0;
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point end =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  for (std::size_t i = 0; i < state.size(); ++i) send(i);
-  std::size_t running = state.size();
-  void* tag = nullptr;
-  bool ok = false;
-  while (running > 0 && queue.Next(&tag, &ok)) {
-    const auto i = reinterpret_cast<std::size_t>(tag);
-    Stream& s = state[i];
-    const Clock::time_point now = Clock::now();
-    if (!ok || !s.status.ok())
-      throw std::runtime_error("a gRPC call failed: " + s.status.error_message());
-    latencies.add(i, std::chrono::duration<double, std::micro>(now - s.sent).count());
-    ++calls;
-    if (s.response.overall_code() == pb::RateLimitResponse::OK) ++admitted;
-    if (now < end) {
-      send(i);
-    } else {
-      --running;
+
+  // A connection with room for `slots` calls in flight, each asking for the descriptor
+  // client=`key` in the domain "bench".
+  GrpcConnection(int port, const std::string& key, std::size_t slots)
+      : fd_(connect_loopback(port, "gRPC")),
+        authority_("127.0.0.1:" + std::to_string(port)),
+        calls_(slots) {
+    pb::RateLimitRequest request;
+    request.set_domain("bench");
+    auto* entry = request.add_descriptors()->add_entries();
+    entry->set_key("client");
+    entry->set_value(key);
+    const std::string message = request.SerializeAsString();
+    // gRPC's framing: a flag byte (0: not compressed), the length (big-endian), the bytes.
+    const auto length = static_cast<std::uint32_t>(message.size());
+    framed_request_.assign(1, '\0');
+    for (const int shift : {24, 16, 8, 0})
+      framed_request_ += static_cast<char>((length >> shift) & 0xff);
+    framed_request_ += message;
+    // The fields outlive the session, so nghttp2 need not copy them for every call.
+    for (const auto& [name, fixed_value] : fields_) {
+      const std::string_view field(name);
+      const std::string_view value =
+          field == ":authority" ? std::string_view(authority_) : std::string_view(fixed_value);
+      headers_.push_back(
+          nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(field.data())),
+                     reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), field.size(),
+                     value.size(), NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE});
     }
+
+    nghttp2_session_callbacks* callbacks = nullptr;
+    nghttp2_session_callbacks_new(&callbacks);
+    nghttp2_session_callbacks_set_on_header_callback(callbacks, header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, stream_closed);
+    nghttp2_session_client_new(&session_, callbacks, this);
+    nghttp2_session_callbacks_del(callbacks);
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
   }
-  queue.Shutdown();
-  while (queue.Next(&tag, &ok)) {
+  ~GrpcConnection() {
+    nghttp2_session_del(session_);
+    ::close(fd_);
   }
+  GrpcConnection(const GrpcConnection&) = delete;
+  GrpcConnection& operator=(const GrpcConnection&) = delete;
+
+  // Begins a call in `slot` (one not in flight); it goes out with the next exchange().
+  void start(std::size_t slot) {
+    Call& call = calls_[slot];
+    call.request_sent = 0;
+    call.http_status.clear();
+    call.grpc_status.clear();
+    call.grpc_message.clear();
+    call.data.clear();
+    nghttp2_data_provider body{};
+    body.read_callback = read_request;
+    const std::int32_t stream_id =
+        nghttp2_submit_request(session_, nullptr, headers_.data(), headers_.size(), &body, &call);
+    if (stream_id < 0) throw std::runtime_error("nghttp2_submit_request failed");
+  }
+
+  // Sends what the session has to send (the calls begun, and nghttp2's SETTINGS acks and
+  // window updates), waits for the server's next bytes and reads them. Returns the calls
+  // they ended, in that order (valid until the next exchange); throws when one failed or
+  // the connection closed.
+  const std::vector<Ended>& exchange() {
+    ended_.clear();
+    output_.clear();
+    const std::uint8_t* frames = nullptr;
+    ssize_t n = 0;
+    while ((n = nghttp2_session_mem_send(session_, &frames)) > 0)
+      output_.append(reinterpret_cast<const char*>(frames), static_cast<std::size_t>(n));
+    if (n < 0)
+      throw std::runtime_error(std::string("nghttp2: ") + nghttp2_strerror(static_cast<int>(n)));
+    for (std::size_t sent = 0; sent < output_.size();) {
+      const ssize_t w = ::send(fd_, output_.data() + sent, output_.size() - sent, MSG_NOSIGNAL);
+      if (w <= 0) throw std::runtime_error("gRPC send failed");
+      sent += static_cast<std::size_t>(w);
+    }
+    const ssize_t got = ::recv(fd_, input_, sizeof input_, 0);
+    if (got <= 0) throw std::runtime_error("gRPC connection closed");
+    const ssize_t used = nghttp2_session_mem_recv(session_, input_, static_cast<std::size_t>(got));
+    if (used < 0) {
+      throw std::runtime_error(failure_.empty() ? std::string("nghttp2: ") +
+                                                      nghttp2_strerror(static_cast<int>(used))
+                                                : failure_);
+    }
+    return ended_;
+  }
+
+ private:
+  // One slot's call: its request's progress and its answer as it comes.
+  struct Call {
+    std::size_t request_sent = 0;
+    std::string http_status;
+    std::string grpc_status;
+    std::string grpc_message;
+    std::string data;
+  };
+
+  static Call& call_of(nghttp2_session* session, std::int32_t stream_id) {
+    return *static_cast<Call*>(nghttp2_session_get_stream_user_data(session, stream_id));
+  }
+
+  // The request's bytes, as much of them as the flow-control window lets out (all, but
+  // for a window nearly spent), then the end of the stream.
+  static ssize_t read_request(nghttp2_session* session, std::int32_t stream_id,
+                              std::uint8_t* buffer, std::size_t length, std::uint32_t* flags,
+                              nghttp2_data_source*, void* user) {
+    const std::string& request = static_cast<GrpcConnection*>(user)->framed_request_;
+    Call& call = call_of(session, stream_id);
+    const std::size_t n = std::min(length, request.size() - call.request_sent);
+    std::memcpy(buffer, request.data() + call.request_sent, n);
+    call.request_sent += n;
+    if (call.request_sent == request.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return static_cast<ssize_t>(n);
+  }
+
+  // The response's headers and trailers: only the three the check needs are kept.
+  static int header(nghttp2_session* session, const nghttp2_frame* frame, const std::uint8_t* name,
+                    std::size_t name_length, const std::uint8_t* value, std::size_t value_length,
+                    std::uint8_t, void*) {
+    const std::string_view field(reinterpret_cast<const char*>(name), name_length);
+    const std::string_view text(reinterpret_cast<const char*>(value), value_length);
+    Call& call = call_of(session, frame->hd.stream_id);
+    if (field == ":status")
+      call.http_status = text;
+    else if (field == "grpc-status")
+      call.grpc_status = text;
+    else if (field == "grpc-message")
+      call.grpc_message = text;
+    return 0;
+  }
+
+  static int data_chunk(nghttp2_session* session, std::uint8_t, std::int32_t stream_id,
+                        const std::uint8_t* data, std::size_t length, void*) {
+    call_of(session, stream_id).data.append(reinterpret_cast<const char*>(data), length);
+    return 0;
+  }
+
+  // A call's end: checked, and its result kept for exchange() (no exception may cross
+  // nghttp2's C frames: a failure is kept, and the callback fails the read).
+  static int stream_closed(nghttp2_session* session, std::int32_t stream_id,
+                           std::uint32_t error_code, void* user) {
+    auto& self = *static_cast<GrpcConnection*>(user);
+    Call& call = call_of(session, stream_id);
+    const std::size_t slot = static_cast<std::size_t>(&call - self.calls_.data());
+    std::uint32_t length = 0;
+    for (std::size_t i = 1; i < 5 && i < call.data.size(); ++i)
+      length = (length << 8) | static_cast<unsigned char>(call.data[i]);
+    if (error_code != NGHTTP2_NO_ERROR) {
+      self.failure_ =
+          "a gRPC call's stream was reset (HTTP/2 error " + std::to_string(error_code) + ")";
+    } else if (call.http_status != "200" || call.grpc_status != "0") {
+      self.failure_ = "a gRPC call failed: HTTP status " + call.http_status + ", grpc-status " +
+                      call.grpc_status + " " + call.grpc_message;
+    } else if (call.data.size() < 5 || call.data[0] != '\0' || length != call.data.size() - 5 ||
+               !self.response_.ParseFromArray(call.data.data() + 5, static_cast<int>(length))) {
+      self.failure_ = "a gRPC call's answer is not one RateLimitResponse";
+    } else {
+      self.ended_.push_back(
+          Ended{slot, self.response_.overall_code() == pb::RateLimitResponse::OK});
+      return 0;
+    }
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+
+  // A call's request headers (:authority's value is this connection's).
+  static constexpr std::pair<const char*, const char*> fields_[] = {
+      {":method", "POST"},
+      {":scheme", "http"},
+      {":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+      {":authority", ""},
+      {"content-type", "application/grpc"},
+      {"te", "trailers"},
+  };
+
+  int fd_ = -1;
+  nghttp2_session* session_ = nullptr;
+  std::string authority_;
+  std::string framed_request_;
+  std::vector<nghttp2_nv> headers_;
+  std::vector<Call> calls_;
+  pb::RateLimitResponse response_;  // each answer's, parsed in turn
+  std::vector<Ended> ended_;
+  std::string failure_;
+  std::string output_;
+  std::uint8_t input_[16384];
+};
+
+// The end of a timed run: its calls and their latencies, over the time since `start`.
+Run finished_run(Clock::time_point start, std::uint64_t calls, std::uint64_t admitted,
+                 const Latencies& latencies) {
   Run run;
   run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   run.calls = calls;
@@ -216,19 +385,51 @@ Run grpc_run(int port, const std::string& key, int streams, double seconds) {
   return run;
 }
 
+// When a run that starts at `start` stops starting calls.
+Clock::time_point run_end(Clock::time_point start, double seconds) {
+  return start +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// `streams` ShouldRateLimit calls in flight on one HTTP/2 connection, for `seconds`, from
+// this one thread: each call that ends is followed at once by the next in its slot, so the
+// calls that end in one read go out again in one write (as from a proxy multiplexing its
+// calls on one connection; the HTTP client's connections each write their own).
+Run grpc_run(int port, const std::string& key, int streams, double seconds) {
+  GrpcConnection connection(port, key, static_cast<std::size_t>(streams));
+  std::vector<Clock::time_point> sent(static_cast<std::size_t>(streams));
+  const auto send = [&](std::size_t slot) {
+    sent[slot] = Clock::now();
+    connection.start(slot);
+  };
+  Latencies latencies(sent.size());
+  std::uint64_t calls = 0;
+  std::uint64_t admitted = 0;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end = run_end(start, seconds);
+  for (std::size_t i = 0; i < sent.size(); ++i) send(i);
+  std::size_t running = sent.size();
+  while (running > 0) {
+    for (const GrpcConnection::Ended& ended : connection.exchange()) {
+      const Clock::time_point now = Clock::now();
+      latencies.add(ended.slot,
+                    std::chrono::duration<double, std::micro>(now - sent[ended.slot]).count());
+      ++calls;
+      if (ended.admitted) ++admitted;
+      if (now < end) {
+        send(ended.slot);
+      } else {
+        --running;
+      }
+    }
+  }
+  return finished_run(start, calls, admitted, latencies);
+}
+
 // One keep-alive connection asking forward-auth checks.
 class HttpStream {
  public:
-  HttpStream(int port, const std::string& key) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-      throw std::runtime_error("cannot connect to the HTTP listener");
-    const int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  HttpStream(int port, const std::string& key) : fd_(connect_loopback(port, "HTTP")) {
     request_ =
         "GET /ratewin/check HTTP/1.1\r\nHost: bench\r\nX-Original-URI: /api\r\n"
         "X-Original-Method: GET\r\nX-Real-IP: 10.0.0.1\r\nX-API-Key: " +
@@ -276,8 +477,7 @@ Run http_run(int port, const std::string& key, int streams, double seconds) {
   std::atomic<std::uint64_t> calls{0};
   std::atomic<std::uint64_t> admitted{0};
   const Clock::time_point start = Clock::now();
-  const Clock::time_point end =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const Clock::time_point end = run_end(start, seconds);
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < connections.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -292,12 +492,7 @@ Run http_run(int port, const std::string& key, int streams, double seconds) {
     });
   }
   for (std::thread& t : threads) t.join();
-  Run run;
-  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  run.calls = calls.load();
-  run.admitted = admitted.load();
-  run.latency_us = latencies.all();
-  return run;
+  return finished_run(start, calls.load(), admitted.load(), latencies);
 }
 
 long long write_commands(const test::RedisServer& redis) {
