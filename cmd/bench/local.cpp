@@ -3,6 +3,7 @@
 #include <cxxopts.hpp>
 
 #include <unistd.h>
+#include <array>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -151,6 +152,14 @@ int run_local(const cxxopts::ParseResult& args) {
   distinct("allow, distinct resources", 1, engine, loose);
   distinct("allow, distinct resources", 2, engine, loose);
   floor_case(2);
+  // A request counted against two limits, the first one full (a tier's per-second limit
+  // spent, its per-minute one not): a rejection as the server and Envoy's RLS make it.
+  const Acquisition two_limits[] = {{hot_reject, strict}, {hot_allow, loose}};
+  hot("reject, two limits, Engine::try_acquire_all", 1, [&] {
+    std::array<Decision, 2> out;
+    const std::size_t refused = engine.try_acquire_all(two_limits, out);
+    return out[refused < out.size() ? refused : 0];
+  });
 
   measure(cases, runs, run_ms);
 
