@@ -70,7 +70,7 @@ extern "C" {
 /* ---- Versions ------------------------------------------------------------------- */
 
 #define RATEWIN_VERSION_MAJOR 1
-#define RATEWIN_VERSION_MINOR 8
+#define RATEWIN_VERSION_MINOR 9
 #define RATEWIN_VERSION_PATCH 0
 /* 0xMMmmpp: major, minor and patch in one number that grows with each release. */
 #define RATEWIN_VERSION_HEX \
@@ -286,7 +286,9 @@ RATEWIN_EXPORT int ratewin_limit_get(const ratewin_limit* limit, ratewin_limit_o
  * RATEWIN_ALGORITHM_TOKEN_BUCKET. */
 typedef struct ratewin_decision {
   size_t size;            /* sizeof(ratewin_decision) */
-  int32_t allowed;        /* 1: admitted and counted; 0: turned away */
+  int32_t allowed;        /* 1: admitted and counted; 0: turned away (in a request that
+                             ratewin_engine_try_acquire_all refused, 1: this item would
+                             have admitted it, nothing counted) */
   int32_t degraded;       /* 1: the store was unreachable; the failure policy decided */
   uint64_t limit;         /* the limit's max (a token bucket's burst) */
   uint64_t remaining;     /* units that could still be admitted now */
@@ -486,10 +488,14 @@ RATEWIN_EXPORT void ratewin_acquisition_init(ratewin_acquisition* acquisition);
  * and a refused request counts against none of them. `items` and `decisions` are arrays
  * of `count` structs (see Growing structs for their stride); decisions[i] is items[i]'s
  * decision. *refused is set to the index of the item that refused, or to `count` when
- * all admitted. Every decision is written: when all admitted each holds its item's
- * decision; otherwise the refusing item's and those of the items counted before it do,
- * and every other one is zeroed (as by ratewin_decision_init: allowed 0, limit 0).
- * Items that refuse on this engine's own counts refuse without any write, and the one
+ * all admitted. Every decision is written, and holds its item's own answer: when the
+ * request is refused, nothing of it counted, an item that refused too has its refusal,
+ * and one that would have admitted it has allowed == 1, retry_after_ns 0, its
+ * `remaining` before the request and the reset_after_ns of the counts it holds (since
+ * 1.9; before, the items after the refusing one, and all but it when it refused on the
+ * engine's own counts, were zeroed as by ratewin_decision_init). Items the call did not
+ * decide are described from the engine's own counts, without any write or round trip,
+ * and are not counted in the stats. Items that refuse on this engine's own counts refuse without any write, and the one
  * reported is the one whose retry_after_ns is longest. One that refuses only after the
  * items before it were counted (a concurrent request, or the shared counts in Redis)
  * has their counts given back, in the store and locally: their decisions keep

@@ -18,7 +18,9 @@ struct Decision {
   // retry_after of a request that can never pass (its cost exceeds the limit's max).
   static constexpr std::chrono::nanoseconds kNever = std::chrono::nanoseconds::max();
 
-  // The request was admitted and its cost counted.
+  // The request was admitted and its cost counted. (In a request that
+  // Engine::try_acquire_all refused: this limit would have admitted it; nothing was
+  // counted.)
   bool allowed = false;
   // The shared store was unreachable; the decision followed the limit's failure policy.
   bool degraded = false;

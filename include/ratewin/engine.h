@@ -214,13 +214,21 @@ class Engine {
   // endpoint, per second and per hour): admitted only if every limit admits it, and a
   // refused request counts against none of them. out[i] (out must hold items.size()
   // decisions) is limit i's decision. Returns the index of the limit that refused, or
-  // items.size() when all admitted; only that limit's decision and those of limits
-  // counted before it are filled in (the others stay Decision{}). Limits that refuse on
-  // this engine's own counts refuse without any write, and the one reported is the one
-  // whose retry_after is longest. One that refuses only after the limits before it were
-  // counted (a concurrent request, or the shared counts in Redis) has their counts given
-  // back, in the store and locally, and their `remaining` says so. Stats count each
-  // limit's decision, including admissions given back.
+  // items.size() when all admitted. Limits that refuse on this engine's own counts
+  // refuse without any write, and the one reported is the one whose retry_after is
+  // longest. One that refuses only after the limits before it were counted (a concurrent
+  // request, or the shared counts in Redis) has their counts given back, in the store and
+  // locally, and their `remaining` says so. Stats count each limit's decision, including
+  // admissions given back.
+  // In a refused request every out[i] is still limit i's own answer, nothing of the
+  // request counted: a limit that refused too has its refusal; one that would have
+  // admitted the request has allowed = true, retry_after 0, its `remaining` before the
+  // request and its `reset_after` for the counts it holds (so a caller answering per
+  // limit, as Envoy's rate limit service does per descriptor, tells the limits within
+  // their bounds from those over them). Limits the call did not decide (after the one
+  // that refused) are described from this engine's counts, as a rejection is decided:
+  // no network, no write, a limiter it holds no counts of as empty; the stats do not
+  // count them. (Before 1.9 they were left as Decision{}.)
   // A limit in shadow (Mode::shadow) never refuses the request: its decision says whether
   // it would have (would_reject), and it counts only when every enforcing limit admits the
   // request and it would itself have admitted it (given back with the others otherwise).

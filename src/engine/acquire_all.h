@@ -19,8 +19,9 @@ namespace detail {
 // All or nothing (see Engine::try_acquire_all). begin() decides every limit locally; if
 // shared writes are due, they are writes(), to be made with the store (add_all) into
 // counts() and written(), after which finish() confirms each from its shared window and
-// gives back what a refusal leaves counted. `items` and `out` must outlive the object,
-// which must not move (its admissions refer to its members).
+// gives back what a refusal leaves counted. In a refused call, the limits that were not
+// decided are described (EngineCore::describe), never left empty. `items` and `out` must
+// outlive the object, which must not move (its admissions refer to its members).
 class AcquireAll {
  public:
   AcquireAll(EngineCore& engine, std::span<const Acquisition> items, std::span<Decision> out);
@@ -42,8 +43,14 @@ class AcquireAll {
     LimiterKey key;
     std::uint64_t hash = 0;
     EngineCore::Counted counted;
+    bool degraded = false;  // the store was unreachable for it when the call began
+    bool refused = false;   // refused on this engine's counts before anything was counted
   };
   void give_back_all_but(std::size_t refusing, AsyncWriter* async);
+  // Fills the decisions of the items from `first` on that refused nothing with
+  // EngineCore::describe at `now` (the call's time): the call was refused, and they were
+  // not decided.
+  void describe_from(std::size_t first, std::int64_t now);
 
   EngineCore& engine_;
   std::span<const Acquisition> items_;

@@ -363,6 +363,7 @@ std::optional<std::size_t> AcquireAll::begin() {
     state_[i].key = LimiterKey::of(item.resource, item.limit);
     state_[i].hash = state_[i].key.hash();
     const bool degraded = store != nullptr && !store->available(item.resource);
+    state_[i].degraded = degraded;
     if (degraded && item.limit.failure_policy() != FailurePolicy::local) continue;
     RecordRef ref;
     Decision d;
@@ -373,12 +374,17 @@ std::optional<std::size_t> AcquireAll::begin() {
     if ((version & 1) == 0 && !d.allowed && item.limit.mode() != Mode::shadow) {
       d.degraded = degraded;
       out[i] = d;
+      state_[i].refused = true;
       if (refused == items.size() || d.retry_after > out[refused].retry_after) refused = i;
     }
   }
   if (refused != items.size()) {
-    for (std::size_t i = 0; i < items.size(); ++i)
-      if (i != refused) out[i] = Decision{};
+    // The others that refused keep their own refusals (only the one reported is counted
+    // in the stats, as the request's); the rest are described as they stand, so that a
+    // caller answering per limit (Envoy's RLS, per descriptor) can tell a limit within
+    // its bounds from one over them, still without a write (or a lock, unless writers
+    // keep interfering with the reads).
+    describe_from(0, now);
     engine_.count(out[refused], items[refused].limit);
     return refused;
   }
@@ -406,6 +412,8 @@ std::optional<std::size_t> AcquireAll::begin() {
       }
     }
     give_back_all_but(i, nullptr);
+    // (The limits before i were decided, and what they counted given back.)
+    describe_from(i + 1, now);
     return i;
   }
   if (writes_ == 0) return items.size();
@@ -454,6 +462,99 @@ void AcquireAll::give_back_all_but(std::size_t refusing, AsyncWriter* async) {
                       state_[j].counted, async);
     out_[j].remaining = std::min(out_[j].remaining + items_[j].cost, out_[j].limit);
   }
+}
+
+void AcquireAll::describe_from(std::size_t first, std::int64_t now) {
+  for (std::size_t i = first; i < items_.size(); ++i) {
+    const Item& it = state_[i];
+    if (it.refused) continue;
+    out_[i] = engine_.describe(it.key, it.hash, now, items_[i].limit, items_[i].cost, it.degraded);
+  }
+}
+
+Decision EngineCore::describe(const LimiterKey& key, std::uint64_t hash, std::int64_t now,
+                              const Limit& limit, std::uint64_t cost, bool degraded) {
+  Decision d;
+  if (degraded && limit.failure_policy() == FailurePolicy::closed) {
+    // As decide_as: nothing can be vouched for without the store.
+    d.limit = limit.burst();
+    d.retry_after = std::max(store_->retry_hint(), std::chrono::nanoseconds(1));
+  } else {
+    Shard& shard = registry_.shard_for(hash);
+    Decision asked;
+    Decision idle;
+    bool read = false;
+    for (int attempt = 0; attempt < 3 && !read; ++attempt)
+      read = read_uncounted(shard, key, hash, now, limit, cost, false, asked, idle);
+    if (!read) {
+      std::lock_guard lock(shard.mutex);
+      read_uncounted(shard, key, hash, now, limit, cost, true, asked, idle);
+    }
+    // A limit that would admit the request tells what it holds now, nothing of this
+    // request counted: its remaining before it, and when its window empties of the counts
+    // it has (an admission's reset_after would count this request's own). One that would
+    // refuse tells its refusal, as try_acquire would.
+    d = asked.allowed ? idle : asked;
+    d.allowed = asked.allowed;
+    if (!d.allowed && degraded && limit.failure_policy() == FailurePolicy::open) {
+      d.allowed = true;  // the open policy: whatever the counts say
+      d.retry_after = std::chrono::nanoseconds(0);
+    }
+  }
+  d.degraded = degraded;
+  if (!d.allowed && limit.mode() == Mode::shadow) {
+    d.allowed = true;
+    d.would_reject = true;
+  }
+  return d;
+}
+
+bool EngineCore::read_uncounted(Shard& shard, const LimiterKey& key, std::uint64_t hash,
+                                std::int64_t now, const Limit& limit, std::uint64_t cost,
+                                bool locked, Decision& asked, Decision& idle) {
+  const std::uint64_t before = locked ? 0 : shard.read_begin();
+  if ((before & 1) != 0) return false;
+  const auto valid = [&] { return locked || shard.read_valid(before); };
+  const RecordRef ref = locked ? shard.find(key, hash) : shard.find_racy(key, hash);
+  if (!ref) {
+    if (!valid()) return false;
+    // No counts here: the whole limit is left.
+    idle = Decision{};
+    idle.allowed = true;
+    idle.limit = limit.burst();
+    idle.remaining = idle.limit;
+    asked = idle;
+    if (cost > asked.limit) {
+      asked.allowed = false;
+      asked.retry_after = Decision::kNever;
+    }
+    return true;
+  }
+  if (key.bucket()) {
+    const TokenBucket bucket(ref.record->window);
+    bucket.evaluate(now, BucketRule::of(limit), cost, asked);
+    bucket.evaluate(now, BucketRule::of(limit), 0, idle);
+    return valid();
+  }
+  if (key.log()) {
+    const SlidingLog log = ref.record->log(key);
+    log.evaluate(now, LogRule::of(limit), cost, asked);
+    log.evaluate(now, LogRule::of(limit), 0, idle);
+    return valid();
+  }
+  // A ring decides only at its current subinterval, and moving the limiter there would be
+  // a write (and end other threads' lock-free reads): a copy of it moves instead, once the
+  // copy is known to be consistent.
+  WindowState state = ref.record->window;
+  Scratch<Bucket, 64> buckets(key.subintervals);
+  std::copy_n(ref.record->buckets(), key.subintervals, buckets.span().begin());
+  if (!valid()) return false;
+  SlidingWindow window(state, buckets.span().data(), key.subintervals, key.resolution_ns());
+  window.advance(now);
+  const Trailing trailing = trailing_of(limit.algorithm());
+  window.evaluate(now, limit.max(), cost, trailing, asked);  // cannot fail: at now's epoch
+  window.evaluate(now, limit.max(), 0, trailing, idle);
+  return true;
 }
 
 std::size_t EngineCore::try_acquire_all(std::span<const Acquisition> items,

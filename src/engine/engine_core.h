@@ -169,6 +169,23 @@ class EngineCore final : public SyncTarget {
   // With `async`, the store's part goes through it, without waiting.
   void give_back(const LimiterKey& key, std::uint64_t hash, const Limit& limit, std::uint64_t cost,
                  const Counted& counted, AsyncWriter* async = nullptr);
+  // What `limit` answers a request of `cost` now, counting nothing: the decision of a
+  // limit that try_acquire_all did not decide because another refused the request (see
+  // Engine::try_acquire_all). From this engine's counts only, as a rejection is: no store
+  // call (a limiter it holds no counts of is described as empty, and a cold one as far as
+  // it knows), no change to any limiter, no lock unless writers keep interfering with the
+  // lock-free read, and the thread's LastRead left alone; not counted in the stats. With
+  // the store unreachable (`degraded`), the failure policy answers as decide() would
+  // (closed refuses, open allows; partitioned as local, with the whole limit). A limit in
+  // shadow that would refuse is allowed with would_reject, as count() makes it.
+  Decision describe(const LimiterKey& key, std::uint64_t hash, std::int64_t now, const Limit& limit,
+                    std::uint64_t cost, bool degraded);
+  // describe()'s read of the limiter at `now`: `asked` for `cost`, `idle` for cost 0 (what
+  // it holds as it stands). Under the shard's lock when `locked`; otherwise a seqlock read,
+  // false when a writer interfered.
+  bool read_uncounted(Shard& shard, const LimiterKey& key, std::uint64_t hash, std::int64_t now,
+                      const Limit& limit, std::uint64_t cost, bool locked, Decision& asked,
+                      Decision& idle);
   // refund() for a token bucket.
   std::uint64_t refund_bucket(Shard& shard, const LimiterKey& key, std::uint64_t hash,
                               const Limit& limit, std::uint64_t cost);

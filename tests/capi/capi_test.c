@@ -890,16 +890,18 @@ static void test_try_acquire_all(void) {
   CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
   CHECK(refused == 2 && decisions[0].remaining == 0 && decisions[1].remaining == 1);
 
-  /* The per-second limit refuses: the per-minute one counts nothing, and its decision,
-   * not made, is zeroed (stale bytes in it are not left there). */
+  /* The per-second limit refuses: the per-minute one counts nothing, and its decision
+   * (every byte written: stale ones are not left there) says it would have admitted the
+   * request, with 1 left before it, and when its two counts leave the window. */
   memset(&decisions[1], 0xAB, sizeof decisions[1]);
   decisions[1].size = sizeof decisions[1];
   CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
   CHECK(refused == 0);
   CHECK(decisions[0].allowed == 0 && decisions[0].limit == 2 && decisions[0].retry_after_ns > 0);
-  CHECK(decisions[1].size == sizeof decisions[1] && decisions[1].allowed == 0);
-  CHECK(decisions[1].limit == 0 && decisions[1].remaining == 0);
-  CHECK(decisions[1].retry_after_ns == 0 && decisions[1].reset_after_ns == 0);
+  CHECK(decisions[1].size == sizeof decisions[1] && decisions[1].allowed == 1);
+  CHECK(decisions[1].degraded == 0 && decisions[1].would_reject == 0);
+  CHECK(decisions[1].limit == 3 && decisions[1].remaining == 1);
+  CHECK(decisions[1].retry_after_ns == 0 && decisions[1].reset_after_ns > 0);
   CHECK(remaining_of(engine, key, per_minute) == 1);
 
   /* Two seconds on, the per-minute limit has room for one: admitted; then it refuses,
@@ -909,7 +911,7 @@ static void test_try_acquire_all(void) {
   CHECK(refused == 2 && decisions[0].remaining == 1 && decisions[1].remaining == 0);
   CHECK(ratewin_engine_try_acquire_all(engine, items, 2, decisions, &refused, NULL) == 0);
   CHECK(refused == 1 && decisions[1].allowed == 0 && decisions[1].retry_after_ns > 0);
-  CHECK(decisions[0].allowed == 0 && decisions[0].limit == 0);
+  CHECK(decisions[0].allowed == 1 && decisions[0].limit == 2 && decisions[0].remaining == 1);
   CHECK(remaining_of(engine, key, per_second) == 1);
 
   /* No limit at all: admitted; the arrays may be NULL. */
@@ -1849,7 +1851,9 @@ static void test_try_acquire_all_async_local(void) {
   CHECK(start_call(&c) == RATEWIN_OK && c.refused_now == 2 && c.decisions[0].remaining == 0);
   CHECK(start_call(&c) == RATEWIN_OK && c.refused_now == 0);
   CHECK(c.decisions[0].allowed == 0 && c.decisions[0].retry_after_ns > 0);
-  CHECK(c.decisions[1].allowed == 0 && c.decisions[1].limit == 0); /* not made: zeroed */
+  /* Not decided: described as it stands, nothing counted (8 of 10 left). */
+  CHECK(c.decisions[1].allowed == 1 && c.decisions[1].limit == 10);
+  CHECK(c.decisions[1].remaining == 8 && c.decisions[1].retry_after_ns == 0);
   CHECK(remaining_of(engine, 41, roomy) == 8);
   c.refused_now = 99;
   CHECK(ratewin_engine_try_acquire_all_async(engine, NULL, 0, NULL, &c.refused_now, on_decided, &c,
@@ -2287,7 +2291,9 @@ static void test_redis_async(void) {
   refusal.items[0].cost = 3;
   CHECK(start_call(&refusal) == RATEWIN_OK && refusal.refused_now == 0);
   CHECK(refusal.decisions[0].allowed == 0 && refusal.decisions[0].retry_after_ns > 0);
-  CHECK(refusal.decisions[1].allowed == 0 && refusal.decisions[1].limit == 0);
+  /* The other limit's own answer, from the engine's counts (no round trip either). */
+  CHECK(refusal.decisions[1].allowed == 1 && refusal.decisions[1].limit == 1000);
+  CHECK(refusal.decisions[1].remaining == 999 && refusal.decisions[1].degraded == 0);
 
   /* From a callback, more calls on the same engine: each pending, each callback on the
    * same thread, after the one that made its call. */

@@ -395,7 +395,8 @@ def test_try_acquire_all_is_all_or_nothing(engine, clock):
     assert [d.remaining for d in got[1].decisions] == [0, 3]
     refused = got[2]
     assert refused.refused == 0 and not refused.allowed
-    assert refused.decisions[1] is None  # not decided
+    # The day limit would have admitted it: its own answer, nothing counted (3 of 5 left).
+    assert refused.decisions[1].allowed and refused.decisions[1].remaining == 3
     assert refused.decision.limit == 2 and 0 < refused.retry_after <= 1.1
     assert refused.headers()["X-RateLimit-Limit"] == "2"
     assert "Retry-After" in refused.headers()

@@ -59,7 +59,7 @@ def test_package_and_its_users_type_check(tmp_path):
             burst: int = bucket.burst + full.burst
             both: ratewin.Decisions = engine.try_acquire_all("user:42", limits, cost=1)
             refused: int | None = both.refused
-            each: list[ratewin.Decision | None] = both.decisions
+            each: list[ratewin.Decision] = both.decisions
             shown: ratewin.Decision = both.decision
             cleared: bool = engine.reset("user:42", login)
             given_back: int = engine.refund("user:42", limit, 2)

@@ -963,7 +963,10 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all admits only when every limit admits"
   CHECK(engine.try_acquire_all(both, out) == 1);
   CHECK_FALSE(out[1].allowed);
   CHECK(out[1].retry_after > 0ns);
-  CHECK(out[0].limit == 0);  // not asked: the refusal came from the pre-check
+  // Not decided (the refusal came from the pre-check): described, nothing counted.
+  CHECK(out[0].allowed);
+  CHECK(out[0].limit == 3);
+  CHECK(out[0].remaining == 1);
   CHECK(engine.try_acquire("key", per_second, 0).remaining == 1);
 
   // Several windows on one key: the per-minute limit is not charged by refused requests.
@@ -985,11 +988,88 @@ TEST_CASE_FIXTURE(Fixture, "try_acquire_all admits only when every limit admits"
   CHECK(engine.try_acquire("k4", per_second, 1).allowed);  // per_second now full too
   CHECK(engine.try_acquire_all(both_full, out) == 1);
   CHECK(out[1].retry_after > 50s);
-  CHECK(out[0].limit == 0);
+  CHECK_FALSE(out[0].allowed);  // its own refusal, not the one reported
+  CHECK(out[0].limit == 3);
 
   Decision too_few[1];
   CHECK_THROWS_AS(engine.try_acquire_all(both, too_few), std::invalid_argument);
   CHECK(engine.try_acquire_all({}, too_few) == 0);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a refused try_acquire_all describes every other limit as it stands") {
+  Engine engine(options());
+  const Limit full(2, 60s, 6s);
+  const Limit roomy(10, 1s, 100ms);
+  const Limit shadow = Limit(1, 60s, 6s).with_mode(Mode::shadow);
+  for (int i = 0; i < 2; ++i) REQUIRE(engine.try_acquire("full", full).allowed);
+  REQUIRE(engine.try_acquire("roomy", roomy, 3).allowed);
+  REQUIRE(engine.try_acquire("shadow", shadow).allowed);
+  // 250 ms on: roomy's window must first move to a new subinterval to be read (its
+  // three counts end their window 850 ms from now).
+  clock->advance(250ms);
+  const Stats before = engine.stats();
+
+  // Refused on local counts, before anything is counted: the others are described, not
+  // left empty.
+  const Acquisition refused_first[] = {
+      {hash("full"), full}, {hash("roomy"), roomy}, {hash("shadow"), shadow}};
+  Decision out[3];
+  REQUIRE(engine.try_acquire_all(refused_first, out) == 0);
+  CHECK_FALSE(out[0].allowed);
+  CHECK(out[0].retry_after > 50s);
+  // roomy would admit the request: what it has left now (nothing of this call counted)
+  // and when its window empties of its three counts.
+  CHECK(out[1].allowed);
+  CHECK_FALSE(out[1].would_reject);
+  CHECK(out[1].limit == 10);
+  CHECK(out[1].remaining == 7);
+  CHECK(out[1].reset_after == 850ms);
+  CHECK(out[1].retry_after == 0ns);
+  // A limit in shadow over its own limit says so, as when it is decided.
+  CHECK(out[2].allowed);
+  CHECK(out[2].would_reject);
+  CHECK(out[2].limit == 1);
+  CHECK(out[2].retry_after > 50s);
+
+  // Refused on local counts by a limit that had to move to a new subinterval first (so
+  // after the limit before it was counted and given back): the limits after it are
+  // described too.
+  clock->advance(6s);  // `full`'s window is a subinterval on, still full
+  const Acquisition refused_later[] = {
+      {hash("other"), roomy}, {hash("full"), full}, {hash("roomy"), roomy}};
+  REQUIRE(engine.try_acquire_all(refused_later, out) == 1);
+  CHECK(out[0].allowed);
+  CHECK(out[0].remaining == 10);  // given back
+  CHECK_FALSE(out[1].allowed);
+  CHECK(out[2].allowed);
+  CHECK(out[2].limit == 10);
+  CHECK(out[2].remaining == 10);  // roomy's counts have left its window
+  CHECK(out[2].reset_after == 0ns);
+
+  // Nothing was counted but the refusals (and the admission given back, as before).
+  const Stats after = engine.stats();
+  CHECK(after.rejected == before.rejected + 2);
+  CHECK(after.allowed == before.allowed + 1);
+  CHECK(after.would_reject == before.would_reject);
+  CHECK(engine.try_acquire("roomy", roomy, 0).remaining == 10);
+  CHECK(engine.try_acquire("other", roomy, 0).remaining == 10);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a refused try_acquire_all gives each other refusing limit its own") {
+  Engine engine(options());
+  const Limit per_second(3, 1s, 100ms);
+  const Limit per_minute(2, 60s, 6s);
+  const Acquisition both[] = {{hash("k"), per_second}, {hash("k"), per_minute}};
+  Decision out[2];
+  for (int i = 0; i < 2; ++i) REQUIRE(engine.try_acquire_all(both, out) == 2);
+  REQUIRE(engine.try_acquire("k", per_second).allowed);  // both full now
+  // The longest wait is reported; the other limit's refusal is its own, not empty.
+  REQUIRE(engine.try_acquire_all(both, out) == 1);
+  CHECK(out[1].retry_after > 50s);
+  CHECK_FALSE(out[0].allowed);
+  CHECK(out[0].limit == 3);
+  CHECK(out[0].retry_after > 0ns);
+  CHECK(out[0].retry_after < 2s);
 }
 
 TEST_CASE_FIXTURE(Fixture, "try_acquire_all gives back what it counted when the store refuses") {
@@ -1268,10 +1348,12 @@ TEST_CASE_FIXTURE(Fixture, "a limit in shadow never refuses a group, and counts 
     CHECK(out[1].allowed);
   }
   CHECK(engine.try_acquire("key", enforced, 0).remaining == 0);
-  // The enforcing limit refuses: the shadow one is not counted, and is not reported.
+  // The enforcing limit refuses: the shadow one is not counted, and is not reported; its
+  // decision says it would have refused too (not counted in the stats either).
   CHECK(engine.try_acquire_all(group, out) == 1);
   CHECK_FALSE(out[1].allowed);
-  CHECK_FALSE(out[0].allowed);
+  CHECK(out[0].allowed);
+  CHECK(out[0].would_reject);
   CHECK(engine.stats().would_reject == 2);
 
   // A shadow limit that would admit is counted with the group, and not when an enforcing

@@ -25,16 +25,17 @@ void init_decision(py::module_& m);
 void init_engine(py::module_& m);
 void init_stats(py::module_& m);
 
-// Engine.try_acquire_all's answer: one Decision per limit (none for the limits after the
-// one that refused, which were not decided), and which one describes the outcome.
+// Engine.try_acquire_all's answer: one Decision per limit (in a refused request, each
+// limit's own answer, nothing counted: see Engine::try_acquire_all), and which one
+// describes the outcome.
 struct Decisions {
-  std::vector<std::optional<Decision>> decisions;
+  std::vector<Decision> decisions;
   std::optional<std::size_t> refused;  // the limit that refused, if one did
   // The limit whose decision describes the outcome: the refusing one, or when all
   // admitted, the one with the fewest units left (of those not in shadow that would have
   // refused, when there are any).
   std::size_t shown_index() const;
-  const Decision& shown() const { return *decisions[shown_index()]; }
+  const Decision& shown() const { return decisions[shown_index()]; }
 };
 
 // Seconds (an int, a float or a datetime.timedelta) as whole milliseconds. TypeError for

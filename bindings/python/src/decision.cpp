@@ -27,8 +27,8 @@ std::size_t Decisions::shown_index() const {
   // (A limit in shadow that would have refused describes nothing the client meets.)
   std::size_t best = 0;
   for (std::size_t i = 1; i < decisions.size(); ++i) {
-    const Decision& d = *decisions[i];
-    const Decision& b = *decisions[best];
+    const Decision& d = decisions[i];
+    const Decision& b = decisions[best];
     if (b.would_reject != d.would_reject ? b.would_reject : d.remaining < b.remaining) best = i;
   }
   return best;
@@ -97,17 +97,13 @@ void init_decision(py::module_& m) {
           "decisions",
           [](const Decisions& d) {
             py::list out;
-            for (const std::optional<Decision>& x : d.decisions) {
-              if (x) {
-                out.append(py::cast(*x));
-              } else {
-                out.append(py::none());
-              }
-            }
+            for (const Decision& x : d.decisions) out.append(py::cast(x));
             return out;
           },
-          "One Decision per limit, in order; None for the limits after the one that refused "
-          "(not decided).")
+          "One Decision per limit, in order. In a refused request each is its limit's own "
+          "answer, nothing counted: a limit that would have admitted the request is allowed, "
+          "with what it had left before it (before 1.9, the limits after the one that "
+          "refused were None).")
       .def_property_readonly(
           "index", &Decisions::shown_index,
           "The index of the limit `decision` is for: the one that refused, or the one with "
@@ -119,8 +115,8 @@ void init_decision(py::module_& m) {
       .def_property_readonly(
           "degraded",
           [](const Decisions& d) {
-            for (const std::optional<Decision>& x : d.decisions)
-              if (x && x->degraded) return true;
+            for (const Decision& x : d.decisions)
+              if (x.degraded) return true;
             return false;
           },
           "A decision followed its limit's on_failure policy (Redis unreachable).")

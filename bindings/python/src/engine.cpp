@@ -25,13 +25,10 @@ std::vector<Acquisition> acquisitions(py::handle resource, py::handle limits, py
   return items;
 }
 
-// What try_acquire_all answered, as Python sees it: the limits after the one that
-// refused were not decided.
+// What try_acquire_all answered, as Python sees it.
 Decisions decisions_of(std::size_t refused, std::span<const Decision> out) {
   Decisions result;
-  const std::size_t decided = refused == out.size() ? out.size() : refused + 1;
-  for (std::size_t i = 0; i < out.size(); ++i)
-    result.decisions.push_back(i < decided ? std::optional<Decision>(out[i]) : std::nullopt);
+  result.decisions.assign(out.begin(), out.end());
   if (refused != out.size()) result.refused = refused;
   return result;
 }

@@ -163,8 +163,13 @@ void LimitedRequest::answer(const LimitOutcome& outcome, std::span<const Decisio
         static_cast<std::int64_t>(ceil_seconds(decisions[outcome.shown].retry_after)),
         steady_clock::now());
   }
-  for (std::size_t i = 0; i < items_.size(); ++i)
-    if (decisions[i].would_reject) home_.shadow_refusal(*match_.limits[i], decisions[i], match_);
+  // What a limit in shadow would have refused, among the requests it would have changed:
+  // in a refused request the engine describes it as well (would_reject when it is over
+  // too), but enforcing it would have refused nothing more.
+  if (outcome.allowed) {
+    for (std::size_t i = 0; i < items_.size(); ++i)
+      if (decisions[i].would_reject) home_.shadow_refusal(*match_.limits[i], decisions[i], match_);
+  }
   if (outcome.allowed && pass_ == Pass::backend) ok(response, path_, match_);
   if (!outcome.allowed && pass_ == Pass::check_forbidden) refuse_as_forbidden(response);
 }
