@@ -535,6 +535,55 @@ TEST_CASE("several descriptors: all or nothing by default, each on its own as th
   }
 }
 
+TEST_CASE("a refused call: each descriptor its own status, remaining and reset") {
+  constexpr std::string_view kTenAndOne = R"(
+domain: d
+descriptors:
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 1}
+)";
+  for (const bool each : {false, true}) {
+    CAPTURE(each);
+    ServiceOptions o;
+    o.each_descriptor = each;
+    Fixture f(kTenAndOne, o);
+    CHECK(f.ask("d", {one("ten", "x")}, 3).overall_code == Code::ok);
+    CHECK(f.ask("d", {one("one", "x")}).overall_code == Code::ok);
+    // The descriptor over its limit first, then after the one within: either way only it
+    // is OVER_LIMIT. The other is OK with what it has left (all or nothing counts nothing
+    // in a refused call: 7 of 10 left, twice; each counts it: 6, then 5) and when its
+    // window empties.
+    std::uint32_t left = 7;
+    for (const bool over_first : {true, false}) {
+      CAPTURE(over_first);
+      const Response r = over_first ? f.ask("d", {one("one", "x"), one("ten", "x")})
+                                    : f.ask("d", {one("ten", "x"), one("one", "x")});
+      const DescriptorStatus& over = r.statuses[over_first ? 0 : 1];
+      const DescriptorStatus& within = r.statuses[over_first ? 1 : 0];
+      CHECK(r.overall_code == Code::over_limit);
+      CHECK(over.code == Code::over_limit);
+      CHECK(over.limit_remaining == 0);
+      CHECK(within.code == Code::ok);
+      REQUIRE(within.current_limit);
+      CHECK(within.current_limit->requests_per_unit == 10);
+      if (each) --left;
+      CHECK(within.limit_remaining == left);
+      REQUIRE(within.duration_until_reset);
+      CHECK(within.duration_until_reset->count() > 0);
+      CHECK(within.duration_until_reset->count() <= 66);
+    }
+    RequestDescriptor ask_only = one("ten", "x");
+    ask_only.hits_addend = 0;
+    CHECK(f.ask("d", {ask_only}).statuses[0].limit_remaining == left);
+    // The metrics count the descriptor within its limit as within_limit, not over_limit.
+    CHECK(f.metric_line("ratewin_rls_within_limit_total{domain=\"d\",key=\"d.ten\"} 5"));
+    CHECK(f.metric_line("ratewin_rls_over_limit_total{domain=\"d\",key=\"d.ten\"} 0"));
+    CHECK(f.metric_line("ratewin_rls_over_limit_total{domain=\"d\",key=\"d.one\"} 2"));
+  }
+}
+
 TEST_CASE(
     "shadow_mode lets through what it would refuse; SHADOW_MODE keeps statuses, not the code") {
   {

@@ -162,6 +162,43 @@ def test_each_descriptor_counts_on_its_own_with_the_flag(rls_server):
     assert both.statuses[0].limit_remaining == 2  # counted all the same
 
 
+@pytest.mark.parametrize("store", ["local", "redis"])
+@pytest.mark.parametrize("mode", ["all", "each"])
+def test_a_refused_call_answers_each_descriptor_on_its_own(rls_server, request, mode, store):
+    config = """\
+domain: d
+descriptors:
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+    redis = request.getfixturevalue("redis") if store == "redis" else None
+    server, rls, _ = rls_server("--listen", "127.0.0.1:0", "--rls-descriptors", mode,
+                                config=config, redis=redis)
+    if redis is not None:
+        store_up(server)
+    assert rls.ask("d", [("ten", "x")], hits=3).overall_code == OK
+    assert rls.ask("d", [("one", "x")]).overall_code == OK
+    # Only the descriptor over its limit is OVER_LIMIT; the other is OK with what it has
+    # left (all or nothing counted nothing of the refused call: 7 of 10; each counted it)
+    # and when its window empties, whichever comes first.
+    for over_first in (True, False):
+        pair = [[("one", "x")], [("ten", "x")]]
+        r = rls.ask("d", *(pair if over_first else pair[::-1]))
+        over, within = (r.statuses[0], r.statuses[1]) if over_first else (r.statuses[1], r.statuses[0])
+        assert r.overall_code == OVER
+        assert over.code == OVER and over.limit_remaining == 0
+        assert within.code == OK and within.current_limit.requests_per_unit == 10
+        assert within.limit_remaining == (7 if mode == "all" else (6 if over_first else 5))
+        assert 0 < within.duration_until_reset.seconds <= 66
+    # Counted as within its limit, not over it.
+    def hits(name: str, key: str) -> float | None:
+        return server.metric(f'ratewin_rls_{name}_total{{domain="d",key="d.{key}"}}')
+    assert hits("within_limit", "ten") == 5 and hits("over_limit", "ten") == 0
+    assert hits("over_limit", "one") == 2
+
+
 def test_two_servers_share_one_redis_limit_exactly(rls_server, redis):
     config = """\
 domain: shared

@@ -68,10 +68,12 @@ struct RateLimitService::Call {
   };
   std::vector<Group> groups;
 
-  // A group's answer: the decisions of the items it reached (all when nothing refused).
-  void answered(const Group& group, std::size_t refused, std::span<const Decision> decisions) {
-    const std::size_t reached = refused < group.members.size() ? refused + 1 : group.members.size();
-    for (std::size_t k = 0; k < reached; ++k) {
+  // A group's answer: every item's decision. In a refused group each still says whether
+  // its own limit admits the request, what it has left and when its window empties
+  // (Engine::try_acquire_all describes the limits it did not decide, counting nothing),
+  // so each descriptor gets its own status, as in the reference.
+  void answered(const Group& group, std::span<const Decision> decisions) {
+    for (std::size_t k = 0; k < group.members.size(); ++k) {
       Item& item = items[group.members[k]];
       item.decided = true;
       item.decision = decisions[k];
@@ -248,8 +250,8 @@ Status RateLimitService::decide(const Request& request, Done done, AsyncAcquirer
     call->pending.fetch_add(call->groups.size(), std::memory_order_relaxed);
     for (Call::Group& g : call->groups) {
       Call* raw = call.get();
-      auto then = [this, call, &g](std::size_t r, std::span<const Decision> decisions) {
-        call->answered(g, r, decisions);
+      auto then = [this, call, &g](std::size_t, std::span<const Decision> decisions) {
+        call->answered(g, decisions);
         if (call->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*call);
       };
       const std::size_t refused =
@@ -257,7 +259,7 @@ Status RateLimitService::decide(const Request& request, Done done, AsyncAcquirer
               ? acquirer->try_acquire_all(g.acquisitions, g.decisions, std::move(then))
               : engine_.try_acquire_all_async(g.acquisitions, g.decisions, std::move(then));
       if (refused != Engine::kPending) {
-        raw->answered(g, refused, g.decisions);
+        raw->answered(g, g.decisions);
         if (raw->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) finish(*raw);
       }
     }
@@ -272,6 +274,11 @@ void RateLimitService::finish(Call& call) {
   std::size_t shown = call.items.size();  // the status the headers describe
   bool over = false;
   bool over_overridden = false;  // over a limit Envoy gave, which SHADOW_MODE leaves enforced
+  // How long a descriptor over its limit stays over (a limit of 0: for good).
+  const auto wait = [&call](std::size_t i) {
+    const Call::Item& item = call.items[i];
+    return item.decided ? item.decision.retry_after : Decision::kNever;
+  };
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const Call::Item& item = call.items[i];
     DescriptorStatus& s = response.statuses[i];
@@ -294,7 +301,7 @@ void RateLimitService::finish(Call& call) {
       s.limit_remaining = refused ? 0 : clamp32(d.remaining);
       s.duration_until_reset = std::chrono::seconds(ceil_seconds(d.reset_after));
     }
-    // (An item not decided was not reached: another descriptor refused first.)
+    // (An item not decided was not asked: all or nothing, and a limit of 0 refused.)
     if (item.kind == Kind::zero && item.shadow) would = refused;
     s.code = refused && !would ? Code::over_limit : Code::ok;
     if (HitCounters* c = item.counters.get()) {
@@ -313,7 +320,11 @@ void RateLimitService::finish(Call& call) {
     if (s.code == Code::over_limit) {
       if (!item.quota) over = true;
       if (item.overridden) over_overridden = true;
-      shown = i;
+      // Of several over their limits, the one whose refusal lasts longest (as the engine
+      // reports one), so that Retry-After holds for the whole call.
+      if (shown == call.items.size() || response.statuses[shown].code != Code::over_limit ||
+          wait(i) >= wait(shown))
+        shown = i;
     } else if (shown == call.items.size() ||
                (response.statuses[shown].code != Code::over_limit &&
                 s.limit_remaining < response.statuses[shown].limit_remaining)) {
