@@ -5,6 +5,7 @@
 #include <string>
 
 #include "admin/status_page.h"
+#include "common/json.h"
 #include "common/text.h"
 #include "service/client.h"
 
@@ -43,15 +44,31 @@ TEST_CASE("Basic credentials: the password, whatever the user; nothing for anyth
 }
 
 TEST_CASE("the status page embeds its figures so that none can close their element") {
+  // Keys a client chose: one that would close the element, one that would open a comment
+  // in which the element's own end tag no longer ends it (the page blanked), and '&',
+  // '>', U+2028 and U+2029.
+  // (The string literal's U+2028 and U+2029 are their UTF-8 bytes.)
+  const std::string hostile = "</script><script>alert(1)</script> <!--<script> a&b>c \u2028\u2029";
+  const std::string figures = R"({"top":{"key":")" + hostile + R"("}})";
   Response response;
-  status_page(R"({"top":{"key":"</script><script>alert(1)</script>"}})", response);
+  status_page(figures, response);
   CHECK(response.content_type == "text/html; charset=utf-8");
   const std::string& page = response.body;
-  // Exactly the page's own closing tags remain: the embedded JSON's are written <\/.
-  const std::size_t data = page.find(R"(<script type="application/json" id="initial">)");
+  const std::string open = R"(<script type="application/json" id="initial">)";
+  const std::size_t data = page.find(open);
   REQUIRE(data != std::string::npos);
   const std::size_t end = page.find("</script>", data);
-  CHECK(page.substr(data, end - data).find("<\\/script><script>alert(1)<\\/script>") != std::string::npos);
+  const std::string embedded = page.substr(data + open.size(), end - data - open.size());
+  // Nothing in it that HTML reads: no '<', '>' or '&', no raw U+2028 or U+2029.
+  CHECK(embedded.find_first_of("<>&") == std::string::npos);
+  CHECK(embedded.find("\xE2\x80\xA8") == std::string::npos);
+  CHECK(embedded.find("\xE2\x80\xA9") == std::string::npos);
+  // And it is the same JSON: the key as the client sent it.
+  const Result<JsonValue> parsed = JsonValue::parse(embedded);
+  REQUIRE(parsed);
+  const JsonValue* key = parsed->find("top")->find("key");
+  REQUIRE(key != nullptr);
+  CHECK(key->text() == hostile);
   CHECK(page.find("alert(1)</script>") == std::string::npos);
   bool csp = false;
   for (const auto& [name, value] : response.headers)

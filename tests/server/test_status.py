@@ -20,7 +20,9 @@ from ratewin_testkit import PATIENCE, SERVER, Client, store_up, wait_until, writ
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(f"ops:{TOKEN}".encode()).decode()}
-HOSTILE_KEY = 'k-<img src=x onerror="document.title=1">'
+# A key that, were the embedded figures not escaped, would open a comment in which the
+# element's end tag no longer ends it (the page blanked), and inject markup.
+HOSTILE_KEY = 'k-<!--<script><img src=x onerror="document.title=1">'
 
 RULES = """
     version: "status-v7"

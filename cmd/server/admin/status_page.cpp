@@ -234,14 +234,26 @@ void status_page(std::string_view figures, Response& response) {
   std::string& b = response.body;
   b.reserve(kHead.size() + figures.size() + kTail.size() + 16);
   b = kHead;
-  // The JSON inside a script element: "</" written "<\/" (the same string in JSON), so
-  // that no text in it (a client's key) can close the element.
+  // The JSON inside a script element, with '<', '>' and '&' written as JSON's \u escapes
+  // (they occur in JSON only inside strings, where the escape is the same string): no
+  // text in it (a client's key) can close the element ("</script"), nor open a comment
+  // ("<!--"), in which a later "<script" would make the element's own end tag not end
+  // it and blank the page. U+2028 and U+2029 too, which a script reading the text as
+  // code would take for line ends.
   for (std::size_t i = 0; i < figures.size(); ++i) {
-    if (figures[i] == '<' && i + 1 < figures.size() && figures[i + 1] == '/') {
-      b += "<\\/";
-      ++i;
+    const char c = figures[i];
+    if (c == '<') {
+      b += "\\u003c";
+    } else if (c == '>') {
+      b += "\\u003e";
+    } else if (c == '&') {
+      b += "\\u0026";
+    } else if (c == '\xE2' && i + 2 < figures.size() && figures[i + 1] == '\x80' &&
+               (figures[i + 2] == '\xA8' || figures[i + 2] == '\xA9')) {
+      b += figures[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";
+      i += 2;
     } else {
-      b += figures[i];
+      b += c;
     }
   }
   b += kTail;
