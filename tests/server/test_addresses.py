@@ -210,6 +210,71 @@ def test_key_headers_read_one_way_only(start_server, rules, tmp_path):
         assert RawReader(sock).response().status == 200
 
 
+def test_headers_a_client_key_names_and_method_overrides_read_one_way_only(start_server,
+                                                                            tmp_path):
+    """Before: with `client_key: [header:X-User]`, `X-User: a` and `X-User: b` counted as
+    a (a backend may read b), X_User was read as X-User by CGI and WSGI backends but not
+    here, and X_HTTP_Method_Override passed where X-HTTP-Method-Override is 400. All 400
+    now, in gateway mode and in forward-auth checks; so is a limit's own key header."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        defaults:
+          client_key: ["header:X-User", "address"]
+        endpoints:
+          - name: search
+            path: /search
+            limits:
+              - {name: per-minute, max: 100, window: 1m}
+              - {name: per-team, max: 100, window: 1m, client_key: ["header:X-Team"]}
+        """)
+    server = start_server("--trust-proxy", "127.0.0.1", rules=rules)
+    ambiguous = [
+        [("X-User", "a"), ("X-User", "b")],
+        [("X_User", "a")],
+        [("X-User", "a"), ("x_user", "b")],
+        [("X-Team", "t"), ("X-Team", "u")],
+        [("X_Team", "t")],
+        [("X_HTTP_Method_Override", "DELETE")],
+        [("X_HTTP_Method", "DELETE")],
+        [("X_Method_Override", "DELETE")],
+    ]
+    for headers in ambiguous:
+        for target in ["/search", "/ratewin/check"]:
+            extra = [] if target == "/search" else [("X-Forwarded-For", "192.0.2.1"),
+                                                    ("X-Original-Method", "GET"),
+                                                    ("X-Original-URI", "/search")]
+            with raw_connect(server.port) as sock:
+                sock.sendall(raw_get(target, [*headers, *extra]))
+                reply = RawReader(sock).response()
+            assert reply.status == 400, (headers, target, reply)
+    with raw_connect(server.port) as sock:
+        sock.sendall(raw_get("/search", [("X-User", "a"), ("X-Team", "t"), ("X_Trace", "1")]))
+        assert RawReader(sock).response().status == 200
+
+
+def test_a_method_not_in_upper_case_is_refused(start_server, tmp_path):
+    """Before: `get /items` (methods are case-sensitive: not GET) escaped a GET-only
+    limit. 400, and in a forward-auth check's original method too."""
+    rules = write_rules(tmp_path / "rules.yaml", """
+        endpoints:
+          - name: items
+            path: /items
+            methods: [GET]
+            limits: [{name: per-minute, max: 1, window: 1m}]
+        """)
+    server = start_server("--trust-proxy", "127.0.0.1", rules=rules)
+    with Client(server.port) as c:
+        assert c.get("/items").status == 200
+        assert c.get("/items").status == 429
+    for method in [b"get", b"Get", b"gET"]:
+        with raw_connect(server.port) as sock:
+            sock.sendall(method + b" /items HTTP/1.1\r\nHost: t\r\n\r\n")
+            reply = RawReader(sock).response()
+        assert reply.status == 400 and b"lower case" in reply.body, reply
+    check = {"X-Forwarded-For": "192.0.2.1", "X-Original-Method": "get",
+             "X-Original-URI": "/items"}
+    assert server.get("/ratewin/check", check).status == 400
+
+
 def test_ipv6_clients_are_counted_by_their_slash_64(start_server, tmp_path):
     """Before: twenty addresses inside one /64 each got their own quota. One host has a
     whole /64 to pick addresses from: keyless IPv6 clients count by it (--ipv6-prefix);

@@ -188,6 +188,8 @@ RequestParser::Event RequestParser::start_line(std::string_view text) {
   const std::size_t first = text.find(' ');
   if (first == std::string_view::npos || !token(text.substr(0, first)))
     return fail(400, "malformed request line");
+  if (!is_method(text.substr(0, first)))
+    return fail(400, "a method in lower case (methods are case-sensitive: GET, not get)");
   const std::string_view rest = text.substr(first + 1);
   const std::size_t second = rest.find(' ');
   const std::string_view target = rest.substr(0, second);
@@ -333,6 +335,11 @@ RequestParser::Event RequestParser::complete() {
   empty_lines_ = 0;
   head_bytes_ = 0;
   return Event::request;
+}
+
+bool is_method(std::string_view text) {
+  return token(text) &&
+         std::none_of(text.begin(), text.end(), [](char c) { return c >= 'a' && c <= 'z'; });
 }
 
 }  // namespace ratewin::server

@@ -115,4 +115,11 @@ class RequestParser {
   std::string_view error_;
 };
 
+// A request method as this server takes one: a token (RFC 9110 5.6.2) with no lower-case
+// letter. Methods are case-sensitive and every registered one is upper case: "get" is no
+// GET, and a limit on GET must not be escaped by writing it so (the request is refused
+// with 400 instead). For the request line, and for the original method a forward-auth
+// check names.
+bool is_method(std::string_view text);
+
 }  // namespace ratewin::server

@@ -35,9 +35,24 @@ Rules::Rules() {
   auto data = std::make_unique<Data>();
   data->version = version_of("unversioned", "");
   data_ = std::move(data);
+  find_key_headers();
 }
 
-Rules::Rules(std::unique_ptr<const Data> data) : data_(std::move(data)) {}
+Rules::Rules(std::unique_ptr<const Data> data) : data_(std::move(data)) { find_key_headers(); }
+
+void Rules::find_key_headers() {
+  const auto add = [this](const ClientKeySpec& spec) {
+    for (const auto& alternative : spec.alternatives) {
+      for (const ClientKeySource& part : alternative) {
+        if (part.kind != ClientKeySource::Kind::header) continue;
+        if (std::find(key_headers_.begin(), key_headers_.end(), part.name) == key_headers_.end())
+          key_headers_.push_back(part.name);
+      }
+    }
+  };
+  add(client_key());
+  for (const ClientKeySpec& own : data_->limit_keys) add(own);
+}
 Rules::~Rules() = default;
 
 Rules::Rules(Rules&&) noexcept = default;

@@ -119,6 +119,10 @@ class Rules {
   // Where a request's client key comes from (defaults.client_key; ClientKeySpec::standard()
   // unless set): what tiers, allow, deny and overrides know clients by.
   const ClientKeySpec& client_key() const;
+  // The headers any client key of the rules reads (defaults.client_key's and the limits'
+  // own; lower case, each once): a request that sends one of them twice, or spells it
+  // with '_' for '-', is ambiguous (proxies and backends would read another value).
+  const std::vector<std::string>& key_headers() const { return key_headers_; }
   // Every limit the rules define (tiers', endpoints', overrides'), in the file's order.
   std::vector<const LimitRule*> limits() const;
   // The endpoints' names, in the file's order.
@@ -128,7 +132,9 @@ class Rules {
 
  private:
   explicit Rules(std::unique_ptr<const Data> data);
+  void find_key_headers();
   std::unique_ptr<const Data> data_;
+  std::vector<std::string> key_headers_;
 };
 
 // A failure policy by the name the rules give it (local, open, closed, partitioned); false

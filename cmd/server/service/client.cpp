@@ -31,24 +31,37 @@ void assign_prefix_key(std::string& out, const IpAddress& address, unsigned pref
 
 }  // namespace
 
-Status ambiguous_client_headers(const Request& request) {
-  // (Names are in lower case.)
+Status ambiguous_client_headers(const Request& request,
+                                std::span<const std::string> key_headers) {
+  // (Names are in lower case.) What this server reads of every request: the standard
+  // key's, the proxies', a forward-auth check's and the method overrides.
   static constexpr std::string_view kRead[] = {
-      "x-api-key",   "authorization",   "x-forwarded-for", "x-real-ip",
-      "x-original-method", "x-original-uri", "x-forwarded-method", "x-forwarded-uri"};
-  int keys = 0;
+      "x-api-key",          "authorization",     "x-forwarded-for", "x-real-ip",
+      "x-original-method",  "x-original-uri",    "x-forwarded-method",
+      "x-forwarded-uri",    "x-http-method-override", "x-http-method", "x-method-override"};
+  const auto read = [&](std::string_view name) {
+    return std::find(std::begin(kRead), std::end(kRead), name) != std::end(kRead) ||
+           std::find(key_headers.begin(), key_headers.end(), name) != key_headers.end();
+  };
   int authorizations = 0;
-  for (const auto& [name, value] : request.headers) {
-    keys += name == "x-api-key" ? 1 : 0;
+  for (std::size_t i = 0; i < request.headers.size(); ++i) {
+    const std::string& name = request.headers[i].first;
     authorizations += name == "authorization" ? 1 : 0;
-    if (name.find('_') == std::string::npos) continue;
-    std::string dashed = name;
-    std::replace(dashed.begin(), dashed.end(), '_', '-');
-    for (const std::string_view read : kRead)
-      if (dashed == read)
+    if (name.find('_') != std::string::npos) {
+      std::string dashed = name;
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      if (read(dashed))
         return invalid("header " + name + ": '_' for '-' in a header this server reads is refused");
+    }
+    // A client key's header twice: which one counts is a guess (a proxy may read the
+    // other).
+    const bool key = name == "x-api-key" ||
+                     std::find(key_headers.begin(), key_headers.end(), name) != key_headers.end();
+    if (!key) continue;
+    for (std::size_t j = i + 1; j < request.headers.size(); ++j)
+      if (request.headers[j].first == name)
+        return invalid("more than one " + name + " header (a client key's)");
   }
-  if (keys > 1) return invalid("more than one X-API-Key header");
   if (authorizations > 1) return invalid("more than one Authorization header");
   return {};
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -20,11 +21,13 @@ std::string_view bearer(const Request& request);
 std::optional<std::string> basic_password(const Request& request);
 
 // Ok, or `invalid` saying why the headers that say who the client is cannot be read one
-// way only: the key's header (X-API-Key, Authorization) twice (this server reads the
-// first; another reader may take the last), or any header it reads spelt with '_' for
-// '-' (X_API_Key: CGI and WSGI backends read it as X-API-Key, which this server would not
-// have seen).
-Status ambiguous_client_headers(const Request& request);
+// way only: a client key's header (X-API-Key, Authorization, and `key_headers`, those the
+// rules' client keys name: Rules::key_headers) twice (this server reads the first;
+// another reader may take the last), or any header it reads spelt with '_' for '-'
+// (X_API_Key, X_HTTP_Method_Override: CGI and WSGI backends read them as the dashed
+// names, which this server would not have seen).
+Status ambiguous_client_headers(const Request& request,
+                                std::span<const std::string> key_headers);
 
 // Ok, or `invalid` saying why the request's method is in doubt: a method-override header
 // (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) naming another method than

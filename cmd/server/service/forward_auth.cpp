@@ -5,21 +5,13 @@
 
 #include "common/text.h"
 #include "http/path.h"
+#include "http/request_parser.h"
 #include "http/target.h"
 #include "rules/rules.h"
 
 namespace ratewin::server {
 
 namespace {
-
-// RFC 9110 5.6.2: the characters of a token (a method is one).
-bool is_token(std::string_view s) {
-  static constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           kSymbols.find(c) != std::string_view::npos;
-  });
-}
 
 // The value of a header sent at most once (trimmed); `repeated` is set if it came twice.
 std::string_view single(const Request& r, std::string_view name, bool& repeated) {
@@ -180,8 +172,8 @@ Result<CheckedRequest> checked_request(const Request& check, std::string_view ch
   if (!path) {
     return invalid("the original URI is not a request target (origin or absolute form)");
   }
-  if (!is_token(out.method) || out.method.size() > 32) {
-    return invalid("the original method is not an HTTP method");
+  if (!is_method(out.method) || out.method.size() > 32) {
+    return invalid("the original method is not an HTTP method (a token, in upper case)");
   }
   out.path = std::move(*path);
   return out;

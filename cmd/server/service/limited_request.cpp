@@ -35,7 +35,7 @@ void LimitedRequest::limit_request(const Request& request, const ClientIdentifie
                                    Reply& reply) {
   reply_ = &reply;
   pass_ = Pass::backend;
-  Status ambiguous = ambiguous_client_headers(request);
+  Status ambiguous = ambiguous_client_headers(request, home_.rules_.get().key_headers());
   if (ambiguous.ok()) ambiguous = method_override_problem(request, request.method);
   if (!ambiguous.ok()) return refuse(400, "ambiguous-header", ambiguous.message());
   path_.assign(request.path);
@@ -55,7 +55,9 @@ void LimitedRequest::limit_check(const Request& request, const ClientIdentifier:
   if (!forbidden) return refuse(400, "bad-check", forbidden.message());
   // The check's own 400s are refusals too (refuse() answers them 403 when asked).
   if (*forbidden) pass_ = Pass::check_forbidden;
-  if (const Status ambiguous = ambiguous_client_headers(request); !ambiguous.ok())
+  if (const Status ambiguous =
+          ambiguous_client_headers(request, home_.rules_.get().key_headers());
+      !ambiguous.ok())
     return refuse(400, "ambiguous-header", ambiguous.message());
   const Result<CheckedRequest> checked = checked_request(request, home_.parts_.check_path);
   if (!checked) return refuse(400, "bad-check", checked.message());
