@@ -474,7 +474,8 @@ const Flag kFlags[] = {
    }},
   {"max-connections", "Client connections open at once. At the bound, the connection idle "
                       "the longest (between requests) is closed to make room; with none "
-                      "idle, a new one is closed at once",
+                      "idle, the one that has waited longest for a request to come whole "
+                      "(a silent or slow client); with neither, a new one is closed at once",
    number<std::size_t>("10000"), Step::http_bounds,
    [](const Value& v, S& s) -> std::string {
      s.http.max_connections = v.as<std::size_t>();

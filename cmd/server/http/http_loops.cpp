@@ -57,6 +57,9 @@ struct Connection {
   std::uint64_t idle_due = 0;
   // Its place in the loop's list of idle connections, longest idle first (while idle).
   std::list<Connection*>::iterator idle_at;
+  // Its place in the loop's list of connections waiting for a request to come whole (or
+  // for their first), the longest waiting first (while waiting).
+  std::list<Connection*>::iterator waiting_at;
   // Its peer's key in ConnectionCounters::per_address (empty: not counted there).
   std::string address;
   bool closing = false;
@@ -227,6 +230,7 @@ class UvHttpLoop final : public HttpLoop {
     c->stream()->data = c;
     c->timer.data = c;
     c->idle_at = self->idle_.end();
+    c->waiting_at = self->waiting_.end();
     if (uv_accept(server, c->stream()) != 0 || refuse) return self->close(*c);
     sockaddr_storage peer{};  // (a Unix socket's peer: no address, no per-address bound)
     char name[64] = "unix";
@@ -250,13 +254,20 @@ class UvHttpLoop final : public HttpLoop {
         static_cast<std::int64_t>(self->config_.max_connections)) {
       // Bounded. At the bound, the connection idle the longest (between requests) makes
       // room: keep-alive connections that ask now and then must not hold every slot.
-      // With none idle, the new one is closed at once (the client retries).
-      if (self->idle_.empty()) {
+      // With none idle, the one that has waited longest for a request to come whole (or
+      // for its first): clients that send nothing, or a byte now and then, must not hold
+      // them either, each until its request timeout. With neither, the new one is closed
+      // at once (the client retries).
+      if (!self->idle_.empty()) {
+        counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
+        self->close(*self->idle_.front());
+      } else if (!self->waiting_.empty()) {
+        counters.slow_closed.fetch_add(1, std::memory_order_relaxed);
+        self->close(*self->waiting_.front());
+      } else {
         counters.refused.fetch_add(1, std::memory_order_relaxed);
         return self->close(*c);
       }
-      counters.idle_closed.fetch_add(1, std::memory_order_relaxed);
-      self->close(*self->idle_.front());
     }
     c->session->set_peer(name);
     // A deferred answer landed: write it out (and go on parsing what waited for it).
@@ -315,6 +326,18 @@ class UvHttpLoop final : public HttpLoop {
     if (idle) c.idle_at = idle_.insert(idle_.end(), &c);
   }
 
+  // Waiting for a request: at the end of the list when it starts waiting, where it stays
+  // until the request is whole (so the front has waited longest); out of it otherwise.
+  void set_waiting(Connection& c, bool waiting) {
+    if (waiting == (c.waiting_at != waiting_.end())) return;
+    if (waiting) {
+      c.waiting_at = waiting_.insert(waiting_.end(), &c);
+    } else {
+      waiting_.erase(c.waiting_at);
+      c.waiting_at = waiting_.end();
+    }
+  }
+
   void start_reading(Connection& c) {
     if (c.reading || c.closing || c.input_ended || c.yielded) return;
     c.reading = uv_read_start(c.stream(), on_alloc, on_read) == 0;
@@ -339,6 +362,7 @@ class UvHttpLoop final : public HttpLoop {
       c.idle = false;
       c.write_wait = true;
       set_idle(c, false);
+      set_waiting(c, false);
       uv_timer_start(&c.timer, on_timeout, config_.request_timeout_ms, 0);
       return;
     }
@@ -347,6 +371,7 @@ class UvHttpLoop final : public HttpLoop {
       // What the deadline is of: the request being received (or the first to come), else
       // the answers owed after the requests received so far.
       const bool receiving = s.mid_request() || s.requests() == 0;
+      set_waiting(c, receiving);
       const std::uint64_t key = s.deadline_key();
       if (c.deadline_of == key) return;
       c.deadline_of = key;
@@ -361,6 +386,7 @@ class UvHttpLoop final : public HttpLoop {
       const std::uint64_t now = uv_now(&loop_);
       c.idle_since = now;
       set_idle(c, true);
+      set_waiting(c, false);
       const std::uint64_t due = now + s.idle_wait_ms(config_.idle_timeout_ms);
       if (c.idle && c.idle_due <= due) return;  // the timer runs already, due no later
       c.idle = true;
@@ -584,6 +610,7 @@ class UvHttpLoop final : public HttpLoop {
     }
     account(c);  // (gives back its part)
     set_idle(c, false);
+    set_waiting(c, false);
     uncount_address(c);
     if (connections_.erase(&c) != 0)
       counters_.open.fetch_sub(1, std::memory_order_relaxed);
@@ -619,6 +646,8 @@ class UvHttpLoop final : public HttpLoop {
   bool drain_timer_closed_ = false;
   std::unordered_set<Connection*> connections_;
   std::list<Connection*> idle_;  // idle connections, the longest idle first
+  // Connections waiting for a request to come whole, the longest waiting first.
+  std::list<Connection*> waiting_;
   std::uint64_t accept_failure_logged_ = 0;  // loop time of the last message (0: none)
   std::uint64_t accept_failures_unlogged_ = 0;
   std::thread thread_;

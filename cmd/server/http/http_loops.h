@@ -50,6 +50,9 @@ struct ConnectionCounters {
   std::atomic<std::uint64_t> refused{0};    // over --max-connections, none idle to close
   // Closed, the longest idle, to make room for a new one at --max-connections.
   std::atomic<std::uint64_t> idle_closed{0};
+  // Closed, none being idle, the one that had waited longest for a request to come whole,
+  // to make room for a new one at --max-connections.
+  std::atomic<std::uint64_t> slow_closed{0};
   // Refused: over --max-connections-per-address from its address.
   std::atomic<std::uint64_t> address_refused{0};
   // Accepts that failed (the process's file limit, most likely).

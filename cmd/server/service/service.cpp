@@ -21,13 +21,16 @@ void write_connection_metrics(PrometheusText& out, const ConnectionCounters& c) 
              static_cast<double>(c.buffered.load(std::memory_order_relaxed)));
   out.family("ratewin_server_connections_total", "counter",
              "Client connections by outcome: accepted, refused (over --max-connections, none "
-             "idle to close), idle_closed (the longest idle, closed to make room), "
+             "idle or waiting to close), idle_closed (the longest idle, closed to make room), "
+             "slow_closed (none idle: the one that waited longest for a request to come "
+             "whole, closed to make room), "
              "address_refused (over --max-connections-per-address), accept_failed (the "
              "process's file limit, most likely), timed_out (slow or idle), shed (not taking "
              "answers while the buffers were over --max-buffer-memory).");
   out.sample("outcome=\"accepted\"", as_sample(c.accepted));
   out.sample("outcome=\"refused\"", as_sample(c.refused));
   out.sample("outcome=\"idle_closed\"", as_sample(c.idle_closed));
+  out.sample("outcome=\"slow_closed\"", as_sample(c.slow_closed));
   out.sample("outcome=\"address_refused\"", as_sample(c.address_refused));
   out.sample("outcome=\"accept_failed\"", as_sample(c.accept_failures));
   out.sample("outcome=\"timed_out\"", as_sample(c.timed_out));
