@@ -37,7 +37,9 @@ bool CircuitBreaker::close() {
   const std::int64_t now = steady_ns();
   back_since_ns_.store(now, std::memory_order_relaxed);
   const std::int64_t down = now - down_since_ns_.load(std::memory_order_relaxed);
-  reporter_.log(LogLevel::info, "Redis at " + where_ + " reachable again after " +
+  // (At the outage's level: whoever saw it, a setup showing warnings only among them
+  // (Python's default), sees its end.)
+  reporter_.log(LogLevel::warning, "Redis at " + where_ + " reachable again after " +
                                     std::to_string(down / 1'000'000) +
                                     " ms; re-reading active limiters");
   return true;

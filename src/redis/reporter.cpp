@@ -95,7 +95,9 @@ void Reporter::recovered() {
     logged_.clear();
     forgotten_ = now;
   }
-  log(LogLevel::info, "Redis at " + where_ + ": commands succeed again");
+  // (At the failures' level: whoever saw them, a setup showing warnings only among them,
+  // sees their end.)
+  log(LogLevel::warning, "Redis at " + where_ + ": commands succeed again");
 }
 
 }  // namespace detail
