@@ -335,8 +335,11 @@ int TlsSession::on_certificate_request(SSL* ssl, X509**, EVP_PKEY**) {
 
 Status TlsSession::explained(Status status) const {
   // A server that wants a client certificate, given none, lets a TLS 1.3 handshake end
-  // and then drops the connection (often with a reset that loses its alert).
-  if (!certificate_requested_ || received_) return status;
+  // and then drops the connection (often with a reset that loses its alert). When the
+  // alert did come, its reason has the hint already (hint_for): one is enough.
+  if (!certificate_requested_ || received_ ||
+      status.message().find("client certificate") != std::string::npos)
+    return status;
   return Status(Status::Code::tls, status.message() +
                                        " (the server asked for a client certificate and none is "
                                        "set: give the TLS cert_file and key_file)");

@@ -141,6 +141,10 @@ TEST_CASE("TLS: mutual TLS with a client certificate; without one, a clear refus
     const std::string why = refusal(options);
     CAPTURE(why);
     CHECK(why.find("certificate") != std::string::npos);
+    // One hint, not two (the alert's reason and the certificate request each gave one).
+    const std::size_t hint = why.find("client certificate");
+    CHECK(hint != std::string::npos);
+    CHECK(why.find("client certificate", hint + 1) == std::string::npos);
     CHECK(why.find("timed out") == std::string::npos);
     CHECK(why.find("unreachable") == std::string::npos);
   }

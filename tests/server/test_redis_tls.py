@@ -96,16 +96,16 @@ def test_bad_tls_settings_stop_the_server_with_a_clear_message(tls_redis, certif
                                                                tmp_path):
     missing = tmp_path / "missing-ca.crt"
     done = run_failing("--redis", tls_redis.tls_url, "--redis-tls-ca-file", str(missing))
-    assert done.returncode != 0
+    assert done.returncode == 1  # (docs/redis.md: files that cannot be used exit 1)
     assert "TLS" in done.stderr and str(missing) in done.stderr, done.stderr
     not_a_certificate = tmp_path / "not-a-ca.crt"
     not_a_certificate.write_text("hello\n")
     done = run_failing("--redis", tls_redis.tls_url, "--redis-tls-ca-file",
                        str(not_a_certificate))
-    assert done.returncode != 0 and "TLS" in done.stderr, done.stderr
+    assert done.returncode == 1 and "TLS" in done.stderr, done.stderr
     # TLS flags for an address without TLS.
     done = run_failing("--redis", tls_redis.url, "--redis-tls-ca-file", certificates["ca.crt"])
-    assert done.returncode != 0 and "rediss" in done.stderr, done.stderr
+    assert done.returncode == 1 and "rediss" in done.stderr, done.stderr
     for flag, value in (("--redis-tls-verify", "maybe"), ("--redis-tls-min-version", "1.1")):
         done = run_failing("--redis", tls_redis.tls_url, flag, value)
         assert done.returncode == 2 and flag in done.stderr, done.stderr
